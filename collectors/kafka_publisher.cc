@@ -1,0 +1,94 @@
+#include "collectors/kafka_publisher.h"
+
+#include <librdkafka/rdkafka.h>
+#include <spdlog/spdlog.h>
+
+namespace rankwatch {
+
+absl::StatusOr<std::unique_ptr<BatchPublisher>> BatchPublisher::Create(
+    const PublisherOptions& options) {
+  if (options.brokers.empty()) return absl::InvalidArgumentError("no Kafka brokers given");
+  auto publisher = std::unique_ptr<BatchPublisher>(new BatchPublisher(nullptr, options));
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  RouteKafkaLogs(conf);
+  rd_kafka_conf_set_opaque(conf, publisher.get());
+  rd_kafka_conf_set_dr_msg_cb(conf, &BatchPublisher::OnDelivery);
+  const KafkaProperties defaults = {
+      {"bootstrap.servers", options.brokers},
+      {"client.id", options.client_id},
+      {"enable.idempotence", "true"},
+      {"compression.codec", options.compression},
+      {"linger.ms", std::to_string(options.linger_ms)},
+      {"queue.buffering.max.messages", std::to_string(options.queue_max_messages)},
+  };
+  absl::Status s = SetKafkaProperties(conf, defaults);
+  if (s.ok()) s = SetKafkaProperties(conf, options.properties);
+  if (!s.ok()) {
+    rd_kafka_conf_destroy(conf);
+    return s;
+  }
+  char err[512];
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+  if (rk == nullptr) {
+    rd_kafka_conf_destroy(conf);
+    return absl::InvalidArgumentError(std::string("kafka producer: ") + err);
+  }
+  publisher->rk_ = rk;
+  return publisher;
+}
+
+BatchPublisher::BatchPublisher(rd_kafka_t* rk, PublisherOptions options)
+    : rk_(rk), options_(std::move(options)) {}
+
+BatchPublisher::~BatchPublisher() {
+  if (rk_ == nullptr) return;
+  rd_kafka_flush(rk_, 5000);
+  rd_kafka_destroy(rk_);
+}
+
+void BatchPublisher::OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
+  auto* self = static_cast<BatchPublisher*>(opaque);
+  if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    self->delivered_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  self->failed_.fetch_add(1, std::memory_order_relaxed);
+  if (!self->logged_failure_.exchange(true)) {
+    spdlog::error("kafka delivery failed: {} (further failures are only counted)",
+                  rd_kafka_err2str(m->err));
+  }
+}
+
+absl::Status BatchPublisher::Publish(std::string_view key, std::string_view payload) {
+  while (true) {
+    rd_kafka_resp_err_t e = rd_kafka_producev(
+        rk_, RD_KAFKA_V_TOPIC(options_.topic.c_str()),
+        RD_KAFKA_V_KEY(const_cast<char*>(key.data()), key.size()),
+        RD_KAFKA_V_VALUE(const_cast<char*>(payload.data()), payload.size()),
+        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      rd_kafka_poll(rk_, 0);
+      return absl::OkStatus();
+    }
+    if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+      return absl::UnavailableError(std::string("produce: ") + rd_kafka_err2str(e));
+    }
+    if (options_.when_full == PublisherOptions::WhenFull::kDropNewest) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return absl::ResourceExhaustedError("producer queue full; batch dropped");
+    }
+    rd_kafka_poll(rk_, 10);  // serve delivery reports until there is room
+  }
+}
+
+absl::Status BatchPublisher::Flush(std::chrono::milliseconds timeout) {
+  rd_kafka_resp_err_t e = rd_kafka_flush(rk_, static_cast<int>(timeout.count()));
+  if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return absl::DeadlineExceededError(std::to_string(rd_kafka_outq_len(rk_)) +
+                                       " messages still undelivered after flush: " +
+                                       rd_kafka_err2str(e));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rankwatch

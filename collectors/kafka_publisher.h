@@ -1,0 +1,67 @@
+// BatchPublisher: produces serialized telemetry batches to the telemetry topic with
+// librdkafka's idempotent producer, compressed, keyed by training job.
+//
+// Two behaviours when librdkafka's local queue is full: `kBlock` waits for room (the
+// simulator and replays, which must not lose data) and `kDropNewest` refuses the batch and
+// counts it (callers that must never block).
+//
+// Thread-safe: librdkafka producers may be shared; counters are atomic.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ingest/kafka_config.h"
+
+typedef struct rd_kafka_s rd_kafka_t;
+
+namespace rankwatch {
+
+struct PublisherOptions {
+  std::string brokers;                        // bootstrap list (required)
+  std::string topic = "rankwatch.telemetry";  // default: rankwatch.telemetry
+  std::string compression = "lz4";            // default: lz4 (none, gzip, snappy, lz4, zstd)
+  int linger_ms = 5;                          // default: 5 ms of batching in librdkafka
+  int queue_max_messages = 100'000;           // default: 100,000 messages buffered locally
+  enum class WhenFull { kBlock, kDropNewest } when_full = WhenFull::kBlock;
+  std::string client_id = "rankwatch";
+  KafkaProperties properties;                 // passed through to librdkafka
+};
+
+class BatchPublisher {
+ public:
+  static absl::StatusOr<std::unique_ptr<BatchPublisher>> Create(const PublisherOptions& options);
+  ~BatchPublisher();
+  BatchPublisher(const BatchPublisher&) = delete;
+  BatchPublisher& operator=(const BatchPublisher&) = delete;
+
+  // Enqueues one message (the payload is copied). With kBlock, waits while the local queue
+  // is full; with kDropNewest, returns ResourceExhausted and counts a drop.
+  absl::Status Publish(std::string_view key, std::string_view payload);
+
+  // Waits until every enqueued message is delivered or failed, up to `timeout`.
+  absl::Status Flush(std::chrono::milliseconds timeout);
+
+  uint64_t delivered() const { return delivered_.load(std::memory_order_relaxed); }
+  uint64_t failed() const { return failed_.load(std::memory_order_relaxed); }
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+
+ private:
+  BatchPublisher(rd_kafka_t* rk, PublisherOptions options);
+  static void OnDelivery(rd_kafka_t*, const struct rd_kafka_message_s* m, void* opaque);
+
+  rd_kafka_t* rk_ = nullptr;
+  const PublisherOptions options_;
+  std::atomic<uint64_t> delivered_{0};
+  std::atomic<uint64_t> failed_{0};
+  std::atomic<uint64_t> dropped_{0};
+  std::atomic<bool> logged_failure_{false};
+};
+
+}  // namespace rankwatch

@@ -1,0 +1,228 @@
+// `rankwatch simulate`: a synthetic fleet that publishes one step record per rank per step,
+// batched per rank, to Kafka (see collectors/simulator/fleet_model.h for the model).
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "collectors/kafka_publisher.h"
+#include "collectors/simulator/fleet_model.h"
+#include "operators/time.h"
+#include "daemon/commands.h"
+#include "daemon/stop_signal.h"
+#include "ingest/batch_decoder.h"
+
+namespace rankwatch {
+namespace {
+
+struct SimulateFlags {
+  std::string brokers;
+  std::string topic = "rankwatch.telemetry";
+  std::string job;
+  uint32_t ranks = 0;
+  uint64_t steps = 0;
+  uint32_t ranks_per_node = 8;
+  double step_ms = 100;
+  std::string speed = "realtime";
+  std::string sync = "ddp";
+  bool report_collective = false;
+  double jitter = 0.05;
+  uint64_t seed = 1;
+  std::vector<std::string> faults;
+  uint32_t batch_steps = 20;
+  std::string compression = "lz4";
+};
+
+int64_t WallNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+class FleetPublisher {
+ public:
+  FleetPublisher(const FleetModel& model, BatchPublisher* publisher) : publisher_(publisher) {
+    const FleetOptions& o = model.options();
+    batches_.resize(o.ranks);
+    for (uint32_t r = 0; r < o.ranks; ++r) {
+      v1::SourceIdentity* src = batches_[r].mutable_source();
+      src->set_training_job(o.training_job);
+      src->set_rank(r);
+      src->set_world_size(o.ranks);
+      src->set_node(model.NodeName(r));
+      src->set_local_rank(r % o.ranks_per_node);
+      src->set_pid(100000 + r);
+      src->set_device("cuda:" + std::to_string(r % o.ranks_per_node));
+      src->set_collector("rankwatch-simulate/" RANKWATCH_VERSION);
+      batches_[r].set_schema_version(kSchemaVersion);
+    }
+    sequence_.assign(o.ranks, 0);
+  }
+
+  void Append(uint32_t rank, v1::StepRecord* record) {
+    batches_[rank].add_steps()->Swap(record);
+  }
+  size_t Pending(uint32_t rank) const { return batches_[rank].steps_size(); }
+
+  absl::Status Flush(uint32_t rank) {
+    v1::Batch& b = batches_[rank];
+    if (b.steps_size() == 0) return absl::OkStatus();
+    b.set_sequence(sequence_[rank]++);
+    b.set_created_unix_ns(WallNowNs());
+    b.SerializeToString(&buffer_);
+    records_ += b.steps_size();
+    ++messages_;
+    b.clear_steps();
+    return publisher_->Publish(b.source().training_job(), buffer_);
+  }
+
+  absl::Status FlushAll() {
+    for (uint32_t r = 0; r < batches_.size(); ++r) {
+      if (auto s = Flush(r); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  uint64_t records() const { return records_; }
+  uint64_t messages() const { return messages_; }
+
+ private:
+  BatchPublisher* publisher_;
+  std::vector<v1::Batch> batches_;
+  std::vector<uint64_t> sequence_;
+  std::string buffer_;
+  uint64_t records_ = 0;
+  uint64_t messages_ = 0;
+};
+
+int RunSimulate(const SimulateFlags& f) {
+  FleetOptions o;
+  o.training_job = f.job;
+  o.ranks = f.ranks;
+  o.ranks_per_node = f.ranks_per_node;
+  o.step_ms = f.step_ms;
+  o.sync = f.sync == "ddp" ? FleetOptions::Sync::kDdp : FleetOptions::Sync::kNone;
+  o.report_collective = f.report_collective;
+  o.jitter = f.jitter;
+  o.seed = f.seed;
+  for (const std::string& text : f.faults) {
+    auto fault = ParseFaultSpec(text);
+    if (!fault.ok()) {
+      std::fprintf(stderr, "rankwatch simulate: %s\n", std::string(fault.status().message()).c_str());
+      return 2;
+    }
+    if (fault->target.kind == FaultTarget::Kind::kRank && fault->target.index >= f.ranks) {
+      std::fprintf(stderr, "rankwatch simulate: fault '%s' targets rank %u of %u ranks\n",
+                   text.c_str(), fault->target.index, f.ranks);
+      return 2;
+    }
+    o.faults.push_back(*fault);
+  }
+  const bool realtime = f.speed == "realtime";
+
+  PublisherOptions po;
+  po.brokers = f.brokers;
+  po.topic = f.topic;
+  po.compression = f.compression;
+  po.client_id = "rankwatch-simulate";
+  auto publisher = BatchPublisher::Create(po);
+  if (!publisher.ok()) {
+    std::fprintf(stderr, "rankwatch simulate: %s\n", std::string(publisher.status().message()).c_str());
+    return 2;
+  }
+
+  FleetModel model(o);
+  const int64_t start_wall = WallNowNs();
+  model.set_job_start_unix_ns(start_wall);
+  FleetPublisher fleet(model, publisher->get());
+  std::vector<v1::StepRecord> records;
+  std::vector<bool> reported;
+  const auto start = Clock::now();
+  auto last_flush = start;
+  auto last_progress = start;
+  spdlog::info("simulate: job '{}', {} ranks x {} steps, {} ms steps, sync {}, speed {}, {} faults",
+               f.job, f.ranks, f.steps, f.step_ms, f.sync, f.speed, o.faults.size());
+  absl::Status status;
+  for (uint64_t step = 0; step < f.steps && status.ok() && !StopRequested(); ++step) {
+    model.Step(step, &records, &reported);
+    if (realtime) {
+      std::this_thread::sleep_until(start + std::chrono::nanoseconds(model.elapsed_ns()));
+    }
+    const auto now = Clock::now();
+    const bool interval_due = realtime && now - last_flush >= std::chrono::seconds(1);
+    for (uint32_t r = 0; r < f.ranks && status.ok(); ++r) {
+      if (reported[r]) fleet.Append(r, &records[r]);
+      if (fleet.Pending(r) >= f.batch_steps || interval_due) status = fleet.Flush(r);
+    }
+    if (interval_due) last_flush = now;
+    if (now - last_progress >= std::chrono::seconds(2)) {
+      last_progress = now;
+      const double secs = std::chrono::duration<double>(now - start).count();
+      spdlog::info("simulate: step {}/{}, {} records sent ({:.0f}/s)", step + 1, f.steps,
+                   fleet.records(), fleet.records() / secs);
+    }
+  }
+  if (status.ok()) status = fleet.FlushAll();
+  if (status.ok()) status = (*publisher)->Flush(std::chrono::seconds(60));
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf(
+      "{\"records\": %llu, \"messages\": %llu, \"seconds\": %.3f, \"records_per_second\": %.0f, "
+      "\"delivered\": %llu, \"failed\": %llu}\n",
+      static_cast<unsigned long long>(fleet.records()),
+      static_cast<unsigned long long>(fleet.messages()), secs, fleet.records() / secs,
+      static_cast<unsigned long long>((*publisher)->delivered()),
+      static_cast<unsigned long long>((*publisher)->failed()));
+  std::fflush(stdout);
+  if (!status.ok()) {
+    spdlog::error("simulate: {}", std::string(status.message()));
+    return 1;
+  }
+  return (*publisher)->failed() == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+CommandRunner AddSimulateCommand(CLI::App& app) {
+  auto f = std::make_shared<SimulateFlags>();
+  CLI::App* cmd = app.add_subcommand("simulate",
+                                     "publish a synthetic training job's step records to Kafka");
+  cmd->add_option("--brokers", f->brokers, "Kafka bootstrap servers")->required();
+  cmd->add_option("--topic", f->topic, "telemetry topic")->capture_default_str();
+  cmd->add_option("--job", f->job, "training job id")->required();
+  cmd->add_option("--ranks", f->ranks, "ranks (world size)")->required()->check(CLI::Range(1u, 1u << 20));
+  cmd->add_option("--steps", f->steps, "steps to simulate")->required();
+  cmd->add_option("--ranks-per-node", f->ranks_per_node, "ranks per node")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1024u));
+  cmd->add_option("--step-ms", f->step_ms, "nominal step time, ms")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 3.6e6));
+  cmd->add_option("--speed", f->speed, "realtime: paced like a real job; max: as fast as possible")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"realtime", "max"}));
+  cmd->add_option("--sync", f->sync,
+                  "ddp: ranks finish each step together (data parallel); none: independent")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"ddp", "none"}));
+  cmd->add_flag("--report-collective", f->report_collective,
+                "report time in collectives (allreduce + waiting for slower ranks)");
+  cmd->add_option("--jitter", f->jitter, "uniform per-phase, per-step jitter (0.05 = +-5%)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.9));
+  cmd->add_option("--seed", f->seed, "random seed")->capture_default_str();
+  cmd->add_option("--fault", f->faults,
+                  "KIND:TARGET[:MAGNITUDE[:FROM_STEP]]; KIND slow-compute, slow-input, "
+                  "input-bound, wait, memory-leak, memory-imbalance, memory-pressure, hang; "
+                  "TARGET a rank, node<N> or all");
+  cmd->add_option("--batch-steps", f->batch_steps, "step records per Kafka message")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 10000u));
+  cmd->add_option("--compression", f->compression, "Kafka compression codec")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "gzip", "snappy", "lz4", "zstd"}));
+  return [cmd, f]() -> int { return cmd->parsed() ? RunSimulate(*f) : -1; };
+}
+
+}  // namespace rankwatch

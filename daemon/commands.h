@@ -1,0 +1,15 @@
+// The subcommands of the `rankwatch` tool. Each registers its flags on `app` and returns the
+// function that runs it after parsing (exit code as result).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace rankwatch {
+
+using CommandRunner = std::function<int()>;
+
+CommandRunner AddKafkaCommand(CLI::App& app);
+CommandRunner AddSimulateCommand(CLI::App& app);
+
+}  // namespace rankwatch

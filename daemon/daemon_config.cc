@@ -1,0 +1,75 @@
+#include "daemon/daemon_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+
+namespace rankwatch {
+
+absl::StatusOr<Duration> ParseDuration(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  const std::string unit(end);
+  double seconds = 0;
+  if (end == text.c_str() || !std::isfinite(value) || value < 0) {
+    return absl::InvalidArgumentError("bad duration '" + text + "'");
+  } else if (unit.empty() || unit == "s") {
+    seconds = value;
+  } else if (unit == "ms") {
+    seconds = value / 1000;
+  } else if (unit == "m") {
+    seconds = value * 60;
+  } else if (unit == "h") {
+    seconds = value * 3600;
+  } else {
+    return absl::InvalidArgumentError("bad duration unit in '" + text + "' (ms, s, m, h)");
+  }
+  return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds));
+}
+
+absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* c) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError("config " + path + ": " + e.what());
+  }
+  if (root.IsNull()) return absl::OkStatus();
+  if (!root.IsMap()) return absl::InvalidArgumentError("config " + path + ": not a YAML map");
+
+  using Setter = std::function<void(const YAML::Node&)>;
+  const std::map<std::string, Setter> setters = {
+      {"brokers", [&](const YAML::Node& n) { c->brokers = n.as<std::string>(); }},
+      {"topic", [&](const YAML::Node& n) { c->topic = n.as<std::string>(); }},
+      {"group", [&](const YAML::Node& n) { c->group = n.as<std::string>(); }},
+      {"state-dir", [&](const YAML::Node& n) { c->state_dir = n.as<std::string>(); }},
+      {"metrics-listen", [&](const YAML::Node& n) { c->metrics_listen = n.as<std::string>(); }},
+      {"grpc-listen", [&](const YAML::Node& n) { c->grpc_listen = n.as<std::string>(); }},
+      {"embedded-partitions", [&](const YAML::Node& n) { c->embedded_partitions = n.as<int>(); }},
+      {"window-steps", [&](const YAML::Node& n) { c->window_steps = n.as<int>(); }},
+      {"align-timeout", [&](const YAML::Node& n) { c->align_timeout = n.as<std::string>(); }},
+      {"log-level", [&](const YAML::Node& n) { c->log_level = n.as<std::string>(); }},
+      {"kafka",
+       [&](const YAML::Node& n) {
+         if (!n.IsMap()) throw YAML::Exception(n.Mark(), "kafka must be a map");
+         for (const auto& kv : n) c->kafka[kv.first.as<std::string>()] = kv.second.as<std::string>();
+       }},
+  };
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    auto it = setters.find(key);
+    if (it == setters.end()) {
+      return absl::InvalidArgumentError("config " + path + ": unknown key '" + key + "'");
+    }
+    try {
+      it->second(kv.second);
+    } catch (const YAML::Exception& e) {
+      return absl::InvalidArgumentError("config " + path + ": key '" + key + "': " + e.what());
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rankwatch

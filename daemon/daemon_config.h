@@ -1,0 +1,42 @@
+// DaemonConfig: rankwatchd's settings, from the YAML config file (--config) and the command
+// line; flags win over the file. Keys in the file are the flag names without dashes, e.g.
+//
+//   brokers: kafka-1:9092,kafka-2:9092
+//   metrics-listen: 0.0.0.0:9466
+//   window-steps: 100
+//   align-timeout: 10s
+//   kafka:                      # passed through to librdkafka
+//     security.protocol: SASL_SSL
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ingest/kafka_config.h"
+#include "operators/time.h"
+
+namespace rankwatch {
+
+struct DaemonConfig {
+  std::string brokers;                              // empty: embedded mock broker
+  std::string topic = "rankwatch.telemetry";
+  std::string group = "rankwatch";
+  std::string state_dir = "rankwatch-state";
+  std::string metrics_listen = "0.0.0.0:9466";
+  std::string grpc_listen = "0.0.0.0:7466";
+  int embedded_partitions = 6;                      // partitions of the embedded broker's topic
+  int window_steps = 100;                           // spec K
+  std::string align_timeout = "10s";
+  std::string log_level = "info";                   // trace, debug, info, warn, error
+  KafkaProperties kafka;
+};
+
+// Reads `path` into `config`, leaving keys the file does not name untouched. Unknown keys and
+// bad values are InvalidArgument naming the file and the key.
+absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* config);
+
+// Parses "250ms", "10s", "2m", "1h" or a plain number of seconds ("1.5").
+absl::StatusOr<Duration> ParseDuration(const std::string& text);
+
+}  // namespace rankwatch

@@ -1,0 +1,59 @@
+#include "daemon/daemon_config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace rankwatch {
+namespace {
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(DaemonConfigTest, ReadsEveryKey) {
+  DaemonConfig c;
+  const std::string path = WriteTemp("full.yaml",
+                                     "brokers: k1:9092,k2:9092\n"
+                                     "topic: t\n"
+                                     "group: g\n"
+                                     "state-dir: /tmp/s\n"
+                                     "metrics-listen: 127.0.0.1:1\n"
+                                     "grpc-listen: 127.0.0.1:2\n"
+                                     "window-steps: 50\n"
+                                     "align-timeout: 500ms\n"
+                                     "kafka:\n"
+                                     "  security.protocol: SASL_SSL\n");
+  ASSERT_TRUE(LoadDaemonConfigFile(path, &c).ok());
+  EXPECT_EQ(c.brokers, "k1:9092,k2:9092");
+  EXPECT_EQ(c.window_steps, 50);
+  EXPECT_EQ(c.align_timeout, "500ms");
+  EXPECT_EQ(c.kafka.at("security.protocol"), "SASL_SSL");
+  EXPECT_EQ(c.log_level, "info");  // untouched default
+}
+
+TEST(DaemonConfigTest, UnknownKeysAndBadValuesNameTheKey) {
+  DaemonConfig c;
+  absl::Status s = LoadDaemonConfigFile(WriteTemp("bad.yaml", "windw-steps: 5\n"), &c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("windw-steps"), std::string::npos);
+  s = LoadDaemonConfigFile(WriteTemp("bad2.yaml", "window-steps: lots\n"), &c);
+  EXPECT_NE(s.message().find("window-steps"), std::string::npos);
+  s = LoadDaemonConfigFile("/nonexistent/rankwatch.yaml", &c);
+  EXPECT_NE(s.message().find("/nonexistent/rankwatch.yaml"), std::string::npos);
+}
+
+TEST(DaemonConfigTest, ParsesDurations) {
+  EXPECT_EQ(*ParseDuration("250ms"), std::chrono::milliseconds(250));
+  EXPECT_EQ(*ParseDuration("10s"), std::chrono::seconds(10));
+  EXPECT_EQ(*ParseDuration("2m"), std::chrono::minutes(2));
+  EXPECT_EQ(*ParseDuration("1.5"), std::chrono::milliseconds(1500));
+  EXPECT_FALSE(ParseDuration("fast").ok());
+  EXPECT_FALSE(ParseDuration("10 parsecs").ok());
+  EXPECT_FALSE(ParseDuration("-1s").ok());
+}
+
+}  // namespace
+}  // namespace rankwatch

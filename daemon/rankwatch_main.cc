@@ -1,0 +1,31 @@
+// rankwatch: the operator's tool. Subcommands: kafka (local broker), simulate (synthetic
+// fleet). Bad arguments exit with code 2.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+
+#include "daemon/commands.h"
+#include "daemon/logging.h"
+#include "daemon/stop_signal.h"
+
+int main(int argc, char** argv) {
+  rankwatch::InstallStopSignalHandlers();
+  rankwatch::SetupLogging("info");
+  CLI::App app{"rankwatch: tools for rankwatch, live diagnosis of distributed training"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", RANKWATCH_VERSION);
+  std::vector<rankwatch::CommandRunner> commands = {
+      rankwatch::AddKafkaCommand(app),
+      rankwatch::AddSimulateCommand(app),
+  };
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  for (const auto& run : commands) {
+    if (int code = run(); code >= 0) return code;
+  }
+  return 2;
+}

@@ -1,0 +1,169 @@
+// rankwatchd: consumes telemetry from Kafka, aligns the ranks of every training job step by
+// step, and serves Prometheus metrics and the gRPC service. Wiring only.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+
+#include "daemon/daemon_config.h"
+#include "daemon/job_router.h"
+#include "daemon/logging.h"
+#include "daemon/stop_signal.h"
+#include "ingest/embedded_broker.h"
+#include "ingest/kafka_consumer.h"
+#include "sinks/grpc_server.h"
+#include "sinks/metrics_http_server.h"
+#include "state/state_dir.h"
+
+#ifndef RANKWATCH_VERSION
+#define RANKWATCH_VERSION "dev"
+#endif
+
+namespace rankwatch {
+namespace {
+
+int Fail(const absl::Status& s) {
+  spdlog::error("{}", std::string(s.message()));
+  return 1;
+}
+
+// Finds --config FILE / --config=FILE before the real parse, so that the file is read first
+// and flags given on the command line override it.
+std::string FindConfigFlag(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--config") == 0 && i + 1 < argc) return argv[i + 1];
+    if (std::strncmp(argv[i], "--config=", 9) == 0) return argv[i] + 9;
+  }
+  return "";
+}
+
+int Run(const DaemonConfig& config) {
+  if (!SetupLogging(config.log_level)) {
+    return Fail(absl::InvalidArgumentError("unknown log level '" + config.log_level + "'"));
+  }
+  auto align_timeout = ParseDuration(config.align_timeout);
+  if (!align_timeout.ok()) return Fail(align_timeout.status());
+  if (config.window_steps < 1) return Fail(absl::InvalidArgumentError("window-steps must be >= 1"));
+  auto metrics_address = ParseListenAddress(config.metrics_listen);
+  if (!metrics_address.ok()) return Fail(metrics_address.status());
+  auto grpc_address = ParseListenAddress(config.grpc_listen);
+  if (!grpc_address.ok()) return Fail(grpc_address.status());
+
+  auto state_dir = StateDir::Open(config.state_dir);
+  if (!state_dir.ok()) return Fail(state_dir.status());
+
+  std::unique_ptr<EmbeddedBroker> broker;
+  std::string brokers = config.brokers;
+  if (brokers.empty()) {
+    auto started = EmbeddedBroker::Start({config.topic, config.embedded_partitions, 1});
+    if (!started.ok()) return Fail(started.status());
+    broker = std::move(*started);
+    brokers = broker->bootstrap();
+    spdlog::warn("*** no --brokers given: running an EMBEDDED in-memory Kafka broker at {} ***",
+                 brokers);
+    spdlog::warn("*** for development only: its data is lost when rankwatchd stops ***");
+    if (auto s = (*state_dir)->WriteFileAtomic("bootstrap", brokers + "\n"); !s.ok()) {
+      return Fail(s);
+    }
+  }
+
+  MetricsRegistry registry;
+  DaemonMetrics metrics(&registry, RANKWATCH_VERSION);
+  SnapshotStore snapshots;
+  auto metrics_server = MetricsHttpServer::Start(*metrics_address, &registry);
+  if (!metrics_server.ok()) return Fail(metrics_server.status());
+  auto grpc_server = GrpcServer::Start(*grpc_address, &snapshots);
+  if (!grpc_server.ok()) return Fail(grpc_server.status());
+
+  KafkaConsumerOptions consumer_options{brokers, config.topic, config.group, config.kafka};
+  auto consumer = KafkaConsumer::Create(consumer_options);
+  if (!consumer.ok()) return Fail(consumer.status());
+
+  const std::string metrics_at = (*metrics_server)->address().ToString();
+  const std::string grpc_at = (*grpc_server)->address().ToString();
+  const std::string endpoints = "{\"metrics\": \"" + metrics_at + "\", \"grpc\": \"" + grpc_at +
+                                "\", \"brokers\": \"" + brokers + "\", \"pid\": " +
+                                std::to_string(::getpid()) + "}\n";
+  if (auto s = (*state_dir)->WriteFileAtomic("endpoints.json", endpoints); !s.ok()) return Fail(s);
+  spdlog::info("rankwatchd {} ready: metrics http://{}/metrics, gRPC {}, brokers {}, topic {}",
+               RANKWATCH_VERSION, metrics_at, grpc_at, brokers, config.topic);
+
+  JobRouterOptions router_options;
+  router_options.pipeline.align.align_timeout = *align_timeout;
+  router_options.pipeline.window.steps = static_cast<size_t>(config.window_steps);
+  JobRouter router(router_options, &metrics, &snapshots);
+
+  constexpr auto kTick = std::chrono::milliseconds(100);
+  auto next_tick = Clock::now();
+  while (!StopRequested()) {
+    const TimePoint poll_start = Clock::now();
+    const int64_t wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+    (*consumer)->Poll(std::chrono::milliseconds(50), 1000, [&](const KafkaMessage& m) {
+      router.HandleMessage(m.payload, poll_start, wall_ns);
+    });
+    if (const TimePoint now = Clock::now(); now >= next_tick) {
+      router.Tick(now);
+      next_tick = now + kTick;
+    }
+  }
+
+  spdlog::info("stopping");
+  (*grpc_server)->SetServing(false);
+  (*consumer)->Close();
+  (*grpc_server)->Stop();
+  (*metrics_server)->Stop();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace rankwatch
+
+int main(int argc, char** argv) {
+  using rankwatch::DaemonConfig;
+  rankwatch::InstallStopSignalHandlers();
+  rankwatch::SetupLogging("info");
+  DaemonConfig config;
+  const std::string config_file = rankwatch::FindConfigFlag(argc, argv);
+  if (!config_file.empty()) {
+    if (auto s = rankwatch::LoadDaemonConfigFile(config_file, &config); !s.ok()) {
+      std::fprintf(stderr, "rankwatchd: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+  }
+  CLI::App app{"rankwatchd: live cross-rank diagnosis of distributed training jobs"};
+  std::string ignored_config;
+  app.add_option("--config", ignored_config, "YAML config file; flags override its keys");
+  app.add_option("--brokers", config.brokers,
+                 "Kafka bootstrap servers; none = embedded in-memory broker (development)");
+  app.add_option("--topic", config.topic, "telemetry topic")->capture_default_str();
+  app.add_option("--group", config.group, "Kafka consumer group")->capture_default_str();
+  app.add_option("--state-dir", config.state_dir, "state directory")->capture_default_str();
+  app.add_option("--metrics-listen", config.metrics_listen, "Prometheus /metrics address")
+      ->capture_default_str();
+  app.add_option("--grpc-listen", config.grpc_listen, "gRPC service address")
+      ->capture_default_str();
+  app.add_option("--embedded-partitions", config.embedded_partitions,
+                 "partitions of the embedded broker's topic")
+      ->capture_default_str();
+  app.add_option("--window-steps", config.window_steps, "aligned steps per diagnosis window (K)")
+      ->capture_default_str();
+  app.add_option("--align-timeout", config.align_timeout,
+                 "close a step with ranks missing after this long (e.g. 10s, 500ms)")
+      ->capture_default_str();
+  app.add_option("--log-level", config.log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
+  app.set_version_flag("--version", RANKWATCH_VERSION);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  return rankwatch::Run(config);
+}

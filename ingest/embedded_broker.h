@@ -1,0 +1,44 @@
+// EmbeddedBroker: a local Kafka-protocol broker (librdkafka's mock cluster) listening on
+// 127.0.0.1, with the telemetry topic created. Real clients (librdkafka, kcat,
+// confluent-kafka-python) talk to it over TCP. For development, tests and the demo only: it
+// keeps everything in memory.
+//
+// Thread-safe: the mock cluster runs on its own thread; this object only owns it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+typedef struct rd_kafka_s rd_kafka_t;
+typedef struct rd_kafka_mock_cluster_s rd_kafka_mock_cluster_t;
+
+namespace rankwatch {
+
+struct EmbeddedBrokerOptions {
+  std::string topic = "rankwatch.telemetry";  // default: rankwatch.telemetry
+  int partitions = 6;                         // default: 6
+  int brokers = 1;                            // default: 1
+};
+
+class EmbeddedBroker {
+ public:
+  static absl::StatusOr<std::unique_ptr<EmbeddedBroker>> Start(
+      const EmbeddedBrokerOptions& options);
+  ~EmbeddedBroker();
+  EmbeddedBroker(const EmbeddedBroker&) = delete;
+  EmbeddedBroker& operator=(const EmbeddedBroker&) = delete;
+
+  // Bootstrap address list, "127.0.0.1:PORT[,...]".
+  const std::string& bootstrap() const { return bootstrap_; }
+
+ private:
+  EmbeddedBroker(rd_kafka_t* rk, rd_kafka_mock_cluster_t* cluster, std::string bootstrap);
+
+  rd_kafka_t* rk_;
+  rd_kafka_mock_cluster_t* cluster_;
+  std::string bootstrap_;
+};
+
+}  // namespace rankwatch

@@ -1,0 +1,92 @@
+#include "ingest/kafka_consumer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <vector>
+
+namespace rankwatch {
+
+absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
+    const KafkaConsumerOptions& options) {
+  if (options.brokers.empty()) return absl::InvalidArgumentError("no Kafka brokers given");
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  RouteKafkaLogs(conf);
+  const KafkaProperties defaults = {
+      {"bootstrap.servers", options.brokers},
+      {"group.id", options.group},
+      {"client.id", "rankwatchd"},
+      {"auto.offset.reset", "earliest"},
+      {"enable.auto.commit", "true"},
+      {"enable.partition.eof", "false"},
+      {"fetch.wait.max.ms", "50"},
+  };
+  absl::Status s = SetKafkaProperties(conf, defaults);
+  if (s.ok()) s = SetKafkaProperties(conf, options.properties);
+  if (!s.ok()) {
+    rd_kafka_conf_destroy(conf);
+    return s;
+  }
+  char err[512];
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+  if (rk == nullptr) {
+    rd_kafka_conf_destroy(conf);
+    return absl::InvalidArgumentError(std::string("kafka consumer: ") + err);
+  }
+  rd_kafka_poll_set_consumer(rk);
+  rd_kafka_topic_partition_list_t* topics = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(topics, options.topic.c_str(), RD_KAFKA_PARTITION_UA);
+  rd_kafka_resp_err_t e = rd_kafka_subscribe(rk, topics);
+  rd_kafka_topic_partition_list_destroy(topics);
+  if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    rd_kafka_destroy(rk);
+    return absl::UnavailableError(std::string("subscribe to ") + options.topic + ": " +
+                                  rd_kafka_err2str(e));
+  }
+  return std::unique_ptr<KafkaConsumer>(new KafkaConsumer(rk));
+}
+
+KafkaConsumer::KafkaConsumer(rd_kafka_t* rk) : rk_(rk), queue_(rd_kafka_queue_get_consumer(rk)) {}
+
+KafkaConsumer::~KafkaConsumer() {
+  Close();
+  rd_kafka_queue_destroy(queue_);
+  rd_kafka_destroy(rk_);
+}
+
+void KafkaConsumer::Close() {
+  if (closed_) return;
+  closed_ = true;
+  if (rd_kafka_resp_err_t e = rd_kafka_consumer_close(rk_); e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    spdlog::warn("closing the Kafka consumer: {}", rd_kafka_err2str(e));
+  }
+}
+
+size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_messages,
+                           const std::function<void(const KafkaMessage&)>& on_message) {
+  std::vector<rd_kafka_message_t*> messages(max_messages);
+  const ssize_t n = rd_kafka_consume_batch_queue(queue_, static_cast<int>(timeout.count()),
+                                                 messages.data(), max_messages);
+  if (n < 0) {
+    spdlog::warn("kafka consume: {}", rd_kafka_err2str(rd_kafka_last_error()));
+    return 0;
+  }
+  size_t handled = 0;
+  for (ssize_t i = 0; i < n; ++i) {
+    rd_kafka_message_t* m = messages[i];
+    if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      spdlog::warn("kafka consumer: {}", rd_kafka_message_errstr(m));
+    } else {
+      KafkaMessage msg;
+      msg.payload = std::string_view(static_cast<const char*>(m->payload), m->len);
+      msg.key = std::string_view(static_cast<const char*>(m->key), m->key_len);
+      msg.partition = m->partition;
+      msg.offset = m->offset;
+      on_message(msg);
+      ++handled;
+    }
+    rd_kafka_message_destroy(m);
+  }
+  return handled;
+}
+
+}  // namespace rankwatch

@@ -1,0 +1,79 @@
+#include "operators/job_pipeline.h"
+
+#include <algorithm>
+
+namespace rankwatch {
+
+JobPipeline::JobPipeline(std::string training_job, uint32_t world_size,
+                         JobPipelineOptions options)
+    : training_job_(std::move(training_job)), options_(options) {
+  Reset(world_size);
+}
+
+void JobPipeline::Reset(uint32_t world_size) {
+  aligner_ = std::make_unique<StepAligner>(world_size, options_.align);
+  window_ = std::make_unique<StepWindow>(world_size, options_.window);
+}
+
+JobDelta JobPipeline::AddBatch(const v1::Batch& batch, TimePoint now) {
+  JobDelta delta;
+  const uint32_t world_size = batch.source().world_size();
+  if (world_size != aligner_->world_size()) {
+    aligner_->Expire(TimePoint::max(), &closed_);  // flush what the old world size had
+    Consume(&delta);
+    Reset(world_size);
+  }
+  const uint32_t rank = batch.source().rank();
+  for (const v1::StepRecord& record : batch.steps()) {
+    last_record_unix_ns_ = std::max(last_record_unix_ns_, record.end_unix_ns());
+    switch (aligner_->Add(ToStepSample(record, rank), now, &closed_)) {
+      case AlignOutcome::kAccepted: ++delta.accepted; break;
+      case AlignOutcome::kDuplicate: ++delta.duplicate; break;
+      case AlignOutcome::kLate: ++delta.late; break;
+      case AlignOutcome::kRankOutOfRange: ++delta.rank_out_of_range; break;
+    }
+  }
+  Consume(&delta);
+  return delta;
+}
+
+JobDelta JobPipeline::Tick(TimePoint now) {
+  JobDelta delta;
+  aligner_->Expire(now, &closed_);
+  Consume(&delta);
+  return delta;
+}
+
+void JobPipeline::Consume(JobDelta* delta) {
+  for (const AlignedStep& step : closed_) {
+    window_->Add(step);
+    ++aligned_steps_;
+    ++delta->aligned;
+    if (step.timed_out) {
+      ++timed_out_steps_;
+      ++delta->aligned_timed_out;
+    }
+  }
+  closed_.clear();
+}
+
+JobSnapshot JobPipeline::Snapshot() const {
+  JobSnapshot s;
+  s.training_job = training_job_;
+  s.world_size = aligner_->world_size();
+  s.ranks_seen = aligner_->ranks_seen();
+  s.aligned_steps = aligned_steps_;
+  s.timed_out_steps = timed_out_steps_;
+  s.last_record_unix_ns = last_record_unix_ns_;
+  if (!window_->empty()) {
+    s.has_window = true;
+    s.window_first_step = window_->first_step();
+    s.window_last_step = window_->last_step();
+    s.window_steps = static_cast<uint32_t>(window_->size());
+    s.last_ranks_present = window_->last_ranks_present();
+    s.phases = ComputePhaseStats(*window_);
+  }
+  return s;
+}
+
+}  // namespace rankwatch

@@ -1,0 +1,81 @@
+// JobPipeline: the chain of step operators for one training job — alignment across ranks,
+// then the rolling window — and the read-only snapshot the sinks publish.
+//
+// Pure: given the same batches and the same `now` values it produces the same snapshots.
+// Not thread-safe: owned by the job's worker thread; snapshots are immutable copies.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "operators/phase_stats.h"
+#include "operators/step_aligner.h"
+#include "operators/step_window.h"
+#include "rankwatch/v1/telemetry.pb.h"
+
+namespace rankwatch {
+
+struct JobPipelineOptions {
+  StepAlignerOptions align;
+  StepWindowOptions window;
+};
+
+// What one call changed; the caller turns it into metrics.
+struct JobDelta {
+  uint32_t accepted = 0;
+  uint32_t duplicate = 0;
+  uint32_t late = 0;
+  uint32_t rank_out_of_range = 0;
+  uint32_t aligned = 0;
+  uint32_t aligned_timed_out = 0;
+};
+
+struct JobSnapshot {
+  std::string training_job;
+  uint32_t world_size = 0;
+  uint32_t ranks_seen = 0;
+  uint64_t aligned_steps = 0;       // since the pipeline started
+  uint64_t timed_out_steps = 0;     // aligned with ranks missing
+  bool has_window = false;
+  uint64_t window_first_step = 0;
+  uint64_t window_last_step = 0;
+  uint32_t window_steps = 0;
+  uint32_t last_ranks_present = 0;
+  int64_t last_record_unix_ns = 0;  // newest end_unix_ns seen
+  PhaseStats phases;
+};
+
+class JobPipeline {
+ public:
+  JobPipeline(std::string training_job, uint32_t world_size, JobPipelineOptions options);
+
+  // Adds the step records of a validated batch of this job. A batch that declares another
+  // world size restarts alignment and the window at that size (an elastic restart).
+  JobDelta AddBatch(const v1::Batch& batch, TimePoint now);
+
+  // Closes steps whose alignment timeout passed. Call periodically even without input.
+  JobDelta Tick(TimePoint now);
+
+  // Computes the current snapshot (O(ranks * phases)).
+  JobSnapshot Snapshot() const;
+
+  const std::string& training_job() const { return training_job_; }
+  uint32_t world_size() const { return aligner_->world_size(); }
+
+ private:
+  void Reset(uint32_t world_size);
+  void Consume(JobDelta* delta);
+
+  const std::string training_job_;
+  const JobPipelineOptions options_;
+  std::unique_ptr<StepAligner> aligner_;
+  std::unique_ptr<StepWindow> window_;
+  std::vector<AlignedStep> closed_;  // scratch, reused
+  uint64_t aligned_steps_ = 0;
+  uint64_t timed_out_steps_ = 0;
+  int64_t last_record_unix_ns_ = 0;
+};
+
+}  // namespace rankwatch

@@ -1,0 +1,73 @@
+#include "operators/job_pipeline.h"
+
+#include <gtest/gtest.h>
+
+namespace rankwatch {
+namespace {
+
+v1::Batch MakeBatch(const std::string& job, uint32_t rank, uint32_t world, uint64_t first,
+                    uint64_t count, double forward_ms = 30) {
+  v1::Batch b;
+  b.set_schema_version(1);
+  b.mutable_source()->set_training_job(job);
+  b.mutable_source()->set_rank(rank);
+  b.mutable_source()->set_world_size(world);
+  for (uint64_t s = first; s < first + count; ++s) {
+    v1::StepRecord* r = b.add_steps();
+    r->set_step(s);
+    r->set_forward_ns(static_cast<uint64_t>(forward_ms * 1e6));
+    r->set_step_time_ns(100'000'000);
+    r->set_end_unix_ns(1000 + s);
+  }
+  return b;
+}
+
+TEST(JobPipelineTest, AlignsBatchesFromEveryRankAndSummarises) {
+  JobPipeline p("j", 4, {});
+  const TimePoint t0{};
+  JobDelta total;
+  for (uint32_t r = 0; r < 4; ++r) {
+    JobDelta d = p.AddBatch(MakeBatch("j", r, 4, 0, 10, r == 3 ? 60 : 30), t0);
+    total.accepted += d.accepted;
+    total.aligned += d.aligned;
+  }
+  EXPECT_EQ(total.accepted, 40u);
+  EXPECT_EQ(total.aligned, 10u);
+  const JobSnapshot s = p.Snapshot();
+  EXPECT_EQ(s.aligned_steps, 10u);
+  EXPECT_EQ(s.ranks_seen, 4u);
+  EXPECT_EQ(s.window_last_step, 9u);
+  EXPECT_EQ(s.last_record_unix_ns, 1009);
+  const PhaseStat& fwd = s.phases[static_cast<int>(Phase::kForward)];
+  EXPECT_NEAR(fwd.median_seconds, 0.030, 1e-9);
+  EXPECT_NEAR(fwd.worst_seconds, 0.060, 1e-9);
+  EXPECT_EQ(fwd.worst_rank, 3u);
+  // wait = 100 ms step - forward
+  EXPECT_NEAR(s.phases[static_cast<int>(Phase::kWait)].median_seconds, 0.070, 1e-9);
+}
+
+TEST(JobPipelineTest, TickClosesTimedOutSteps) {
+  JobPipelineOptions o;
+  o.align.align_timeout = std::chrono::seconds(1);
+  JobPipeline p("j", 2, o);
+  const TimePoint t0{};
+  p.AddBatch(MakeBatch("j", 0, 2, 0, 3), t0);
+  EXPECT_EQ(p.Tick(t0 + std::chrono::milliseconds(500)).aligned, 0u);
+  JobDelta d = p.Tick(t0 + std::chrono::seconds(2));
+  EXPECT_EQ(d.aligned, 3u);
+  EXPECT_EQ(d.aligned_timed_out, 3u);
+  EXPECT_EQ(p.Snapshot().last_ranks_present, 1u);
+}
+
+TEST(JobPipelineTest, AWorldSizeChangeRestartsAlignment) {
+  JobPipeline p("j", 2, {});
+  const TimePoint t0{};
+  JobDelta d = p.AddBatch(MakeBatch("j", 0, 2, 0, 2), t0);
+  EXPECT_EQ(d.aligned, 0u);
+  d = p.AddBatch(MakeBatch("j", 0, 1, 5, 2), t0);  // restarted with one rank
+  EXPECT_EQ(d.aligned, 4u);  // two flushed from the old size + two complete at the new size
+  EXPECT_EQ(p.world_size(), 1u);
+}
+
+}  // namespace
+}  // namespace rankwatch

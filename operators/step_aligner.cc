@@ -1,0 +1,87 @@
+#include "operators/step_aligner.h"
+
+#include <cassert>
+
+namespace rankwatch {
+
+StepAligner::StepAligner(uint32_t world_size, StepAlignerOptions options)
+    : world_size_(world_size), options_(options), last_step_by_rank_(world_size, -1) {
+  assert(world_size > 0);
+}
+
+AlignOutcome StepAligner::Add(const StepSample& sample, TimePoint now,
+                              std::vector<AlignedStep>* closed) {
+  if (sample.rank >= world_size_) return AlignOutcome::kRankOutOfRange;
+  int64_t& last_of_rank = last_step_by_rank_[sample.rank];
+  const auto step = static_cast<int64_t>(sample.step);
+  if (has_closed_ && sample.step <= last_closed_step_) {
+    return step <= last_of_rank ? AlignOutcome::kDuplicate : AlignOutcome::kLate;
+  }
+
+  // Records of one batch are consecutive steps of one rank: try the last slot and its
+  // successor before searching the map.
+  auto it = hint_;
+  if (it == pending_.end() || it->first != sample.step) {
+    if (it != pending_.end()) ++it;
+    if (it == pending_.end() || it->first != sample.step) {
+      it = pending_.try_emplace(sample.step).first;
+    }
+  }
+  hint_ = it;
+  Pending& slot = it->second;
+  if (slot.by_rank.empty()) {
+    slot.by_rank.resize(world_size_);
+    slot.seen.assign(world_size_, false);
+    slot.first_seen = now;
+  }
+  if (slot.seen[sample.rank]) return AlignOutcome::kDuplicate;
+  slot.seen[sample.rank] = true;
+  slot.by_rank[sample.rank] = sample;
+  ++slot.count;
+  if (last_of_rank < 0) ++ranks_seen_;
+  if (step > last_of_rank) last_of_rank = step;
+
+  Drain(now, closed);
+  return AlignOutcome::kAccepted;
+}
+
+void StepAligner::Expire(TimePoint now, std::vector<AlignedStep>* closed) {
+  Drain(now, closed);
+}
+
+void StepAligner::Drain(TimePoint now, std::vector<AlignedStep>* closed) {
+  while (!pending_.empty()) {
+    const Pending& front = pending_.begin()->second;
+    if (front.count == world_size_) {
+      CloseFront(/*timed_out=*/false, closed);
+    } else if (now - front.first_seen >= options_.align_timeout ||
+               pending_.size() > options_.max_pending_steps) {
+      CloseFront(/*timed_out=*/true, closed);
+    } else {
+      break;
+    }
+  }
+}
+
+void StepAligner::CloseFront(bool timed_out, std::vector<AlignedStep>* closed) {
+  hint_ = pending_.end();  // the hint may point at the node being extracted
+  auto node = pending_.extract(pending_.begin());
+  Pending& p = node.mapped();
+  AlignedStep out;
+  out.step = node.key();
+  out.world_size = world_size_;
+  out.timed_out = timed_out;
+  if (p.count == world_size_) {
+    out.samples = std::move(p.by_rank);
+  } else {
+    out.samples.reserve(p.count);
+    for (uint32_t r = 0; r < world_size_; ++r) {
+      if (p.seen[r]) out.samples.push_back(p.by_rank[r]);
+    }
+  }
+  has_closed_ = true;
+  last_closed_step_ = out.step;
+  closed->push_back(std::move(out));
+}
+
+}  // namespace rankwatch

@@ -1,0 +1,66 @@
+// StepWindow: the last K aligned steps of one job, with per-rank running sums of every phase.
+//
+// Adding a step is O(ranks); sums are maintained incrementally (the evicted step is
+// subtracted), so cross-rank statistics never rescan the window.
+//
+// Not thread-safe: owned by the job's worker thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "operators/step_aligner.h"
+
+namespace rankwatch {
+
+struct StepWindowOptions {
+  // Aligned steps the window covers (spec K). Default: 100.
+  size_t steps = 100;
+};
+
+class StepWindow {
+ public:
+  // Window sums of one rank: per phase, the sum over the steps it reported and their count.
+  struct RankTotals {
+    std::array<int64_t, kPhaseCount> sum_ns{};
+    std::array<uint32_t, kPhaseCount> count{};
+  };
+
+  StepWindow(uint32_t world_size, StepWindowOptions options);
+
+  // Appends an aligned step (ranks outside the world size are ignored); evicts the oldest
+  // step once the window holds more than `options.steps`.
+  void Add(const AlignedStep& step);
+
+  size_t size() const { return steps_.size(); }
+  bool empty() const { return steps_.empty(); }
+  uint32_t world_size() const { return world_size_; }
+  uint64_t first_step() const { return steps_.front().step; }
+  uint64_t last_step() const { return steps_.back().step; }
+  // Ranks present in the newest step.
+  uint32_t last_ranks_present() const { return steps_.back().ranks_present; }
+  const std::vector<RankTotals>& totals() const { return totals_; }
+
+ private:
+  struct Entry {
+    uint32_t rank;
+    uint32_t present;
+    std::array<int64_t, kPhaseCount> ns;
+  };
+  struct Step {
+    uint64_t step;
+    uint32_t ranks_present;
+    std::vector<Entry> entries;
+  };
+
+  void Apply(const Entry& e, int sign);
+
+  const uint32_t world_size_;
+  const StepWindowOptions options_;
+  std::deque<Step> steps_;
+  std::vector<RankTotals> totals_;
+};
+
+}  // namespace rankwatch

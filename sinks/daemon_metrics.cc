@@ -1,0 +1,85 @@
+#include "sinks/daemon_metrics.h"
+
+namespace rankwatch {
+
+DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) {
+  r->Gauge("rankwatch_build_info", "Build of this daemon; always 1.", {"version"})
+      ->WithLabels({version})
+      ->Set(1);
+  MetricFamily* events = r->Counter("rankwatch_events_total",
+                                    "Accepted telemetry, by kind (batch, step, kernel, sample).",
+                                    {"kind"});
+  events_batches = events->WithLabels({"batch"});
+  events_steps = events->WithLabels({"step"});
+  events_kernels = events->WithLabels({"kernel"});
+  events_samples = events->WithLabels({"sample"});
+  MetricFamily* rejected = r->Counter(
+      "rankwatch_events_rejected_total",
+      "Rejected input by reason: whole Kafka messages for decoding reasons and too_many_jobs, "
+      "single step records for late, duplicate and rank_out_of_range.",
+      {"reason"});
+  for (int i = 1; i < kRejectReasonCount; ++i) {
+    rejected_by_reason[i] =
+        rejected->WithLabels({std::string(RejectReasonName(static_cast<RejectReason>(i)))});
+  }
+  rejected_late = rejected->WithLabels({"late"});
+  rejected_duplicate = rejected->WithLabels({"duplicate"});
+  rejected_rank_out_of_range = rejected->WithLabels({"rank_out_of_range"});
+  rejected_too_many_jobs = rejected->WithLabels({"too_many_jobs"});
+  ingest_lag_seconds =
+      r->Gauge("rankwatch_ingest_lag_seconds",
+               "Wall-clock age of the newest batch processed, from its creation by the collector.",
+               {})
+          ->WithLabels({});
+  jobs = r->Gauge("rankwatch_jobs", "Training jobs currently tracked.", {})->WithLabels({});
+  steps_aligned_ = r->Counter("rankwatch_steps_aligned_total",
+                              "Steps aligned across the ranks of a job.", {"training_job"});
+  steps_timed_out_ = r->Counter(
+      "rankwatch_steps_timed_out_total",
+      "Steps aligned by the alignment timeout, with ranks missing.", {"training_job"});
+  phase_seconds_ = r->Gauge(
+      "rankwatch_step_phase_seconds",
+      "Per-step mean time of a phase over the window: median or worst over the ranks.",
+      {"training_job", "phase", "stat"});
+  phase_skew_ = r->Gauge("rankwatch_step_skew_ratio",
+                         "(worst - median) / median of a phase's per-rank window means.",
+                         {"training_job", "phase"});
+  ranks_ = r->Gauge("rankwatch_job_ranks", "Ranks of a job: world size, seen, in the last step.",
+                    {"training_job", "state"});
+  window_steps_ = r->Gauge("rankwatch_window_steps", "Aligned steps in a job's rolling window.",
+                           {"training_job"});
+}
+
+MetricCell* DaemonMetrics::StepsAligned(const std::string& job) {
+  return steps_aligned_->WithLabels({job});
+}
+
+MetricCell* DaemonMetrics::StepsTimedOut(const std::string& job) {
+  return steps_timed_out_->WithLabels({job});
+}
+
+void DaemonMetrics::PublishJob(const JobSnapshot& s) {
+  const std::string& job = s.training_job;
+  ranks_->WithLabels({job, "world_size"})->Set(s.world_size);
+  ranks_->WithLabels({job, "seen"})->Set(s.ranks_seen);
+  ranks_->WithLabels({job, "present"})->Set(s.last_ranks_present);
+  window_steps_->WithLabels({job})->Set(s.window_steps);
+  if (!s.has_window) return;
+  for (int p = 0; p < kPhaseCount; ++p) {
+    const PhaseStat& st = s.phases[p];
+    if (!st.present) continue;
+    const std::string phase(PhaseName(static_cast<Phase>(p)));
+    phase_seconds_->WithLabels({job, phase, "median"})->Set(st.median_seconds);
+    phase_seconds_->WithLabels({job, phase, "worst"})->Set(st.worst_seconds);
+    phase_skew_->WithLabels({job, phase})->Set(st.skew);
+  }
+}
+
+void DaemonMetrics::RemoveJob(const std::string& job) {
+  for (MetricFamily* f :
+       {steps_aligned_, steps_timed_out_, phase_seconds_, phase_skew_, ranks_, window_steps_}) {
+    f->RemoveWhereFirstLabel(job);
+  }
+}
+
+}  // namespace rankwatch

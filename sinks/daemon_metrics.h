@@ -1,0 +1,50 @@
+// DaemonMetrics: every metric family rankwatchd exports, registered once. The names are a
+// contract (issue #2): base units, label `training_job` (never `job`).
+//
+// Thread-safe (see MetricsRegistry).
+#pragma once
+
+#include <array>
+#include <string>
+
+#include "ingest/batch_decoder.h"
+#include "operators/job_pipeline.h"
+#include "sinks/metrics_registry.h"
+
+namespace rankwatch {
+
+class DaemonMetrics {
+ public:
+  DaemonMetrics(MetricsRegistry* registry, const std::string& version);
+
+  // Per-kind counters of accepted input ("batch", "step", "kernel", "sample").
+  MetricCell* events_batches;
+  MetricCell* events_steps;
+  MetricCell* events_kernels;
+  MetricCell* events_samples;
+  // Rejections by reason: RejectReason values, plus record-level "late", "duplicate" and
+  // "rank_out_of_range" from alignment, and "too_many_jobs" past the job limit.
+  std::array<MetricCell*, kRejectReasonCount> rejected_by_reason{};
+  MetricCell* rejected_late;
+  MetricCell* rejected_duplicate;
+  MetricCell* rejected_rank_out_of_range;
+  MetricCell* rejected_too_many_jobs;
+  MetricCell* ingest_lag_seconds;
+  MetricCell* jobs;
+
+  // Per-job series.
+  MetricCell* StepsAligned(const std::string& job);
+  MetricCell* StepsTimedOut(const std::string& job);
+  void PublishJob(const JobSnapshot& snapshot);
+  void RemoveJob(const std::string& job);
+
+ private:
+  MetricFamily* steps_aligned_;
+  MetricFamily* steps_timed_out_;
+  MetricFamily* phase_seconds_;
+  MetricFamily* phase_skew_;
+  MetricFamily* ranks_;
+  MetricFamily* window_steps_;
+};
+
+}  // namespace rankwatch

@@ -1,0 +1,43 @@
+#include "sinks/metrics_http_server.h"
+
+#include <httplib.h>
+
+namespace rankwatch {
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    const ListenAddress& address, const MetricsRegistry* registry) {
+  auto self = std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer());
+  self->server_ = std::make_unique<httplib::Server>();
+  httplib::Server& s = *self->server_;
+  s.Get("/metrics", [registry](const httplib::Request&, httplib::Response& res) {
+    res.set_content(registry->Render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("rankwatchd: metrics at /metrics\n", "text/plain");
+  });
+  self->address_ = address;
+  if (address.port == 0) {
+    self->address_.port = s.bind_to_any_port(address.host);
+  } else if (s.bind_to_port(address.host, address.port)) {
+    self->address_.port = address.port;
+  } else {
+    self->address_.port = -1;
+  }
+  if (self->address_.port <= 0) {
+    return absl::UnavailableError("cannot listen for metrics on " + address.ToString());
+  }
+  self->thread_ = std::thread([server = self->server_.get()] { server->listen_after_bind(); });
+  return self;
+}
+
+MetricsHttpServer::~MetricsHttpServer() { Stop(); }
+
+void MetricsHttpServer::Stop() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace rankwatch

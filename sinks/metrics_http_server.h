@@ -1,0 +1,40 @@
+// MetricsHttpServer: serves the registry at GET /metrics (Prometheus text format) and a
+// liveness answer at GET /healthz, on its own threads.
+//
+// Thread-safe. Start once, Stop once (the destructor stops).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "sinks/listen_address.h"
+#include "sinks/metrics_registry.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace rankwatch {
+
+class MetricsHttpServer {
+ public:
+  // Binds `address` (port 0 picks a free port) and starts serving `registry`.
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const ListenAddress& address,
+                                                                   const MetricsRegistry* registry);
+  ~MetricsHttpServer();
+
+  // The bound address, with the real port.
+  const ListenAddress& address() const { return address_; }
+  void Stop();
+
+ private:
+  MetricsHttpServer() = default;
+
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  ListenAddress address_;
+};
+
+}  // namespace rankwatch

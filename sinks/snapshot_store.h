@@ -1,0 +1,42 @@
+// SnapshotStore: the latest immutable JobSnapshot of every job, published by the ingest
+// thread and read by the gRPC service.
+//
+// Thread-safe: writers replace the whole map (copy-on-write); readers get a shared pointer to
+// a map that never changes.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "operators/job_pipeline.h"
+
+namespace rankwatch {
+
+class SnapshotStore {
+ public:
+  using Map = std::map<std::string, JobSnapshot>;
+
+  std::shared_ptr<const Map> Get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return current_;
+  }
+
+  // Publishes new snapshots for the jobs in `updates`, keeping the others.
+  void Update(std::vector<JobSnapshot> updates) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto next = std::make_shared<Map>(*current_);
+    for (JobSnapshot& s : updates) {
+      std::string job = s.training_job;
+      (*next)[job] = std::move(s);
+    }
+    current_ = std::move(next);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const Map> current_ = std::make_shared<Map>();  // guarded by mu_
+};
+
+}  // namespace rankwatch

@@ -1,0 +1,146 @@
+"""Process harness for rankwatch's end-to-end tests: real programs, real TCP on 127.0.0.1,
+ports bound to 0 and discovered, every wait bounded in time.
+
+Environment: RANKWATCH_BIN (folder with `rankwatch` and `rankwatchd`), PYTHONPATH including
+the generated Python protobuf/gRPC modules (build/gen_py).
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+BIN = os.environ.get("RANKWATCH_BIN", os.path.join(os.path.dirname(__file__), "../../build/daemon"))
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text):
+    """Prometheus text -> list of (name, {labels}, value)."""
+    samples = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            raise ValueError("bad exposition line: %r" % line)
+        labels = dict(_LABEL.findall(m.group(2) or ""))
+        samples.append((m.group(1), labels, float(m.group(3))))
+    return samples
+
+
+def metric(samples, name, **labels):
+    """Value of the one sample of `name` whose labels include `labels`, or None."""
+    found = [v for n, l, v in samples if n == name and all(l.get(k) == w for k, w in labels.items())]
+    if len(found) > 1:
+        raise AssertionError("%s%s matches %d series" % (name, labels, len(found)))
+    return found[0] if found else None
+
+
+def wait_until(predicate, timeout, what, interval=0.1):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError("timed out after %.0f s waiting for %s (last: %r)" % (timeout, what, last))
+
+
+class Process:
+    """A child process whose output goes to files in `workdir`."""
+
+    def __init__(self, name, args, workdir):
+        self.name = name
+        self.stdout_path = os.path.join(workdir, name + ".out")
+        self.stderr_path = os.path.join(workdir, name + ".err")
+        self._out = open(self.stdout_path, "wb")
+        self._err = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(args, stdout=self._out, stderr=self._err,
+                                     stdin=subprocess.DEVNULL, cwd=workdir)
+
+    def stdout(self):
+        with open(self.stdout_path, errors="replace") as f:
+            return f.read()
+
+    def stderr(self):
+        with open(self.stderr_path, errors="replace") as f:
+            return f.read()
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        """Signals the process and returns (exit code, seconds it took to exit)."""
+        if self.proc.poll() is not None:
+            return self.proc.returncode, 0.0
+        start = time.monotonic()
+        self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        return code, time.monotonic() - start
+
+    def close(self):
+        self.stop(signal.SIGKILL if self.proc.poll() is None else signal.SIGTERM, timeout=5)
+        self._out.close()
+        self._err.close()
+
+
+class Fleet:
+    """A workdir plus the processes started in it; `close()` stops them all."""
+
+    def __init__(self):
+        self.workdir = tempfile.mkdtemp(prefix="rankwatch-e2e-")
+        self.processes = []
+
+    def start(self, name, args):
+        p = Process(name, args, self.workdir)
+        self.processes.append(p)
+        return p
+
+    def start_broker(self, partitions=6):
+        p = self.start("kafka", [os.path.join(BIN, "rankwatch"), "kafka", "--partitions", str(partitions)])
+        line = wait_until(lambda: p.stdout().split("\n")[0] if "\n" in p.stdout() else None, 15,
+                          "the broker's bootstrap line")
+        assert re.match(r"^127\.0\.0\.1:\d+", line), line
+        return line
+
+    def start_daemon(self, brokers=None, extra=()):
+        state = os.path.join(self.workdir, "state-%d" % len(self.processes))
+        args = [os.path.join(BIN, "rankwatchd"), "--state-dir", state,
+                "--metrics-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"]
+        if brokers:
+            args += ["--brokers", brokers]
+        p = self.start("rankwatchd", args + list(extra))
+        endpoints_file = os.path.join(state, "endpoints.json")
+        wait_until(lambda: os.path.exists(endpoints_file) or p.proc.poll() is not None, 20,
+                   "rankwatchd endpoints")
+        if p.proc.poll() is not None:
+            raise AssertionError("rankwatchd exited: " + p.stderr())
+        with open(endpoints_file) as f:
+            p.endpoints = json.load(f)
+        p.state_dir = state
+        return p
+
+    def simulate(self, brokers, *args, timeout=120):
+        cmd = [os.path.join(BIN, "rankwatch"), "simulate", "--brokers", brokers] + list(args)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            raise AssertionError("simulate failed (%d): %s" % (r.returncode, r.stderr))
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def close(self):
+        for p in reversed(self.processes):
+            p.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def scrape(daemon):
+    with urllib.request.urlopen("http://%s/metrics" % daemon.endpoints["metrics"], timeout=5) as r:
+        return r.read().decode()

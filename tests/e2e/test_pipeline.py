@@ -1,0 +1,198 @@
+"""End to end over real processes and TCP: `rankwatch kafka`, `rankwatchd`, `rankwatch
+simulate`, plus clients rankwatch did not write (kcat, confluent-kafka, grpcio, promtool)."""
+import os
+import shutil
+import subprocess
+import time
+import unittest
+
+import grpc
+from confluent_kafka import Producer
+
+from harness import BIN, Fleet, metric, parse_metrics, scrape, wait_until
+from rankwatch.v1 import service_pb2, service_pb2_grpc, telemetry_pb2
+
+NOMINAL_MS = {"dataloader": 10, "forward": 30, "backward": 50, "optimizer": 8, "wait": 2, "step": 100}
+
+
+class PipelineTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.fleet = Fleet()
+        cls.brokers = cls.fleet.start_broker(partitions=6)
+        cls.daemon = cls.fleet.start_daemon(cls.brokers)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.fleet.close()
+
+    def samples(self):
+        return parse_metrics(scrape(self.daemon))
+
+    def wait_aligned(self, job, steps, timeout=60):
+        wait_until(lambda: metric(self.samples(), "rankwatch_steps_aligned_total", training_job=job) == steps,
+                   timeout, "%d aligned steps of %s" % (steps, job))
+
+    def test_64_ranks_200_steps_are_aligned_and_measured(self):
+        out = self.fleet.simulate(self.brokers, "--job", "sim64", "--ranks", "64", "--steps", "200",
+                                  "--speed", "max", "--sync", "none")
+        self.assertEqual(out["records"], 64 * 200)
+        self.assertEqual(out["failed"], 0)
+        self.wait_aligned("sim64", 200)
+        s = self.samples()
+        self.assertEqual(metric(s, "rankwatch_steps_timed_out_total", training_job="sim64"), 0)
+        self.assertEqual(metric(s, "rankwatch_job_ranks", training_job="sim64", state="seen"), 64)
+        for phase, ms in NOMINAL_MS.items():
+            median = metric(s, "rankwatch_step_phase_seconds", training_job="sim64", phase=phase, stat="median")
+            worst = metric(s, "rankwatch_step_phase_seconds", training_job="sim64", phase=phase, stat="worst")
+            self.assertIsNotNone(median, phase)
+            self.assertAlmostEqual(median, ms / 1000.0, delta=0.05 * ms / 1000.0, msg=phase)
+            self.assertGreaterEqual(worst, median, phase)
+
+    def test_ddp_slow_rank_makes_others_wait_in_collectives(self):
+        self.fleet.simulate(self.brokers, "--job", "ddp", "--ranks", "16", "--steps", "120", "--speed", "max",
+                            "--sync", "ddp", "--report-collective", "--fault", "slow-compute:5:0.3")
+        self.wait_aligned("ddp", 120)
+        s = self.samples()
+        step = lambda stat: metric(s, "rankwatch_step_phase_seconds", training_job="ddp", phase="step", stat=stat)
+        # Every rank leaves the step with the slow one: ~124 ms, no skew in step time.
+        self.assertAlmostEqual(step("median"), 0.124, delta=0.01)
+        self.assertLess(metric(s, "rankwatch_step_skew_ratio", training_job="ddp", phase="step"), 0.01)
+        # The waiting ranks show ~24 ms extra collective time; forward shows the culprit's excess.
+        self.assertGreater(metric(s, "rankwatch_step_phase_seconds", training_job="ddp", phase="collective",
+                                  stat="median"), 0.02)
+        self.assertAlmostEqual(metric(s, "rankwatch_step_skew_ratio", training_job="ddp", phase="forward"),
+                               0.3, delta=0.05)
+
+    @unittest.skipUnless(shutil.which("kcat"), "kcat not installed")
+    def test_garbage_from_kcat_is_rejected_and_the_daemon_keeps_serving(self):
+        before = metric(self.samples(), "rankwatch_events_rejected_total", reason="malformed")
+        r = subprocess.run(["kcat", "-P", "-b", self.brokers, "-t", "rankwatch.telemetry", "-k", "evil"],
+                           input=b"\xff\xfe this is not a protobuf batch\n", capture_output=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        wait_until(lambda: metric(self.samples(), "rankwatch_events_rejected_total", reason="malformed") > before,
+                   30, "the malformed message to be counted")
+        # Still consuming and aligning after the bad input.
+        self.fleet.simulate(self.brokers, "--job", "after-garbage", "--ranks", "4", "--steps", "10",
+                            "--speed", "max")
+        self.wait_aligned("after-garbage", 10)
+        self.assertIsNone(self.daemon.proc.poll())
+
+    def test_a_confluent_kafka_producer_is_understood(self):
+        producer = Producer({"bootstrap.servers": self.brokers})
+        for rank in range(2):
+            batch = telemetry_pb2.Batch(schema_version=1)
+            batch.source.training_job = "from-python"
+            batch.source.rank = rank
+            batch.source.world_size = 2
+            for step in range(12):
+                rec = batch.steps.add(step=step, step_time_ns=50_000_000)
+                rec.forward_ns = 20_000_000 + rank * 10_000_000
+            producer.produce("rankwatch.telemetry", key=b"from-python", value=batch.SerializeToString())
+        self.assertEqual(producer.flush(30), 0)
+        self.wait_aligned("from-python", 12)
+        s = self.samples()
+        self.assertAlmostEqual(metric(s, "rankwatch_step_phase_seconds", training_job="from-python",
+                                      phase="forward", stat="worst"), 0.030, delta=1e-9)
+        self.assertAlmostEqual(metric(s, "rankwatch_step_phase_seconds", training_job="from-python",
+                                      phase="forward", stat="median"), 0.025, delta=1e-9)
+
+    def test_grpc_service_with_a_grpcio_client(self):
+        self.fleet.simulate(self.brokers, "--job", "grpc-job", "--ranks", "8", "--steps", "30", "--speed", "max")
+        self.wait_aligned("grpc-job", 30)
+        channel = grpc.insecure_channel(self.daemon.endpoints["grpc"])
+        stub = service_pb2_grpc.RankWatchStub(channel)
+        jobs = {j.training_job: j for j in stub.ListJobs(service_pb2.ListJobsRequest(), timeout=10).jobs}
+        self.assertIn("grpc-job", jobs)
+        self.assertEqual(jobs["grpc-job"].world_size, 8)
+        self.assertEqual(jobs["grpc-job"].aligned_steps, 30)
+        self.assertEqual(jobs["grpc-job"].last_aligned_step, 29)
+        # grpc.health.v1.Health/Check with an empty request; SERVING is status 1 (b"\x08\x01").
+        check = channel.unary_unary("/grpc.health.v1.Health/Check", request_serializer=lambda x: x,
+                                    response_deserializer=lambda b: b)
+        self.assertEqual(check(b"", timeout=10), b"\x08\x01")
+        with self.assertRaises(grpc.RpcError) as err:
+            stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job="grpc-job"), timeout=10)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
+
+    @unittest.skipUnless(shutil.which("promtool"), "promtool not installed")
+    def test_exposition_passes_promtool(self):
+        self.fleet.simulate(self.brokers, "--job", "lint", "--ranks", "2", "--steps", "10", "--speed", "max")
+        self.wait_aligned("lint", 10)
+        text = scrape(self.daemon)
+        r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stdout + r.stderr, "")
+        self.assertIn('rankwatch_build_info{version="', text)
+
+
+class LifecycleTest(unittest.TestCase):
+    def setUp(self):
+        self.fleet = Fleet()
+
+    def tearDown(self):
+        self.fleet.close()
+
+    def test_embedded_broker_and_clean_sigterm(self):
+        daemon = self.fleet.start_daemon(brokers=None)
+        self.assertIn("EMBEDDED", daemon.stderr())
+        with open(os.path.join(daemon.state_dir, "bootstrap")) as f:
+            brokers = f.read().strip()
+        self.assertEqual(brokers, daemon.endpoints["brokers"])
+        self.fleet.simulate(brokers, "--job", "embedded", "--ranks", "4", "--steps", "20", "--speed", "max")
+        wait_until(lambda: metric(parse_metrics(scrape(daemon)), "rankwatch_steps_aligned_total",
+                                  training_job="embedded") == 20, 60, "aligned steps")
+        code, seconds = daemon.stop()
+        self.assertEqual(code, 0, daemon.stderr())
+        self.assertLess(seconds, 5.0)
+
+    def test_a_second_daemon_on_the_same_state_dir_is_refused(self):
+        first = self.fleet.start_daemon(brokers=None)
+        r = subprocess.run([os.path.join(BIN, "rankwatchd"), "--state-dir", first.state_dir,
+                            "--metrics-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("in use by another rankwatchd", r.stderr)
+
+    def test_bad_arguments_exit_2_with_a_message(self):
+        rw = os.path.join(BIN, "rankwatch")
+        cases = [
+            [rw, "simulate", "--brokers", "127.0.0.1:1", "--job", "j", "--ranks", "4", "--steps", "1",
+             "--fault", "slow-compute:9"],
+            [rw, "simulate", "--brokers", "127.0.0.1:1", "--job", "j", "--ranks", "4", "--steps", "1",
+             "--fault", "melt:1"],
+            [rw, "simulate", "--job", "j", "--ranks", "4", "--steps", "1"],
+            [rw, "simulate", "--brokers", "b", "--job", "j", "--ranks", "4", "--steps", "1", "--speed", "warp"],
+            [rw, "frobnicate"],
+            [os.path.join(BIN, "rankwatchd"), "--window-steps", "many"],
+        ]
+        for args in cases:
+            r = subprocess.run(args, capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, " ".join(args) + "\n" + r.stderr)
+            self.assertTrue(r.stderr.strip(), args)
+        for prog in ([rw, "--help"], [rw, "simulate", "--help"], [rw, "kafka", "--help"],
+                     [os.path.join(BIN, "rankwatchd"), "--help"]):
+            r = subprocess.run(prog, capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, prog)
+            self.assertIn("--", r.stdout)
+
+    def test_config_file_keys_and_flags_override_them(self):
+        cfg = os.path.join(self.fleet.workdir, "rankwatchd.yaml")
+        with open(cfg, "w") as f:
+            f.write("window-steps: 5\nalign-timeout: 300ms\nmetrics-listen: 127.0.0.1:1\n")
+        daemon = self.fleet.start_daemon(brokers=None, extra=["--config", cfg])
+        self.assertNotEqual(daemon.endpoints["metrics"], "127.0.0.1:1")  # the flag won
+        brokers = daemon.endpoints["brokers"]
+        # One rank of two never reports: steps close by the 300 ms alignment timeout.
+        self.fleet.simulate(brokers, "--job", "cfg", "--ranks", "2", "--steps", "12", "--speed", "max",
+                            "--sync", "none", "--fault", "hang:1")
+        wait_until(lambda: metric(parse_metrics(scrape(daemon)), "rankwatch_steps_aligned_total",
+                                  training_job="cfg") == 12, 30, "steps closed by timeout")
+        s = parse_metrics(scrape(daemon))
+        self.assertEqual(metric(s, "rankwatch_steps_timed_out_total", training_job="cfg"), 12)
+        self.assertEqual(metric(s, "rankwatch_window_steps", training_job="cfg"), 5)
+        self.assertEqual(metric(s, "rankwatch_job_ranks", training_job="cfg", state="present"), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
