@@ -32,6 +32,7 @@ struct SimulateFlags {
   uint64_t seed = 1;
   std::vector<std::string> faults;
   uint32_t batch_steps = 20;
+  double rate = 0;  // records/s across the fleet with --speed max; 0 = unpaced
   std::string compression = "lz4";
 };
 
@@ -149,6 +150,10 @@ int RunSimulate(const SimulateFlags& f) {
     model.Step(step, &records, &reported);
     if (realtime) {
       std::this_thread::sleep_until(start + std::chrono::nanoseconds(model.elapsed_ns()));
+    } else if (f.rate > 0) {
+      const double due_s = static_cast<double>(fleet.records()) / f.rate;
+      std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::duration<double>(due_s)));
     }
     const auto now = Clock::now();
     const bool interval_due = realtime && now - last_flush >= std::chrono::seconds(1);
@@ -216,6 +221,10 @@ CommandRunner AddSimulateCommand(CLI::App& app) {
                   "KIND:TARGET[:MAGNITUDE[:FROM_STEP]]; KIND slow-compute, slow-input, "
                   "input-bound, wait, memory-leak, memory-imbalance, memory-pressure, hang; "
                   "TARGET a rank, node<N> or all");
+  cmd->add_option("--rate", f->rate,
+                  "with --speed max: offer at most this many records/s (0 = as fast as possible)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--batch-steps", f->batch_steps, "step records per Kafka message")
       ->capture_default_str()
       ->check(CLI::Range(1u, 10000u));

@@ -45,6 +45,15 @@ TEST(DaemonConfigTest, UnknownKeysAndBadValuesNameTheKey) {
   EXPECT_NE(s.message().find("/nonexistent/rankwatch.yaml"), std::string::npos);
 }
 
+TEST(DaemonConfigTest, TheShippedExampleConfigLoads) {
+  DaemonConfig c;
+  absl::Status s = LoadDaemonConfigFile(RANKWATCH_SOURCE_DIR "/deploy/rankwatchd.example.yaml", &c);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(c.state_dir, "/var/lib/rankwatch");
+  EXPECT_EQ(c.kafka.at("security.protocol"), "SASL_SSL");
+  EXPECT_TRUE(ParseDuration(c.align_timeout).ok());
+}
+
 TEST(DaemonConfigTest, ParsesDurations) {
   EXPECT_EQ(*ParseDuration("250ms"), std::chrono::milliseconds(250));
   EXPECT_EQ(*ParseDuration("10s"), std::chrono::seconds(10));

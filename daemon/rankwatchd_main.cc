@@ -108,6 +108,7 @@ int Run(const DaemonConfig& config) {
     });
     if (const TimePoint now = Clock::now(); now >= next_tick) {
       router.Tick(now);
+      metrics.assigned_partitions->Set((*consumer)->assigned_partitions());
       next_tick = now + kTick;
     }
   }

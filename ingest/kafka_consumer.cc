@@ -18,7 +18,10 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
       {"auto.offset.reset", "earliest"},
       {"enable.auto.commit", "true"},
       {"enable.partition.eof", "false"},
-      {"fetch.wait.max.ms", "50"},
+      // A short fetch wait keeps diagnoses live, and librdkafka's mock broker (the development
+      // broker) stalls fetching for seconds after idle periods with longer waits. Idle cost on
+      // a real cluster: ~100 small fetch requests/s per broker. Override with kafka: in config.
+      {"fetch.wait.max.ms", "10"},
   };
   absl::Status s = SetKafkaProperties(conf, defaults);
   if (s.ok()) s = SetKafkaProperties(conf, options.properties);
@@ -26,31 +29,70 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
     rd_kafka_conf_destroy(conf);
     return s;
   }
+  // The rebalance callback needs the consumer object; it is created before the handle.
+  auto consumer = std::unique_ptr<KafkaConsumer>(new KafkaConsumer(nullptr));
+  rd_kafka_conf_set_opaque(conf, consumer.get());
+  rd_kafka_conf_set_rebalance_cb(conf, &KafkaConsumer::OnRebalance);
   char err[512];
   rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
   if (rk == nullptr) {
     rd_kafka_conf_destroy(conf);
     return absl::InvalidArgumentError(std::string("kafka consumer: ") + err);
   }
+  consumer->rk_ = rk;
+  consumer->queue_ = rd_kafka_queue_get_consumer(rk);
   rd_kafka_poll_set_consumer(rk);
   rd_kafka_topic_partition_list_t* topics = rd_kafka_topic_partition_list_new(1);
   rd_kafka_topic_partition_list_add(topics, options.topic.c_str(), RD_KAFKA_PARTITION_UA);
   rd_kafka_resp_err_t e = rd_kafka_subscribe(rk, topics);
   rd_kafka_topic_partition_list_destroy(topics);
   if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    rd_kafka_destroy(rk);
     return absl::UnavailableError(std::string("subscribe to ") + options.topic + ": " +
                                   rd_kafka_err2str(e));
   }
-  return std::unique_ptr<KafkaConsumer>(new KafkaConsumer(rk));
+  return consumer;
 }
 
-KafkaConsumer::KafkaConsumer(rd_kafka_t* rk) : rk_(rk), queue_(rd_kafka_queue_get_consumer(rk)) {}
+KafkaConsumer::KafkaConsumer(rd_kafka_t* rk) : rk_(rk), queue_(nullptr) {}
 
 KafkaConsumer::~KafkaConsumer() {
+  if (rk_ == nullptr) return;
   Close();
   rd_kafka_queue_destroy(queue_);
   rd_kafka_destroy(rk_);
+}
+
+void KafkaConsumer::OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
+                                rd_kafka_topic_partition_list_t* partitions, void* opaque) {
+  auto* self = static_cast<KafkaConsumer*>(opaque);
+  const bool cooperative = std::string_view(rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE";
+  if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+    if (cooperative) {
+      if (rd_kafka_error_t* e = rd_kafka_incremental_assign(rk, partitions)) {
+        spdlog::error("kafka incremental assign: {}", rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+      }
+      self->assigned_partitions_ += partitions->cnt;
+    } else {
+      rd_kafka_assign(rk, partitions);
+      self->assigned_partitions_ = partitions->cnt;
+    }
+    spdlog::info("kafka: assigned {} partitions (now {})", partitions->cnt,
+                 self->assigned_partitions_);
+  } else {
+    if (cooperative) {
+      if (rd_kafka_error_t* e = rd_kafka_incremental_unassign(rk, partitions)) {
+        spdlog::error("kafka incremental unassign: {}", rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+      }
+      self->assigned_partitions_ -= partitions->cnt;
+    } else {
+      rd_kafka_assign(rk, nullptr);
+      self->assigned_partitions_ = 0;
+    }
+    spdlog::info("kafka: revoked {} partitions (now {})", partitions->cnt,
+                 self->assigned_partitions_);
+  }
 }
 
 void KafkaConsumer::Close() {

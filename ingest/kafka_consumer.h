@@ -51,12 +51,18 @@ class KafkaConsumer {
   // Leaves the group (commits final offsets). Idempotent; the destructor calls it.
   void Close();
 
+  // Partitions currently assigned to this member by the group (0 until the first join).
+  int assigned_partitions() const { return assigned_partitions_; }
+
  private:
   explicit KafkaConsumer(rd_kafka_t* rk);
+  static void OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
+                          rd_kafka_topic_partition_list_t* partitions, void* opaque);
 
   rd_kafka_t* rk_;
   rd_kafka_queue_t* queue_;
   bool closed_ = false;
+  int assigned_partitions_ = 0;  // written by OnRebalance, which runs inside Poll
 };
 
 }  // namespace rankwatch

@@ -32,6 +32,10 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) {
                {})
           ->WithLabels({});
   jobs = r->Gauge("rankwatch_jobs", "Training jobs currently tracked.", {})->WithLabels({});
+  assigned_partitions = r->Gauge("rankwatch_kafka_assigned_partitions",
+                                 "Telemetry partitions assigned to this instance by the group.",
+                                 {})
+                            ->WithLabels({});
   steps_aligned_ = r->Counter("rankwatch_steps_aligned_total",
                               "Steps aligned across the ranks of a job.", {"training_job"});
   steps_timed_out_ = r->Counter(

@@ -31,6 +31,7 @@ class DaemonMetrics {
   MetricCell* rejected_too_many_jobs;
   MetricCell* ingest_lag_seconds;
   MetricCell* jobs;
+  MetricCell* assigned_partitions;
 
   // Per-job series.
   MetricCell* StepsAligned(const std::string& job);

@@ -100,7 +100,7 @@ class Fleet:
         self.processes = []
 
     def start(self, name, args):
-        p = Process(name, args, self.workdir)
+        p = Process("%s-%d" % (name, len(self.processes)), args, self.workdir)
         self.processes.append(p)
         return p
 
@@ -126,6 +126,9 @@ class Fleet:
         with open(endpoints_file) as f:
             p.endpoints = json.load(f)
         p.state_dir = state
+        # Ready when the consumer group has given this instance its partitions.
+        wait_until(lambda: (metric(parse_metrics(scrape(p)), "rankwatch_kafka_assigned_partitions") or 0) > 0,
+                   30, "rankwatchd to join the consumer group")
         return p
 
     def simulate(self, brokers, *args, timeout=120):
