@@ -146,6 +146,21 @@ class LifecycleTest(unittest.TestCase):
         self.assertEqual(code, 0, daemon.stderr())
         self.assertLess(seconds, 5.0)
 
+    def test_broker_writes_its_bootstrap_file_and_stops_on_sigterm(self):
+        path = os.path.join(self.fleet.workdir, "bootstrap.txt")
+        broker = self.fleet.start("kafka", [os.path.join(BIN, "rankwatch"), "kafka", "--partitions", "3",
+                                            "--topic", "other.topic", "--bootstrap-file", path])
+        wait_until(lambda: os.path.exists(path), 15, "the bootstrap file")
+        with open(path) as f:
+            brokers = f.read().strip()
+        self.assertEqual(broker.stdout().splitlines()[0], brokers)
+        out = self.fleet.simulate(brokers, "--topic", "other.topic", "--job", "t", "--ranks", "2",
+                                  "--steps", "5", "--speed", "max")
+        self.assertEqual(out["delivered"], out["messages"])
+        code, seconds = broker.stop()
+        self.assertEqual(code, 0, broker.stderr())
+        self.assertLess(seconds, 5.0)
+
     def test_a_second_daemon_on_the_same_state_dir_is_refused(self):
         first = self.fleet.start_daemon(brokers=None)
         r = subprocess.run([os.path.join(BIN, "rankwatchd"), "--state-dir", first.state_dir,
