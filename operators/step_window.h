@@ -43,17 +43,23 @@ class StepWindow {
   uint32_t last_ranks_present() const { return steps_.back().ranks_present; }
   const std::vector<RankTotals>& totals() const { return totals_; }
 
- private:
+  // One rank's phases in one step of the window.
   struct Entry {
     uint32_t rank;
     uint32_t present;
     std::array<int64_t, kPhaseCount> ns;
+    bool Has(Phase p) const { return present & (1u << static_cast<int>(p)); }
+    int64_t Get(Phase p) const { return ns[static_cast<int>(p)]; }
   };
   struct Step {
     uint64_t step;
     uint32_t ranks_present;
     std::vector<Entry> entries;
   };
+  // The steps of the window, oldest first.
+  const std::deque<Step>& steps() const { return steps_; }
+
+ private:
 
   void Apply(const Entry& e, int sign);
 

@@ -1,0 +1,113 @@
+// Step-time diagnosis (spec/step-diagnosis.md section 3, with its "beyond" parts): from the
+// rolling window of one job, says whether the job is a straggler, input-bound, wait-heavy,
+// compute-bound or balanced, names the culprit rank or node, and carries the evidence.
+//
+// Pure: a function of the window, the ranks' nodes, the hang input and the options.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "operators/phase_stats.h"
+#include "operators/step_window.h"
+#include "operators/time.h"
+
+namespace rankwatch {
+
+enum class StepLabel : uint8_t {
+  kNoData,
+  kHang,
+  kStraggler,
+  kInputStraggler,
+  kComputeStraggler,
+  kInputBound,
+  kWaitHeavy,
+  kComputeBound,
+  kBalanced,
+};
+inline constexpr int kStepLabelCount = 9;
+// Metric label value: "no_data", "hang", "straggler", ...
+std::string_view StepLabelName(StepLabel label);
+
+enum class Severity : uint8_t { kInfo, kWarn, kCrit };
+std::string_view SeverityName(Severity severity);
+
+enum class CulpritScope : uint8_t { kNone, kRank, kNode };
+
+// Thresholds of the spec (TraceML's published live values), each with its default.
+struct StepDiagnosisOptions {
+  uint32_t min_steps = 8;                // fewer aligned steps -> no_data
+  double straggler_warn = 0.10;          // input / compute straggler score
+  double straggler_crit = 0.20;
+  double input_share_warn = 0.25;
+  double input_share_crit = 0.35;
+  double wait_share_warn = 0.15;
+  double wait_share_crit = 0.25;
+  double compute_share_warn = 0.85;
+  double compute_share_crit = 0.92;
+  double bound_max_skew = 0.06;          // "bound" diagnoses need skew at most this
+  // Fast onset (beyond): scores are also computed on per-rank medians of the newest
+  // `onset_steps` steps, so a new straggler is named within a few steps, while one slow
+  // step of a rank (a checkpoint, a GC pause) moves no median.
+  uint32_t onset_steps = 8;
+  // Ranks whose step times differ by at most this skew run synchronised (data parallel).
+  double sync_max_step_skew = 0.02;
+  // A node is the culprit when at least this fraction of its ranks exceed the threshold.
+  double node_fraction = 0.5;
+  // Hang: no step aligned for max(hang_timeout_steps x median step time, hang_timeout_min).
+  double hang_timeout_steps = 5;
+  Duration hang_timeout_min = std::chrono::seconds(30);
+};
+
+struct RankExcess {
+  uint32_t rank = 0;
+  double excess_seconds = 0;  // per-step time above the median rank
+};
+
+// Cross-rank statistics of one per-rank signal (a phase, or compute) over the window.
+struct SignalEvidence {
+  PhaseStat stat;
+  std::vector<RankExcess> top;  // at most 3 ranks above the median, largest excess first
+};
+
+// What the caller knows about progress, for the hang diagnosis.
+struct HangInput {
+  double seconds_since_last_aligned = 0;  // since a step last aligned (or the job appeared)
+  std::vector<int64_t> last_step_by_rank;  // highest step each rank reported; -1 = none
+};
+
+struct StepDiagnosis {
+  StepLabel label = StepLabel::kNoData;
+  Severity severity = Severity::kInfo;
+  uint32_t window_steps = 0;
+  std::array<SignalEvidence, kPhaseCount> phases;
+  // compute = forward + backward + optimizer (+ forward_backward) - collective, per rank;
+  // under synchronisation without collective times, a forward-calibrated estimate.
+  SignalEvidence compute;
+  double input_share = 0, wait_share = 0, compute_share = 0;
+  double input_score = 0, compute_score = 0;
+  bool synchronized = false;         // step times equal across ranks (data parallel)
+  bool collective_reported = false;
+  bool from_onset_window = false;    // the straggler score came from the newest steps
+  CulpritScope scope = CulpritScope::kNone;
+  std::vector<uint32_t> culprit_ranks;
+  std::string culprit_node;
+  Phase culprit_phase = Phase::kStep;
+  // Hang evidence.
+  double hang_timeout_seconds = 0;
+  double seconds_since_last_aligned = 0;
+  std::vector<uint32_t> hang_suspects;  // ranks whose last reported step is lowest (<= 16)
+  bool whole_job_stalled = false;
+  int64_t lowest_last_step = -1;
+  std::string note;       // one line in plain words
+  std::string next_step;  // the suggested next action
+};
+
+// Diagnoses `window`. `rank_nodes[r]` is rank r's node name ("" when unknown).
+StepDiagnosis DiagnoseStepTime(const StepWindow& window, const std::vector<std::string>& rank_nodes,
+                               const HangInput& hang, const StepDiagnosisOptions& options);
+
+}  // namespace rankwatch
