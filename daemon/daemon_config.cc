@@ -50,6 +50,7 @@ absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* c) {
       {"embedded-partitions", [&](const YAML::Node& n) { c->embedded_partitions = n.as<int>(); }},
       {"window-steps", [&](const YAML::Node& n) { c->window_steps = n.as<int>(); }},
       {"align-timeout", [&](const YAML::Node& n) { c->align_timeout = n.as<std::string>(); }},
+      {"hang-timeout", [&](const YAML::Node& n) { c->hang_timeout = n.as<std::string>(); }},
       {"log-level", [&](const YAML::Node& n) { c->log_level = n.as<std::string>(); }},
       {"kafka",
        [&](const YAML::Node& n) {

@@ -28,6 +28,7 @@ struct DaemonConfig {
   int embedded_partitions = 6;                      // partitions of the embedded broker's topic
   int window_steps = 100;                           // spec K
   std::string align_timeout = "10s";
+  std::string hang_timeout = "30s";                 // floor of max(5 x median step, this)
   std::string log_level = "info";                   // trace, debug, info, warn, error
   KafkaProperties kafka;
 };

@@ -62,10 +62,15 @@ void JobRouter::Tick(TimePoint now) {
   std::vector<JobSnapshot> changed;
   for (auto& [name, job] : jobs_) {
     Count(job, job.pipeline->Tick(now));
-    if (!job.dirty) continue;
+    // Silent jobs are re-evaluated every second too: silence is itself a diagnosis (hang).
+    if (!job.dirty && now - job.published_at < std::chrono::seconds(1)) continue;
     job.dirty = false;
+    job.published_at = now;
     changed_jobs.push_back(&job);
-    changed.push_back(job.pipeline->Snapshot());
+    changed.push_back(job.pipeline->Snapshot(now));
+    changed.back().evaluated_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::system_clock::now().time_since_epoch())
+                                           .count();
   }
   if (changed.empty()) return;
   for (const JobSnapshot& s : changed) metrics_->PublishJob(s);

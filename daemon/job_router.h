@@ -47,6 +47,7 @@ class JobRouter {
     uint32_t unpublished_aligned = 0;
     uint32_t unpublished_timed_out = 0;
     bool dirty = true;
+    TimePoint published_at{};
   };
 
   Job* FindOrCreate(const v1::SourceIdentity& source);

@@ -46,6 +46,8 @@ int Run(const DaemonConfig& config) {
   }
   auto align_timeout = ParseDuration(config.align_timeout);
   if (!align_timeout.ok()) return Fail(align_timeout.status());
+  auto hang_timeout = ParseDuration(config.hang_timeout);
+  if (!hang_timeout.ok()) return Fail(hang_timeout.status());
   if (config.window_steps < 1) return Fail(absl::InvalidArgumentError("window-steps must be >= 1"));
   auto metrics_address = ParseListenAddress(config.metrics_listen);
   if (!metrics_address.ok()) return Fail(metrics_address.status());
@@ -94,6 +96,7 @@ int Run(const DaemonConfig& config) {
   JobRouterOptions router_options;
   router_options.pipeline.align.align_timeout = *align_timeout;
   router_options.pipeline.window.steps = static_cast<size_t>(config.window_steps);
+  router_options.pipeline.diagnosis.hang_timeout_min = *hang_timeout;
   JobRouter router(router_options, &metrics, &snapshots);
 
   constexpr auto kTick = std::chrono::milliseconds(100);
@@ -156,6 +159,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--align-timeout", config.align_timeout,
                  "close a step with ranks missing after this long (e.g. 10s, 500ms)")
+      ->capture_default_str();
+  app.add_option("--hang-timeout", config.hang_timeout,
+                 "diagnose a hang when no step aligned for max(5 x median step, this)")
       ->capture_default_str();
   app.add_option("--log-level", config.log_level, "trace, debug, info, warn, error")
       ->capture_default_str();

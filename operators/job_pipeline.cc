@@ -13,17 +13,23 @@ JobPipeline::JobPipeline(std::string training_job, uint32_t world_size,
 void JobPipeline::Reset(uint32_t world_size) {
   aligner_ = std::make_unique<StepAligner>(world_size, options_.align);
   window_ = std::make_unique<StepWindow>(world_size, options_.window);
+  rank_nodes_.assign(world_size, "");
 }
 
 JobDelta JobPipeline::AddBatch(const v1::Batch& batch, TimePoint now) {
   JobDelta delta;
+  if (!seen_) {
+    seen_ = true;
+    last_progress_ = now;
+  }
   const uint32_t world_size = batch.source().world_size();
   if (world_size != aligner_->world_size()) {
     aligner_->Expire(TimePoint::max(), &closed_);  // flush what the old world size had
-    Consume(&delta);
+    Consume(now, &delta);
     Reset(world_size);
   }
   const uint32_t rank = batch.source().rank();
+  if (rank_nodes_[rank] != batch.source().node()) rank_nodes_[rank] = batch.source().node();
   for (const v1::StepRecord& record : batch.steps()) {
     last_record_unix_ns_ = std::max(last_record_unix_ns_, record.end_unix_ns());
     switch (aligner_->Add(ToStepSample(record, rank), now, &closed_)) {
@@ -33,18 +39,19 @@ JobDelta JobPipeline::AddBatch(const v1::Batch& batch, TimePoint now) {
       case AlignOutcome::kRankOutOfRange: ++delta.rank_out_of_range; break;
     }
   }
-  Consume(&delta);
+  Consume(now, &delta);
   return delta;
 }
 
 JobDelta JobPipeline::Tick(TimePoint now) {
   JobDelta delta;
   aligner_->Expire(now, &closed_);
-  Consume(&delta);
+  Consume(now, &delta);
   return delta;
 }
 
-void JobPipeline::Consume(JobDelta* delta) {
+void JobPipeline::Consume(TimePoint now, JobDelta* delta) {
+  if (!closed_.empty()) last_progress_ = now;
   for (const AlignedStep& step : closed_) {
     window_->Add(step);
     ++aligned_steps_;
@@ -57,7 +64,7 @@ void JobPipeline::Consume(JobDelta* delta) {
   closed_.clear();
 }
 
-JobSnapshot JobPipeline::Snapshot() const {
+JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   JobSnapshot s;
   s.training_job = training_job_;
   s.world_size = aligner_->world_size();
@@ -73,6 +80,12 @@ JobSnapshot JobPipeline::Snapshot() const {
     s.last_ranks_present = window_->last_ranks_present();
     s.phases = ComputePhaseStats(*window_);
   }
+  HangInput hang;
+  hang.seconds_since_last_aligned = std::chrono::duration<double>(now - last_progress_).count();
+  hang.last_step_by_rank.resize(s.world_size);
+  for (uint32_t r = 0; r < s.world_size; ++r) hang.last_step_by_rank[r] = aligner_->last_step_of(r);
+  s.step = DiagnoseStepTime(*window_, rank_nodes_, hang, options_.diagnosis);
+  s.rank_nodes = rank_nodes_;
   return s;
 }
 

@@ -12,6 +12,7 @@
 
 #include "operators/phase_stats.h"
 #include "operators/step_aligner.h"
+#include "operators/step_time_diagnosis.h"
 #include "operators/step_window.h"
 #include "rankwatch/v1/telemetry.pb.h"
 
@@ -20,6 +21,7 @@ namespace rankwatch {
 struct JobPipelineOptions {
   StepAlignerOptions align;
   StepWindowOptions window;
+  StepDiagnosisOptions diagnosis;
 };
 
 // What one call changed; the caller turns it into metrics.
@@ -45,6 +47,9 @@ struct JobSnapshot {
   uint32_t last_ranks_present = 0;
   int64_t last_record_unix_ns = 0;  // newest end_unix_ns seen
   PhaseStats phases;
+  StepDiagnosis step;
+  int64_t evaluated_unix_ns = 0;        // wall clock of the evaluation, set by the caller
+  std::vector<std::string> rank_nodes;  // node of each rank, "" when unknown
 };
 
 class JobPipeline {
@@ -58,21 +63,24 @@ class JobPipeline {
   // Closes steps whose alignment timeout passed. Call periodically even without input.
   JobDelta Tick(TimePoint now);
 
-  // Computes the current snapshot (O(ranks * phases)).
-  JobSnapshot Snapshot() const;
+  // Computes the current snapshot and diagnosis at `now` (O(ranks * phases)).
+  JobSnapshot Snapshot(TimePoint now) const;
 
   const std::string& training_job() const { return training_job_; }
   uint32_t world_size() const { return aligner_->world_size(); }
 
  private:
   void Reset(uint32_t world_size);
-  void Consume(JobDelta* delta);
+  void Consume(TimePoint now, JobDelta* delta);
 
   const std::string training_job_;
   const JobPipelineOptions options_;
   std::unique_ptr<StepAligner> aligner_;
   std::unique_ptr<StepWindow> window_;
   std::vector<AlignedStep> closed_;  // scratch, reused
+  std::vector<std::string> rank_nodes_;
+  TimePoint last_progress_{};  // when a step last aligned, or when the job was first seen
+  bool seen_ = false;
   uint64_t aligned_steps_ = 0;
   uint64_t timed_out_steps_ = 0;
   int64_t last_record_unix_ns_ = 0;

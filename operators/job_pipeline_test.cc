@@ -33,7 +33,7 @@ TEST(JobPipelineTest, AlignsBatchesFromEveryRankAndSummarises) {
   }
   EXPECT_EQ(total.accepted, 40u);
   EXPECT_EQ(total.aligned, 10u);
-  const JobSnapshot s = p.Snapshot();
+  const JobSnapshot s = p.Snapshot(t0);
   EXPECT_EQ(s.aligned_steps, 10u);
   EXPECT_EQ(s.ranks_seen, 4u);
   EXPECT_EQ(s.window_last_step, 9u);
@@ -56,7 +56,7 @@ TEST(JobPipelineTest, TickClosesTimedOutSteps) {
   JobDelta d = p.Tick(t0 + std::chrono::seconds(2));
   EXPECT_EQ(d.aligned, 3u);
   EXPECT_EQ(d.aligned_timed_out, 3u);
-  EXPECT_EQ(p.Snapshot().last_ranks_present, 1u);
+  EXPECT_EQ(p.Snapshot(t0).last_ranks_present, 1u);
 }
 
 TEST(JobPipelineTest, AWorldSizeChangeRestartsAlignment) {

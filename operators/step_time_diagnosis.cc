@@ -92,26 +92,36 @@ Signals FullWindowSignals(const StepWindow& w, double sync_ratio) {
   return s;
 }
 
-// Per-rank medians over the newest `k` steps: dataloader and compute only.
+// Per-rank medians over the newest `k` steps: dataloader and compute only. Values live in two
+// flat rank-major arrays of k slots (no allocation per rank: this runs for every evaluation).
 Signals OnsetSignals(const StepWindow& w, uint32_t k, double sync_ratio) {
   const uint32_t n = w.world_size();
-  std::vector<std::vector<double>> dl(n), comp(n);
   const auto& steps = w.steps();
   const size_t first = steps.size() > k ? steps.size() - k : 0;
+  std::vector<double> dl(size_t{n} * k), comp(size_t{n} * k);
+  std::vector<uint32_t> dl_n(n, 0), comp_n(n, 0);
   for (size_t i = first; i < steps.size(); ++i) {
     for (const StepWindow::Entry& e : steps[i].entries) {
       std::array<double, kPhaseCount> v{};
       for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(e.ns[p]) * 1e-9;
-      if (e.Has(Phase::kDataloader)) dl[e.rank].push_back(v[P(Phase::kDataloader)]);
-      if (e.present & kComputeMask) comp[e.rank].push_back(ComputeOf(v, e.present, sync_ratio));
+      const size_t base = size_t{e.rank} * k;
+      if (e.Has(Phase::kDataloader)) dl[base + dl_n[e.rank]++] = v[P(Phase::kDataloader)];
+      if (e.present & kComputeMask) comp[base + comp_n[e.rank]++] = ComputeOf(v, e.present, sync_ratio);
     }
   }
+  auto median_of = [k](std::vector<double>& values, uint32_t rank, uint32_t count) {
+    double* begin = values.data() + size_t{rank} * k;
+    const size_t mid = count / 2;
+    std::nth_element(begin, begin + mid, begin + count);
+    if (count % 2 == 1) return begin[mid];
+    return (*std::max_element(begin, begin + mid) + begin[mid]) / 2;
+  };
   Signals s;
-  for (auto& v : s.phase) v.assign(n, NAN);
+  s.phase[P(Phase::kDataloader)].assign(n, NAN);
   s.compute.assign(n, NAN);
   for (uint32_t r = 0; r < n; ++r) {
-    if (!dl[r].empty()) s.phase[P(Phase::kDataloader)][r] = MedianInPlace(dl[r]);
-    if (!comp[r].empty()) s.compute[r] = MedianInPlace(comp[r]);
+    if (dl_n[r] > 0) s.phase[P(Phase::kDataloader)][r] = median_of(dl, r, dl_n[r]);
+    if (comp_n[r] > 0) s.compute[r] = median_of(comp, r, comp_n[r]);
   }
   return s;
 }

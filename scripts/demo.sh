@@ -71,7 +71,7 @@ rankwatch demo is running (Ctrl-C stops it)
   job:      demo-job, $RANKS ranks, DDP, rank 17 is 30% slower in compute
   logs:     $workdir/rankwatchd.log, $workdir/simulate.log
   processes: rankwatchd=${pids[0]} simulate=${pids[1]}
-try:  curl -s http://$metrics/metrics | grep -E 'rankwatch_(steps_aligned|step_phase_seconds|step_skew)'
+try:  curl -s http://$metrics/metrics | grep -E 'rankwatch_(steps_aligned|step_diagnosis|straggler_score|step_phase_seconds)'
 TXT
 
 while true; do
@@ -83,8 +83,10 @@ while true; do
   done
   text=$(curl -s --max-time 2 "http://$metrics/metrics" || true)
   aligned=$(grep -E '^rankwatch_steps_aligned_total\{training_job="demo-job"\}' <<<"$text" | awk '{print $2}' || true)
-  skew=$(grep -E '^rankwatch_step_skew_ratio\{training_job="demo-job",phase="forward"\}' <<<"$text" | awk '{print $2}' || true)
-  echo "demo: rankwatch_steps_aligned_total=${aligned:-0} forward skew=${skew:-n/a}"
+  diagnosis=$(grep -E '^rankwatch_step_diagnosis\{training_job="demo-job",diagnosis="[a-z_]+"\} 1$' <<<"$text" | sed -E 's/.*diagnosis="([a-z_]+)".*/\1/' || true)
+  worst=$(grep -E '^rankwatch_step_worst_rank\{training_job="demo-job",phase="compute"\}' <<<"$text" | awk '{print $2}' || true)
+  score=$(grep -E '^rankwatch_straggler_score\{training_job="demo-job",kind="compute"\}' <<<"$text" | awk '{printf "%.2f", $2}' || true)
+  echo "demo: aligned steps ${aligned:-0}, diagnosis ${diagnosis:-none yet}, worst compute rank ${worst:-n/a} (score ${score:-n/a})"
   sleep 5 &
   wait $! || true
 done

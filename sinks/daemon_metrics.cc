@@ -52,6 +52,22 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) {
                     {"training_job", "state"});
   window_steps_ = r->Gauge("rankwatch_window_steps", "Aligned steps in a job's rolling window.",
                            {"training_job"});
+  step_diagnosis_ = r->Gauge("rankwatch_step_diagnosis",
+                             "Step-time diagnosis of a job: 1 for the current label, 0 for the others.",
+                             {"training_job", "diagnosis"});
+  step_severity_ = r->Gauge("rankwatch_step_diagnosis_severity",
+                            "Severity of the step-time diagnosis: 0 info, 1 warn, 2 crit.",
+                            {"training_job"});
+  share_ratio_ = r->Gauge("rankwatch_step_share_ratio",
+                          "Share of the median step time: input (dataloader), wait, compute.",
+                          {"training_job", "share"});
+  straggler_score_ = r->Gauge(
+      "rankwatch_straggler_score",
+      "Excess of the worst rank over the median, per typical step's local work: input, compute.",
+      {"training_job", "kind"});
+  worst_rank_ = r->Gauge("rankwatch_step_worst_rank",
+                         "Rank with the largest per-step mean of a phase over the window.",
+                         {"training_job", "phase"});
 }
 
 MetricCell* DaemonMetrics::StepsAligned(const std::string& job) {
@@ -68,6 +84,18 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
   ranks_->WithLabels({job, "seen"})->Set(s.ranks_seen);
   ranks_->WithLabels({job, "present"})->Set(s.last_ranks_present);
   window_steps_->WithLabels({job})->Set(s.window_steps);
+  const StepDiagnosis& d = s.step;
+  for (int l = 0; l < kStepLabelCount; ++l) {
+    const auto label = static_cast<StepLabel>(l);
+    step_diagnosis_->WithLabels({job, std::string(StepLabelName(label))})->Set(d.label == label);
+  }
+  step_severity_->WithLabels({job})->Set(static_cast<double>(d.severity));
+  share_ratio_->WithLabels({job, "input"})->Set(d.input_share);
+  share_ratio_->WithLabels({job, "wait"})->Set(d.wait_share);
+  share_ratio_->WithLabels({job, "compute"})->Set(d.compute_share);
+  straggler_score_->WithLabels({job, "input"})->Set(d.input_score);
+  straggler_score_->WithLabels({job, "compute"})->Set(d.compute_score);
+  if (d.compute.stat.present) worst_rank_->WithLabels({job, "compute"})->Set(d.compute.stat.worst_rank);
   if (!s.has_window) return;
   for (int p = 0; p < kPhaseCount; ++p) {
     const PhaseStat& st = s.phases[p];
@@ -76,12 +104,14 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
     phase_seconds_->WithLabels({job, phase, "median"})->Set(st.median_seconds);
     phase_seconds_->WithLabels({job, phase, "worst"})->Set(st.worst_seconds);
     phase_skew_->WithLabels({job, phase})->Set(st.skew);
+    worst_rank_->WithLabels({job, phase})->Set(st.worst_rank);
   }
 }
 
 void DaemonMetrics::RemoveJob(const std::string& job) {
   for (MetricFamily* f :
-       {steps_aligned_, steps_timed_out_, phase_seconds_, phase_skew_, ranks_, window_steps_}) {
+       {steps_aligned_, steps_timed_out_, phase_seconds_, phase_skew_, ranks_, window_steps_,
+        step_diagnosis_, step_severity_, share_ratio_, straggler_score_, worst_rank_}) {
     f->RemoveWhereFirstLabel(job);
   }
 }

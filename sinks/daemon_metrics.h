@@ -46,6 +46,11 @@ class DaemonMetrics {
   MetricFamily* phase_skew_;
   MetricFamily* ranks_;
   MetricFamily* window_steps_;
+  MetricFamily* step_diagnosis_;
+  MetricFamily* step_severity_;
+  MetricFamily* share_ratio_;
+  MetricFamily* straggler_score_;
+  MetricFamily* worst_rank_;
 };
 
 }  // namespace rankwatch

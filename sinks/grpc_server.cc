@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "rankwatch/v1/service.grpc.pb.h"
+#include "sinks/diagnosis_proto.h"
 
 namespace rankwatch {
 namespace {
@@ -25,13 +26,20 @@ class RankWatchService final : public v1::RankWatch::Service {
       j->set_aligned_steps(s.aligned_steps);
       j->set_last_aligned_step(s.window_last_step);
       j->set_last_record_unix_ns(s.last_record_unix_ns);
+      j->set_step_label(ToProto(s.step.label));
     }
     return grpc::Status::OK;
   }
 
-  grpc::Status GetDiagnosis(grpc::ServerContext*, const v1::GetDiagnosisRequest*,
-                            v1::Diagnosis*) override {
-    return {grpc::StatusCode::UNIMPLEMENTED, "step diagnoses arrive with issue #3"};
+  grpc::Status GetDiagnosis(grpc::ServerContext*, const v1::GetDiagnosisRequest* request,
+                            v1::Diagnosis* response) override {
+    auto snapshots = snapshots_->Get();
+    auto it = snapshots->find(request->training_job());
+    if (it == snapshots->end()) {
+      return {grpc::StatusCode::NOT_FOUND, "no training job '" + request->training_job() + "'"};
+    }
+    ToProto(it->second, it->second.evaluated_unix_ns, response);
+    return grpc::Status::OK;
   }
   grpc::Status GetRankDetail(grpc::ServerContext*, const v1::GetRankDetailRequest*,
                              v1::RankDetail*) override {

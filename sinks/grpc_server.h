@@ -1,8 +1,8 @@
 // GrpcServer: the rankwatch.v1.RankWatch service plus gRPC health checking and server
 // reflection, on its own threads.
 //
-// ListJobs answers from the SnapshotStore. GetDiagnosis, GetRankDetail and WatchAlerts return
-// UNIMPLEMENTED until the step diagnoses and alerts exist (issues #3 and #5).
+// ListJobs and GetDiagnosis answer from the SnapshotStore (the memory diagnosis is not
+// computed yet). GetRankDetail and WatchAlerts return UNIMPLEMENTED until issue #5.
 //
 // Thread-safe.
 #pragma once

@@ -47,6 +47,14 @@ class DemoTest(unittest.TestCase):
                 return v and v > 0
             wait_until(aligned, 30 - (time.monotonic() - started), "aligned steps from the demo")
 
+            def slow_rank_named():
+                with urllib.request.urlopen(metrics, timeout=5) as r:
+                    s = parse_metrics(r.read().decode())
+                return (metric(s, "rankwatch_step_diagnosis", training_job="demo-job",
+                               diagnosis="compute_straggler") == 1 and
+                        metric(s, "rankwatch_step_worst_rank", training_job="demo-job", phase="compute") == 17)
+            wait_until(slow_rank_named, 30, "the demo's slow rank 17 to be diagnosed")
+
             os.killpg(demo.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
             demo.wait(20)
             self.assertIn("demo: stopped", output())

@@ -63,6 +63,28 @@ class PipelineTest(unittest.TestCase):
                                   stat="median"), 0.02)
         self.assertAlmostEqual(metric(s, "rankwatch_step_skew_ratio", training_job="ddp", phase="forward"),
                                0.3, delta=0.05)
+        # The diagnosis names the slow rank, never a rank that waits for it.
+        self.assertEqual(metric(s, "rankwatch_step_diagnosis", training_job="ddp", diagnosis="compute_straggler"), 1)
+        self.assertEqual(metric(s, "rankwatch_step_diagnosis", training_job="ddp", diagnosis="balanced"), 0)
+        self.assertEqual(metric(s, "rankwatch_step_worst_rank", training_job="ddp", phase="compute"), 5)
+        self.assertGreaterEqual(metric(s, "rankwatch_straggler_score", training_job="ddp", kind="compute"), 0.2)
+        stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(self.daemon.endpoints["grpc"]))
+        d = stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job="ddp"), timeout=10)
+        self.assertEqual(d.step.label, service_pb2.STEP_COMPUTE_STRAGGLER)
+        self.assertEqual(list(d.step.culprit_ranks), [5])
+        self.assertEqual(d.step.culprit_node, "node-0")
+        self.assertEqual(d.step.scope, service_pb2.SCOPE_RANK)
+        self.assertIn("rank 5 on node-0 spends", d.step.note)
+        self.assertEqual(d.step.window.steps, 100)
+
+    def test_ddp_slow_rank_is_named_without_collective_times(self):
+        self.fleet.simulate(self.brokers, "--job", "ddp-nocoll", "--ranks", "16", "--steps", "60", "--speed", "max",
+                            "--sync", "ddp", "--fault", "slow-compute:11:0.3")
+        self.wait_aligned("ddp-nocoll", 60)
+        stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(self.daemon.endpoints["grpc"]))
+        d = stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job="ddp-nocoll"), timeout=10)
+        self.assertEqual(d.step.label, service_pb2.STEP_COMPUTE_STRAGGLER, d.step.note)
+        self.assertEqual(list(d.step.culprit_ranks), [11])
 
     @unittest.skipUnless(shutil.which("kcat"), "kcat not installed")
     def test_garbage_from_kcat_is_rejected_and_the_daemon_keeps_serving(self):
@@ -111,8 +133,15 @@ class PipelineTest(unittest.TestCase):
         check = channel.unary_unary("/grpc.health.v1.Health/Check", request_serializer=lambda x: x,
                                     response_deserializer=lambda b: b)
         self.assertEqual(check(b"", timeout=10), b"\x08\x01")
+        d = stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job="grpc-job"), timeout=10)
+        self.assertEqual(d.training_job, "grpc-job")
+        self.assertEqual(d.aligned_steps, 30)
+        self.assertNotEqual(d.step.label, service_pb2.STEP_DIAGNOSIS_UNSPECIFIED)
         with self.assertRaises(grpc.RpcError) as err:
-            stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job="grpc-job"), timeout=10)
+            stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job="no-such-job"), timeout=10)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.NOT_FOUND)
+        with self.assertRaises(grpc.RpcError) as err:
+            stub.GetRankDetail(service_pb2.GetRankDetailRequest(training_job="grpc-job", rank=0), timeout=10)
         self.assertEqual(err.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
 
     @unittest.skipUnless(shutil.which("promtool"), "promtool not installed")
@@ -160,6 +189,22 @@ class LifecycleTest(unittest.TestCase):
         code, seconds = broker.stop()
         self.assertEqual(code, 0, broker.stderr())
         self.assertLess(seconds, 5.0)
+
+    def test_a_job_that_stops_reporting_is_diagnosed_as_hung(self):
+        daemon = self.fleet.start_daemon(brokers=None, extra=["--hang-timeout", "1s"])
+        brokers = daemon.endpoints["brokers"]
+        # Under DDP a hung rank stops every rank at that step.
+        self.fleet.simulate(brokers, "--job", "hung", "--ranks", "8", "--steps", "60", "--speed", "max",
+                            "--sync", "ddp", "--fault", "hang:3:0:30")
+        wait_until(lambda: metric(parse_metrics(scrape(daemon)), "rankwatch_step_diagnosis", training_job="hung",
+                                  diagnosis="hang") == 1, 30, "the hang diagnosis")
+        stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(daemon.endpoints["grpc"]))
+        d = stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job="hung"), timeout=10)
+        self.assertEqual(d.step.label, service_pb2.STEP_HANG)
+        self.assertEqual(d.step.severity, service_pb2.SEVERITY_CRIT)
+        self.assertTrue(d.step.hang.whole_job_stalled)
+        self.assertEqual(d.step.hang.lowest_last_step, 29)
+        self.assertGreater(d.step.hang.seconds_since_last_aligned, 1.0)
 
     def test_a_second_daemon_on_the_same_state_dir_is_refused(self):
         first = self.fleet.start_daemon(brokers=None)

@@ -1,0 +1,107 @@
+#include "sinks/diagnosis_proto.h"
+
+namespace rankwatch {
+namespace {
+
+void FillPhase(v1::Phase phase, const SignalEvidence& e, const std::vector<std::string>& nodes,
+               v1::PhaseStats* out) {
+  out->set_phase(phase);
+  out->set_median_seconds(e.stat.median_seconds);
+  out->set_worst_seconds(e.stat.worst_seconds);
+  out->set_worst_rank(e.stat.worst_rank);
+  out->set_skew(e.stat.skew);
+  for (const RankExcess& x : e.top) {
+    v1::Offender* o = out->add_top_offenders();
+    o->set_rank(x.rank);
+    if (x.rank < nodes.size()) o->set_node(nodes[x.rank]);
+    o->set_excess_seconds(x.excess_seconds);
+  }
+}
+
+}  // namespace
+
+v1::StepDiagnosisLabel ToProto(StepLabel label) {
+  switch (label) {
+    case StepLabel::kNoData: return v1::STEP_NO_DATA;
+    case StepLabel::kHang: return v1::STEP_HANG;
+    case StepLabel::kStraggler: return v1::STEP_STRAGGLER;
+    case StepLabel::kInputStraggler: return v1::STEP_INPUT_STRAGGLER;
+    case StepLabel::kComputeStraggler: return v1::STEP_COMPUTE_STRAGGLER;
+    case StepLabel::kInputBound: return v1::STEP_INPUT_BOUND;
+    case StepLabel::kWaitHeavy: return v1::STEP_WAIT_HEAVY;
+    case StepLabel::kComputeBound: return v1::STEP_COMPUTE_BOUND;
+    case StepLabel::kBalanced: return v1::STEP_BALANCED;
+  }
+  return v1::STEP_DIAGNOSIS_UNSPECIFIED;
+}
+
+v1::Severity ToProto(Severity s) {
+  switch (s) {
+    case Severity::kInfo: return v1::SEVERITY_INFO;
+    case Severity::kWarn: return v1::SEVERITY_WARN;
+    case Severity::kCrit: return v1::SEVERITY_CRIT;
+  }
+  return v1::SEVERITY_UNSPECIFIED;
+}
+
+v1::Phase ToProto(Phase p) {
+  switch (p) {
+    case Phase::kDataloader: return v1::PHASE_DATALOADER;
+    case Phase::kForward: return v1::PHASE_FORWARD;
+    case Phase::kBackward: return v1::PHASE_BACKWARD;
+    case Phase::kOptimizer: return v1::PHASE_OPTIMIZER;
+    case Phase::kForwardBackward: return v1::PHASE_FORWARD_BACKWARD;
+    case Phase::kCollective: return v1::PHASE_COLLECTIVE;
+    case Phase::kWait: return v1::PHASE_WAIT;
+    case Phase::kStep: return v1::PHASE_STEP;
+  }
+  return v1::PHASE_UNSPECIFIED;
+}
+
+void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out) {
+  out->set_training_job(s.training_job);
+  out->set_evaluated_unix_ns(evaluated_unix_ns);
+  out->set_aligned_steps(s.aligned_steps);
+  const StepDiagnosis& d = s.step;
+  v1::StepDiagnosis* step = out->mutable_step();
+  step->set_label(ToProto(d.label));
+  step->set_severity(ToProto(d.severity));
+  v1::Window* w = step->mutable_window();
+  w->set_first_step(s.window_first_step);
+  w->set_last_step(s.window_last_step);
+  w->set_steps(s.window_steps);
+  w->set_ranks_present(s.last_ranks_present);
+  w->set_world_size(s.world_size);
+  for (int p = 0; p < kPhaseCount; ++p) {
+    if (d.phases[p].stat.present) {
+      FillPhase(ToProto(static_cast<Phase>(p)), d.phases[p], s.rank_nodes, step->add_phases());
+    }
+  }
+  if (d.compute.stat.present) FillPhase(v1::PHASE_COMPUTE, d.compute, s.rank_nodes, step->add_phases());
+  step->mutable_shares()->set_input(d.input_share);
+  step->mutable_shares()->set_wait(d.wait_share);
+  step->mutable_shares()->set_compute(d.compute_share);
+  step->mutable_scores()->set_input(d.input_score);
+  step->mutable_scores()->set_compute(d.compute_score);
+  switch (d.scope) {
+    case CulpritScope::kNone: break;
+    case CulpritScope::kRank: step->set_scope(v1::SCOPE_RANK); break;
+    case CulpritScope::kNode: step->set_scope(v1::SCOPE_NODE); break;
+  }
+  for (uint32_t r : d.culprit_ranks) step->add_culprit_ranks(r);
+  step->set_culprit_node(d.culprit_node);
+  if (d.scope != CulpritScope::kNone && d.label != StepLabel::kHang) {
+    step->set_culprit_phase(ToProto(d.culprit_phase));
+  }
+  step->set_note(d.note);
+  step->set_next_step(d.next_step);
+  if (d.label == StepLabel::kHang) {
+    v1::HangEvidence* h = step->mutable_hang();
+    h->set_seconds_since_last_aligned(d.seconds_since_last_aligned);
+    for (uint32_t r : d.hang_suspects) h->add_suspect_ranks(r);
+    h->set_whole_job_stalled(d.whole_job_stalled);
+    h->set_lowest_last_step(d.lowest_last_step < 0 ? 0 : d.lowest_last_step);
+  }
+}
+
+}  // namespace rankwatch

@@ -1,0 +1,18 @@
+// Conversion of operator results (JobSnapshot, StepDiagnosis) to the wire messages of
+// proto/rankwatch/v1/service.proto.
+#pragma once
+
+#include "operators/job_pipeline.h"
+#include "rankwatch/v1/service.pb.h"
+
+namespace rankwatch {
+
+v1::StepDiagnosisLabel ToProto(StepLabel label);
+v1::Severity ToProto(Severity severity);
+v1::Phase ToProto(Phase phase);
+
+// Fills `out` with the job's diagnosis. The memory diagnosis is not computed yet
+// (MEMORY_DIAGNOSIS_UNSPECIFIED).
+void ToProto(const JobSnapshot& snapshot, int64_t evaluated_unix_ns, v1::Diagnosis* out);
+
+}  // namespace rankwatch
