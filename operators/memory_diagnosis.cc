@@ -1,0 +1,205 @@
+#include "operators/memory_diagnosis.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "operators/phase_stats.h"
+
+namespace rankwatch {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+struct Slice {
+  double worst_head, worst_tail, median_head, median_tail;
+  int seg;
+  double worst_growth() const { return worst_head > 0 ? (worst_tail - worst_head) / worst_head : 0; }
+  double median_growth() const {
+    return median_head > 0 ? (median_tail - median_head) / median_head : 0;
+  }
+};
+
+Slice SliceOf(const std::vector<double>& worst, const std::vector<double>& median, double f) {
+  const int n = static_cast<int>(worst.size());
+  const int seg = std::min(std::max(4, static_cast<int>(std::lround(n * f))), n / 2);
+  auto mean = [](const std::vector<double>& v, int from, int count) {
+    double s = 0;
+    for (int i = from; i < from + count; ++i) s += v[i];
+    return s / count;
+  };
+  return {mean(worst, 0, seg), mean(worst, n - seg, seg), mean(median, 0, seg),
+          mean(median, n - seg, seg), seg};
+}
+
+MemoryKindEvidence Assess(const MemoryWindow& w, MemoryKind kind, uint64_t capacity,
+                          const MemoryDiagnosisOptions& o) {
+  const int k = static_cast<int>(kind);
+  MemoryKindEvidence e;
+  std::vector<double> rank_peak(w.world_size(), 0);
+  std::vector<double> worst, median;
+  for (const MemoryWindow::Step& s : w.steps()) {
+    if (s.worst[k] <= 0) continue;
+    worst.push_back(s.worst[k]);
+    median.push_back(s.median[k]);
+    for (const MemoryWindow::Entry& x : s.entries) {
+      rank_peak[x.rank] = std::max(rank_peak[x.rank], static_cast<double>(x.bytes[k]));
+    }
+  }
+  if (worst.size() < o.min_steps) return e;
+  e.present = true;
+  std::vector<double> peaks;
+  for (uint32_t r = 0; r < rank_peak.size(); ++r) {
+    if (rank_peak[r] <= 0) continue;
+    if (peaks.empty() || rank_peak[r] > e.worst_peak_bytes) {
+      e.worst_peak_bytes = rank_peak[r];
+      e.worst_rank = r;
+    }
+    peaks.push_back(rank_peak[r]);
+  }
+  e.median_peak_bytes = peaks.size() == 1 ? e.worst_peak_bytes : MedianInPlace(peaks);
+  e.skew = (peaks.size() > 1 && e.median_peak_bytes > 0)
+               ? (e.worst_peak_bytes - e.median_peak_bytes) / e.median_peak_bytes
+               : 0;
+  e.pressure = capacity > 0 ? e.worst_peak_bytes / static_cast<double>(capacity) : 0;
+
+  for (double f : {0.10, 0.20, 0.30}) {
+    const Slice s = SliceOf(worst, median, f);
+    if (s.worst_growth() >= o.early_worst && s.median_growth() >= o.early_median) ++e.early_votes;
+    if (s.worst_growth() >= o.confirmed_worst && s.median_growth() >= o.confirmed_median) {
+      ++e.confirmed_votes;
+    }
+  }
+  const Slice overall = SliceOf(worst, median, 0.20);
+  e.worst_growth = overall.worst_growth();
+  e.median_growth = overall.median_growth();
+  e.delta_bytes = overall.worst_tail - overall.worst_head;
+  const double cap = static_cast<double>(capacity);
+  const bool confirmed =
+      e.confirmed_votes == 3 && e.worst_growth >= o.confirmed_overall_worst &&
+      e.median_growth >= o.confirmed_overall_median &&
+      e.delta_bytes >= std::max({o.confirmed_delta_bytes, o.confirmed_delta_head * overall.worst_head,
+                                 o.confirmed_delta_capacity * cap});
+  const bool early =
+      e.early_votes >= 2 && e.worst_growth >= o.early_overall_worst &&
+      e.median_growth >= o.early_overall_median &&
+      e.delta_bytes >= std::max({o.early_delta_bytes, o.early_delta_head * overall.worst_head,
+                                 o.early_delta_capacity * cap});
+  // Rate: the growth between the centres of the head and tail segments.
+  const int n = static_cast<int>(worst.size());
+  if (n > overall.seg) e.creep_bytes_per_step = e.delta_bytes / (n - overall.seg);
+  if (capacity > 0 && e.creep_bytes_per_step > 0) {
+    const double room = std::max(0.0, cap - worst.back());
+    e.projected_steps_to_full = static_cast<uint64_t>(std::ceil(room / e.creep_bytes_per_step));
+  }
+
+  if (e.pressure >= o.pressure_warn) {
+    e.label = MemoryLabel::kHighPressure;
+    e.severity = e.pressure >= o.pressure_crit ? Severity::kCrit : Severity::kWarn;
+  } else if (e.skew >= o.imbalance_warn) {
+    e.label = MemoryLabel::kImbalance;
+    e.severity = e.skew >= o.imbalance_crit ? Severity::kCrit : Severity::kWarn;
+  } else if (confirmed) {
+    e.label = MemoryLabel::kCreep;
+    e.severity = Severity::kCrit;
+  } else if (early) {
+    e.label = MemoryLabel::kCreepEarly;
+    e.severity = Severity::kWarn;
+  } else {
+    e.label = MemoryLabel::kBalanced;
+  }
+  return e;
+}
+
+std::string_view NextStep(MemoryLabel label) {
+  switch (label) {
+    case MemoryLabel::kNoData: return "wait for more aligned steps with memory peaks";
+    case MemoryLabel::kHighPressure: return "reduce memory load";
+    case MemoryLabel::kImbalance: return "inspect per-rank memory workload";
+    case MemoryLabel::kCreep: return "inspect retained tensors and growing caches";
+    case MemoryLabel::kCreepEarly: return "inspect retained state and watch the next window";
+    case MemoryLabel::kBalanced: return "nothing to do";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string_view MemoryLabelName(MemoryLabel label) {
+  switch (label) {
+    case MemoryLabel::kNoData: return "no_data";
+    case MemoryLabel::kHighPressure: return "high_pressure";
+    case MemoryLabel::kImbalance: return "imbalance";
+    case MemoryLabel::kCreep: return "memory_creep";
+    case MemoryLabel::kCreepEarly: return "memory_creep_early";
+    case MemoryLabel::kBalanced: return "balanced";
+  }
+  return "unknown";
+}
+
+std::string_view MemoryKindName(MemoryKind kind) {
+  return kind == MemoryKind::kAllocated ? "allocated" : "reserved";
+}
+
+MemoryDiagnosis DiagnoseMemory(const MemoryWindow& w, const MemoryDiagnosisOptions& o) {
+  MemoryDiagnosis d;
+  d.window_steps = static_cast<uint32_t>(w.steps().size());
+  if (!w.steps().empty()) {
+    d.first_step = w.steps().front().step;
+    d.last_step = w.steps().back().step;
+  }
+  d.capacity_bytes = w.capacity();
+  for (int k = 0; k < kMemoryKindCount; ++k) {
+    d.kinds[k] = Assess(w, static_cast<MemoryKind>(k), d.capacity_bytes, o);
+  }
+  // The worse of the two kinds: earlier in the first-match order, then the higher severity.
+  auto worse = [](const MemoryKindEvidence& a, const MemoryKindEvidence& b) {
+    if (a.label != b.label) {
+      // no_data ranks last: any diagnosis from the other kind is more informative.
+      if (a.label == MemoryLabel::kNoData) return false;
+      if (b.label == MemoryLabel::kNoData) return true;
+      return a.label < b.label;
+    }
+    return a.severity > b.severity;
+  };
+  const bool reserved_worse = worse(d.kinds[1], d.kinds[0]);
+  d.kind = reserved_worse ? MemoryKind::kReserved : MemoryKind::kAllocated;
+  const MemoryKindEvidence& e = d.kinds[static_cast<int>(d.kind)];
+  d.label = e.label;
+  d.severity = e.severity;
+  d.next_step = std::string(NextStep(d.label));
+  const std::string_view kind = MemoryKindName(d.kind);
+  switch (d.label) {
+    case MemoryLabel::kNoData:
+      d.note = fmt::format("{} aligned steps with memory peaks; the diagnosis needs {}",
+                           d.window_steps, o.min_steps);
+      break;
+    case MemoryLabel::kHighPressure:
+      d.note = fmt::format("rank {} peaks at {:.1f} GiB {}, {:.0f}% of its {:.0f} GiB device",
+                           e.worst_rank, e.worst_peak_bytes / kGiB, kind, e.pressure * 100,
+                           d.capacity_bytes / kGiB);
+      break;
+    case MemoryLabel::kImbalance:
+      d.note = fmt::format("rank {} peaks at {:.1f} GiB {}, {:.0f}% above the median rank",
+                           e.worst_rank, e.worst_peak_bytes / kGiB, kind, e.skew * 100);
+      break;
+    case MemoryLabel::kCreep:
+    case MemoryLabel::kCreepEarly:
+      d.note = fmt::format("{} memory grows {:.0f} MiB per step ({:.0f}% over the window){}",
+                           kind, e.creep_bytes_per_step / (1024 * 1024), e.worst_growth * 100,
+                           e.projected_steps_to_full
+                               ? fmt::format("; the device is full in about {} steps",
+                                             *e.projected_steps_to_full)
+                               : std::string());
+      break;
+    case MemoryLabel::kBalanced:
+      d.note = fmt::format("peaks steady and even across ranks ({:.1f} GiB median {})",
+                           e.median_peak_bytes / kGiB, kind);
+      break;
+  }
+  return d;
+}
+
+}  // namespace rankwatch
