@@ -13,6 +13,7 @@ JobPipeline::JobPipeline(std::string training_job, uint32_t world_size,
 void JobPipeline::Reset(uint32_t world_size) {
   aligner_ = std::make_unique<StepAligner>(world_size, options_.align);
   window_ = std::make_unique<StepWindow>(world_size, options_.window);
+  memory_window_ = std::make_unique<MemoryWindow>(world_size, options_.memory_window);
   rank_nodes_.assign(world_size, "");
 }
 
@@ -54,6 +55,7 @@ void JobPipeline::Consume(TimePoint now, JobDelta* delta) {
   if (!closed_.empty()) last_progress_ = now;
   for (const AlignedStep& step : closed_) {
     window_->Add(step);
+    memory_window_->Add(step);
     ++aligned_steps_;
     ++delta->aligned;
     if (step.timed_out) {
@@ -85,6 +87,7 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   hang.last_step_by_rank.resize(s.world_size);
   for (uint32_t r = 0; r < s.world_size; ++r) hang.last_step_by_rank[r] = aligner_->last_step_of(r);
   s.step = DiagnoseStepTime(*window_, rank_nodes_, hang, options_.diagnosis);
+  s.memory = DiagnoseMemory(*memory_window_, options_.memory);
   s.rank_nodes = rank_nodes_;
   return s;
 }

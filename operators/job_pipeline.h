@@ -12,6 +12,8 @@
 
 #include "operators/phase_stats.h"
 #include "operators/step_aligner.h"
+#include "operators/memory_diagnosis.h"
+#include "operators/memory_window.h"
 #include "operators/step_time_diagnosis.h"
 #include "operators/step_window.h"
 #include "rankwatch/v1/telemetry.pb.h"
@@ -22,6 +24,8 @@ struct JobPipelineOptions {
   StepAlignerOptions align;
   StepWindowOptions window;
   StepDiagnosisOptions diagnosis;
+  MemoryWindowOptions memory_window;
+  MemoryDiagnosisOptions memory;
 };
 
 // What one call changed; the caller turns it into metrics.
@@ -48,6 +52,7 @@ struct JobSnapshot {
   int64_t last_record_unix_ns = 0;  // newest end_unix_ns seen
   PhaseStats phases;
   StepDiagnosis step;
+  MemoryDiagnosis memory;
   int64_t evaluated_unix_ns = 0;        // wall clock of the evaluation, set by the caller
   std::vector<std::string> rank_nodes;  // node of each rank, "" when unknown
 };
@@ -77,6 +82,7 @@ class JobPipeline {
   const JobPipelineOptions options_;
   std::unique_ptr<StepAligner> aligner_;
   std::unique_ptr<StepWindow> window_;
+  std::unique_ptr<MemoryWindow> memory_window_;
   std::vector<AlignedStep> closed_;  // scratch, reused
   std::vector<std::string> rank_nodes_;
   TimePoint last_progress_{};  // when a step last aligned, or when the job was first seen

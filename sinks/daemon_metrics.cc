@@ -68,6 +68,27 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) {
   worst_rank_ = r->Gauge("rankwatch_step_worst_rank",
                          "Rank with the largest per-step mean of a phase over the window.",
                          {"training_job", "phase"});
+  memory_diagnosis_ = r->Gauge(
+      "rankwatch_memory_diagnosis",
+      "Step-memory diagnosis of a job: 1 for the current label, 0 for the others.",
+      {"training_job", "diagnosis"});
+  memory_severity_ = r->Gauge("rankwatch_memory_diagnosis_severity",
+                              "Severity of the memory diagnosis: 0 info, 1 warn, 2 crit.",
+                              {"training_job"});
+  memory_peak_ = r->Gauge("rankwatch_memory_peak_bytes",
+                          "Device-memory peak over the window: median or worst over the ranks' "
+                          "window peaks, for allocated and reserved memory.",
+                          {"training_job", "kind", "stat"});
+  memory_pressure_ = r->Gauge("rankwatch_memory_pressure_ratio",
+                              "Worst rank's window peak / device capacity (when reported).",
+                              {"training_job", "kind"});
+  memory_creep_ = r->Gauge("rankwatch_memory_creep_bytes_per_step",
+                           "Growth of the worst rank's peak per step over the window.",
+                           {"training_job", "kind"});
+  memory_steps_to_full_ = r->Gauge(
+      "rankwatch_memory_steps_to_full",
+      "Projected steps until the device is full at the current creep rate (only while it grows).",
+      {"training_job", "kind"});
 }
 
 MetricCell* DaemonMetrics::StepsAligned(const std::string& job) {
@@ -96,6 +117,7 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
   straggler_score_->WithLabels({job, "input"})->Set(d.input_score);
   straggler_score_->WithLabels({job, "compute"})->Set(d.compute_score);
   if (d.compute.stat.present) worst_rank_->WithLabels({job, "compute"})->Set(d.compute.stat.worst_rank);
+  PublishMemory(s);
   if (!s.has_window) return;
   for (int p = 0; p < kPhaseCount; ++p) {
     const PhaseStat& st = s.phases[p];
@@ -108,10 +130,36 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
   }
 }
 
+void DaemonMetrics::PublishMemory(const JobSnapshot& s) {
+  const std::string& job = s.training_job;
+  const MemoryDiagnosis& m = s.memory;
+  for (int l = 0; l < kMemoryLabelCount; ++l) {
+    const auto label = static_cast<MemoryLabel>(l);
+    memory_diagnosis_->WithLabels({job, std::string(MemoryLabelName(label))})->Set(m.label == label);
+  }
+  memory_severity_->WithLabels({job})->Set(static_cast<double>(m.severity));
+  for (int k = 0; k < kMemoryKindCount; ++k) {
+    const MemoryKindEvidence& e = m.kinds[k];
+    if (!e.present) continue;
+    const std::string kind(MemoryKindName(static_cast<MemoryKind>(k)));
+    memory_peak_->WithLabels({job, kind, "median"})->Set(e.median_peak_bytes);
+    memory_peak_->WithLabels({job, kind, "worst"})->Set(e.worst_peak_bytes);
+    memory_creep_->WithLabels({job, kind})->Set(e.creep_bytes_per_step);
+    if (m.capacity_bytes > 0) memory_pressure_->WithLabels({job, kind})->Set(e.pressure);
+    if (e.projected_steps_to_full) {
+      memory_steps_to_full_->WithLabels({job, kind})->Set(static_cast<double>(*e.projected_steps_to_full));
+    } else {
+      memory_steps_to_full_->RemoveSeries({job, kind});
+    }
+  }
+}
+
 void DaemonMetrics::RemoveJob(const std::string& job) {
   for (MetricFamily* f :
        {steps_aligned_, steps_timed_out_, phase_seconds_, phase_skew_, ranks_, window_steps_,
-        step_diagnosis_, step_severity_, share_ratio_, straggler_score_, worst_rank_}) {
+        step_diagnosis_, step_severity_, share_ratio_, straggler_score_, worst_rank_,
+        memory_diagnosis_, memory_severity_, memory_peak_, memory_pressure_, memory_creep_,
+        memory_steps_to_full_}) {
     f->RemoveWhereFirstLabel(job);
   }
 }

@@ -40,6 +40,8 @@ class DaemonMetrics {
   void RemoveJob(const std::string& job);
 
  private:
+  void PublishMemory(const JobSnapshot& snapshot);
+
   MetricFamily* steps_aligned_;
   MetricFamily* steps_timed_out_;
   MetricFamily* phase_seconds_;
@@ -51,6 +53,12 @@ class DaemonMetrics {
   MetricFamily* share_ratio_;
   MetricFamily* straggler_score_;
   MetricFamily* worst_rank_;
+  MetricFamily* memory_diagnosis_;
+  MetricFamily* memory_severity_;
+  MetricFamily* memory_peak_;
+  MetricFamily* memory_pressure_;
+  MetricFamily* memory_creep_;
+  MetricFamily* memory_steps_to_full_;
 };
 
 }  // namespace rankwatch

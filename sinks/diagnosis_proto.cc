@@ -18,7 +18,51 @@ void FillPhase(v1::Phase phase, const SignalEvidence& e, const std::vector<std::
   }
 }
 
+void FillMemoryStats(const MemoryKindEvidence& e, v1::MemoryStats* out) {
+  out->set_median_peak_bytes(e.median_peak_bytes);
+  out->set_worst_peak_bytes(e.worst_peak_bytes);
+  out->set_worst_rank(e.worst_rank);
+  out->set_skew(e.skew);
+}
+
+void FillMemory(const JobSnapshot& s, v1::MemoryDiagnosis* out) {
+  const MemoryDiagnosis& m = s.memory;
+  out->set_label(ToProto(m.label));
+  out->set_severity(ToProto(m.severity));
+  v1::Window* w = out->mutable_window();
+  w->set_first_step(m.first_step);
+  w->set_last_step(m.last_step);
+  w->set_steps(m.window_steps);
+  w->set_world_size(s.world_size);
+  w->set_ranks_present(s.last_ranks_present);
+  const MemoryKindEvidence& allocated = m.kinds[static_cast<int>(MemoryKind::kAllocated)];
+  const MemoryKindEvidence& reserved = m.kinds[static_cast<int>(MemoryKind::kReserved)];
+  if (allocated.present) FillMemoryStats(allocated, out->mutable_allocated());
+  if (reserved.present) FillMemoryStats(reserved, out->mutable_reserved());
+  const MemoryKindEvidence& e = m.kinds[static_cast<int>(m.kind)];
+  out->set_pressure(e.pressure);
+  out->set_device_capacity_bytes(m.capacity_bytes);
+  out->set_creep_bytes_per_step(e.creep_bytes_per_step);
+  if (e.projected_steps_to_full) out->set_projected_steps_to_full(*e.projected_steps_to_full);
+  out->set_worst_growth(e.worst_growth);
+  out->set_median_growth(e.median_growth);
+  out->set_note(m.note);
+  out->set_next_step(m.next_step);
+}
+
 }  // namespace
+
+v1::MemoryDiagnosisLabel ToProto(MemoryLabel label) {
+  switch (label) {
+    case MemoryLabel::kNoData: return v1::MEMORY_NO_DATA;
+    case MemoryLabel::kHighPressure: return v1::MEMORY_HIGH_PRESSURE;
+    case MemoryLabel::kImbalance: return v1::MEMORY_IMBALANCE;
+    case MemoryLabel::kCreep: return v1::MEMORY_CREEP;
+    case MemoryLabel::kCreepEarly: return v1::MEMORY_CREEP_EARLY;
+    case MemoryLabel::kBalanced: return v1::MEMORY_BALANCED;
+  }
+  return v1::MEMORY_DIAGNOSIS_UNSPECIFIED;
+}
 
 v1::StepDiagnosisLabel ToProto(StepLabel label) {
   switch (label) {
@@ -102,6 +146,7 @@ void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out
     h->set_whole_job_stalled(d.whole_job_stalled);
     h->set_lowest_last_step(d.lowest_last_step < 0 ? 0 : d.lowest_last_step);
   }
+  FillMemory(s, out->mutable_memory());
 }
 
 }  // namespace rankwatch

@@ -8,11 +8,11 @@
 namespace rankwatch {
 
 v1::StepDiagnosisLabel ToProto(StepLabel label);
+v1::MemoryDiagnosisLabel ToProto(MemoryLabel label);
 v1::Severity ToProto(Severity severity);
 v1::Phase ToProto(Phase phase);
 
-// Fills `out` with the job's diagnosis. The memory diagnosis is not computed yet
-// (MEMORY_DIAGNOSIS_UNSPECIFIED).
+// Fills `out` with the job's step-time and memory diagnoses and their evidence.
 void ToProto(const JobSnapshot& snapshot, int64_t evaluated_unix_ns, v1::Diagnosis* out);
 
 }  // namespace rankwatch

@@ -27,6 +27,7 @@ class RankWatchService final : public v1::RankWatch::Service {
       j->set_last_aligned_step(s.window_last_step);
       j->set_last_record_unix_ns(s.last_record_unix_ns);
       j->set_step_label(ToProto(s.step.label));
+      j->set_memory_label(ToProto(s.memory.label));
     }
     return grpc::Status::OK;
   }

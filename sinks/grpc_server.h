@@ -1,8 +1,7 @@
 // GrpcServer: the rankwatch.v1.RankWatch service plus gRPC health checking and server
 // reflection, on its own threads.
 //
-// ListJobs and GetDiagnosis answer from the SnapshotStore (the memory diagnosis is not
-// computed yet). GetRankDetail and WatchAlerts return UNIMPLEMENTED until issue #5.
+// ListJobs and GetDiagnosis answer from the SnapshotStore. GetRankDetail and WatchAlerts return UNIMPLEMENTED until issue #5.
 //
 // Thread-safe.
 #pragma once

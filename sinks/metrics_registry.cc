@@ -55,6 +55,11 @@ MetricCell* MetricFamily::WithLabels(const std::vector<std::string>& values) {
   return cell.get();
 }
 
+void MetricFamily::RemoveSeries(const std::vector<std::string>& values) {
+  std::lock_guard<std::mutex> lock(mu_);
+  series_.erase(values);
+}
+
 void MetricFamily::RemoveWhereFirstLabel(std::string_view value) {
   std::lock_guard<std::mutex> lock(mu_);
   std::erase_if(series_, [&](const auto& kv) { return !kv.first.empty() && kv.first[0] == value; });

@@ -38,6 +38,8 @@ class MetricFamily {
 
   // The series with these label values (one per label name, in order), created at 0.
   MetricCell* WithLabels(const std::vector<std::string>& values);
+  // Removes the series with exactly these label values, if present.
+  void RemoveSeries(const std::vector<std::string>& values);
   // Removes the series whose first label equals `value` (e.g. every series of one job).
   void RemoveWhereFirstLabel(std::string_view value);
 

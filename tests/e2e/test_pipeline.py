@@ -86,6 +86,30 @@ class PipelineTest(unittest.TestCase):
         self.assertEqual(d.step.label, service_pb2.STEP_COMPUTE_STRAGGLER, d.step.note)
         self.assertEqual(list(d.step.culprit_ranks), [11])
 
+    def test_memory_diagnoses_live(self):
+        self.fleet.simulate(self.brokers, "--job", "leaky", "--ranks", "16", "--steps", "100", "--speed", "max",
+                            "--fault", "memory-leak:all:64")
+        self.fleet.simulate(self.brokers, "--job", "full", "--ranks", "16", "--steps", "60", "--speed", "max",
+                            "--fault", "memory-pressure:2:0.98")
+        self.wait_aligned("leaky", 100)
+        self.wait_aligned("full", 60)
+        s = self.samples()
+        self.assertEqual(metric(s, "rankwatch_memory_diagnosis", training_job="leaky", diagnosis="memory_creep"), 1)
+        self.assertAlmostEqual(metric(s, "rankwatch_memory_creep_bytes_per_step", training_job="leaky",
+                                      kind="allocated") / 2**20, 64, delta=3)
+        self.assertGreater(metric(s, "rankwatch_memory_steps_to_full", training_job="leaky", kind="allocated"), 400)
+        self.assertEqual(metric(s, "rankwatch_memory_diagnosis", training_job="full", diagnosis="high_pressure"), 1)
+        self.assertEqual(metric(s, "rankwatch_memory_diagnosis_severity", training_job="full"), 2)
+        stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(self.daemon.endpoints["grpc"]))
+        d = stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job="full"), timeout=10)
+        self.assertEqual(d.memory.label, service_pb2.MEMORY_HIGH_PRESSURE)
+        self.assertEqual(d.memory.reserved.worst_rank, 2)
+        self.assertEqual(d.memory.device_capacity_bytes, 80 * 2**30)
+        self.assertGreaterEqual(d.memory.pressure, 0.97)
+        d = stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job="leaky"), timeout=10)
+        self.assertEqual(d.memory.label, service_pb2.MEMORY_CREEP)
+        self.assertTrue(d.memory.HasField("projected_steps_to_full"))
+
     @unittest.skipUnless(shutil.which("kcat"), "kcat not installed")
     def test_garbage_from_kcat_is_rejected_and_the_daemon_keeps_serving(self):
         before = metric(self.samples(), "rankwatch_events_rejected_total", reason="malformed")
