@@ -11,5 +11,6 @@ using CommandRunner = std::function<int()>;
 
 CommandRunner AddKafkaCommand(CLI::App& app);
 CommandRunner AddSimulateCommand(CLI::App& app);
+CommandRunner AddDiagnoseCommand(CLI::App& app);
 
 }  // namespace rankwatch

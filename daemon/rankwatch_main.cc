@@ -1,5 +1,5 @@
 // rankwatch: the operator's tool. Subcommands: kafka (local broker), simulate (synthetic
-// fleet). Bad arguments exit with code 2.
+// fleet), diagnose (a job's diagnosis from rankwatchd). Bad arguments exit with code 2.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   std::vector<rankwatch::CommandRunner> commands = {
       rankwatch::AddKafkaCommand(app),
       rankwatch::AddSimulateCommand(app),
+      rankwatch::AddDiagnoseCommand(app),
   };
   try {
     app.parse(argc, argv);

@@ -1,5 +1,6 @@
 """End to end over real processes and TCP: `rankwatch kafka`, `rankwatchd`, `rankwatch
 simulate`, plus clients rankwatch did not write (kcat, confluent-kafka, grpcio, promtool)."""
+import json
 import os
 import shutil
 import subprocess
@@ -76,6 +77,37 @@ class PipelineTest(unittest.TestCase):
         self.assertEqual(d.step.scope, service_pb2.SCOPE_RANK)
         self.assertIn("rank 5 on node-0 spends", d.step.note)
         self.assertEqual(d.step.window.steps, 100)
+
+    def test_diagnose_cli(self):
+        self.fleet.simulate(self.brokers, "--job", "cli", "--ranks", "16", "--steps", "60", "--speed", "max",
+                            "--sync", "none", "--fault", "slow-input:9:1.0")
+        self.wait_aligned("cli", 60)
+        rw = os.path.join(BIN, "rankwatch")
+        r = subprocess.run([rw, "diagnose", "--server", self.daemon.endpoints["grpc"], "--job", "cli"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertIn("job cli", lines[0])
+        self.assertIn("STEP TIME  INPUT STRAGGLER", r.stdout)
+        self.assertIn("rank 9 on node-1 spends 100% more time in dataloader", r.stdout)
+        self.assertIn("median ms", r.stdout)
+        self.assertIn("MEMORY     BALANCED", r.stdout)
+        r = subprocess.run([rw, "diagnose", "--server", self.daemon.endpoints["grpc"], "--job", "cli", "--json"],
+                           capture_output=True, text=True, timeout=30)
+        doc = json.loads(r.stdout)
+        self.assertEqual(doc["step"]["label"], "STEP_INPUT_STRAGGLER")
+        self.assertEqual(doc["step"]["culprit_ranks"], [9])
+        self.assertEqual(doc["step"]["culprit_node"], "node-1")
+        self.assertEqual(doc["memory"]["label"], "MEMORY_BALANCED")
+        r = subprocess.run([rw, "diagnose", "--server", self.daemon.endpoints["grpc"], "--job", "missing"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.strip().count("\n"), 0)
+        self.assertIn("knows no job 'missing'", r.stderr)
+        r = subprocess.run([rw, "diagnose", "--server", "127.0.0.1:1", "--job", "cli", "--timeout", "2"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.strip(), "rankwatch diagnose: cannot reach rankwatchd at 127.0.0.1:1")
 
     def test_ddp_slow_rank_is_named_without_collective_times(self):
         self.fleet.simulate(self.brokers, "--job", "ddp-nocoll", "--ranks", "16", "--steps", "60", "--speed", "max",

@@ -1,0 +1,137 @@
+// `rankwatch diagnose --server ADDR --job J [--json]`: asks rankwatchd for a job's diagnosis
+// and prints it the way the TraceML CLI reads: the diagnosis first, then the evidence table.
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "daemon/commands.h"
+#include "rankwatch/v1/service.grpc.pb.h"
+
+namespace rankwatch {
+namespace {
+
+struct DiagnoseFlags {
+  std::string server = "127.0.0.1:7466";
+  std::string job;
+  bool json = false;
+  double timeout_s = 10;
+};
+
+// "STEP_COMPUTE_STRAGGLER" -> "COMPUTE STRAGGLER"
+std::string Words(const std::string& enum_name, const std::string& prefix) {
+  std::string s = enum_name.rfind(prefix, 0) == 0 ? enum_name.substr(prefix.size()) : enum_name;
+  for (char& c : s) {
+    if (c == '_') c = ' ';
+  }
+  return s;
+}
+
+std::string SeverityWord(v1::Severity s) { return Words(v1::Severity_Name(s), "SEVERITY_"); }
+
+std::string PhaseWord(v1::Phase p) {
+  std::string s = Words(v1::Phase_Name(p), "PHASE_");
+  for (char& c : s) c = static_cast<char>(std::tolower(c));
+  if (s == "forward backward") s = "fwd+bwd";
+  return s;
+}
+
+void PrintStep(const v1::StepDiagnosis& d) {
+  std::printf("STEP TIME  %s (%s)\n", Words(v1::StepDiagnosisLabel_Name(d.label()), "STEP_").c_str(),
+              SeverityWord(d.severity()).c_str());
+  std::printf("           %s\n", d.note().c_str());
+  std::printf("           next: %s\n", d.next_step().c_str());
+  std::printf("           scores: input %.2f, compute %.2f   shares: input %.0f%%, wait %.0f%%, compute %.0f%%\n",
+              d.scores().input(), d.scores().compute(), d.shares().input() * 100,
+              d.shares().wait() * 100, d.shares().compute() * 100);
+  if (d.phases_size() == 0) return;
+  std::printf("\n  %-12s", "");
+  for (const v1::PhaseStats& p : d.phases()) std::printf("%12s", PhaseWord(p.phase()).c_str());
+  std::printf("\n  %-12s", "median ms");
+  for (const v1::PhaseStats& p : d.phases()) std::printf("%12.2f", p.median_seconds() * 1e3);
+  std::printf("\n  %-12s", "worst ms");
+  for (const v1::PhaseStats& p : d.phases()) std::printf("%12.2f", p.worst_seconds() * 1e3);
+  std::printf("\n  %-12s", "worst rank");
+  for (const v1::PhaseStats& p : d.phases()) std::printf("%12u", p.worst_rank());
+  std::printf("\n  %-12s", "skew");
+  for (const v1::PhaseStats& p : d.phases()) std::printf("%11.1f%%", p.skew() * 100);
+  std::printf("\n");
+}
+
+void PrintMemory(const v1::MemoryDiagnosis& m) {
+  std::printf("\nMEMORY     %s (%s)\n", Words(v1::MemoryDiagnosisLabel_Name(m.label()), "MEMORY_").c_str(),
+              SeverityWord(m.severity()).c_str());
+  std::printf("           %s\n", m.note().c_str());
+  std::printf("           next: %s\n", m.next_step().c_str());
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  auto line = [&](const char* kind, const v1::MemoryStats& s) {
+    std::printf("           %-9s median %.1f GiB, worst %.1f GiB (rank %u), skew %.1f%%\n", kind,
+                s.median_peak_bytes() / kGiB, s.worst_peak_bytes() / kGiB, s.worst_rank(),
+                s.skew() * 100);
+  };
+  if (m.has_allocated()) line("allocated", m.allocated());
+  if (m.has_reserved()) line("reserved", m.reserved());
+  if (m.device_capacity_bytes() > 0) {
+    std::printf("           device %.0f GiB, pressure %.0f%%\n", m.device_capacity_bytes() / kGiB,
+                m.pressure() * 100);
+  }
+}
+
+int RunDiagnose(const DiagnoseFlags& f) {
+  auto channel = grpc::CreateChannel(f.server, grpc::InsecureChannelCredentials());
+  auto stub = v1::RankWatch::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1000)));
+  v1::GetDiagnosisRequest request;
+  request.set_training_job(f.job);
+  v1::Diagnosis d;
+  const grpc::Status status = stub->GetDiagnosis(&ctx, request, &d);
+  if (!status.ok()) {
+    if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+      std::fprintf(stderr, "rankwatch diagnose: rankwatchd at %s knows no job '%s'\n",
+                   f.server.c_str(), f.job.c_str());
+    } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+               status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      std::fprintf(stderr, "rankwatch diagnose: cannot reach rankwatchd at %s\n", f.server.c_str());
+    } else {
+      std::fprintf(stderr, "rankwatch diagnose: %s\n", status.error_message().c_str());
+    }
+    return 1;
+  }
+  if (f.json) {
+    std::string out;
+    google::protobuf::util::JsonPrintOptions options;
+    options.add_whitespace = true;
+    options.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(d, &out, options);
+    std::printf("%s", out.c_str());
+    return 0;
+  }
+  const v1::Window& w = d.step().window();
+  std::printf("job %s   steps %llu-%llu (%u in the window)   ranks %u/%u   %llu steps aligned\n\n",
+              d.training_job().c_str(), static_cast<unsigned long long>(w.first_step()),
+              static_cast<unsigned long long>(w.last_step()), w.steps(), w.ranks_present(),
+              w.world_size(), static_cast<unsigned long long>(d.aligned_steps()));
+  PrintStep(d.step());
+  PrintMemory(d.memory());
+  return 0;
+}
+
+}  // namespace
+
+CommandRunner AddDiagnoseCommand(CLI::App& app) {
+  auto f = std::make_shared<DiagnoseFlags>();
+  CLI::App* cmd = app.add_subcommand("diagnose", "print a job's current diagnosis from rankwatchd");
+  cmd->add_option("--server", f->server, "rankwatchd gRPC address")->capture_default_str();
+  cmd->add_option("--job", f->job, "training job id")->required();
+  cmd->add_flag("--json", f->json, "print the response in the protobuf JSON mapping");
+  cmd->add_option("--timeout", f->timeout_s, "seconds to wait for the answer")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 600.0));
+  return [cmd, f]() -> int { return cmd->parsed() ? RunDiagnose(*f) : -1; };
+}
+
+}  // namespace rankwatch
