@@ -1,0 +1,190 @@
+// Accuracy of the step-time diagnosis on simulated fleets (issue #3, acceptance 3).
+//
+// Matrix: fault kind (one slow rank in compute, one slow rank in input, one slow node in
+// compute) x magnitude (10, 20, 30, 50% of the nominal step added on the culprit) x job size
+// (8, 64, 512 ranks; node faults only where a job has several nodes) x synchronisation (DDP with collective times, DDP without, none) x seeds.
+// Each run has 100 healthy steps (a full window), then the fault from step 100 for 60 steps;
+// the diagnosis is evaluated after every aligned step, as rankwatchd does.
+//
+// Reports per cell: detection rate (the right label naming the right culprit within the 60
+// steps), wrong-culprit rate (a straggler label naming anyone else at any step), and the
+// median steps from onset to detection; and false positives: balanced runs (no fault) with a
+// straggler label at any step. Prints a table and a JSON summary line.
+//
+// Usage: accuracy_benchmark [--seeds 3]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collectors/simulator/fleet_model.h"
+#include "operators/step_time_diagnosis.h"
+
+namespace rankwatch {
+namespace {
+
+constexpr uint64_t kWarmup = 100;
+constexpr uint64_t kFaultSteps = 60;
+
+struct Kind {
+  const char* name;
+  const char* fault;        // KIND:TARGET, magnitude appended
+  double share_of_step;     // nominal share of the step the fault multiplies
+  StepLabel expected;
+  bool node;
+};
+
+constexpr Kind kKinds[] = {
+    {"compute", "slow-compute:3", 0.80, StepLabel::kComputeStraggler, false},
+    {"input", "slow-input:3", 0.10, StepLabel::kInputStraggler, false},
+    {"node-compute", "slow-compute:node0", 0.80, StepLabel::kComputeStraggler, true},
+};
+
+struct Sync {
+  const char* name;
+  FleetOptions::Sync sync;
+  bool collective;
+};
+
+constexpr Sync kSyncs[] = {
+    {"ddp+collective", FleetOptions::Sync::kDdp, true},
+    {"ddp", FleetOptions::Sync::kDdp, false},
+    {"none", FleetOptions::Sync::kNone, true},
+};
+
+bool IsStraggler(StepLabel l) {
+  return l == StepLabel::kStraggler || l == StepLabel::kInputStraggler ||
+         l == StepLabel::kComputeStraggler;
+}
+
+struct Outcome {
+  bool detected = false;
+  bool wrong_culprit = false;
+  bool false_positive = false;  // straggler label before the onset (or in a balanced run)
+  uint64_t steps_to_detect = 0;
+};
+
+Outcome Run(uint32_t ranks, const Sync& sync, const Kind* kind, double magnitude, uint64_t seed) {
+  FleetOptions o;
+  o.ranks = ranks;
+  o.sync = sync.sync;
+  o.report_collective = sync.collective;
+  o.seed = seed;
+  if (kind != nullptr) {
+    // The fault multiplies a phase; scale it so the culprit gains `magnitude` of a step.
+    const double m = magnitude / kind->share_of_step;
+    o.faults.push_back(*ParseFaultSpec(fmt::format("{}:{}:{}", kind->fault, m, kWarmup)));
+  }
+  FleetModel model(o);
+  StepWindow window(ranks, {.steps = 100});
+  std::vector<std::string> nodes;
+  for (uint32_t r = 0; r < ranks; ++r) nodes.push_back(model.NodeName(r));
+  const std::vector<uint32_t> node0 = [&] {
+    std::vector<uint32_t> v;
+    for (uint32_t r = 0; r < std::min(ranks, o.ranks_per_node); ++r) v.push_back(r);
+    return v;
+  }();
+  std::vector<v1::StepRecord> rec;
+  std::vector<bool> rep;
+  Outcome out;
+  for (uint64_t s = 0; s < kWarmup + kFaultSteps; ++s) {
+    model.Step(s, &rec, &rep);
+    AlignedStep a{s, ranks, false, {}};
+    for (uint32_t r = 0; r < ranks; ++r) a.samples.push_back(ToStepSample(rec[r], r));
+    window.Add(a);
+    const StepDiagnosis d = DiagnoseStepTime(window, nodes, {}, {});
+    if (!IsStraggler(d.label)) continue;
+    if (kind == nullptr || s < kWarmup) {
+      out.false_positive = true;
+      continue;
+    }
+    // Wrong: naming any rank outside the injected set. For a node fault, naming one of the
+    // node's ranks alone (while the others are still below the threshold) is imprecise but
+    // not wrong; detection needs the node itself.
+    const std::vector<uint32_t> truth = kind->node ? node0 : std::vector<uint32_t>{3};
+    for (uint32_t r : d.culprit_ranks) {
+      if (std::find(truth.begin(), truth.end(), r) == truth.end()) out.wrong_culprit = true;
+    }
+    const bool exact = kind->node ? (d.scope == CulpritScope::kNode && d.culprit_node == "node-0" &&
+                                     d.culprit_ranks == node0)
+                                  : d.culprit_ranks == truth;
+    if (exact && !out.detected && d.label == kind->expected) {
+      out.detected = true;
+      out.steps_to_detect = s - kWarmup + 1;
+    }
+  }
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+}  // namespace
+}  // namespace rankwatch
+
+int main(int argc, char** argv) {
+  using namespace rankwatch;
+  int seeds = 3;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--seeds") == 0) seeds = std::max(1, std::atoi(argv[i + 1]));
+  }
+  const uint32_t sizes[] = {8, 64, 512};
+  const double magnitudes[] = {0.10, 0.20, 0.30, 0.50};
+
+  std::printf("%-13s %-15s %5s %6s %9s %9s %7s\n", "kind", "sync", "mag", "runs", "detected",
+              "wrong", "median");
+  int at20_runs = 0, at20_detected = 0, wrong_total = 0, runs_total = 0;
+  std::vector<double> at20_steps;
+  for (const Kind& kind : kKinds) {
+    for (const Sync& sync : kSyncs) {
+      for (double mag : magnitudes) {
+        int runs = 0, detected = 0, wrong = 0;
+        std::vector<double> steps;
+        for (uint32_t size : sizes) {
+          if (kind.node && size <= 8) continue;  // one node is the whole job: no straggler
+          for (int seed = 1; seed <= seeds; ++seed) {
+            const Outcome o = Run(size, sync, &kind, mag, static_cast<uint64_t>(seed));
+            ++runs;
+            detected += o.detected;
+            wrong += o.wrong_culprit || o.false_positive;
+            if (o.detected) steps.push_back(static_cast<double>(o.steps_to_detect));
+          }
+        }
+        std::printf("%-13s %-15s %4.0f%% %6d %8.1f%% %8.1f%% %7.1f\n", kind.name, sync.name,
+                    mag * 100, runs, 100.0 * detected / runs, 100.0 * wrong / runs, Median(steps));
+        runs_total += runs;
+        wrong_total += wrong;
+        if (mag >= 0.20) {
+          at20_runs += runs;
+          at20_detected += detected;
+          at20_steps.insert(at20_steps.end(), steps.begin(), steps.end());
+        }
+      }
+    }
+  }
+  int balanced_runs = 0, false_positives = 0;
+  for (const Sync& sync : kSyncs) {
+    for (uint32_t size : sizes) {
+      for (int seed = 1; seed <= seeds * 3; ++seed) {
+        ++balanced_runs;
+        false_positives += Run(size, sync, nullptr, 0, static_cast<uint64_t>(seed)).false_positive;
+      }
+    }
+  }
+  std::printf("\nbalanced runs: %d, with a straggler label at any step: %d\n", balanced_runs,
+              false_positives);
+  std::printf(
+      "{\"detection_rate_at_20pct_plus\": %.4f, \"median_steps_to_detect_at_20pct_plus\": %.1f, "
+      "\"wrong_culprit_runs\": %d, \"fault_runs\": %d, \"false_positive_runs\": %d, "
+      "\"balanced_runs\": %d}\n",
+      static_cast<double>(at20_detected) / at20_runs, Median(at20_steps), wrong_total, runs_total,
+      false_positives, balanced_runs);
+  return 0;
+}
