@@ -12,5 +12,6 @@ using CommandRunner = std::function<int()>;
 CommandRunner AddKafkaCommand(CLI::App& app);
 CommandRunner AddSimulateCommand(CLI::App& app);
 CommandRunner AddDiagnoseCommand(CLI::App& app);
+CommandRunner AddReplayCommand(CLI::App& app);
 
 }  // namespace rankwatch

@@ -1,5 +1,5 @@
 // rankwatch: the operator's tool. Subcommands: kafka (local broker), simulate (synthetic
-// fleet), diagnose (a job's diagnosis from rankwatchd). Bad arguments exit with code 2.
+// fleet), replay (vendor iteration traces), diagnose (a job's diagnosis from rankwatchd). Bad arguments exit with code 2.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
       rankwatch::AddKafkaCommand(app),
       rankwatch::AddSimulateCommand(app),
       rankwatch::AddDiagnoseCommand(app),
+      rankwatch::AddReplayCommand(app),
   };
   try {
     app.parse(argc, argv);

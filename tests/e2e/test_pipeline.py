@@ -262,6 +262,50 @@ class LifecycleTest(unittest.TestCase):
         self.assertEqual(d.step.hang.lowest_last_step, 29)
         self.assertGreater(d.step.hang.seconds_since_last_aligned, 1.0)
 
+    def test_vendor_iteration_traces_replay_into_aligned_steps(self):
+        fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../shared/fixtures")
+        daemon = self.fleet.start_daemon(brokers=None, extra=["--align-timeout", "1s"])
+        brokers = daemon.endpoints["brokers"]
+        rw = os.path.join(BIN, "rankwatch")
+
+        def replay(job, *paths):
+            r = subprocess.run([rw, "replay", "--brokers", brokers, "--job", job] +
+                               [os.path.join(fixtures, p) for p in paths],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return json.loads(r.stdout.strip().splitlines()[-1])
+
+        out = replay("msprof", "ascend-msprof-timeline")
+        self.assertEqual((out["ranks"], out["records"]), (2, 20))
+        out = replay("mindspore", "mindspore-step-trace-raw/cluster_propose")
+        self.assertEqual((out["ranks"], out["world_size"], out["records"]), (2, 3, 10))  # ranks 0 and 2
+        out = replay("npu", "ascend-pytorch-profiler")
+        self.assertEqual((out["ranks"], out["records"]), (2, 2))
+
+        def aligned(job):
+            return metric(parse_metrics(scrape(daemon)), "rankwatch_steps_aligned_total", training_job=job)
+        wait_until(lambda: aligned("msprof") == 10, 30, "msprof steps")
+        wait_until(lambda: aligned("mindspore") == 5, 30, "MindSpore steps (rank 1 absent: by timeout)")
+        wait_until(lambda: aligned("npu") == 1, 30, "torch_npu steps")
+        s = parse_metrics(scrape(daemon))
+        phase = lambda job, p, stat: metric(s, "rankwatch_step_phase_seconds", training_job=job, phase=p, stat=stat)
+        # torch_npu step 50: rank 0 Preparing + Stage = 135.60925 ms, rank 1 119.52225 ms.
+        self.assertAlmostEqual(phase("npu", "step", "worst"), 0.13560925, places=9)
+        self.assertAlmostEqual(phase("npu", "step", "median"), (0.13560925 + 0.11952225) / 2, places=9)
+        self.assertAlmostEqual(phase("npu", "collective", "worst"), 0.081515607, places=9)
+        self.assertEqual(metric(s, "rankwatch_step_worst_rank", training_job="npu", phase="step"), 0)
+        self.assertEqual(metric(s, "rankwatch_job_ranks", training_job="mindspore", state="present"), 2)
+        stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(daemon.endpoints["grpc"]))
+        d = stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job="msprof"), timeout=10)
+        self.assertEqual(d.step.window.steps, 10)
+        self.assertEqual(d.step.label, service_pb2.STEP_INPUT_BOUND)  # ~16 ms gaps vs ~15 ms iterations
+        self.assertEqual(d.memory.label, service_pb2.MEMORY_NO_DATA)
+
+        r = subprocess.run([rw, "replay", "--brokers", brokers, "--job", "x", os.path.join(fixtures, "kineto")],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no iteration traces", r.stderr)
+
     def test_a_second_daemon_on_the_same_state_dir_is_refused(self):
         first = self.fleet.start_daemon(brokers=None)
         r = subprocess.run([os.path.join(BIN, "rankwatchd"), "--state-dir", first.state_dir,
