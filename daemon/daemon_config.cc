@@ -29,6 +29,57 @@ absl::StatusOr<Duration> ParseDuration(const std::string& text) {
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds));
 }
 
+namespace {
+
+using Setter = std::function<void(const YAML::Node&)>;
+
+// Applies the keys of a YAML map section through `setters`; an unknown key throws.
+void ApplySection(const YAML::Node& section, const std::string& name,
+                  const std::map<std::string, Setter>& setters) {
+  if (!section.IsMap()) throw YAML::Exception(section.Mark(), name + " must be a map");
+  for (const auto& kv : section) {
+    const std::string key = kv.first.as<std::string>();
+    auto it = setters.find(key);
+    if (it == setters.end()) throw YAML::Exception(kv.first.Mark(), "unknown key " + name + "." + key);
+    it->second(kv.second);
+  }
+}
+
+std::map<std::string, Setter> StepDiagnosisSetters(StepDiagnosisOptions* o) {
+  auto d = [](double* field) { return [field](const YAML::Node& n) { *field = n.as<double>(); }; };
+  return {
+      {"min-steps", [o](const YAML::Node& n) { o->min_steps = n.as<uint32_t>(); }},
+      {"straggler-warn", d(&o->straggler_warn)},
+      {"straggler-crit", d(&o->straggler_crit)},
+      {"input-share-warn", d(&o->input_share_warn)},
+      {"input-share-crit", d(&o->input_share_crit)},
+      {"wait-share-warn", d(&o->wait_share_warn)},
+      {"wait-share-crit", d(&o->wait_share_crit)},
+      {"compute-share-warn", d(&o->compute_share_warn)},
+      {"compute-share-crit", d(&o->compute_share_crit)},
+      {"bound-max-skew", d(&o->bound_max_skew)},
+      {"onset-steps", [o](const YAML::Node& n) { o->onset_steps = n.as<uint32_t>(); }},
+      {"sync-max-step-skew", d(&o->sync_max_step_skew)},
+      {"node-fraction", d(&o->node_fraction)},
+      {"hang-timeout-steps", d(&o->hang_timeout_steps)},
+  };
+}
+
+std::map<std::string, Setter> MemoryDiagnosisSetters(DaemonConfig* c) {
+  MemoryDiagnosisOptions* o = &c->memory_diagnosis;
+  auto d = [](double* field) { return [field](const YAML::Node& n) { *field = n.as<double>(); }; };
+  return {
+      {"window-steps", [c](const YAML::Node& n) { c->memory_window_steps = n.as<int>(); }},
+      {"min-steps", [o](const YAML::Node& n) { o->min_steps = n.as<uint32_t>(); }},
+      {"pressure-warn", d(&o->pressure_warn)},
+      {"pressure-crit", d(&o->pressure_crit)},
+      {"imbalance-warn", d(&o->imbalance_warn)},
+      {"imbalance-crit", d(&o->imbalance_crit)},
+  };
+}
+
+}  // namespace
+
 absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* c) {
   YAML::Node root;
   try {
@@ -39,7 +90,6 @@ absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* c) {
   if (root.IsNull()) return absl::OkStatus();
   if (!root.IsMap()) return absl::InvalidArgumentError("config " + path + ": not a YAML map");
 
-  using Setter = std::function<void(const YAML::Node&)>;
   const std::map<std::string, Setter> setters = {
       {"brokers", [&](const YAML::Node& n) { c->brokers = n.as<std::string>(); }},
       {"topic", [&](const YAML::Node& n) { c->topic = n.as<std::string>(); }},
@@ -57,6 +107,12 @@ absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* c) {
          if (!n.IsMap()) throw YAML::Exception(n.Mark(), "kafka must be a map");
          for (const auto& kv : n) c->kafka[kv.first.as<std::string>()] = kv.second.as<std::string>();
        }},
+      {"step-diagnosis",
+       [&](const YAML::Node& n) {
+         ApplySection(n, "step-diagnosis", StepDiagnosisSetters(&c->step_diagnosis));
+       }},
+      {"memory-diagnosis",
+       [&](const YAML::Node& n) { ApplySection(n, "memory-diagnosis", MemoryDiagnosisSetters(c)); }},
   };
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();

@@ -7,6 +7,10 @@
 //   align-timeout: 10s
 //   kafka:                      # passed through to librdkafka
 //     security.protocol: SASL_SSL
+//   step-diagnosis:             # thresholds of spec/step-diagnosis.md section 3
+//     straggler-warn: 0.10
+//   memory-diagnosis:           # section 4
+//     window-steps: 100
 #pragma once
 
 #include <string>
@@ -14,6 +18,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ingest/kafka_config.h"
+#include "operators/memory_diagnosis.h"
+#include "operators/step_time_diagnosis.h"
 #include "operators/time.h"
 
 namespace rankwatch {
@@ -31,6 +37,9 @@ struct DaemonConfig {
   std::string hang_timeout = "30s";                 // floor of max(5 x median step, this)
   std::string log_level = "info";                   // trace, debug, info, warn, error
   KafkaProperties kafka;
+  StepDiagnosisOptions step_diagnosis;      // `step-diagnosis:` section; hang-timeout above
+  MemoryDiagnosisOptions memory_diagnosis;  // `memory-diagnosis:` section
+  int memory_window_steps = 100;            // `memory-diagnosis: window-steps`
 };
 
 // Reads `path` into `config`, leaving keys the file does not name untouched. Unknown keys and

@@ -34,6 +34,26 @@ TEST(DaemonConfigTest, ReadsEveryKey) {
   EXPECT_EQ(c.log_level, "info");  // untouched default
 }
 
+TEST(DaemonConfigTest, DiagnosisThresholdsAreConfigurable) {
+  DaemonConfig c;
+  const std::string path = WriteTemp("thresholds.yaml",
+                                     "step-diagnosis:\n"
+                                     "  straggler-warn: 0.15\n"
+                                     "  onset-steps: 12\n"
+                                     "memory-diagnosis:\n"
+                                     "  window-steps: 200\n"
+                                     "  pressure-crit: 0.99\n");
+  ASSERT_TRUE(LoadDaemonConfigFile(path, &c).ok());
+  EXPECT_DOUBLE_EQ(c.step_diagnosis.straggler_warn, 0.15);
+  EXPECT_DOUBLE_EQ(c.step_diagnosis.straggler_crit, 0.20);  // untouched default
+  EXPECT_EQ(c.step_diagnosis.onset_steps, 12u);
+  EXPECT_EQ(c.memory_window_steps, 200);
+  EXPECT_DOUBLE_EQ(c.memory_diagnosis.pressure_crit, 0.99);
+  absl::Status s = LoadDaemonConfigFile(WriteTemp("bad3.yaml", "step-diagnosis:\n  stragler-warn: 1\n"), &c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("step-diagnosis.stragler-warn"), std::string::npos) << s;
+}
+
 TEST(DaemonConfigTest, UnknownKeysAndBadValuesNameTheKey) {
   DaemonConfig c;
   absl::Status s = LoadDaemonConfigFile(WriteTemp("bad.yaml", "windw-steps: 5\n"), &c);

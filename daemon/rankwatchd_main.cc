@@ -96,7 +96,13 @@ int Run(const DaemonConfig& config) {
   JobRouterOptions router_options;
   router_options.pipeline.align.align_timeout = *align_timeout;
   router_options.pipeline.window.steps = static_cast<size_t>(config.window_steps);
+  router_options.pipeline.diagnosis = config.step_diagnosis;
   router_options.pipeline.diagnosis.hang_timeout_min = *hang_timeout;
+  router_options.pipeline.memory = config.memory_diagnosis;
+  if (config.memory_window_steps < 1) {
+    return Fail(absl::InvalidArgumentError("memory-diagnosis.window-steps must be >= 1"));
+  }
+  router_options.pipeline.memory_window.steps = static_cast<size_t>(config.memory_window_steps);
   JobRouter router(router_options, &metrics, &snapshots);
 
   constexpr auto kTick = std::chrono::milliseconds(100);

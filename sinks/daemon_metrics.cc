@@ -68,6 +68,11 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) {
   worst_rank_ = r->Gauge("rankwatch_step_worst_rank",
                          "Rank with the largest per-step mean of a phase over the window.",
                          {"training_job", "phase"});
+  rank_excess_ = r->Gauge(
+      "rankwatch_rank_excess_seconds",
+      "Top 3 ranks per signal (dataloader, compute) by per-step time above the median rank; "
+      "the only per-rank series (at most 6 per job).",
+      {"training_job", "signal", "rank", "node"});
   memory_diagnosis_ = r->Gauge(
       "rankwatch_memory_diagnosis",
       "Step-memory diagnosis of a job: 1 for the current label, 0 for the others.",
@@ -117,6 +122,15 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
   straggler_score_->WithLabels({job, "input"})->Set(d.input_score);
   straggler_score_->WithLabels({job, "compute"})->Set(d.compute_score);
   if (d.compute.stat.present) worst_rank_->WithLabels({job, "compute"})->Set(d.compute.stat.worst_rank);
+  rank_excess_->RemoveWhereFirstLabel(job);
+  auto top = [&](const char* signal, const SignalEvidence& e) {
+    for (const RankExcess& x : e.top) {
+      const std::string node = x.rank < s.rank_nodes.size() ? s.rank_nodes[x.rank] : "";
+      rank_excess_->WithLabels({job, signal, std::to_string(x.rank), node})->Set(x.excess_seconds);
+    }
+  };
+  top("dataloader", d.phases[static_cast<int>(Phase::kDataloader)]);
+  top("compute", d.compute);
   PublishMemory(s);
   if (!s.has_window) return;
   for (int p = 0; p < kPhaseCount; ++p) {
@@ -157,7 +171,7 @@ void DaemonMetrics::PublishMemory(const JobSnapshot& s) {
 void DaemonMetrics::RemoveJob(const std::string& job) {
   for (MetricFamily* f :
        {steps_aligned_, steps_timed_out_, phase_seconds_, phase_skew_, ranks_, window_steps_,
-        step_diagnosis_, step_severity_, share_ratio_, straggler_score_, worst_rank_,
+        step_diagnosis_, step_severity_, share_ratio_, straggler_score_, worst_rank_, rank_excess_,
         memory_diagnosis_, memory_severity_, memory_peak_, memory_pressure_, memory_creep_,
         memory_steps_to_full_}) {
     f->RemoveWhereFirstLabel(job);

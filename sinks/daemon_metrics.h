@@ -53,6 +53,7 @@ class DaemonMetrics {
   MetricFamily* share_ratio_;
   MetricFamily* straggler_score_;
   MetricFamily* worst_rank_;
+  MetricFamily* rank_excess_;
   MetricFamily* memory_diagnosis_;
   MetricFamily* memory_severity_;
   MetricFamily* memory_peak_;
