@@ -37,8 +37,8 @@ TEST_F(JobRouterTest, RoutesJobsCountsEventsAndPublishesSnapshots) {
   EXPECT_EQ(metrics.StepsAligned("b")->Get(), 0);
   auto snap = snapshots.Get();
   ASSERT_EQ(snap->size(), 2u);
-  EXPECT_EQ(snap->at("a").aligned_steps, 1u);
-  EXPECT_EQ(snap->at("b").ranks_seen, 1u);
+  EXPECT_EQ(snap->at("a")->aligned_steps, 1u);
+  EXPECT_EQ(snap->at("b")->ranks_seen, 1u);
   const std::string text = registry.Render();
   EXPECT_NE(text.find("rankwatch_step_phase_seconds{training_job=\"a\",phase=\"forward\","
                       "stat=\"median\"} 0.03"),
@@ -66,7 +66,7 @@ TEST_F(JobRouterTest, StepCountsAppearOnlyWithTheirSnapshot) {
   EXPECT_TRUE(snapshots.Get()->empty());
   router.Tick(t0);
   EXPECT_EQ(metrics.StepsAligned("a")->Get(), 1);
-  EXPECT_EQ(snapshots.Get()->at("a").aligned_steps, 1u);
+  EXPECT_EQ(snapshots.Get()->at("a")->aligned_steps, 1u);
 }
 
 TEST_F(JobRouterTest, RefusesJobsBeyondTheLimit) {

@@ -14,7 +14,7 @@ void JobPipeline::Reset(uint32_t world_size) {
   aligner_ = std::make_unique<StepAligner>(world_size, options_.align);
   window_ = std::make_unique<StepWindow>(world_size, options_.window);
   memory_window_ = std::make_unique<MemoryWindow>(world_size, options_.memory_window);
-  rank_nodes_.assign(world_size, "");
+  rank_nodes_ = std::make_shared<const std::vector<std::string>>(world_size);
 }
 
 JobDelta JobPipeline::AddBatch(const v1::Batch& batch, TimePoint now) {
@@ -30,7 +30,11 @@ JobDelta JobPipeline::AddBatch(const v1::Batch& batch, TimePoint now) {
     Reset(world_size);
   }
   const uint32_t rank = batch.source().rank();
-  if (rank_nodes_[rank] != batch.source().node()) rank_nodes_[rank] = batch.source().node();
+  if ((*rank_nodes_)[rank] != batch.source().node()) {
+    auto nodes = std::make_shared<std::vector<std::string>>(*rank_nodes_);  // rare: copy on write
+    (*nodes)[rank] = batch.source().node();
+    rank_nodes_ = std::move(nodes);
+  }
   for (const v1::StepRecord& record : batch.steps()) {
     last_record_unix_ns_ = std::max(last_record_unix_ns_, record.end_unix_ns());
     switch (aligner_->Add(ToStepSample(record, rank), now, &closed_)) {
@@ -66,6 +70,11 @@ void JobPipeline::Consume(TimePoint now, JobDelta* delta) {
   closed_.clear();
 }
 
+const std::string& JobSnapshot::NodeOf(uint32_t rank) const {
+  static const std::string kUnknown;
+  return rank_nodes && rank < rank_nodes->size() ? (*rank_nodes)[rank] : kUnknown;
+}
+
 JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   JobSnapshot s;
   s.training_job = training_job_;
@@ -80,13 +89,13 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
     s.window_last_step = window_->last_step();
     s.window_steps = static_cast<uint32_t>(window_->size());
     s.last_ranks_present = window_->last_ranks_present();
-    s.phases = ComputePhaseStats(*window_);
   }
   HangInput hang;
   hang.seconds_since_last_aligned = std::chrono::duration<double>(now - last_progress_).count();
   hang.last_step_by_rank.resize(s.world_size);
   for (uint32_t r = 0; r < s.world_size; ++r) hang.last_step_by_rank[r] = aligner_->last_step_of(r);
-  s.step = DiagnoseStepTime(*window_, rank_nodes_, hang, options_.diagnosis);
+  s.step = DiagnoseStepTime(*window_, *rank_nodes_, hang, options_.diagnosis);
+  for (int p = 0; p < kPhaseCount; ++p) s.phases[p] = s.step.phases[p].stat;
   s.memory = DiagnoseMemory(*memory_window_, options_.memory);
   s.rank_nodes = rank_nodes_;
   return s;

@@ -54,7 +54,10 @@ struct JobSnapshot {
   StepDiagnosis step;
   MemoryDiagnosis memory;
   int64_t evaluated_unix_ns = 0;        // wall clock of the evaluation, set by the caller
-  std::vector<std::string> rank_nodes;  // node of each rank, "" when unknown
+  // Node of each rank ("" when unknown); shared with the pipeline, replaced when one changes.
+  std::shared_ptr<const std::vector<std::string>> rank_nodes;
+  // The node of `rank`, or "" when unknown.
+  const std::string& NodeOf(uint32_t rank) const;
 };
 
 class JobPipeline {
@@ -84,7 +87,7 @@ class JobPipeline {
   std::unique_ptr<StepWindow> window_;
   std::unique_ptr<MemoryWindow> memory_window_;
   std::vector<AlignedStep> closed_;  // scratch, reused
-  std::vector<std::string> rank_nodes_;
+  std::shared_ptr<const std::vector<std::string>> rank_nodes_;
   TimePoint last_progress_{};  // when a step last aligned, or when the job was first seen
   bool seen_ = false;
   uint64_t aligned_steps_ = 0;

@@ -34,19 +34,15 @@ Slice SliceOf(const std::vector<double>& worst, const std::vector<double>& media
           mean(median, n - seg, seg), seg};
 }
 
-MemoryKindEvidence Assess(const MemoryWindow& w, MemoryKind kind, uint64_t capacity,
-                          const MemoryDiagnosisOptions& o) {
+MemoryKindEvidence Assess(const MemoryWindow& w, const std::vector<double>& rank_peak,
+                          MemoryKind kind, uint64_t capacity, const MemoryDiagnosisOptions& o) {
   const int k = static_cast<int>(kind);
   MemoryKindEvidence e;
-  std::vector<double> rank_peak(w.world_size(), 0);
   std::vector<double> worst, median;
   for (const MemoryWindow::Step& s : w.steps()) {
     if (s.worst[k] <= 0) continue;
     worst.push_back(s.worst[k]);
     median.push_back(s.median[k]);
-    for (const MemoryWindow::Entry& x : s.entries) {
-      rank_peak[x.rank] = std::max(rank_peak[x.rank], static_cast<double>(x.bytes[k]));
-    }
   }
   if (worst.size() < o.min_steps) return e;
   e.present = true;
@@ -152,7 +148,8 @@ MemoryDiagnosis DiagnoseMemory(const MemoryWindow& w, const MemoryDiagnosisOptio
   }
   d.capacity_bytes = w.capacity();
   for (int k = 0; k < kMemoryKindCount; ++k) {
-    d.kinds[k] = Assess(w, static_cast<MemoryKind>(k), d.capacity_bytes, o);
+    const auto kind = static_cast<MemoryKind>(k);
+    d.kinds[k] = Assess(w, w.rank_peaks(kind), kind, d.capacity_bytes, o);
   }
   // The worse of the two kinds: earlier in the first-match order, then the higher severity.
   auto worse = [](const MemoryKindEvidence& a, const MemoryKindEvidence& b) {

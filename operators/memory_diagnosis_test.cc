@@ -37,6 +37,35 @@ class Fleet {
 
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
+TEST(MemoryWindowTest, RankPeaksFollowTheWindow) {
+  MemoryWindow w(2, {.steps = 3});
+  auto add = [&](uint64_t step, uint64_t r0, uint64_t r1) {
+    AlignedStep a{step, 2, false, {}};
+    StepSample s0, s1;
+    s0.rank = 0;
+    s0.peak_allocated_bytes = r0;
+    s1.rank = 1;
+    s1.peak_allocated_bytes = r1;
+    if (r0) a.samples.push_back(s0);
+    if (r1) a.samples.push_back(s1);
+    w.Add(a);
+  };
+  add(0, 5, 2);
+  add(1, 1, 3);
+  add(2, 1, 0);  // rank 1 absent
+  EXPECT_EQ(w.rank_peaks(MemoryKind::kAllocated)[0], 5);
+  EXPECT_EQ(w.rank_peaks(MemoryKind::kAllocated)[1], 3);
+  add(3, 1, 1);  // rank 0's 5 leaves the window
+  EXPECT_EQ(w.rank_peaks(MemoryKind::kAllocated)[0], 1);
+  EXPECT_EQ(w.rank_peaks(MemoryKind::kAllocated)[1], 3);
+  add(4, 1, 1);  // rank 1's 3 leaves
+  EXPECT_EQ(w.rank_peaks(MemoryKind::kAllocated)[1], 1);
+  add(5, 0, 0);  // no memory at all: not a memory point
+  EXPECT_EQ(w.steps().size(), 3u);
+  EXPECT_EQ(w.steps().back().step, 4u);
+  EXPECT_EQ(w.steps().back().median[0], 1);
+}
+
 TEST(MemoryDiagnosisTest, FewerThan48StepsIsNoData) {
   Fleet f(8, {});
   f.Run(47);

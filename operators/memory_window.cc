@@ -1,36 +1,66 @@
 #include "operators/memory_window.h"
 
 #include <algorithm>
+#include <cassert>
 
 #include "operators/phase_stats.h"
 
 namespace rankwatch {
 
 MemoryWindow::MemoryWindow(uint32_t world_size, MemoryWindowOptions options)
-    : world_size_(world_size), options_(options) {}
+    : world_size_(world_size), slots_(options.steps) {
+  assert(slots_ > 0);
+  for (int k = 0; k < kMemoryKindCount; ++k) {
+    ring_[k].assign(size_t{world_size} * slots_, 0);
+    peak_[k].assign(world_size, 0);
+    incoming_[k].assign(world_size, 0);
+  }
+}
 
 void MemoryWindow::Add(const AlignedStep& aligned) {
-  Step step{aligned.step, {}, {0, 0}, {0, 0}, 0};
+  Step step{aligned.step, 0, {0, 0}, {0, 0}, 0};
   std::vector<double> values[kMemoryKindCount];
   for (const StepSample& s : aligned.samples) {
     if (s.rank >= world_size_ || (s.peak_allocated_bytes == 0 && s.peak_reserved_bytes == 0)) {
       continue;
     }
-    Entry e{s.rank, {s.peak_allocated_bytes, s.peak_reserved_bytes}};
+    const double bytes[kMemoryKindCount] = {static_cast<double>(s.peak_allocated_bytes),
+                                            static_cast<double>(s.peak_reserved_bytes)};
     for (int k = 0; k < kMemoryKindCount; ++k) {
-      if (e.bytes[k] == 0) continue;
-      values[k].push_back(static_cast<double>(e.bytes[k]));
-      step.worst[k] = std::max(step.worst[k], static_cast<double>(e.bytes[k]));
+      incoming_[k][s.rank] = bytes[k];
+      if (bytes[k] <= 0) continue;
+      values[k].push_back(bytes[k]);
+      step.worst[k] = std::max(step.worst[k], bytes[k]);
     }
     step.capacity = std::max(step.capacity, s.device_capacity_bytes);
-    step.entries.push_back(e);
+    ++step.ranks;
   }
-  if (step.entries.empty()) return;
+  if (step.ranks == 0) return;
   for (int k = 0; k < kMemoryKindCount; ++k) {
     if (!values[k].empty()) step.median[k] = MedianInPlace(values[k]);
   }
-  steps_.push_back(std::move(step));
-  if (steps_.size() > options_.steps) steps_.pop_front();
+
+  // Overwrite the oldest slot of every rank (ranks absent from this step get 0) and keep
+  // each rank's peak current.
+  const size_t slot = next_slot_;
+  next_slot_ = (next_slot_ + 1) % slots_;
+  for (int k = 0; k < kMemoryKindCount; ++k) {
+    for (uint32_t r = 0; r < world_size_; ++r) {
+      double* ring = ring_[k].data() + size_t{r} * slots_;
+      const double old = ring[slot];
+      const double now = incoming_[k][r];
+      incoming_[k][r] = 0;
+      ring[slot] = now;
+      double& peak = peak_[k][r];
+      if (now >= peak) {
+        peak = now;
+      } else if (old == peak) {  // the peak left the window: rescan this rank
+        peak = *std::max_element(ring, ring + slots_);
+      }
+    }
+  }
+  steps_.push_back(step);
+  if (steps_.size() > slots_) steps_.pop_front();
 }
 
 uint64_t MemoryWindow::capacity() const {

@@ -1,6 +1,10 @@
 // MemoryWindow: the device-memory peaks of one job's last K aligned steps that carried memory
-// (spec/step-diagnosis.md section 4): each rank's peaks per step, and per step the worst and
-// median over ranks, for allocated and reserved memory.
+// (spec/step-diagnosis.md section 4): per step, the worst and median over ranks, and per rank
+// the peak over the window, for allocated and reserved memory.
+//
+// Each rank's values live in a ring of K slots, and its window peak is kept up to date as
+// steps enter and leave (a rank's ring is rescanned only when its peak leaves the window), so
+// reading the peaks costs O(ranks), not O(ranks x K).
 //
 // Not thread-safe: owned by the job's worker thread.
 #pragma once
@@ -22,13 +26,9 @@ struct MemoryWindowOptions {
 
 class MemoryWindow {
  public:
-  struct Entry {
-    uint32_t rank;
-    uint64_t bytes[kMemoryKindCount];  // 0 = not reported
-  };
   struct Step {
     uint64_t step;
-    std::vector<Entry> entries;
+    uint32_t ranks;                   // ranks that reported memory
     double worst[kMemoryKindCount];   // max over ranks
     double median[kMemoryKindCount];  // median over the ranks that reported
     uint64_t capacity;                // largest device capacity reported, 0 = unknown
@@ -42,13 +42,21 @@ class MemoryWindow {
 
   const std::deque<Step>& steps() const { return steps_; }
   uint32_t world_size() const { return world_size_; }
+  // Each rank's peak over the window (0 = no memory reported in the window).
+  const std::vector<double>& rank_peaks(MemoryKind kind) const {
+    return peak_[static_cast<int>(kind)];
+  }
   // Largest capacity reported in the window, 0 when unknown.
   uint64_t capacity() const;
 
  private:
   const uint32_t world_size_;
-  const MemoryWindowOptions options_;
+  const size_t slots_;
+  size_t next_slot_ = 0;
   std::deque<Step> steps_;
+  std::vector<double> ring_[kMemoryKindCount];  // rank-major: rank * slots_ + slot
+  std::vector<double> peak_[kMemoryKindCount];
+  std::vector<double> incoming_[kMemoryKindCount];  // scratch, one value per rank
 };
 
 }  // namespace rankwatch

@@ -125,7 +125,7 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
   rank_excess_->RemoveWhereFirstLabel(job);
   auto top = [&](const char* signal, const SignalEvidence& e) {
     for (const RankExcess& x : e.top) {
-      const std::string node = x.rank < s.rank_nodes.size() ? s.rank_nodes[x.rank] : "";
+      const std::string& node = s.NodeOf(x.rank);
       rank_excess_->WithLabels({job, signal, std::to_string(x.rank), node})->Set(x.excess_seconds);
     }
   };

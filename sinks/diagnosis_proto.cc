@@ -3,7 +3,7 @@
 namespace rankwatch {
 namespace {
 
-void FillPhase(v1::Phase phase, const SignalEvidence& e, const std::vector<std::string>& nodes,
+void FillPhase(v1::Phase phase, const SignalEvidence& e, const JobSnapshot& s,
                v1::PhaseStats* out) {
   out->set_phase(phase);
   out->set_median_seconds(e.stat.median_seconds);
@@ -13,7 +13,7 @@ void FillPhase(v1::Phase phase, const SignalEvidence& e, const std::vector<std::
   for (const RankExcess& x : e.top) {
     v1::Offender* o = out->add_top_offenders();
     o->set_rank(x.rank);
-    if (x.rank < nodes.size()) o->set_node(nodes[x.rank]);
+    o->set_node(s.NodeOf(x.rank));
     o->set_excess_seconds(x.excess_seconds);
   }
 }
@@ -118,10 +118,10 @@ void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out
   w->set_world_size(s.world_size);
   for (int p = 0; p < kPhaseCount; ++p) {
     if (d.phases[p].stat.present) {
-      FillPhase(ToProto(static_cast<Phase>(p)), d.phases[p], s.rank_nodes, step->add_phases());
+      FillPhase(ToProto(static_cast<Phase>(p)), d.phases[p], s, step->add_phases());
     }
   }
-  if (d.compute.stat.present) FillPhase(v1::PHASE_COMPUTE, d.compute, s.rank_nodes, step->add_phases());
+  if (d.compute.stat.present) FillPhase(v1::PHASE_COMPUTE, d.compute, s, step->add_phases());
   step->mutable_shares()->set_input(d.input_share);
   step->mutable_shares()->set_wait(d.wait_share);
   step->mutable_shares()->set_compute(d.compute_share);

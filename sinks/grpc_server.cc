@@ -18,7 +18,8 @@ class RankWatchService final : public v1::RankWatch::Service {
 
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
                         v1::ListJobsResponse* response) override {
-    for (const auto& [job, s] : *snapshots_->Get()) {
+    for (const auto& [job, snapshot] : *snapshots_->Get()) {
+      const JobSnapshot& s = *snapshot;
       v1::JobSummary* j = response->add_jobs();
       j->set_training_job(job);
       j->set_world_size(s.world_size);
@@ -39,7 +40,7 @@ class RankWatchService final : public v1::RankWatch::Service {
     if (it == snapshots->end()) {
       return {grpc::StatusCode::NOT_FOUND, "no training job '" + request->training_job() + "'"};
     }
-    ToProto(it->second, it->second.evaluated_unix_ns, response);
+    ToProto(*it->second, it->second->evaluated_unix_ns, response);
     return grpc::Status::OK;
   }
   grpc::Status GetRankDetail(grpc::ServerContext*, const v1::GetRankDetailRequest*,

@@ -16,7 +16,8 @@ namespace rankwatch {
 
 class SnapshotStore {
  public:
-  using Map = std::map<std::string, JobSnapshot>;
+  // Snapshots are shared: publishing one job copies pointers, not the other jobs' evidence.
+  using Map = std::map<std::string, std::shared_ptr<const JobSnapshot>>;
 
   std::shared_ptr<const Map> Get() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -29,7 +30,7 @@ class SnapshotStore {
     auto next = std::make_shared<Map>(*current_);
     for (JobSnapshot& s : updates) {
       std::string job = s.training_job;
-      (*next)[job] = std::move(s);
+      (*next)[job] = std::make_shared<const JobSnapshot>(std::move(s));
     }
     current_ = std::move(next);
   }
