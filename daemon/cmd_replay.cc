@@ -95,11 +95,16 @@ int RunReplay(const ReplayFlags& f) {
       src->set_device(r.device);
       src->set_collector("rankwatch-replay/" RANKWATCH_VERSION);
       auto& it = cursor[rank];
+      if (it == r.steps.end()) continue;
       for (uint32_t n = 0; n < f.chunk_steps && it != r.steps.end(); ++n, ++it) {
         *b.add_steps() = it->second;
       }
-      if (it != r.steps.end()) more = true;
-      if (b.steps_size() == 0) continue;
+      // A trace is a finished run: its last batch says so, so its silence is not a hang.
+      if (it != r.steps.end()) {
+        more = true;
+      } else {
+        b.set_final(true);
+      }
       records += b.steps_size();
       ++messages;
       b.SerializeToString(&buffer);

@@ -86,6 +86,18 @@ class FleetPublisher {
     return absl::OkStatus();
   }
 
+  // Tells the daemon that `rank` ends cleanly: an empty batch marked final.
+  absl::Status Finish(uint32_t rank) {
+    v1::Batch& b = batches_[rank];
+    b.clear_steps();
+    b.set_final(true);
+    b.set_sequence(sequence_[rank]++);
+    b.set_created_unix_ns(WallNowNs());
+    b.SerializeToString(&buffer_);
+    ++messages_;
+    return publisher_->Publish(b.source().training_job(), buffer_);
+  }
+
   uint64_t records() const { return records_; }
   uint64_t messages() const { return messages_; }
 
@@ -170,6 +182,11 @@ int RunSimulate(const SimulateFlags& f) {
     }
   }
   if (status.ok()) status = fleet.FlushAll();
+  // Ranks that ran to the end say so; hung ranks (and an interrupted run) stay silent.
+  const bool completed = !StopRequested();
+  for (uint32_t r = 0; r < f.ranks && status.ok() && completed; ++r) {
+    if (reported.empty() || reported[r]) status = fleet.Finish(r);
+  }
   if (status.ok()) status = (*publisher)->Flush(std::chrono::seconds(60));
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::printf(

@@ -15,6 +15,8 @@ void JobPipeline::Reset(uint32_t world_size) {
   window_ = std::make_unique<StepWindow>(world_size, options_.window);
   memory_window_ = std::make_unique<MemoryWindow>(world_size, options_.memory_window);
   rank_nodes_ = std::make_shared<const std::vector<std::string>>(world_size);
+  finished_ranks_.assign(world_size, false);
+  finished_count_ = 0;
 }
 
 JobDelta JobPipeline::AddBatch(const v1::Batch& batch, TimePoint now) {
@@ -43,6 +45,10 @@ JobDelta JobPipeline::AddBatch(const v1::Batch& batch, TimePoint now) {
       case AlignOutcome::kLate: ++delta.late; break;
       case AlignOutcome::kRankOutOfRange: ++delta.rank_out_of_range; break;
     }
+  }
+  if (batch.final() && !finished_ranks_[rank]) {
+    finished_ranks_[rank] = true;
+    ++finished_count_;
   }
   Consume(now, &delta);
   return delta;
@@ -90,8 +96,11 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
     s.window_steps = static_cast<uint32_t>(window_->size());
     s.last_ranks_present = window_->last_ranks_present();
   }
+  s.finished = finished_count_ == s.world_size;
   HangInput hang;
-  hang.seconds_since_last_aligned = std::chrono::duration<double>(now - last_progress_).count();
+  // A job whose every rank ended cleanly is done, not hung.
+  hang.seconds_since_last_aligned =
+      s.finished ? 0 : std::chrono::duration<double>(now - last_progress_).count();
   hang.last_step_by_rank.resize(s.world_size);
   for (uint32_t r = 0; r < s.world_size; ++r) hang.last_step_by_rank[r] = aligner_->last_step_of(r);
   s.step = DiagnoseStepTime(*window_, *rank_nodes_, hang, options_.diagnosis);

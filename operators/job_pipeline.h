@@ -51,6 +51,7 @@ struct JobSnapshot {
   uint32_t last_ranks_present = 0;
   int64_t last_record_unix_ns = 0;  // newest end_unix_ns seen
   PhaseStats phases;
+  bool finished = false;            // every rank sent its final batch
   StepDiagnosis step;
   MemoryDiagnosis memory;
   int64_t evaluated_unix_ns = 0;        // wall clock of the evaluation, set by the caller
@@ -89,6 +90,8 @@ class JobPipeline {
   std::vector<AlignedStep> closed_;  // scratch, reused
   std::shared_ptr<const std::vector<std::string>> rank_nodes_;
   TimePoint last_progress_{};  // when a step last aligned, or when the job was first seen
+  std::vector<bool> finished_ranks_;
+  uint32_t finished_count_ = 0;
   bool seen_ = false;
   uint64_t aligned_steps_ = 0;
   uint64_t timed_out_steps_ = 0;

@@ -59,6 +59,26 @@ TEST(JobPipelineTest, TickClosesTimedOutSteps) {
   EXPECT_EQ(p.Snapshot(t0).last_ranks_present, 1u);
 }
 
+TEST(JobPipelineTest, SilenceIsAHangUnlessEveryRankEndedCleanly) {
+  JobPipeline p("j", 2, {});
+  const TimePoint t0{};
+  p.AddBatch(MakeBatch("j", 0, 2, 0, 20), t0);
+  v1::Batch last = MakeBatch("j", 1, 2, 0, 20);
+  p.AddBatch(last, t0);
+  const TimePoint later = t0 + std::chrono::seconds(60);
+  EXPECT_EQ(p.Snapshot(later).step.label, StepLabel::kHang);
+  v1::Batch bye0 = MakeBatch("j", 0, 2, 20, 0);
+  bye0.set_final(true);
+  p.AddBatch(bye0, t0);
+  EXPECT_EQ(p.Snapshot(later).step.label, StepLabel::kHang);  // rank 1 has not said goodbye
+  v1::Batch bye1 = MakeBatch("j", 1, 2, 20, 0);
+  bye1.set_final(true);
+  p.AddBatch(bye1, t0);
+  const JobSnapshot s = p.Snapshot(later);
+  EXPECT_TRUE(s.finished);
+  EXPECT_NE(s.step.label, StepLabel::kHang);
+}
+
 TEST(JobPipelineTest, AWorldSizeChangeRestartsAlignment) {
   JobPipeline p("j", 2, {});
   const TimePoint t0{};
