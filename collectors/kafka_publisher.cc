@@ -81,6 +81,20 @@ absl::Status BatchPublisher::Publish(std::string_view key, std::string_view payl
   }
 }
 
+absl::Status BatchPublisher::WaitUntilConnected(std::chrono::milliseconds timeout) {
+  rd_kafka_topic_t* topic = rd_kafka_topic_new(rk_, options_.topic.c_str(), nullptr);
+  const rd_kafka_metadata_t* metadata = nullptr;
+  const rd_kafka_resp_err_t e =
+      rd_kafka_metadata(rk_, 0, topic, &metadata, static_cast<int>(timeout.count()));
+  if (metadata != nullptr) rd_kafka_metadata_destroy(metadata);
+  rd_kafka_topic_destroy(topic);
+  if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return absl::UnavailableError("cannot reach Kafka at " + options_.brokers + " (" +
+                                  rd_kafka_err2str(e) + ")");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status BatchPublisher::Flush(std::chrono::milliseconds timeout) {
   rd_kafka_resp_err_t e = rd_kafka_flush(rk_, static_cast<int>(timeout.count()));
   if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {

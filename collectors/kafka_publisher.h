@@ -45,6 +45,10 @@ class BatchPublisher {
   // is full; with kDropNewest, returns ResourceExhausted and counts a drop.
   absl::Status Publish(std::string_view key, std::string_view payload);
 
+  // Fetches the topic's metadata from the brokers, so that the first batches do not wait for
+  // the connection. Unavailable (naming the brokers) when none answers within `timeout`.
+  absl::Status WaitUntilConnected(std::chrono::milliseconds timeout);
+
   // Waits until every enqueued message is delivered or failed, up to `timeout`.
   absl::Status Flush(std::chrono::milliseconds timeout);
 

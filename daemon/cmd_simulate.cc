@@ -145,6 +145,10 @@ int RunSimulate(const SimulateFlags& f) {
     std::fprintf(stderr, "rankwatch simulate: %s\n", std::string(publisher.status().message()).c_str());
     return 2;
   }
+  if (auto s = (*publisher)->WaitUntilConnected(std::chrono::seconds(10)); !s.ok()) {
+    std::fprintf(stderr, "rankwatch simulate: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
 
   FleetModel model(o);
   const int64_t start_wall = WallNowNs();
