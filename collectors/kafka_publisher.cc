@@ -37,6 +37,14 @@ absl::StatusOr<std::unique_ptr<BatchPublisher>> BatchPublisher::Create(
   return publisher;
 }
 
+absl::StatusOr<std::unique_ptr<BatchPublisher>> BatchPublisher::Connect(
+    const PublisherOptions& options, std::chrono::milliseconds timeout) {
+  auto publisher = Create(options);
+  if (!publisher.ok()) return publisher.status();
+  if (absl::Status s = (*publisher)->WaitUntilConnected(timeout); !s.ok()) return s;
+  return publisher;
+}
+
 BatchPublisher::BatchPublisher(rd_kafka_t* rk, PublisherOptions options)
     : rk_(rk), options_(std::move(options)) {}
 

@@ -37,6 +37,10 @@ struct PublisherOptions {
 class BatchPublisher {
  public:
   static absl::StatusOr<std::unique_ptr<BatchPublisher>> Create(const PublisherOptions& options);
+  // Create, then WaitUntilConnected(timeout): InvalidArgument for a bad configuration,
+  // Unavailable when no broker answers.
+  static absl::StatusOr<std::unique_ptr<BatchPublisher>> Connect(const PublisherOptions& options,
+                                                                 std::chrono::milliseconds timeout);
   ~BatchPublisher();
   BatchPublisher(const BatchPublisher&) = delete;
   BatchPublisher& operator=(const BatchPublisher&) = delete;

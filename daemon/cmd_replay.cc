@@ -66,14 +66,10 @@ int RunReplay(const ReplayFlags& f) {
   po.brokers = f.brokers;
   po.topic = f.topic;
   po.client_id = "rankwatch-replay";
-  auto publisher = BatchPublisher::Create(po);
+  auto publisher = BatchPublisher::Connect(po, std::chrono::seconds(10));
   if (!publisher.ok()) {
     std::fprintf(stderr, "rankwatch replay: %s\n", std::string(publisher.status().message()).c_str());
-    return 2;
-  }
-  if (auto s = (*publisher)->WaitUntilConnected(std::chrono::seconds(10)); !s.ok()) {
-    std::fprintf(stderr, "rankwatch replay: %s\n", std::string(s.message()).c_str());
-    return 1;
+    return publisher.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   // Publish in chunks of steps across all ranks, so alignment never holds the whole trace.
   std::map<uint32_t, std::map<uint64_t, v1::StepRecord>::iterator> cursor;

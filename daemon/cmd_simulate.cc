@@ -140,14 +140,10 @@ int RunSimulate(const SimulateFlags& f) {
   po.topic = f.topic;
   po.compression = f.compression;
   po.client_id = "rankwatch-simulate";
-  auto publisher = BatchPublisher::Create(po);
+  auto publisher = BatchPublisher::Connect(po, std::chrono::seconds(10));
   if (!publisher.ok()) {
     std::fprintf(stderr, "rankwatch simulate: %s\n", std::string(publisher.status().message()).c_str());
-    return 2;
-  }
-  if (auto s = (*publisher)->WaitUntilConnected(std::chrono::seconds(10)); !s.ok()) {
-    std::fprintf(stderr, "rankwatch simulate: %s\n", std::string(s.message()).c_str());
-    return 1;
+    return publisher.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
 
   FleetModel model(o);
