@@ -1,0 +1,188 @@
+#include "state/state_store.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
+#include <rocksdb/write_batch.h>
+
+#include <charconv>
+
+namespace rankwatch {
+namespace {
+
+constexpr std::string_view kSchemaKey = "schema_version";
+
+absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string msg = what + ": " + s.ToString();
+  if (s.IsCorruption()) return absl::DataLossError(msg);
+  if (s.IsIOError() || s.IsNoSpace()) return absl::UnavailableError(msg);
+  if (s.IsInvalidArgument()) return absl::InvalidArgumentError(msg);
+  return absl::InternalError(msg);
+}
+
+std::string OffsetKey(const std::string& topic, int32_t partition) {
+  return topic + '\0' + std::to_string(partition);
+}
+
+}  // namespace
+
+std::string_view StateFamilyName(StateFamily family) {
+  switch (family) {
+    case StateFamily::kMetadata: return "metadata";
+    case StateFamily::kOffsets: return "offsets";
+    case StateFamily::kPendingSteps: return "pending_steps";
+    case StateFamily::kWindows: return "windows";
+    case StateFamily::kAlerts: return "alerts";
+  }
+  return "unknown";
+}
+
+void Checkpoint::Put(StateFamily family, std::string key, std::string value) {
+  bytes_ += key.size() + value.size();
+  ops_.push_back({family, std::move(key), std::move(value)});
+}
+
+void Checkpoint::Delete(StateFamily family, std::string key) {
+  bytes_ += key.size();
+  ops_.push_back({family, std::move(key), std::nullopt});
+}
+
+void Checkpoint::SetOffset(const std::string& topic, int32_t partition, int64_t next_offset) {
+  Put(StateFamily::kOffsets, OffsetKey(topic, partition), std::to_string(next_offset));
+}
+
+absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOptions& options) {
+  const std::string dir = options.dir.string();
+  const std::string wipe = " (remove --state-dir " + dir + " to start clean)";
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  std::unique_ptr<rocksdb::Env> env;
+  if (options.file_system) {
+    env = rocksdb::NewCompositeEnv(options.file_system);
+    db_options.env = env.get();
+  }
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
+  for (int f = 0; f < kStateFamilyCount; ++f) {
+    descriptors.emplace_back(std::string(StateFamilyName(static_cast<StateFamily>(f))),
+                             rocksdb::ColumnFamilyOptions());
+  }
+  auto store = std::unique_ptr<StateStore>(new StateStore());
+  store->sync_ = options.sync;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(db_options, dir, descriptors, &handles, &db);
+  if (!s.ok()) {
+    absl::Status st = FromRocks(s, "cannot open the state store in " + dir);
+    return absl::Status(st.code(), std::string(st.message()) + wipe);
+  }
+  store->db_.reset(db);
+  store->env_ = std::move(env);
+  store->default_family_ = handles.front();
+  handles.erase(handles.begin());
+  store->families_ = std::move(handles);
+
+  auto version = store->Get(StateFamily::kMetadata, kSchemaKey);
+  if (!version.ok()) return version.status();
+  if (!version->has_value()) {
+    Checkpoint init;
+    init.Put(StateFamily::kMetadata, std::string(kSchemaKey), std::to_string(kStateSchemaVersion));
+    if (absl::Status c = store->Commit(init); !c.ok()) return c;
+  } else {
+    uint32_t stored = 0;
+    const std::string& text = **version;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), stored);
+    if (ec != std::errc() || ptr != text.data() + text.size()) {
+      return absl::DataLossError("state in " + dir + " has an unreadable schema version '" +
+                                 text + "'" + wipe);
+    }
+    if (stored > kStateSchemaVersion) {
+      return absl::FailedPreconditionError(
+          "state in " + dir + " was written by a newer rankwatchd (schema " +
+          std::to_string(stored) + ", this build reads up to " +
+          std::to_string(kStateSchemaVersion) + ")" + wipe);
+    }
+  }
+  return store;
+}
+
+StateStore::~StateStore() {
+  if (!db_) return;
+  for (rocksdb::ColumnFamilyHandle* h : families_) db_->DestroyColumnFamilyHandle(h);
+  if (default_family_ != nullptr) db_->DestroyColumnFamilyHandle(default_family_);
+  (void)db_->Close();
+  db_.reset();
+}
+
+absl::Status StateStore::Commit(const Checkpoint& checkpoint) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!sticky_.ok()) return sticky_;
+  rocksdb::WriteBatch batch;
+  for (const Checkpoint::Op& op : checkpoint.ops_) {
+    rocksdb::ColumnFamilyHandle* cf = families_[static_cast<int>(op.family)];
+    if (op.value) {
+      batch.Put(cf, op.key, *op.value);
+    } else {
+      batch.Delete(cf, op.key);
+    }
+  }
+  rocksdb::WriteOptions write_options;
+  write_options.sync = sync_;
+  absl::Status s = FromRocks(db_->Write(write_options, &batch), "checkpoint write failed");
+  if (!s.ok()) sticky_ = s;
+  return s;
+}
+
+absl::StatusOr<std::optional<std::string>> StateStore::Get(StateFamily family,
+                                                           std::string_view key) const {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), families_[static_cast<int>(family)],
+                               rocksdb::Slice(key.data(), key.size()), &value);
+  if (s.IsNotFound()) return std::optional<std::string>();
+  if (!s.ok()) return FromRocks(s, "state read failed");
+  return std::optional<std::string>(std::move(value));
+}
+
+absl::Status StateStore::ForEach(
+    StateFamily family, std::string_view prefix,
+    const std::function<void(std::string_view, std::string_view)>& fn) const {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), families_[static_cast<int>(family)]));
+  for (it->Seek(rocksdb::Slice(prefix.data(), prefix.size())); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    if (!k.starts_with(rocksdb::Slice(prefix.data(), prefix.size()))) break;
+    fn(std::string_view(k.data(), k.size()), std::string_view(it->value().data(), it->value().size()));
+  }
+  return FromRocks(it->status(), "state scan failed");
+}
+
+absl::StatusOr<std::map<std::pair<std::string, int32_t>, int64_t>> StateStore::Offsets() const {
+  std::map<std::pair<std::string, int32_t>, int64_t> out;
+  absl::Status bad;
+  absl::Status s = ForEach(StateFamily::kOffsets, "", [&](std::string_view k, std::string_view v) {
+    const size_t sep = k.find('\0');
+    int32_t partition = 0;
+    int64_t offset = 0;
+    const bool ok = sep != std::string_view::npos &&
+                    std::from_chars(k.data() + sep + 1, k.data() + k.size(), partition).ec == std::errc() &&
+                    std::from_chars(v.data(), v.data() + v.size(), offset).ec == std::errc();
+    if (!ok) {
+      bad = absl::DataLossError("unreadable stored offset");
+      return;
+    }
+    out[{std::string(k.substr(0, sep)), partition}] = offset;
+  });
+  if (!s.ok()) return s;
+  if (!bad.ok()) return bad;
+  return out;
+}
+
+absl::Status StateStore::health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sticky_;
+}
+
+}  // namespace rankwatch

@@ -1,0 +1,112 @@
+// StateStore: rankwatchd's durable state in RocksDB (issue #4), one column family per kind of
+// state, and checkpoints that write dirty state together with the Kafka offsets it covers in
+// one atomic WriteBatch ("offsets are state", ARCHITECTURE.md).
+//
+// Errors are sticky: after one failed write the store refuses every later commit with the same
+// status (the daemon then reports NOT_SERVING and keeps serving its last good diagnoses), so a
+// checkpoint can never land on top of a lost one.
+//
+// Thread-safe: RocksDB is; the sticky status is guarded by a mutex.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace rocksdb {
+class DB;
+class Env;
+class ColumnFamilyHandle;
+class FileSystem;
+}  // namespace rocksdb
+
+namespace rankwatch {
+
+// The kinds of durable state, one RocksDB column family each.
+enum class StateFamily : uint8_t {
+  kMetadata = 0,   // schema version, daemon identity
+  kOffsets,        // consumed offset per (topic, partition)
+  kPendingSteps,   // steps waiting for ranks
+  kWindows,        // rolling windows of each job
+  kAlerts,         // alert log
+};
+inline constexpr int kStateFamilyCount = 5;
+std::string_view StateFamilyName(StateFamily family);
+
+// The newest state schema this build reads and writes.
+inline constexpr uint32_t kStateSchemaVersion = 1;
+
+struct StateStoreOptions {
+  std::filesystem::path dir;  // created when missing (required)
+  bool sync = true;           // default: fsync every checkpoint (a crash loses nothing committed)
+  // For tests: the file system RocksDB writes through (fault injection). Default: the OS.
+  std::shared_ptr<rocksdb::FileSystem> file_system;
+};
+
+// One atomic unit of writes.
+class Checkpoint {
+ public:
+  void Put(StateFamily family, std::string key, std::string value);
+  void Delete(StateFamily family, std::string key);
+  // The next offset to consume in (topic, partition).
+  void SetOffset(const std::string& topic, int32_t partition, int64_t next_offset);
+  bool empty() const { return ops_.empty(); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  friend class StateStore;
+  struct Op {
+    StateFamily family;
+    std::string key;
+    std::optional<std::string> value;  // nullopt = delete
+  };
+  std::vector<Op> ops_;
+  size_t bytes_ = 0;
+};
+
+class StateStore {
+ public:
+  // Opens (or creates) the store. A store written by a newer schema, or unreadable files, are
+  // FailedPrecondition / DataLoss errors that name the directory and say how to start clean.
+  static absl::StatusOr<std::unique_ptr<StateStore>> Open(const StateStoreOptions& options);
+  ~StateStore();
+  StateStore(const StateStore&) = delete;
+  StateStore& operator=(const StateStore&) = delete;
+
+  // Writes the checkpoint atomically. Once a write failed, returns that first error forever.
+  absl::Status Commit(const Checkpoint& checkpoint);
+
+  absl::StatusOr<std::optional<std::string>> Get(StateFamily family, std::string_view key) const;
+  // Calls `fn(key, value)` for every key of `family` starting with `prefix`, in key order.
+  absl::Status ForEach(StateFamily family, std::string_view prefix,
+                       const std::function<void(std::string_view, std::string_view)>& fn) const;
+  // Stored next offsets: (topic, partition) -> offset.
+  absl::StatusOr<std::map<std::pair<std::string, int32_t>, int64_t>> Offsets() const;
+
+  // OK while every write succeeded; otherwise the first failure.
+  absl::Status health() const;
+
+ private:
+  StateStore() = default;
+
+  std::unique_ptr<rocksdb::Env> env_;  // only with a custom file system; outlives db_
+  std::unique_ptr<rocksdb::DB> db_;
+  rocksdb::ColumnFamilyHandle* default_family_ = nullptr;  // unused, but owned
+  std::vector<rocksdb::ColumnFamilyHandle*> families_;  // index: StateFamily
+  bool sync_ = true;
+  mutable std::mutex mu_;
+  absl::Status sticky_;  // guarded by mu_
+};
+
+}  // namespace rankwatch

@@ -1,0 +1,153 @@
+#include "state/state_store.h"
+
+#include <gtest/gtest.h>
+#include <rocksdb/file_system.h>
+
+#include <atomic>
+#include <fstream>
+
+namespace rankwatch {
+namespace {
+
+std::filesystem::path FreshDir(const std::string& name) {
+  auto p = std::filesystem::path(::testing::TempDir()) / ("state_store_" + name);
+  std::filesystem::remove_all(p);
+  return p;
+}
+
+TEST(StateStoreTest, CheckpointsAreDurableAcrossReopen) {
+  const auto dir = FreshDir("reopen");
+  {
+    auto store = StateStore::Open({dir});
+    ASSERT_TRUE(store.ok()) << store.status();
+    Checkpoint c;
+    c.Put(StateFamily::kWindows, "job-a/0", "window bytes");
+    c.Put(StateFamily::kPendingSteps, "job-a/17", "pending");
+    c.SetOffset("rankwatch.telemetry", 3, 1234);
+    c.SetOffset("rankwatch.telemetry", 10, 7);
+    ASSERT_TRUE((*store)->Commit(c).ok());
+    Checkpoint d;
+    d.Delete(StateFamily::kPendingSteps, "job-a/17");
+    d.SetOffset("rankwatch.telemetry", 3, 1300);
+    ASSERT_TRUE((*store)->Commit(d).ok());
+  }
+  auto store = StateStore::Open({dir});
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(*(*store)->Get(StateFamily::kWindows, "job-a/0"), "window bytes");
+  EXPECT_FALSE((*store)->Get(StateFamily::kPendingSteps, "job-a/17")->has_value());
+  // Families are separate key spaces.
+  EXPECT_FALSE((*store)->Get(StateFamily::kAlerts, "job-a/0")->has_value());
+  auto offsets = (*store)->Offsets();
+  ASSERT_TRUE(offsets.ok());
+  ASSERT_EQ(offsets->size(), 2u);
+  EXPECT_EQ((offsets->at({"rankwatch.telemetry", 3})), 1300);
+  EXPECT_EQ((offsets->at({"rankwatch.telemetry", 10})), 7);
+}
+
+TEST(StateStoreTest, ForEachScansAPrefixInKeyOrder) {
+  auto store = StateStore::Open({FreshDir("scan")});
+  ASSERT_TRUE(store.ok());
+  Checkpoint c;
+  c.Put(StateFamily::kWindows, "b/2", "x");
+  c.Put(StateFamily::kWindows, "a/1", "y");
+  c.Put(StateFamily::kWindows, "b/1", "z");
+  ASSERT_TRUE((*store)->Commit(c).ok());
+  std::vector<std::string> keys;
+  ASSERT_TRUE((*store)->ForEach(StateFamily::kWindows, "b/", [&](std::string_view k, std::string_view) {
+    keys.emplace_back(k);
+  }).ok());
+  EXPECT_EQ(keys, (std::vector<std::string>{"b/1", "b/2"}));
+}
+
+TEST(StateStoreTest, StateFromANewerSchemaIsAClearError) {
+  const auto dir = FreshDir("future");
+  {
+    auto store = StateStore::Open({dir});
+    ASSERT_TRUE(store.ok());
+    Checkpoint c;
+    c.Put(StateFamily::kMetadata, "schema_version", std::to_string(kStateSchemaVersion + 1));
+    ASSERT_TRUE((*store)->Commit(c).ok());
+  }
+  auto store = StateStore::Open({dir});
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find("newer rankwatchd"), std::string::npos);
+  EXPECT_NE(store.status().message().find("remove --state-dir"), std::string::npos);
+}
+
+TEST(StateStoreTest, UnreadableFilesAreAnErrorNotACrash) {
+  const auto dir = FreshDir("corrupt");
+  { ASSERT_TRUE(StateStore::Open({dir}).ok()); }
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().starts_with("MANIFEST")) {
+      std::ofstream(entry.path(), std::ios::trunc) << "this is not a manifest";
+    }
+  }
+  auto store = StateStore::Open({dir});
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find(dir.string()), std::string::npos) << store.status();
+}
+
+// Fails every write once armed, like a full or read-only disk.
+class FailingFile : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  FailingFile(std::unique_ptr<rocksdb::FSWritableFile>&& file, std::atomic<bool>* fail)
+      : FSWritableFileOwnerWrapper(std::move(file)), fail_(fail) {}
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
+                           rocksdb::IODebugContext* d) override {
+    if (*fail_) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+    return FSWritableFileOwnerWrapper::Append(data, o, d);
+  }
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
+                           const rocksdb::DataVerificationInfo& v, rocksdb::IODebugContext* d) override {
+    if (*fail_) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+    return FSWritableFileOwnerWrapper::Append(data, o, v, d);
+  }
+
+ private:
+  std::atomic<bool>* fail_;
+};
+
+class FailingFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  FailingFileSystem() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "FailingFileSystem"; }
+  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                    rocksdb::IODebugContext* d) override {
+    rocksdb::IOStatus s = target()->NewWritableFile(f, o, r, d);
+    if (s.ok()) *r = std::make_unique<FailingFile>(std::move(*r), &fail);
+    return s;
+  }
+  std::atomic<bool> fail{false};
+};
+
+TEST(StateStoreTest, AFailedWriteIsStickyAndReadsStillWork) {
+  auto fs = std::make_shared<FailingFileSystem>();
+  StateStoreOptions options{FreshDir("sticky")};
+  options.file_system = fs;
+  auto store = StateStore::Open(options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  Checkpoint good;
+  good.Put(StateFamily::kWindows, "job", "last good");
+  ASSERT_TRUE((*store)->Commit(good).ok());
+  EXPECT_TRUE((*store)->health().ok());
+
+  fs->fail = true;
+  Checkpoint bad;
+  bad.Put(StateFamily::kWindows, "job", "lost");
+  const absl::Status first = (*store)->Commit(bad);
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.code(), absl::StatusCode::kUnavailable) << first;
+  // The disk recovers, but the store does not pretend nothing happened.
+  fs->fail = false;
+  Checkpoint later;
+  later.Put(StateFamily::kWindows, "job", "later");
+  EXPECT_EQ((*store)->Commit(later), first);
+  EXPECT_EQ((*store)->health(), first);
+  // The last good state can still be read.
+  EXPECT_EQ(*(*store)->Get(StateFamily::kWindows, "job"), "last good");
+}
+
+}  // namespace
+}  // namespace rankwatch
