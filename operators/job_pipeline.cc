@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "operators/step_codec.h"
+
 namespace rankwatch {
 
 JobPipeline::JobPipeline(std::string training_job, uint32_t world_size,
@@ -64,6 +66,7 @@ JobDelta JobPipeline::Tick(TimePoint now) {
 void JobPipeline::Consume(TimePoint now, JobDelta* delta) {
   if (!closed_.empty()) last_progress_ = now;
   for (const AlignedStep& step : closed_) {
+    if (options_.record_changes) unsaved_steps_.push_back(EncodeStep(step));
     window_->Add(step);
     memory_window_->Add(step);
     ++aligned_steps_;
@@ -108,6 +111,62 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   s.memory = DiagnoseMemory(*memory_window_, options_.memory);
   s.rank_nodes = rank_nodes_;
   return s;
+}
+
+JobCheckpoint JobPipeline::TakeCheckpoint(TimePoint now, int64_t wall_now_unix_ns) {
+  JobCheckpoint c;
+  state::v1::JobMeta& m = c.meta;
+  m.set_training_job(training_job_);
+  m.set_world_size(aligner_->world_size());
+  m.set_aligned_steps(aligned_steps_);
+  m.set_timed_out_steps(timed_out_steps_);
+  m.set_last_record_unix_ns(last_record_unix_ns_);
+  m.set_last_progress_unix_ns(wall_now_unix_ns - (now - last_progress_).count());
+  for (const std::string& node : *rank_nodes_) m.add_rank_nodes(node);
+  for (uint32_t r = 0; r < finished_ranks_.size(); ++r) {
+    if (finished_ranks_[r]) m.add_finished_ranks(r);
+  }
+  *m.mutable_aligner() = aligner_->ExportState(now, wall_now_unix_ns);
+  c.new_steps = std::move(unsaved_steps_);
+  unsaved_steps_.clear();
+  // The oldest step either window still holds; stored steps before it are no longer needed.
+  uint64_t keep = UINT64_MAX;
+  if (!window_->empty()) keep = std::min(keep, window_->first_step());
+  if (!memory_window_->steps().empty()) keep = std::min(keep, memory_window_->steps().front().step);
+  c.keep_from_step = keep == UINT64_MAX ? 0 : keep;
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<JobPipeline>> JobPipeline::Restore(
+    const state::v1::JobMeta& m, const std::vector<state::v1::StoredStep>& steps,
+    JobPipelineOptions options, TimePoint now, int64_t wall_now_unix_ns) {
+  if (m.world_size() == 0 || m.rank_nodes_size() != static_cast<int>(m.world_size())) {
+    return absl::DataLossError("stored job '" + m.training_job() + "' is inconsistent");
+  }
+  auto p = std::make_unique<JobPipeline>(m.training_job(), m.world_size(), options);
+  auto aligner = StepAligner::FromState(m.aligner(), options.align, now, wall_now_unix_ns);
+  if (!aligner.ok()) return aligner.status();
+  p->aligner_ = std::move(*aligner);
+  p->aligned_steps_ = m.aligned_steps();
+  p->timed_out_steps_ = m.timed_out_steps();
+  p->last_record_unix_ns_ = m.last_record_unix_ns();
+  p->seen_ = true;
+  p->last_progress_ = now - Duration(wall_now_unix_ns - m.last_progress_unix_ns());
+  p->rank_nodes_ = std::make_shared<const std::vector<std::string>>(m.rank_nodes().begin(),
+                                                                    m.rank_nodes().end());
+  for (uint32_t r : m.finished_ranks()) {
+    if (r >= m.world_size()) return absl::DataLossError("stored finished rank out of range");
+    if (!p->finished_ranks_[r]) ++p->finished_count_;
+    p->finished_ranks_[r] = true;
+  }
+  AlignedStep step;
+  for (const state::v1::StoredStep& stored : steps) {
+    if (absl::Status s = DecodeStep(stored, &step); !s.ok()) return s;
+    if (step.world_size != m.world_size()) continue;  // from before an elastic restart
+    p->window_->Add(step);
+    p->memory_window_->Add(step);
+  }
+  return p;
 }
 
 }  // namespace rankwatch

@@ -21,6 +21,8 @@
 namespace rankwatch {
 
 struct JobPipelineOptions {
+  // Keep each newly aligned step, encoded, for the next checkpoint. Default: off.
+  bool record_changes = false;
   StepAlignerOptions align;
   StepWindowOptions window;
   StepDiagnosisOptions diagnosis;
@@ -61,6 +63,14 @@ struct JobSnapshot {
   const std::string& NodeOf(uint32_t rank) const;
 };
 
+// What a checkpoint of one job writes: its metadata and aligner, the steps aligned since the
+// previous checkpoint, and the oldest step any window still needs (older stored steps can go).
+struct JobCheckpoint {
+  state::v1::JobMeta meta;
+  std::vector<state::v1::StoredStep> new_steps;
+  uint64_t keep_from_step = 0;
+};
+
 class JobPipeline {
  public:
   JobPipeline(std::string training_job, uint32_t world_size, JobPipelineOptions options);
@@ -75,6 +85,16 @@ class JobPipeline {
   // Computes the current snapshot and diagnosis at `now` (O(ranks * phases)).
   JobSnapshot Snapshot(TimePoint now) const;
 
+  // The job's durable state since the previous call (requires options.record_changes).
+  JobCheckpoint TakeCheckpoint(TimePoint now, int64_t wall_now_unix_ns);
+
+  // Rebuilds a pipeline from its metadata and its stored steps (ascending; at least every step
+  // from the checkpoint's keep_from_step on). The result behaves exactly like the pipeline
+  // that was checkpointed. A damaged state is DataLoss.
+  static absl::StatusOr<std::unique_ptr<JobPipeline>> Restore(
+      const state::v1::JobMeta& meta, const std::vector<state::v1::StoredStep>& steps,
+      JobPipelineOptions options, TimePoint now, int64_t wall_now_unix_ns);
+
   const std::string& training_job() const { return training_job_; }
   uint32_t world_size() const { return aligner_->world_size(); }
 
@@ -88,6 +108,7 @@ class JobPipeline {
   std::unique_ptr<StepWindow> window_;
   std::unique_ptr<MemoryWindow> memory_window_;
   std::vector<AlignedStep> closed_;  // scratch, reused
+  std::vector<state::v1::StoredStep> unsaved_steps_;  // with options.record_changes
   std::shared_ptr<const std::vector<std::string>> rank_nodes_;
   TimePoint last_progress_{};  // when a step last aligned, or when the job was first seen
   std::vector<bool> finished_ranks_;

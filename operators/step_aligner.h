@@ -13,8 +13,10 @@
 #include <map>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "operators/step_sample.h"
 #include "operators/time.h"
+#include "rankwatch/state/v1/job_state.pb.h"
 
 namespace rankwatch {
 
@@ -62,6 +64,15 @@ class StepAligner {
   int64_t last_step_of(uint32_t rank) const { return last_step_by_rank_[rank]; }
   // Ranks that reported at least one step.
   uint32_t ranks_seen() const { return ranks_seen_; }
+
+  // The durable form of the aligner: pending steps with their first-seen times as wall clock
+  // (`now` on the steady clock is `wall_now_unix_ns` on the wall clock).
+  state::v1::AlignerState ExportState(TimePoint now, int64_t wall_now_unix_ns) const;
+  // Rebuilds an aligner from ExportState's output; a damaged state is DataLoss.
+  static absl::StatusOr<std::unique_ptr<StepAligner>> FromState(const state::v1::AlignerState& state,
+                                                                StepAlignerOptions options,
+                                                                TimePoint now,
+                                                                int64_t wall_now_unix_ns);
 
  private:
   struct Pending {

@@ -1,0 +1,165 @@
+// A job restored from its checkpoints behaves exactly like the job that was checkpointed.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "collectors/simulator/fleet_model.h"
+#include "operators/job_pipeline.h"
+#include "operators/step_codec.h"
+
+namespace rankwatch {
+namespace {
+
+// The simulator's batches: one rank's `per_batch` steps per message, in step-chunk order.
+std::vector<v1::Batch> FleetBatches(uint32_t ranks, uint64_t steps, uint32_t per_batch) {
+  FleetOptions o;
+  o.training_job = "ckpt";
+  o.ranks = ranks;
+  o.report_collective = true;
+  o.faults.push_back(*ParseFaultSpec("slow-compute:3:0.3:60"));
+  o.faults.push_back(*ParseFaultSpec("memory-leak:all:64:20"));
+  FleetModel model(o);
+  std::vector<v1::Batch> pending(ranks), out;
+  for (uint32_t r = 0; r < ranks; ++r) {
+    pending[r].mutable_source()->set_training_job("ckpt");
+    pending[r].mutable_source()->set_rank(r);
+    pending[r].mutable_source()->set_world_size(ranks);
+    pending[r].mutable_source()->set_node(model.NodeName(r));
+  }
+  std::vector<v1::StepRecord> rec;
+  std::vector<bool> rep;
+  for (uint64_t s = 0; s < steps; ++s) {
+    model.Step(s, &rec, &rep);
+    for (uint32_t r = 0; r < ranks; ++r) {
+      *pending[r].add_steps() = rec[r];
+      if (pending[r].steps_size() == static_cast<int>(per_batch)) {
+        out.push_back(pending[r]);
+        pending[r].clear_steps();
+      }
+    }
+  }
+  return out;
+}
+
+// What the daemon keeps in its store for one job.
+struct FakeStore {
+  state::v1::JobMeta meta;
+  std::map<uint64_t, state::v1::StoredStep> steps;
+
+  void Apply(JobCheckpoint c) {
+    meta = std::move(c.meta);
+    for (auto& s : c.new_steps) steps[s.step()] = std::move(s);
+    steps.erase(steps.begin(), steps.lower_bound(c.keep_from_step));
+  }
+  std::vector<state::v1::StoredStep> Steps() const {
+    std::vector<state::v1::StoredStep> v;
+    for (const auto& [step, s] : steps) v.push_back(s);
+    return v;
+  }
+};
+
+void ExpectSameSnapshot(const JobSnapshot& a, const JobSnapshot& b) {
+  EXPECT_EQ(a.aligned_steps, b.aligned_steps);
+  EXPECT_EQ(a.timed_out_steps, b.timed_out_steps);
+  EXPECT_EQ(a.ranks_seen, b.ranks_seen);
+  EXPECT_EQ(a.window_first_step, b.window_first_step);
+  EXPECT_EQ(a.window_last_step, b.window_last_step);
+  for (int p = 0; p < kPhaseCount; ++p) {
+    EXPECT_EQ(a.phases[p].median_seconds, b.phases[p].median_seconds) << p;
+    EXPECT_EQ(a.phases[p].worst_seconds, b.phases[p].worst_seconds) << p;
+    EXPECT_EQ(a.phases[p].worst_rank, b.phases[p].worst_rank) << p;
+  }
+  EXPECT_EQ(a.step.label, b.step.label);
+  EXPECT_EQ(a.step.compute_score, b.step.compute_score);
+  EXPECT_EQ(a.step.culprit_ranks, b.step.culprit_ranks);
+  EXPECT_EQ(a.step.note, b.step.note);
+  EXPECT_EQ(a.memory.label, b.memory.label);
+  EXPECT_EQ(a.memory.kinds[0].worst_peak_bytes, b.memory.kinds[0].worst_peak_bytes);
+  EXPECT_EQ(a.memory.kinds[0].creep_bytes_per_step, b.memory.kinds[0].creep_bytes_per_step);
+  EXPECT_EQ(a.memory.note, b.memory.note);
+}
+
+TEST(StepCodecTest, RoundTripsAStep) {
+  AlignedStep a{42, 4, true, {}};
+  for (uint32_t r : {0u, 2u, 3u}) {
+    StepSample s;
+    s.step = 42;
+    s.rank = r;
+    s.Set(Phase::kForward, 30'000'000 + r * 17);
+    s.Set(Phase::kStep, 100'000'000 - r);
+    s.peak_allocated_bytes = (40ull << 30) + r;
+    s.device_capacity_bytes = 80ull << 30;
+    s.end_unix_ns = 1'795'000'000'000'000'000 + r;
+    a.samples.push_back(s);
+  }
+  const state::v1::StoredStep stored = EncodeStep(a);
+  AlignedStep b;
+  ASSERT_TRUE(DecodeStep(stored, &b).ok());
+  EXPECT_EQ(b.step, 42u);
+  EXPECT_TRUE(b.timed_out);
+  ASSERT_EQ(b.samples.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(b.samples[i].rank, a.samples[i].rank);
+    EXPECT_EQ(b.samples[i].present, a.samples[i].present);
+    EXPECT_EQ(b.samples[i].ns, a.samples[i].ns);
+    EXPECT_EQ(b.samples[i].peak_allocated_bytes, a.samples[i].peak_allocated_bytes);
+    EXPECT_EQ(b.samples[i].end_unix_ns, a.samples[i].end_unix_ns);
+  }
+  state::v1::StoredStep damaged = stored;
+  damaged.mutable_ranks()->RemoveLast();
+  EXPECT_EQ(DecodeStep(damaged, &b).code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(JobCheckpointTest, ARestoredJobContinuesExactlyLikeTheOriginal) {
+  const std::vector<v1::Batch> batches = FleetBatches(8, 240, 5);
+  JobPipelineOptions options;
+  options.record_changes = true;
+  JobPipeline original("ckpt", 8, options);
+  FakeStore store;
+  const TimePoint t0{};
+  const int64_t wall0 = 1'795'000'000'000'000'000;
+  // Checkpoint every 11 batches; crash after batch 150 (some steps are half-reported then).
+  size_t crash_at = 0;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    original.AddBatch(batches[i], t0);
+    if (i % 11 == 10) {
+      store.Apply(original.TakeCheckpoint(t0, wall0));
+      if (i >= 150 && crash_at == 0) crash_at = i + 1;
+    }
+  }
+  ASSERT_GT(crash_at, 0u);
+  // Replay: the original up to the checkpoint, restored, then both see the rest.
+  JobPipeline reference("ckpt", 8, options);
+  FakeStore at_crash;
+  for (size_t i = 0; i < crash_at; ++i) {
+    reference.AddBatch(batches[i], t0);
+    if (i % 11 == 10) at_crash.Apply(reference.TakeCheckpoint(t0, wall0));
+  }
+  ASSERT_GT(at_crash.meta.aligner().pending_size(), 0) << "the crash should leave steps pending";
+  EXPECT_LE(at_crash.steps.size(), 100u);  // only what the windows still hold is kept
+  auto restored = JobPipeline::Restore(at_crash.meta, at_crash.Steps(), options, t0, wall0);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  ExpectSameSnapshot(reference.Snapshot(t0), (*restored)->Snapshot(t0));
+  for (size_t i = crash_at; i < batches.size(); ++i) {
+    reference.AddBatch(batches[i], t0);
+    (*restored)->AddBatch(batches[i], t0);
+  }
+  const JobSnapshot a = reference.Snapshot(t0), b = (*restored)->Snapshot(t0);
+  EXPECT_EQ(a.aligned_steps, 240u);
+  EXPECT_EQ(a.step.label, StepLabel::kComputeStraggler);
+  EXPECT_EQ(a.memory.label, MemoryLabel::kCreep);
+  ExpectSameSnapshot(a, b);
+  ExpectSameSnapshot(original.Snapshot(t0), b);
+}
+
+TEST(JobCheckpointTest, DamagedMetadataIsDataLoss) {
+  state::v1::JobMeta meta;
+  meta.set_training_job("x");
+  meta.set_world_size(4);  // but no rank nodes and no aligner
+  auto r = JobPipeline::Restore(meta, {}, {}, TimePoint{}, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace rankwatch
