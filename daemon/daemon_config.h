@@ -35,6 +35,7 @@ struct DaemonConfig {
   int window_steps = 100;                           // spec K
   std::string align_timeout = "10s";
   std::string hang_timeout = "30s";                 // floor of max(5 x median step, this)
+  std::string checkpoint_interval = "1s";           // durable state written this often
   std::string log_level = "info";                   // trace, debug, info, warn, error
   KafkaProperties kafka;
   StepDiagnosisOptions step_diagnosis;      // `step-diagnosis:` section; hang-timeout above

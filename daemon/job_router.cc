@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "operators/step_codec.h"
+
 namespace rankwatch {
 
 JobRouter::JobRouter(JobRouterOptions options, DaemonMetrics* metrics, SnapshotStore* snapshots)
@@ -10,6 +12,27 @@ JobRouter::JobRouter(JobRouterOptions options, DaemonMetrics* metrics, SnapshotS
       snapshots_(snapshots),
       decoder_(options_.limits),
       rejected_too_many_jobs_(metrics->rejected_too_many_jobs) {}
+
+namespace {
+
+// State keys: "m" job -> JobMeta; "s" job '\0' big-endian step -> StoredStep (in step order).
+std::string MetaKey(const std::string& job) { return "m" + job; }
+std::string StepPrefix(const std::string& job) { return "s" + job + '\0'; }
+std::string StepKey(const std::string& job, uint64_t step) {
+  std::string key = StepPrefix(job);
+  for (int shift = 56; shift >= 0; shift -= 8) key.push_back(static_cast<char>((step >> shift) & 0xff));
+  return key;
+}
+
+}  // namespace
+
+void JobRouter::HandleMessage(std::string_view payload, const std::string& topic,
+                              int32_t partition, int64_t offset, TimePoint now,
+                              int64_t wall_now_unix_ns) {
+  HandleMessage(payload, now, wall_now_unix_ns);
+  // Rejected messages count too: they are consumed, and never read again.
+  next_offsets_[{topic, partition}] = offset + 1;
+}
 
 void JobRouter::HandleMessage(std::string_view payload, TimePoint now, int64_t wall_now_unix_ns) {
   const RejectReason reason = decoder_.Decode(payload, &batch_, &detail_);
@@ -39,13 +62,70 @@ JobRouter::Job* JobRouter::FindOrCreate(const v1::SourceIdentity& source) {
   if (it != jobs_.end()) return &it->second;
   if (jobs_.size() >= options_.max_jobs) return nullptr;
   spdlog::info("new training job '{}' with {} ranks", source.training_job(), source.world_size());
+  return &Insert(source.training_job(),
+                 std::make_unique<JobPipeline>(source.training_job(), source.world_size(),
+                                               options_.pipeline));
+}
+
+JobRouter::Job& JobRouter::Insert(const std::string& name, std::unique_ptr<JobPipeline> pipeline) {
   Job job;
-  job.pipeline = std::make_unique<JobPipeline>(source.training_job(), source.world_size(),
-                                               options_.pipeline);
-  job.steps_aligned = metrics_->StepsAligned(source.training_job());
-  job.steps_timed_out = metrics_->StepsTimedOut(source.training_job());
-  metrics_->jobs->Set(static_cast<double>(jobs_.size() + 1));
-  return &jobs_.emplace(source.training_job(), std::move(job)).first->second;
+  job.pipeline = std::move(pipeline);
+  job.steps_aligned = metrics_->StepsAligned(name);
+  job.steps_timed_out = metrics_->StepsTimedOut(name);
+  Job& inserted = jobs_.insert_or_assign(name, std::move(job)).first->second;
+  metrics_->jobs->Set(static_cast<double>(jobs_.size()));
+  return inserted;
+}
+
+void JobRouter::Checkpoint(rankwatch::Checkpoint* c, TimePoint now, int64_t wall_now_unix_ns) {
+  for (auto& [name, job] : jobs_) {
+    if (!job.unsaved) continue;
+    job.unsaved = false;
+    JobCheckpoint jc = job.pipeline->TakeCheckpoint(now, wall_now_unix_ns);
+    c->Put(StateFamily::kWindows, MetaKey(name), jc.meta.SerializeAsString());
+    for (const state::v1::StoredStep& step : jc.new_steps) {
+      c->Put(StateFamily::kWindows, StepKey(name, step.step()), step.SerializeAsString());
+    }
+    c->DeleteRange(StateFamily::kWindows, StepKey(name, 0), StepKey(name, jc.keep_from_step));
+  }
+  for (const auto& [tp, next] : next_offsets_) c->SetOffset(tp.first, tp.second, next);
+}
+
+absl::Status JobRouter::Restore(const StateStore& store, TimePoint now, int64_t wall_now_unix_ns) {
+  std::vector<state::v1::JobMeta> metas;
+  absl::Status bad;
+  absl::Status s = store.ForEach(StateFamily::kWindows, "m", [&](std::string_view, std::string_view v) {
+    state::v1::JobMeta meta;
+    if (!meta.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+      bad = absl::DataLossError("unreadable stored job metadata");
+      return;
+    }
+    metas.push_back(std::move(meta));
+  });
+  if (!s.ok()) return s;
+  if (!bad.ok()) return bad;
+  for (const state::v1::JobMeta& meta : metas) {
+    std::vector<state::v1::StoredStep> steps;
+    s = store.ForEach(StateFamily::kWindows, StepPrefix(meta.training_job()),
+                      [&](std::string_view, std::string_view v) {
+                        steps.emplace_back();
+                        if (!steps.back().ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+                          bad = absl::DataLossError("unreadable stored step of job '" +
+                                                    meta.training_job() + "'");
+                        }
+                      });
+    if (!s.ok()) return s;
+    if (!bad.ok()) return bad;
+    auto pipeline = JobPipeline::Restore(meta, steps, options_.pipeline, now, wall_now_unix_ns);
+    if (!pipeline.ok()) return pipeline.status();
+    Job& job = Insert(meta.training_job(), std::move(*pipeline));
+    job.steps_aligned->Set(static_cast<double>(meta.aligned_steps()));
+    job.steps_timed_out->Set(static_cast<double>(meta.timed_out_steps()));
+    job.unsaved = false;
+    spdlog::info("restored training job '{}': {} aligned steps, {} stored steps",
+                 meta.training_job(), meta.aligned_steps(), steps.size());
+  }
+  return absl::OkStatus();
 }
 
 void JobRouter::Count(Job& job, const JobDelta& d) {
@@ -54,7 +134,10 @@ void JobRouter::Count(Job& job, const JobDelta& d) {
   if (d.rank_out_of_range) metrics_->rejected_rank_out_of_range->Add(d.rank_out_of_range);
   job.unpublished_aligned += d.aligned;
   job.unpublished_timed_out += d.aligned_timed_out;
-  if (d.aligned || d.accepted) job.dirty = true;
+  if (d.aligned || d.accepted) {
+    job.dirty = true;
+    job.unsaved = true;
+  }
 }
 
 void JobRouter::Tick(TimePoint now) {

@@ -11,10 +11,12 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/status.h"
 #include "ingest/batch_decoder.h"
 #include "operators/job_pipeline.h"
 #include "sinks/daemon_metrics.h"
 #include "sinks/snapshot_store.h"
+#include "state/state_store.h"
 
 namespace rankwatch {
 
@@ -30,6 +32,17 @@ class JobRouter {
 
   // Handles one Kafka message. `wall_now_unix_ns` is used for the lag metric only.
   void HandleMessage(std::string_view payload, TimePoint now, int64_t wall_now_unix_ns);
+  // The same for a message at `offset` of `partition` of `topic`: the next offset to consume
+  // there becomes part of the state (requires options.pipeline.record_changes for durability).
+  void HandleMessage(std::string_view payload, const std::string& topic, int32_t partition,
+                     int64_t offset, TimePoint now, int64_t wall_now_unix_ns);
+
+  // Adds to `checkpoint` every job's changes since the previous call and the next offsets of
+  // every partition consumed. Stored steps that no window needs any more are deleted.
+  void Checkpoint(Checkpoint* checkpoint, TimePoint now, int64_t wall_now_unix_ns);
+
+  // Rebuilds every job stored in `store` (at start). Damaged state is an error.
+  absl::Status Restore(const StateStore& store, TimePoint now, int64_t wall_now_unix_ns);
 
   // Expires alignment timeouts and publishes snapshots of the jobs that changed: first to the
   // SnapshotStore, then to the metrics.
@@ -47,10 +60,12 @@ class JobRouter {
     uint32_t unpublished_aligned = 0;
     uint32_t unpublished_timed_out = 0;
     bool dirty = true;
+    bool unsaved = true;  // changed since the last checkpoint
     TimePoint published_at{};
   };
 
   Job* FindOrCreate(const v1::SourceIdentity& source);
+  Job& Insert(const std::string& name, std::unique_ptr<JobPipeline> pipeline);
   void Count(Job& job, const JobDelta& delta);
 
   const JobRouterOptions options_;
@@ -60,6 +75,7 @@ class JobRouter {
   v1::Batch batch_;  // reused decode target
   std::string detail_;
   std::map<std::string, Job, std::less<>> jobs_;
+  std::map<std::pair<std::string, int32_t>, int64_t> next_offsets_;  // (topic, partition)
   MetricCell* rejected_too_many_jobs_;
 };
 

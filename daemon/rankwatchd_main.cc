@@ -17,6 +17,7 @@
 #include "sinks/grpc_server.h"
 #include "sinks/metrics_http_server.h"
 #include "state/state_dir.h"
+#include "state/state_store.h"
 
 #ifndef RANKWATCH_VERSION
 #define RANKWATCH_VERSION "dev"
@@ -48,6 +49,8 @@ int Run(const DaemonConfig& config) {
   if (!align_timeout.ok()) return Fail(align_timeout.status());
   auto hang_timeout = ParseDuration(config.hang_timeout);
   if (!hang_timeout.ok()) return Fail(hang_timeout.status());
+  auto checkpoint_interval = ParseDuration(config.checkpoint_interval);
+  if (!checkpoint_interval.ok()) return Fail(checkpoint_interval.status());
   if (config.window_steps < 1) return Fail(absl::InvalidArgumentError("window-steps must be >= 1"));
   auto metrics_address = ParseListenAddress(config.metrics_listen);
   if (!metrics_address.ok()) return Fail(metrics_address.status());
@@ -80,7 +83,18 @@ int Run(const DaemonConfig& config) {
   auto grpc_server = GrpcServer::Start(*grpc_address, &snapshots);
   if (!grpc_server.ok()) return Fail(grpc_server.status());
 
-  KafkaConsumerOptions consumer_options{brokers, config.topic, config.group, config.kafka};
+  auto store = StateStore::Open({(*state_dir)->path() / "store"});
+  if (!store.ok()) return Fail(store.status());
+  auto stored_offsets = (*store)->Offsets();
+  if (!stored_offsets.ok()) return Fail(stored_offsets.status());
+
+  KafkaConsumerOptions consumer_options{brokers, config.topic, config.group, config.kafka, {}};
+  consumer_options.initial_offset = [&](const std::string& topic,
+                                        int32_t partition) -> std::optional<int64_t> {
+    auto it = stored_offsets->find({topic, partition});
+    if (it == stored_offsets->end()) return std::nullopt;
+    return it->second;
+  };
   auto consumer = KafkaConsumer::Create(consumer_options);
   if (!consumer.ok()) return Fail(consumer.status());
 
@@ -94,6 +108,7 @@ int Run(const DaemonConfig& config) {
                RANKWATCH_VERSION, metrics_at, grpc_at, brokers, config.topic);
 
   JobRouterOptions router_options;
+  router_options.pipeline.record_changes = true;
   router_options.pipeline.align.align_timeout = *align_timeout;
   router_options.pipeline.window.steps = static_cast<size_t>(config.window_steps);
   router_options.pipeline.diagnosis = config.step_diagnosis;
@@ -104,25 +119,67 @@ int Run(const DaemonConfig& config) {
   }
   router_options.pipeline.memory_window.steps = static_cast<size_t>(config.memory_window_steps);
   JobRouter router(router_options, &metrics, &snapshots);
+  const auto wall_now = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  if (absl::Status s = router.Restore(**store, Clock::now(), wall_now()); !s.ok()) {
+    return Fail(absl::Status(s.code(), std::string(s.message()) + " (state in " +
+                                           (*state_dir)->path().string() +
+                                           "; remove --state-dir to start clean)"));
+  }
+  router.Tick(Clock::now());
+
+  // Writes the state and the offsets it covers in one batch. After a storage error nothing
+  // is committed again: health goes NOT_SERVING, the last good diagnoses stay served.
+  bool state_failed = false;
+  auto checkpoint = [&] {
+    if (state_failed) return;
+    const TimePoint start = Clock::now();
+    Checkpoint c;
+    router.Checkpoint(&c, start, wall_now());
+    if (c.empty()) return;
+    if (absl::Status s = (*store)->Commit(c); !s.ok()) {
+      state_failed = true;
+      metrics.state_errors->Add(1);
+      metrics.state_healthy->Set(0);
+      (*grpc_server)->SetServing(false);
+      spdlog::error("state checkpoint failed, checkpoints stop and health is NOT_SERVING: {}",
+                    std::string(s.message()));
+      return;
+    }
+    metrics.checkpoints->Add(1);
+    metrics.checkpoint_seconds->Set(std::chrono::duration<double>(Clock::now() - start).count());
+    metrics.checkpoint_bytes->Set(static_cast<double>(c.bytes()));
+    spdlog::debug("checkpoint: {} bytes in {:.3f} ms", c.bytes(),
+                  std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  };
 
   constexpr auto kTick = std::chrono::milliseconds(100);
   auto next_tick = Clock::now();
+  auto next_checkpoint = Clock::now() + *checkpoint_interval;
   while (!StopRequested()) {
     const TimePoint poll_start = Clock::now();
     const int64_t wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count();
     (*consumer)->Poll(std::chrono::milliseconds(50), 1000, [&](const KafkaMessage& m) {
-      router.HandleMessage(m.payload, poll_start, wall_ns);
+      router.HandleMessage(m.payload, config.topic, m.partition, m.offset, poll_start, wall_ns);
     });
     if (const TimePoint now = Clock::now(); now >= next_tick) {
       router.Tick(now);
       metrics.assigned_partitions->Set((*consumer)->assigned_partitions());
       next_tick = now + kTick;
     }
+    if (Clock::now() >= next_checkpoint) {
+      checkpoint();
+      next_checkpoint = Clock::now() + *checkpoint_interval;
+    }
   }
 
   spdlog::info("stopping");
+  checkpoint();
   (*grpc_server)->SetServing(false);
   (*consumer)->Close();
   (*grpc_server)->Stop();
@@ -168,6 +225,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--hang-timeout", config.hang_timeout,
                  "diagnose a hang when no step aligned for max(5 x median step, this)")
+      ->capture_default_str();
+  app.add_option("--checkpoint-interval", config.checkpoint_interval,
+                 "write durable state (and the offsets it covers) this often")
       ->capture_default_str();
   app.add_option("--log-level", config.log_level, "trace, debug, info, warn, error")
       ->capture_default_str();

@@ -22,6 +22,10 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
       // broker) stalls fetching for seconds after idle periods with longer waits. Idle cost on
       // a real cluster: ~100 small fetch requests/s per broker. Override with kafka: in config.
       {"fetch.wait.max.ms", "10"},
+      // A crashed instance's partitions move on after this long (librdkafka's default is 45 s);
+      // a restarted instance rejoins about as fast. Brokers accept >= 6 s by default.
+      {"session.timeout.ms", "10000"},
+      {"heartbeat.interval.ms", "1000"},
   };
   absl::Status s = SetKafkaProperties(conf, defaults);
   if (s.ok()) s = SetKafkaProperties(conf, options.properties);
@@ -31,6 +35,7 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
   }
   // The rebalance callback needs the consumer object; it is created before the handle.
   auto consumer = std::unique_ptr<KafkaConsumer>(new KafkaConsumer(nullptr));
+  consumer->initial_offset_ = options.initial_offset;
   rd_kafka_conf_set_opaque(conf, consumer.get());
   rd_kafka_conf_set_rebalance_cb(conf, &KafkaConsumer::OnRebalance);
   char err[512];
@@ -67,6 +72,15 @@ void KafkaConsumer::OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
   auto* self = static_cast<KafkaConsumer*>(opaque);
   const bool cooperative = std::string_view(rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE";
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+    // Offsets are state: start where the daemon's own checkpoint says, not where Kafka's
+    // committed offsets (kept for lag monitoring) say.
+    for (int i = 0; i < partitions->cnt && self->initial_offset_; ++i) {
+      rd_kafka_topic_partition_t& tp = partitions->elems[i];
+      if (auto offset = self->initial_offset_(tp.topic, tp.partition)) {
+        tp.offset = *offset;
+        spdlog::info("kafka: {} [{}] resumes at stored offset {}", tp.topic, tp.partition, *offset);
+      }
+    }
     if (cooperative) {
       if (rd_kafka_error_t* e = rd_kafka_incremental_assign(rk, partitions)) {
         spdlog::error("kafka incremental assign: {}", rd_kafka_error_string(e));

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -26,6 +27,10 @@ struct KafkaConsumerOptions {
   std::string topic = "rankwatch.telemetry";  // default: rankwatch.telemetry
   std::string group = "rankwatch";            // default: rankwatch
   KafkaProperties properties;                 // passed through to librdkafka
+  // Where to start reading a newly assigned partition: the next offset stored with the
+  // daemon's state, or nullopt for Kafka's committed offset (then auto.offset.reset).
+  std::function<std::optional<int64_t>(const std::string& topic, int32_t partition)>
+      initial_offset;
 };
 
 struct KafkaMessage {
@@ -63,6 +68,7 @@ class KafkaConsumer {
   rd_kafka_queue_t* queue_;
   bool closed_ = false;
   int assigned_partitions_ = 0;  // written by OnRebalance, which runs inside Poll
+  std::function<std::optional<int64_t>(const std::string&, int32_t)> initial_offset_;
 };
 
 }  // namespace rankwatch

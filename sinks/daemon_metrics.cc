@@ -36,6 +36,21 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) {
                                  "Telemetry partitions assigned to this instance by the group.",
                                  {})
                             ->WithLabels({});
+  state_healthy = r->Gauge("rankwatch_state_healthy",
+                           "1 while state checkpoints succeed; 0 after a storage error (sticky).", {})
+                      ->WithLabels({});
+  state_healthy->Set(1);
+  checkpoints = r->Counter("rankwatch_checkpoints_total", "State checkpoints written.", {})
+                    ->WithLabels({});
+  checkpoint_seconds = r->Gauge("rankwatch_checkpoint_seconds",
+                                "Duration of the last state checkpoint.", {})
+                           ->WithLabels({});
+  checkpoint_bytes = r->Gauge("rankwatch_checkpoint_bytes",
+                              "Keys and values written by the last state checkpoint.", {})
+                         ->WithLabels({});
+  state_errors = r->Counter("rankwatch_state_errors_total",
+                            "Failed state writes (the first one stops checkpointing).", {})
+                     ->WithLabels({});
   steps_aligned_ = r->Counter("rankwatch_steps_aligned_total",
                               "Steps aligned across the ranks of a job.", {"training_job"});
   steps_timed_out_ = r->Counter(

@@ -32,6 +32,12 @@ class DaemonMetrics {
   MetricCell* ingest_lag_seconds;
   MetricCell* jobs;
   MetricCell* assigned_partitions;
+  // Durable state: 1 while checkpoints succeed; the last checkpoint's cost; failures.
+  MetricCell* state_healthy;
+  MetricCell* checkpoints;
+  MetricCell* checkpoint_seconds;
+  MetricCell* checkpoint_bytes;
+  MetricCell* state_errors;
 
   // Per-job series.
   MetricCell* StepsAligned(const std::string& job);

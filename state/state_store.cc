@@ -5,12 +5,36 @@
 #include <rocksdb/file_system.h>
 #include <rocksdb/write_batch.h>
 
+#include <spdlog/spdlog.h>
+
 #include <charconv>
+#include <cstdarg>
 
 namespace rankwatch {
 namespace {
 
 constexpr std::string_view kSchemaKey = "schema_version";
+
+// RocksDB's own log lines go to the daemon's log, not to a LOG file in the state directory
+// (which, on a full disk, RocksDB's file logger trips over).
+class RocksLogger : public rocksdb::Logger {
+ public:
+  RocksLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level < GetInfoLogLevel()) return;
+    char line[1024];
+    std::vsnprintf(line, sizeof(line), format, ap);
+    if (level >= rocksdb::InfoLogLevel::ERROR_LEVEL) {
+      spdlog::error("rocksdb: {}", line);
+    } else {
+      spdlog::warn("rocksdb: {}", line);
+    }
+  }
+  void Logv(const char* format, va_list ap) override {
+    Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap);
+  }
+};
 
 absl::Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return absl::OkStatus();
@@ -40,12 +64,17 @@ std::string_view StateFamilyName(StateFamily family) {
 
 void Checkpoint::Put(StateFamily family, std::string key, std::string value) {
   bytes_ += key.size() + value.size();
-  ops_.push_back({family, std::move(key), std::move(value)});
+  ops_.push_back({family, std::move(key), std::move(value), std::nullopt});
 }
 
 void Checkpoint::Delete(StateFamily family, std::string key) {
   bytes_ += key.size();
-  ops_.push_back({family, std::move(key), std::nullopt});
+  ops_.push_back({family, std::move(key), std::nullopt, std::nullopt});
+}
+
+void Checkpoint::DeleteRange(StateFamily family, std::string begin, std::string end) {
+  bytes_ += begin.size() + end.size();
+  ops_.push_back({family, std::move(begin), std::nullopt, std::move(end)});
 }
 
 void Checkpoint::SetOffset(const std::string& topic, int32_t partition, int64_t next_offset) {
@@ -59,6 +88,12 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
   db_options.create_if_missing = true;
   db_options.create_missing_column_families = true;
   db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  db_options.info_log = std::make_shared<RocksLogger>();
+  // No preallocated log space: a full disk shows at the next checkpoint, not megabytes later,
+  // and a small state does not reserve tens of MiB.
+  db_options.allow_fallocate = false;
+  // Errors are sticky by design: no automatic resume in the background after a failed write.
+  db_options.max_bgerror_resume_count = 0;
   std::unique_ptr<rocksdb::Env> env;
   if (options.file_system) {
     env = rocksdb::NewCompositeEnv(options.file_system);
@@ -125,6 +160,8 @@ absl::Status StateStore::Commit(const Checkpoint& checkpoint) {
     rocksdb::ColumnFamilyHandle* cf = families_[static_cast<int>(op.family)];
     if (op.value) {
       batch.Put(cf, op.key, *op.value);
+    } else if (op.range_end) {
+      batch.DeleteRange(cf, op.key, *op.range_end);
     } else {
       batch.Delete(cf, op.key);
     }

@@ -59,6 +59,8 @@ class Checkpoint {
  public:
   void Put(StateFamily family, std::string key, std::string value);
   void Delete(StateFamily family, std::string key);
+  // Deletes every key in [begin, end) of `family`.
+  void DeleteRange(StateFamily family, std::string begin, std::string end);
   // The next offset to consume in (topic, partition).
   void SetOffset(const std::string& topic, int32_t partition, int64_t next_offset);
   bool empty() const { return ops_.empty(); }
@@ -69,7 +71,8 @@ class Checkpoint {
   struct Op {
     StateFamily family;
     std::string key;
-    std::optional<std::string> value;  // nullopt = delete
+    std::optional<std::string> value;  // nullopt = delete (of `key`, or up to `range_end`)
+    std::optional<std::string> range_end;
   };
   std::vector<Op> ops_;
   size_t bytes_ = 0;

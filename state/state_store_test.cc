@@ -57,6 +57,14 @@ TEST(StateStoreTest, ForEachScansAPrefixInKeyOrder) {
     keys.emplace_back(k);
   }).ok());
   EXPECT_EQ(keys, (std::vector<std::string>{"b/1", "b/2"}));
+  Checkpoint d;
+  d.DeleteRange(StateFamily::kWindows, "b/", "b/2");
+  ASSERT_TRUE((*store)->Commit(d).ok());
+  keys.clear();
+  ASSERT_TRUE((*store)->ForEach(StateFamily::kWindows, "", [&](std::string_view k, std::string_view) {
+    keys.emplace_back(k);
+  }).ok());
+  EXPECT_EQ(keys, (std::vector<std::string>{"a/1", "b/2"}));
 }
 
 TEST(StateStoreTest, StateFromANewerSchemaIsAClearError) {

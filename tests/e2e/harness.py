@@ -111,16 +111,19 @@ class Fleet:
         assert re.match(r"^127\.0\.0\.1:\d+", line), line
         return line
 
-    def start_daemon(self, brokers=None, extra=()):
-        state = os.path.join(self.workdir, "state-%d" % len(self.processes))
+    def start_daemon(self, brokers=None, extra=(), state_dir=None):
+        state = state_dir or os.path.join(self.workdir, "state-%d" % len(self.processes))
         args = [os.path.join(BIN, "rankwatchd"), "--state-dir", state,
                 "--metrics-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"]
         if brokers:
             args += ["--brokers", brokers]
         p = self.start("rankwatchd", args + list(extra))
         endpoints_file = os.path.join(state, "endpoints.json")
-        wait_until(lambda: os.path.exists(endpoints_file) or p.proc.poll() is not None, 20,
-                   "rankwatchd endpoints")
+        started = time.time()
+        # A restart in the same state dir finds the previous endpoints file: wait for a new one.
+        wait_until(lambda: (os.path.exists(endpoints_file) and os.path.getmtime(endpoints_file) >= started - 1
+                            and json.load(open(endpoints_file)).get("pid") == p.proc.pid)
+                   or p.proc.poll() is not None, 20, "rankwatchd endpoints")
         if p.proc.poll() is not None:
             raise AssertionError("rankwatchd exited: " + p.stderr())
         with open(endpoints_file) as f:
@@ -128,7 +131,7 @@ class Fleet:
         p.state_dir = state
         # Ready when the consumer group has given this instance its partitions.
         wait_until(lambda: (metric(parse_metrics(scrape(p)), "rankwatch_kafka_assigned_partitions") or 0) > 0,
-                   30, "rankwatchd to join the consumer group")
+                   60, "rankwatchd to join the consumer group")
         return p
 
     def simulate(self, brokers, *args, timeout=120):
