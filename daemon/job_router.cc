@@ -122,9 +122,10 @@ absl::Status JobRouter::Restore(const StateStore& store, TimePoint now, int64_t 
     job.steps_aligned->Set(static_cast<double>(meta.aligned_steps()));
     job.steps_timed_out->Set(static_cast<double>(meta.timed_out_steps()));
     job.unsaved = false;
-    spdlog::info("restored training job '{}': {} aligned steps, {} stored steps",
-                 meta.training_job(), meta.aligned_steps(), steps.size());
+    spdlog::debug("restored training job '{}': {} aligned steps, {} stored steps",
+                  meta.training_job(), meta.aligned_steps(), steps.size());
   }
+  if (!metas.empty()) spdlog::info("restored {} training jobs from the state store", metas.size());
   return absl::OkStatus();
 }
 

@@ -1,0 +1,132 @@
+// Recovery time and checkpoint cost of rankwatchd's durable state (issue #4, acceptance 4):
+// 100 jobs x 1,024 ranks with full 100-step windows, in a RocksDB StateStore on local disk.
+//
+// Measures, in one run:
+//   * the first (full) checkpoint: time and bytes;
+//   * a steady-state checkpoint after one more aligned step of every job (what a 1 s interval
+//     writes when every job advanced by a step): time and bytes;
+//   * recovery: open the store, restore every job, publish every job's snapshot (the point at
+//     which GetDiagnosis answers again): seconds.
+// Prints one JSON line. Usage: recovery_benchmark [--jobs 100] [--ranks 1024] [--dir D]
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "collectors/simulator/fleet_model.h"
+#include "daemon/job_router.h"
+#include "ingest/batch_decoder.h"
+
+#include <spdlog/spdlog.h>
+
+namespace rankwatch {
+namespace {
+
+using Seconds = std::chrono::duration<double>;
+
+// Feeds `steps` steps of `ranks` ranks for `job` into the router, 20 steps per message.
+void Feed(JobRouter& router, FleetModel& model, const std::string& job, uint32_t ranks,
+          uint64_t first, uint64_t steps, int32_t partition, int64_t* offset) {
+  std::vector<v1::Batch> pending(ranks);
+  for (uint32_t r = 0; r < ranks; ++r) {
+    pending[r].set_schema_version(kSchemaVersion);
+    pending[r].mutable_source()->set_training_job(job);
+    pending[r].mutable_source()->set_rank(r);
+    pending[r].mutable_source()->set_world_size(ranks);
+    pending[r].mutable_source()->set_node(model.NodeName(r));
+  }
+  std::vector<v1::StepRecord> rec;
+  std::vector<bool> rep;
+  std::string bytes;
+  const TimePoint now{};
+  for (uint64_t s = first; s < first + steps; ++s) {
+    model.Step(s, &rec, &rep);
+    for (uint32_t r = 0; r < ranks; ++r) {
+      *pending[r].add_steps() = rec[r];
+      if (pending[r].steps_size() == 20 || s + 1 == first + steps) {
+        pending[r].SerializeToString(&bytes);
+        router.HandleMessage(bytes, "rankwatch.telemetry", partition, (*offset)++, now, 0);
+        pending[r].clear_steps();
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rankwatch
+
+int main(int argc, char** argv) {
+  using namespace rankwatch;
+  uint32_t jobs = 100, ranks = 1024;
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / "rankwatch-recovery-bench";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--jobs")) jobs = static_cast<uint32_t>(std::atoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "--ranks")) ranks = static_cast<uint32_t>(std::atoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "--dir")) dir = argv[i + 1];
+  }
+  std::filesystem::remove_all(dir);
+  spdlog::set_level(spdlog::level::warn);
+  MetricsRegistry registry;
+  DaemonMetrics metrics(&registry, "bench");
+  SnapshotStore snapshots;
+  JobRouterOptions options;
+  options.pipeline.record_changes = true;
+  const TimePoint now{};
+  const int64_t wall = 1'795'000'000'000'000'000;
+
+  std::vector<int64_t> offsets(6, 0);
+  std::vector<std::unique_ptr<FleetModel>> models;
+  {
+    auto store = StateStore::Open({dir});
+    if (!store.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(store.status().message()).c_str());
+      return 1;
+    }
+    JobRouter router(options, &metrics, &snapshots);
+    std::fprintf(stderr, "recovery_benchmark: building %u jobs x %u ranks x 100 steps...\n", jobs, ranks);
+    for (uint32_t j = 0; j < jobs; ++j) {
+      FleetOptions o;
+      o.ranks = ranks;
+      o.seed = j + 1;
+      o.report_collective = true;
+      models.push_back(std::make_unique<FleetModel>(o));
+      Feed(router, *models.back(), "job-" + std::to_string(j), ranks, 0, 100, j % 6, &offsets[j % 6]);
+    }
+    auto t0 = Clock::now();
+    Checkpoint full;
+    router.Checkpoint(&full, now, wall);
+    if (auto s = (*store)->Commit(full); !s.ok()) return 1;
+    const double full_s = Seconds(Clock::now() - t0).count();
+
+    for (uint32_t j = 0; j < jobs; ++j) {
+      Feed(router, *models[j], "job-" + std::to_string(j), ranks, 100, 1, j % 6, &offsets[j % 6]);
+    }
+    t0 = Clock::now();
+    Checkpoint steady;
+    router.Checkpoint(&steady, now, wall);
+    if (auto s = (*store)->Commit(steady); !s.ok()) return 1;
+    const double steady_s = Seconds(Clock::now() - t0).count();
+    std::printf("{\"jobs\": %u, \"ranks\": %u, \"full_checkpoint_s\": %.3f, \"full_checkpoint_bytes\": %zu, "
+                "\"steady_checkpoint_s\": %.4f, \"steady_checkpoint_bytes\": %zu, ",
+                jobs, ranks, full_s, full.bytes(), steady_s, steady.bytes());
+  }
+  // Recovery: open, restore every job, publish every snapshot.
+  const auto t0 = Clock::now();
+  auto store = StateStore::Open({dir});
+  if (!store.ok()) return 1;
+  MetricsRegistry registry2;
+  DaemonMetrics metrics2(&registry2, "bench");
+  SnapshotStore snapshots2;
+  JobRouter restored(options, &metrics2, &snapshots2);
+  if (auto s = restored.Restore(**store, now, wall); !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  restored.Tick(now);
+  const double recovery_s = Seconds(Clock::now() - t0).count();
+  const auto published = snapshots2.Get()->size();
+  std::printf("\"recovery_s\": %.3f, \"jobs_serving\": %zu}\n", recovery_s, published);
+  std::filesystem::remove_all(dir);
+  return published == jobs ? 0 : 1;
+}
