@@ -107,6 +107,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
   }
   auto store = std::unique_ptr<StateStore>(new StateStore());
   store->sync_ = options.sync;
+  store->flush_on_close_ = options.flush_on_close;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(db_options, dir, descriptors, &handles, &db);
@@ -146,6 +147,11 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
 
 StateStore::~StateStore() {
   if (!db_) return;
+  // A clean shutdown leaves no log to replay: the next start reads tables, which is faster.
+  if (flush_on_close_ && health().ok()) {
+    rocksdb::FlushOptions flush;
+    for (rocksdb::ColumnFamilyHandle* h : families_) (void)db_->Flush(flush, h);
+  }
   for (rocksdb::ColumnFamilyHandle* h : families_) db_->DestroyColumnFamilyHandle(h);
   if (default_family_ != nullptr) db_->DestroyColumnFamilyHandle(default_family_);
   (void)db_->Close();

@@ -50,6 +50,9 @@ inline constexpr uint32_t kStateSchemaVersion = 1;
 struct StateStoreOptions {
   std::filesystem::path dir;  // created when missing (required)
   bool sync = true;           // default: fsync every checkpoint (a crash loses nothing committed)
+  // Flush memtables when closing, so the next open reads tables instead of replaying the log.
+  // Default: true (benchmarks turn it off to measure recovery after a crash).
+  bool flush_on_close = true;
   // For tests: the file system RocksDB writes through (fault injection). Default: the OS.
   std::shared_ptr<rocksdb::FileSystem> file_system;
 };
@@ -108,6 +111,7 @@ class StateStore {
   rocksdb::ColumnFamilyHandle* default_family_ = nullptr;  // unused, but owned
   std::vector<rocksdb::ColumnFamilyHandle*> families_;  // index: StateFamily
   bool sync_ = true;
+  bool flush_on_close_ = true;
   mutable std::mutex mu_;
   absl::Status sticky_;  // guarded by mu_
 };
