@@ -101,6 +101,8 @@ absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* c) {
       {"window-steps", [&](const YAML::Node& n) { c->window_steps = n.as<int>(); }},
       {"align-timeout", [&](const YAML::Node& n) { c->align_timeout = n.as<std::string>(); }},
       {"hang-timeout", [&](const YAML::Node& n) { c->hang_timeout = n.as<std::string>(); }},
+      {"job-ttl", [&](const YAML::Node& n) { c->job_ttl = n.as<std::string>(); }},
+      {"job-retention", [&](const YAML::Node& n) { c->job_retention = n.as<std::string>(); }},
       {"checkpoint-interval",
        [&](const YAML::Node& n) { c->checkpoint_interval = n.as<std::string>(); }},
       {"log-level", [&](const YAML::Node& n) { c->log_level = n.as<std::string>(); }},

@@ -41,10 +41,15 @@ void JobRouter::HandleMessage(std::string_view payload, TimePoint now, int64_t w
     spdlog::debug("rejected a message ({}): {}", RejectReasonName(reason), detail_);
     return;
   }
-  Job* job = FindOrCreate(batch_.source());
+  Job* job = FindOrCreate(batch_.source(), now);
   if (job == nullptr) {
     rejected_too_many_jobs_->Add(1);
     return;
+  }
+  job->last_input = now;
+  if (job->expired) {
+    spdlog::info("training job '{}' is back after expiring", batch_.source().training_job());
+    job->expired = false;
   }
   metrics_->events_batches->Add(1);
   metrics_->events_steps->Add(batch_.steps_size());
@@ -57,19 +62,22 @@ void JobRouter::HandleMessage(std::string_view payload, TimePoint now, int64_t w
   Count(*job, job->pipeline->AddBatch(batch_, now));
 }
 
-JobRouter::Job* JobRouter::FindOrCreate(const v1::SourceIdentity& source) {
+JobRouter::Job* JobRouter::FindOrCreate(const v1::SourceIdentity& source, TimePoint now) {
   auto it = jobs_.find(source.training_job());
   if (it != jobs_.end()) return &it->second;
   if (jobs_.size() >= options_.max_jobs) return nullptr;
   spdlog::info("new training job '{}' with {} ranks", source.training_job(), source.world_size());
   return &Insert(source.training_job(),
                  std::make_unique<JobPipeline>(source.training_job(), source.world_size(),
-                                               options_.pipeline));
+                                               options_.pipeline),
+                 now);
 }
 
-JobRouter::Job& JobRouter::Insert(const std::string& name, std::unique_ptr<JobPipeline> pipeline) {
+JobRouter::Job& JobRouter::Insert(const std::string& name, std::unique_ptr<JobPipeline> pipeline,
+                                  TimePoint now) {
   Job job;
   job.pipeline = std::move(pipeline);
+  job.last_input = now;
   job.steps_aligned = metrics_->StepsAligned(name);
   job.steps_timed_out = metrics_->StepsTimedOut(name);
   Job& inserted = jobs_.insert_or_assign(name, std::move(job)).first->second;
@@ -88,6 +96,11 @@ void JobRouter::Checkpoint(rankwatch::Checkpoint* c, TimePoint now, int64_t wall
     }
     c->DeleteRange(StateFamily::kWindows, StepKey(name, 0), StepKey(name, jc.keep_from_step));
   }
+  for (const std::string& name : removed_jobs_) {
+    c->Delete(StateFamily::kWindows, MetaKey(name));
+    c->DeleteRange(StateFamily::kWindows, StepKey(name, 0), StepKey(name, UINT64_MAX));
+  }
+  removed_jobs_.clear();
   for (const auto& [tp, next] : next_offsets_) c->SetOffset(tp.first, tp.second, next);
 }
 
@@ -118,7 +131,7 @@ absl::Status JobRouter::Restore(const StateStore& store, TimePoint now, int64_t 
     if (!bad.ok()) return bad;
     auto pipeline = JobPipeline::Restore(meta, steps, options_.pipeline, now, wall_now_unix_ns);
     if (!pipeline.ok()) return pipeline.status();
-    Job& job = Insert(meta.training_job(), std::move(*pipeline));
+    Job& job = Insert(meta.training_job(), std::move(*pipeline), now);
     job.steps_aligned->Set(static_cast<double>(meta.aligned_steps()));
     job.steps_timed_out->Set(static_cast<double>(meta.timed_out_steps()));
     job.unsaved = false;
@@ -141,10 +154,36 @@ void JobRouter::Count(Job& job, const JobDelta& d) {
   }
 }
 
+void JobRouter::ExpireJobs(TimePoint now) {
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    Job& job = it->second;
+    if (!job.expired && now - job.last_input >= options_.job_ttl) {
+      job.expired = true;
+      job.expired_at = now;
+      spdlog::info("training job '{}' expired: no input for {:.0f} s; its last diagnosis stays "
+                   "queryable for {:.0f} s",
+                   it->first, std::chrono::duration<double>(options_.job_ttl).count(),
+                   std::chrono::duration<double>(options_.job_retention).count());
+    }
+    if (job.expired && now - job.expired_at >= options_.job_retention) {
+      spdlog::info("training job '{}' removed", it->first);
+      metrics_->RemoveJob(it->first);
+      snapshots_->Remove(it->first);
+      removed_jobs_.push_back(it->first);
+      it = jobs_.erase(it);
+      metrics_->jobs->Set(static_cast<double>(jobs_.size()));
+    } else {
+      ++it;
+    }
+  }
+}
+
 void JobRouter::Tick(TimePoint now) {
+  ExpireJobs(now);
   std::vector<Job*> changed_jobs;
   std::vector<JobSnapshot> changed;
   for (auto& [name, job] : jobs_) {
+    if (job.expired) continue;  // its last diagnosis is frozen
     Count(job, job.pipeline->Tick(now));
     // Silent jobs are re-evaluated every second too: silence is itself a diagnosis (hang).
     if (!job.dirty && now - job.published_at < std::chrono::seconds(1)) continue;

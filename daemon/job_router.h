@@ -24,6 +24,11 @@ struct JobRouterOptions {
   JobPipelineOptions pipeline;
   BatchLimits limits;
   size_t max_jobs = 10'000;  // default: 10,000; batches of further jobs are rejected
+  // A job without input for this long is finished: its last diagnosis is frozen and stays
+  // queryable for `job_retention`, then the job, its metrics and its state are removed.
+  // Defaults: 1 h each. Input for an expired job brings it back.
+  Duration job_ttl = std::chrono::hours(1);
+  Duration job_retention = std::chrono::hours(1);
 };
 
 class JobRouter {
@@ -62,10 +67,14 @@ class JobRouter {
     bool dirty = true;
     bool unsaved = true;  // changed since the last checkpoint
     TimePoint published_at{};
+    TimePoint last_input{};
+    bool expired = false;
+    TimePoint expired_at{};
   };
 
-  Job* FindOrCreate(const v1::SourceIdentity& source);
-  Job& Insert(const std::string& name, std::unique_ptr<JobPipeline> pipeline);
+  Job* FindOrCreate(const v1::SourceIdentity& source, TimePoint now);
+  Job& Insert(const std::string& name, std::unique_ptr<JobPipeline> pipeline, TimePoint now);
+  void ExpireJobs(TimePoint now);
   void Count(Job& job, const JobDelta& delta);
 
   const JobRouterOptions options_;
@@ -76,6 +85,7 @@ class JobRouter {
   std::string detail_;
   std::map<std::string, Job, std::less<>> jobs_;
   std::map<std::pair<std::string, int32_t>, int64_t> next_offsets_;  // (topic, partition)
+  std::vector<std::string> removed_jobs_;  // state to delete at the next checkpoint
   MetricCell* rejected_too_many_jobs_;
 };
 

@@ -51,6 +51,10 @@ int Run(const DaemonConfig& config) {
   if (!hang_timeout.ok()) return Fail(hang_timeout.status());
   auto checkpoint_interval = ParseDuration(config.checkpoint_interval);
   if (!checkpoint_interval.ok()) return Fail(checkpoint_interval.status());
+  auto job_ttl = ParseDuration(config.job_ttl);
+  if (!job_ttl.ok()) return Fail(job_ttl.status());
+  auto job_retention = ParseDuration(config.job_retention);
+  if (!job_retention.ok()) return Fail(job_retention.status());
   if (config.window_steps < 1) return Fail(absl::InvalidArgumentError("window-steps must be >= 1"));
   auto metrics_address = ParseListenAddress(config.metrics_listen);
   if (!metrics_address.ok()) return Fail(metrics_address.status());
@@ -109,6 +113,8 @@ int Run(const DaemonConfig& config) {
 
   JobRouterOptions router_options;
   router_options.pipeline.record_changes = true;
+  router_options.job_ttl = *job_ttl;
+  router_options.job_retention = *job_retention;
   router_options.pipeline.align.align_timeout = *align_timeout;
   router_options.pipeline.window.steps = static_cast<size_t>(config.window_steps);
   router_options.pipeline.diagnosis = config.step_diagnosis;
@@ -225,6 +231,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--hang-timeout", config.hang_timeout,
                  "diagnose a hang when no step aligned for max(5 x median step, this)")
+      ->capture_default_str();
+  app.add_option("--job-ttl", config.job_ttl,
+                 "a job without input this long is finished (its diagnosis is frozen)")
+      ->capture_default_str();
+  app.add_option("--job-retention", config.job_retention,
+                 "how long a finished job stays queryable before its state is removed")
       ->capture_default_str();
   app.add_option("--checkpoint-interval", config.checkpoint_interval,
                  "write durable state (and the offsets it covers) this often")

@@ -24,6 +24,14 @@ class SnapshotStore {
     return current_;
   }
 
+  // Forgets a job.
+  void Remove(const std::string& job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto next = std::make_shared<Map>(*current_);
+    next->erase(job);
+    current_ = std::move(next);
+  }
+
   // Publishes new snapshots for the jobs in `updates`, keeping the others.
   void Update(std::vector<JobSnapshot> updates) {
     std::lock_guard<std::mutex> lock(mu_);
