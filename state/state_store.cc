@@ -148,10 +148,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
 StateStore::~StateStore() {
   if (!db_) return;
   // A clean shutdown leaves no log to replay: the next start reads tables, which is faster.
-  if (flush_on_close_ && health().ok()) {
-    rocksdb::FlushOptions flush;
-    for (rocksdb::ColumnFamilyHandle* h : families_) (void)db_->Flush(flush, h);
-  }
+  if (flush_on_close_ && health().ok()) (void)Flush();
   for (rocksdb::ColumnFamilyHandle* h : families_) db_->DestroyColumnFamilyHandle(h);
   if (default_family_ != nullptr) db_->DestroyColumnFamilyHandle(default_family_);
   (void)db_->Close();
@@ -221,6 +218,14 @@ absl::StatusOr<std::map<std::pair<std::string, int32_t>, int64_t>> StateStore::O
   if (!s.ok()) return s;
   if (!bad.ok()) return bad;
   return out;
+}
+
+absl::Status StateStore::Flush() {
+  rocksdb::FlushOptions flush;
+  for (rocksdb::ColumnFamilyHandle* h : families_) {
+    if (absl::Status s = FromRocks(db_->Flush(flush, h), "state flush failed"); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status StateStore::health() const {

@@ -100,6 +100,10 @@ class StateStore {
   // Stored next offsets: (topic, partition) -> offset.
   absl::StatusOr<std::map<std::pair<std::string, int32_t>, int64_t>> Offsets() const;
 
+  // Writes the memtables to tables (RocksDB also does this by itself as they fill), so that a
+  // later open has less log to replay.
+  absl::Status Flush();
+
   // OK while every write succeeded; otherwise the first failure.
   absl::Status health() const;
 
