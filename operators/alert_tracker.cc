@@ -1,0 +1,145 @@
+#include "operators/alert_tracker.h"
+
+#include <set>
+
+namespace rankwatch {
+namespace {
+
+struct Candidate {
+  AlertKind kind;
+  std::string subject;
+  Severity severity;
+  StragglerCause cause = StragglerCause::kNone;
+};
+
+std::vector<Candidate> CandidatesOf(const JobSnapshot& s) {
+  std::vector<Candidate> out;
+  const StepDiagnosis& d = s.step;
+  switch (d.label) {
+    case StepLabel::kStraggler:
+    case StepLabel::kInputStraggler:
+    case StepLabel::kComputeStraggler: {
+      const StragglerCause cause = d.label == StepLabel::kStraggler        ? StragglerCause::kBoth
+                                   : d.label == StepLabel::kInputStraggler ? StragglerCause::kInput
+                                                                           : StragglerCause::kCompute;
+      std::string subject = "job";
+      if (d.scope == CulpritScope::kNode) {
+        subject = "node:" + d.culprit_node;
+      } else if (!d.culprit_ranks.empty()) {
+        subject = "rank:" + std::to_string(d.culprit_ranks.front());
+      }
+      out.push_back({AlertKind::kStraggler, subject, d.severity, cause});
+      break;
+    }
+    case StepLabel::kHang: out.push_back({AlertKind::kHang, "job", d.severity}); break;
+    case StepLabel::kInputBound: out.push_back({AlertKind::kInputBound, "job", d.severity}); break;
+    case StepLabel::kWaitHeavy: out.push_back({AlertKind::kWaitHeavy, "job", d.severity}); break;
+    default: break;
+  }
+  const MemoryDiagnosis& m = s.memory;
+  const MemoryKindEvidence& e = m.kinds[static_cast<int>(m.kind)];
+  switch (m.label) {
+    case MemoryLabel::kCreep:
+    case MemoryLabel::kCreepEarly:
+      out.push_back({AlertKind::kMemoryCreep, "job", m.severity});
+      break;
+    case MemoryLabel::kHighPressure:
+      out.push_back({AlertKind::kMemoryPressure, "rank:" + std::to_string(e.worst_rank), m.severity});
+      break;
+    case MemoryLabel::kImbalance:
+      out.push_back({AlertKind::kMemoryImbalance, "rank:" + std::to_string(e.worst_rank), m.severity});
+      break;
+    default: break;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view AlertKindName(AlertKind kind) {
+  switch (kind) {
+    case AlertKind::kStraggler: return "straggler";
+    case AlertKind::kHang: return "hang";
+    case AlertKind::kMemoryCreep: return "memory_creep";
+    case AlertKind::kMemoryPressure: return "memory_pressure";
+    case AlertKind::kMemoryImbalance: return "memory_imbalance";
+    case AlertKind::kInputBound: return "input_bound";
+    case AlertKind::kWaitHeavy: return "wait_heavy";
+  }
+  return "unknown";
+}
+
+std::string_view AlertStateName(AlertState state) {
+  switch (state) {
+    case AlertState::kPending: return "pending";
+    case AlertState::kFiring: return "firing";
+    case AlertState::kResolved: return "resolved";
+  }
+  return "unknown";
+}
+
+AlertEvent AlertTracker::Emit(Active& a, AlertState state, int64_t at) {
+  a.last.state = state;
+  a.last.sequence = next_sequence_++;
+  a.last.at_unix_ns = at;
+  return a.last;
+}
+
+std::vector<AlertEvent> AlertTracker::Evaluate(std::shared_ptr<const JobSnapshot> snapshot,
+                                               int64_t now) {
+  std::vector<AlertEvent> events;
+  const std::string& job = snapshot->training_job;
+  std::set<std::string> seen;
+  for (const Candidate& c : CandidatesOf(*snapshot)) {
+    const std::string rest = std::string(AlertKindName(c.kind)) + "|" + c.subject;
+    const std::string id = job + "|" + rest;
+    seen.insert(rest);
+    auto [it, inserted] = active_.try_emplace({job, rest});
+    Active& a = it->second;
+    a.clean = 0;
+    ++a.consecutive;
+    a.last.severity = c.severity;
+    a.last.cause = c.cause;
+    a.last.evidence = snapshot;
+    if (inserted) {
+      a.last.id = id;
+      a.last.training_job = job;
+      a.last.kind = c.kind;
+      a.last.subject = c.subject;
+      events.push_back(Emit(a, AlertState::kPending, now));
+    }
+    if (a.last.state == AlertState::kPending && a.consecutive >= options_.fire_after) {
+      events.push_back(Emit(a, AlertState::kFiring, now));
+    }
+  }
+  // This job's alerts whose condition is absent: a pending one is dropped at once (resolved),
+  // a firing one resolves after `resolve_after` clean evaluations.
+  for (auto it = active_.lower_bound({job, ""}); it != active_.end() && it->first.first == job;) {
+    Active& a = it->second;
+    if (seen.count(it->first.second)) {
+      ++it;
+      continue;
+    }
+    a.consecutive = 0;
+    ++a.clean;
+    if (a.last.state == AlertState::kPending || a.clean >= options_.resolve_after) {
+      a.last.evidence = snapshot;
+      events.push_back(Emit(a, AlertState::kResolved, now));
+      it = active_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return events;
+}
+
+std::vector<AlertEvent> AlertTracker::ForgetJob(const std::string& job, int64_t now) {
+  std::vector<AlertEvent> events;
+  for (auto it = active_.lower_bound({job, ""}); it != active_.end() && it->first.first == job;) {
+    events.push_back(Emit(it->second, AlertState::kResolved, now));
+    it = active_.erase(it);
+  }
+  return events;
+}
+
+}  // namespace rankwatch

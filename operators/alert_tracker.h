@@ -1,0 +1,89 @@
+// AlertTracker: turns diagnoses into alerts with a lifecycle (spec/step-diagnosis.md §6):
+// `pending` when a condition is first seen, `firing` once it held for `fire_after` consecutive
+// evaluations, `resolved` after `resolve_after` consecutive clean ones. One alert per
+// (job, kind, subject) fingerprint — the subject is the culprit rank or node, or the job — and
+// an active fingerprint never fires twice. Every event carries a daemon-wide, strictly
+// increasing sequence number.
+//
+// Pure: a function of the snapshots it is given. Not thread-safe: owned by the ingest thread.
+// (Issue #5 persists the events before publishing them and streams them over gRPC.)
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "operators/job_pipeline.h"
+
+namespace rankwatch {
+
+enum class AlertKind : uint8_t {
+  kStraggler,
+  kHang,
+  kMemoryCreep,
+  kMemoryPressure,
+  kMemoryImbalance,
+  kInputBound,
+  kWaitHeavy,
+};
+std::string_view AlertKindName(AlertKind kind);  // "straggler", "hang", ...
+
+enum class AlertState : uint8_t { kPending, kFiring, kResolved };
+std::string_view AlertStateName(AlertState state);
+
+enum class StragglerCause : uint8_t { kNone, kInput, kCompute, kBoth };
+
+struct AlertOptions {
+  uint32_t fire_after = 3;     // consecutive evaluations before firing; default 3
+  uint32_t resolve_after = 10;  // consecutive clean evaluations before resolving; default 10
+};
+
+struct AlertEvent {
+  std::string id;  // fingerprint "job|kind|subject"
+  uint64_t sequence = 0;
+  std::string training_job;
+  AlertKind kind = AlertKind::kStraggler;
+  std::string subject;  // "rank:17", "node:node-2" or "job"
+  AlertState state = AlertState::kPending;
+  Severity severity = Severity::kWarn;
+  StragglerCause cause = StragglerCause::kNone;
+  int64_t at_unix_ns = 0;
+  // The snapshot whose diagnosis raised (or last confirmed) the alert.
+  std::shared_ptr<const JobSnapshot> evidence;
+};
+
+class AlertTracker {
+ public:
+  explicit AlertTracker(AlertOptions options = {}, uint64_t next_sequence = 1)
+      : options_(options), next_sequence_(next_sequence) {}
+
+  // Evaluates one job's current diagnoses and returns the lifecycle transitions they cause,
+  // in sequence order.
+  std::vector<AlertEvent> Evaluate(std::shared_ptr<const JobSnapshot> snapshot,
+                                   int64_t wall_now_unix_ns);
+
+  // Forgets a job (it was removed): its active alerts resolve.
+  std::vector<AlertEvent> ForgetJob(const std::string& training_job, int64_t wall_now_unix_ns);
+
+  uint64_t next_sequence() const { return next_sequence_; }
+  size_t active() const { return active_.size(); }
+
+ private:
+  struct Active {
+    AlertEvent last;           // the latest event of this fingerprint
+    uint32_t consecutive = 0;  // evaluations it held in a row
+    uint32_t clean = 0;        // evaluations it was absent in a row
+  };
+
+  AlertEvent Emit(Active& a, AlertState state, int64_t at);
+
+  const AlertOptions options_;
+  uint64_t next_sequence_;
+  // By (job, "kind|subject"): one job's alerts are contiguous whatever its name contains.
+  std::map<std::pair<std::string, std::string>, Active> active_;
+};
+
+}  // namespace rankwatch

@@ -1,0 +1,115 @@
+#include "operators/alert_tracker.h"
+
+#include <gtest/gtest.h>
+
+namespace rankwatch {
+namespace {
+
+std::shared_ptr<const JobSnapshot> Straggler(const std::string& job, uint32_t rank) {
+  auto s = std::make_shared<JobSnapshot>();
+  s->training_job = job;
+  s->step.label = StepLabel::kComputeStraggler;
+  s->step.severity = Severity::kCrit;
+  s->step.scope = CulpritScope::kRank;
+  s->step.culprit_ranks = {rank};
+  return s;
+}
+
+std::shared_ptr<const JobSnapshot> Healthy(const std::string& job) {
+  auto s = std::make_shared<JobSnapshot>();
+  s->training_job = job;
+  s->step.label = StepLabel::kBalanced;
+  s->memory.label = MemoryLabel::kBalanced;
+  return s;
+}
+
+TEST(AlertTrackerTest, PendingThenFiringThenResolved) {
+  AlertTracker t({.fire_after = 3, .resolve_after = 10});
+  auto e = t.Evaluate(Straggler("j", 17), 100);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].state, AlertState::kPending);
+  EXPECT_EQ(e[0].id, "j|straggler|rank:17");
+  EXPECT_EQ(e[0].cause, StragglerCause::kCompute);
+  EXPECT_EQ(e[0].sequence, 1u);
+  EXPECT_TRUE(t.Evaluate(Straggler("j", 17), 101).empty());
+  e = t.Evaluate(Straggler("j", 17), 102);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].state, AlertState::kFiring);
+  EXPECT_EQ(e[0].sequence, 2u);
+  EXPECT_EQ(e[0].evidence->step.culprit_ranks, std::vector<uint32_t>{17});
+  // Nine clean evaluations keep it firing; the tenth resolves it.
+  for (int i = 0; i < 9; ++i) EXPECT_TRUE(t.Evaluate(Healthy("j"), 103 + i).empty());
+  e = t.Evaluate(Healthy("j"), 200);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].state, AlertState::kResolved);
+  EXPECT_EQ(e[0].sequence, 3u);
+  EXPECT_EQ(e[0].at_unix_ns, 200);
+  EXPECT_EQ(t.active(), 0u);
+}
+
+TEST(AlertTrackerTest, AFlappingConditionNeverFiresTwiceWhileActive) {
+  AlertTracker t({.fire_after = 1, .resolve_after = 3});
+  EXPECT_EQ(t.Evaluate(Straggler("j", 2), 0).size(), 2u);  // pending and firing at once
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(t.Evaluate(Healthy("j"), 1).empty());  // one or two clean ones...
+    EXPECT_TRUE(t.Evaluate(Straggler("j", 2), 2).empty());  // ...then back: still the same alert
+  }
+  EXPECT_EQ(t.active(), 1u);
+}
+
+TEST(AlertTrackerTest, APendingConditionThatGoesAwayResolvesAtOnce) {
+  AlertTracker t;
+  t.Evaluate(Straggler("j", 2), 0);
+  auto e = t.Evaluate(Healthy("j"), 1);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].state, AlertState::kResolved);
+}
+
+TEST(AlertTrackerTest, SubjectsAndJobsAreSeparateAlertsWithOneSequence) {
+  AlertTracker t({.fire_after = 1, .resolve_after = 1});
+  auto a = t.Evaluate(Straggler("a", 1), 0);
+  auto b = t.Evaluate(Straggler("b", 1), 0);
+  auto a2 = t.Evaluate(Straggler("a", 5), 0);  // the culprit changed: rank 1 resolves, rank 5 fires
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  ASSERT_EQ(a2.size(), 3u);
+  EXPECT_EQ(a2[0].id, "a|straggler|rank:5");
+  EXPECT_EQ(a2[2].id, "a|straggler|rank:1");
+  EXPECT_EQ(a2[2].state, AlertState::kResolved);
+  uint64_t last = 0;
+  for (const auto* v : {&a, &b, &a2}) {
+    for (const AlertEvent& e : *v) {
+      EXPECT_GT(e.sequence, last);
+      last = e.sequence;
+    }
+  }
+  EXPECT_EQ(t.active(), 2u);  // a|rank:5 and b|rank:1
+}
+
+TEST(AlertTrackerTest, EveryKindFromItsDiagnosis) {
+  AlertTracker t({.fire_after = 1, .resolve_after = 1});
+  auto s = std::make_shared<JobSnapshot>();
+  s->training_job = "j|odd";
+  s->step.label = StepLabel::kHang;
+  s->step.severity = Severity::kCrit;
+  s->memory.label = MemoryLabel::kHighPressure;
+  s->memory.kind = MemoryKind::kReserved;
+  s->memory.kinds[1].worst_rank = 9;
+  auto e = t.Evaluate(s, 0);
+  ASSERT_EQ(e.size(), 4u);
+  EXPECT_EQ(e[0].id, "j|odd|hang|job");
+  EXPECT_EQ(e[2].id, "j|odd|memory_pressure|rank:9");
+  auto node = std::make_shared<JobSnapshot>(*Straggler("j|odd", 3));
+  node->step.scope = CulpritScope::kNode;
+  node->step.culprit_node = "node-0";
+  node->step.label = StepLabel::kStraggler;
+  e = t.Evaluate(node, 1);
+  ASSERT_EQ(e.size(), 4u);  // straggler pending + firing, hang and pressure resolved
+  EXPECT_EQ(e[0].id, "j|odd|straggler|node:node-0");
+  EXPECT_EQ(e[0].cause, StragglerCause::kBoth);
+  EXPECT_EQ(t.ForgetJob("j|odd", 2).size(), 1u);
+  EXPECT_EQ(t.active(), 0u);
+}
+
+}  // namespace
+}  // namespace rankwatch
