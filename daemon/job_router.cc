@@ -11,9 +11,16 @@ JobRouter::JobRouter(JobRouterOptions options, DaemonMetrics* metrics, SnapshotS
       metrics_(metrics),
       snapshots_(snapshots),
       decoder_(options_.limits),
+      alerts_(options_.alerts),
       rejected_too_many_jobs_(metrics->rejected_too_many_jobs) {}
 
 namespace {
+
+int64_t WallNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 // State keys: "m" job -> JobMeta; "s" job '\0' big-endian step -> StoredStep (in step order).
 std::string MetaKey(const std::string& job) { return "m" + job; }
@@ -154,6 +161,25 @@ void JobRouter::Count(Job& job, const JobDelta& d) {
   }
 }
 
+void JobRouter::Publish(const std::vector<AlertEvent>& events, const std::string& job) {
+  for (const AlertEvent& e : events) {
+    metrics_->CountAlert(e.kind, e.state);
+    if (e.state == AlertState::kPending) continue;
+    const std::string& note = e.evidence ? (e.kind == AlertKind::kMemoryCreep ||
+                                                    e.kind == AlertKind::kMemoryPressure ||
+                                                    e.kind == AlertKind::kMemoryImbalance
+                                                ? e.evidence->memory.note
+                                                : e.evidence->step.note)
+                                         : std::string();
+    if (e.state == AlertState::kFiring) {
+      spdlog::warn("alert #{} firing: {} ({}): {}", e.sequence, e.id, SeverityName(e.severity), note);
+    } else {
+      spdlog::info("alert #{} resolved: {}", e.sequence, e.id);
+    }
+  }
+  if (!events.empty()) metrics_->SetFiring(job, alerts_.Firing(job));
+}
+
 void JobRouter::ExpireJobs(TimePoint now) {
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     Job& job = it->second;
@@ -167,6 +193,7 @@ void JobRouter::ExpireJobs(TimePoint now) {
     }
     if (job.expired && now - job.expired_at >= options_.job_retention) {
       spdlog::info("training job '{}' removed", it->first);
+      Publish(alerts_.ForgetJob(it->first, WallNowNs()), it->first);
       metrics_->RemoveJob(it->first);
       snapshots_->Remove(it->first);
       removed_jobs_.push_back(it->first);
@@ -181,7 +208,8 @@ void JobRouter::ExpireJobs(TimePoint now) {
 void JobRouter::Tick(TimePoint now) {
   ExpireJobs(now);
   std::vector<Job*> changed_jobs;
-  std::vector<JobSnapshot> changed;
+  std::vector<std::shared_ptr<const JobSnapshot>> changed;
+  const int64_t wall = WallNowNs();
   for (auto& [name, job] : jobs_) {
     if (job.expired) continue;  // its last diagnosis is frozen
     Count(job, job.pipeline->Tick(now));
@@ -190,14 +218,14 @@ void JobRouter::Tick(TimePoint now) {
     job.dirty = false;
     job.published_at = now;
     changed_jobs.push_back(&job);
-    changed.push_back(job.pipeline->Snapshot(now));
-    changed.back().evaluated_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                           std::chrono::system_clock::now().time_since_epoch())
-                                           .count();
+    auto snapshot = std::make_shared<JobSnapshot>(job.pipeline->Snapshot(now));
+    snapshot->evaluated_unix_ns = wall;
+    changed.push_back(std::move(snapshot));
   }
   if (changed.empty()) return;
-  for (const JobSnapshot& s : changed) metrics_->PublishJob(s);
-  snapshots_->Update(std::move(changed));
+  for (const auto& s : changed) metrics_->PublishJob(*s);
+  snapshots_->Update(changed);
+  for (const auto& s : changed) Publish(alerts_.Evaluate(s, wall), s->training_job);
   for (Job* job : changed_jobs) {
     job->steps_aligned->Add(job->unpublished_aligned);
     job->steps_timed_out->Add(job->unpublished_timed_out);

@@ -29,6 +29,7 @@ struct JobRouterOptions {
   // Defaults: 1 h each. Input for an expired job brings it back.
   Duration job_ttl = std::chrono::hours(1);
   Duration job_retention = std::chrono::hours(1);
+  AlertOptions alerts;
 };
 
 class JobRouter {
@@ -75,6 +76,7 @@ class JobRouter {
   Job* FindOrCreate(const v1::SourceIdentity& source, TimePoint now);
   Job& Insert(const std::string& name, std::unique_ptr<JobPipeline> pipeline, TimePoint now);
   void ExpireJobs(TimePoint now);
+  void Publish(const std::vector<AlertEvent>& events, const std::string& job);
   void Count(Job& job, const JobDelta& delta);
 
   const JobRouterOptions options_;
@@ -86,6 +88,7 @@ class JobRouter {
   std::map<std::string, Job, std::less<>> jobs_;
   std::map<std::pair<std::string, int32_t>, int64_t> next_offsets_;  // (topic, partition)
   std::vector<std::string> removed_jobs_;  // state to delete at the next checkpoint
+  AlertTracker alerts_;
   MetricCell* rejected_too_many_jobs_;
 };
 

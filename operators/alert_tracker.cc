@@ -142,4 +142,12 @@ std::vector<AlertEvent> AlertTracker::ForgetJob(const std::string& job, int64_t 
   return events;
 }
 
+std::map<AlertKind, int> AlertTracker::Firing(const std::string& job) const {
+  std::map<AlertKind, int> out;
+  for (auto it = active_.lower_bound({job, ""}); it != active_.end() && it->first.first == job; ++it) {
+    if (it->second.last.state == AlertState::kFiring) ++out[it->second.last.kind];
+  }
+  return out;
+}
+
 }  // namespace rankwatch

@@ -68,6 +68,9 @@ class AlertTracker {
   // Forgets a job (it was removed): its active alerts resolve.
   std::vector<AlertEvent> ForgetJob(const std::string& training_job, int64_t wall_now_unix_ns);
 
+  // Firing alerts of one job, per kind.
+  std::map<AlertKind, int> Firing(const std::string& training_job) const;
+
   uint64_t next_sequence() const { return next_sequence_; }
   size_t active() const { return active_.size(); }
 

@@ -88,6 +88,11 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) {
       "Top 3 ranks per signal (dataloader, compute) by per-step time above the median rank; "
       "the only per-rank series (at most 6 per job).",
       {"training_job", "signal", "rank", "node"});
+  alerts_firing_ = r->Gauge("rankwatch_alerts_firing",
+                            "Alerts currently firing, per job and kind.", {"training_job", "kind"});
+  alerts_total_ = r->Counter("rankwatch_alerts_total",
+                             "Alert transitions by kind and new state (pending, firing, resolved).",
+                             {"kind", "state"});
   memory_diagnosis_ = r->Gauge(
       "rankwatch_memory_diagnosis",
       "Step-memory diagnosis of a job: 1 for the current label, 0 for the others.",
@@ -183,10 +188,25 @@ void DaemonMetrics::PublishMemory(const JobSnapshot& s) {
   }
 }
 
+void DaemonMetrics::CountAlert(AlertKind kind, AlertState state) {
+  alerts_total_->WithLabels({std::string(AlertKindName(kind)), std::string(AlertStateName(state))})
+      ->Add(1);
+}
+
+void DaemonMetrics::SetFiring(const std::string& job, const std::map<AlertKind, int>& firing) {
+  for (int k = 0; k <= static_cast<int>(AlertKind::kWaitHeavy); ++k) {
+    const auto kind = static_cast<AlertKind>(k);
+    auto it = firing.find(kind);
+    alerts_firing_->WithLabels({job, std::string(AlertKindName(kind))})
+        ->Set(it == firing.end() ? 0 : it->second);
+  }
+}
+
 void DaemonMetrics::RemoveJob(const std::string& job) {
   for (MetricFamily* f :
        {steps_aligned_, steps_timed_out_, phase_seconds_, phase_skew_, ranks_, window_steps_,
         step_diagnosis_, step_severity_, share_ratio_, straggler_score_, worst_rank_, rank_excess_,
+        alerts_firing_,
         memory_diagnosis_, memory_severity_, memory_peak_, memory_pressure_, memory_creep_,
         memory_steps_to_full_}) {
     f->RemoveWhereFirstLabel(job);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ingest/batch_decoder.h"
+#include "operators/alert_tracker.h"
 #include "operators/job_pipeline.h"
 #include "sinks/metrics_registry.h"
 
@@ -43,6 +44,9 @@ class DaemonMetrics {
   MetricCell* StepsAligned(const std::string& job);
   MetricCell* StepsTimedOut(const std::string& job);
   void PublishJob(const JobSnapshot& snapshot);
+  // Counts an alert transition and sets the job's firing alerts per kind.
+  void CountAlert(AlertKind kind, AlertState state);
+  void SetFiring(const std::string& job, const std::map<AlertKind, int>& firing);
   void RemoveJob(const std::string& job);
 
  private:
@@ -60,6 +64,8 @@ class DaemonMetrics {
   MetricFamily* straggler_score_;
   MetricFamily* worst_rank_;
   MetricFamily* rank_excess_;
+  MetricFamily* alerts_firing_;
+  MetricFamily* alerts_total_;
   MetricFamily* memory_diagnosis_;
   MetricFamily* memory_severity_;
   MetricFamily* memory_peak_;

@@ -32,6 +32,14 @@ class SnapshotStore {
     current_ = std::move(next);
   }
 
+  // Publishes shared snapshots for their jobs, keeping the others.
+  void Update(const std::vector<std::shared_ptr<const JobSnapshot>>& updates) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto next = std::make_shared<Map>(*current_);
+    for (const auto& s : updates) (*next)[s->training_job] = s;
+    current_ = std::move(next);
+  }
+
   // Publishes new snapshots for the jobs in `updates`, keeping the others.
   void Update(std::vector<JobSnapshot> updates) {
     std::lock_guard<std::mutex> lock(mu_);

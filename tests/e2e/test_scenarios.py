@@ -65,6 +65,15 @@ class ScenarioTest(unittest.TestCase):
         self.assert_step(self.run_fleet("s-compute", 64, 60, "--report-collective", "--fault", "slow-compute:42:0.2"),
                          "STEP_COMPUTE_STRAGGLER", culprits=[42], node="node-5")
 
+    def test_a_lasting_straggler_fires_an_alert(self):
+        self.run_fleet("s-alert", 16, 60, "--report-collective", "--fault", "slow-compute:7:0.3")
+        wait_until(lambda: metric(parse_metrics(scrape(self.daemon)), "rankwatch_alerts_firing",
+                                  training_job="s-alert", kind="straggler") == 1, 20, "a firing straggler alert")
+        s = parse_metrics(scrape(self.daemon))
+        self.assertGreaterEqual(metric(s, "rankwatch_alerts_total", kind="straggler", state="firing"), 1)
+        self.assertEqual(metric(s, "rankwatch_alerts_firing", training_job="s-alert", kind="hang"), 0)
+        self.assertIn("firing: s-alert|straggler|rank:7", self.daemon.stderr())
+
     def test_input_and_compute_straggler(self):
         self.assert_step(self.run_fleet("s-both", 16, 60, "--sync", "none", "--fault", "slow-input:3:1.5",
                                         "--fault", "slow-compute:3:0.3"),
