@@ -14,6 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   kcat prometheus curl
   python3 python3-grpcio python3-protobuf python3-confluent-kafka
+  python3-dev pybind11-dev python3-numpy python3-torch
 )
 
 missing=()
