@@ -1,0 +1,91 @@
+#include "ingest/trace_file_buffer.h"
+
+#include <zlib.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace rankwatch {
+namespace {
+
+constexpr size_t kPadding = 64;  // >= simdjson::SIMDJSON_PADDING
+
+absl::Status Fail(const std::filesystem::path& file, const std::string& why) {
+  return absl::InvalidArgumentError(file.string() + ": " + why);
+}
+
+}  // namespace
+
+absl::StatusOr<TraceFileBuffer> TraceFileBuffer::Read(const std::filesystem::path& file) {
+  std::FILE* f = std::fopen(file.c_str(), "rb");
+  if (f == nullptr) {
+    return absl::NotFoundError(file.string() + ": cannot open: " + std::strerror(errno));
+  }
+  std::string raw;
+  char chunk[1 << 16];
+  size_t n;
+  while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) raw.append(chunk, n);
+  const bool read_error = std::ferror(f) != 0;
+  std::fclose(f);
+  if (read_error) return Fail(file, "read error");
+
+  TraceFileBuffer out;
+  out.gzip_ = raw.size() >= 2 && static_cast<unsigned char>(raw[0]) == 0x1f &&
+              static_cast<unsigned char>(raw[1]) == 0x8b;
+  if (!out.gzip_) {
+    out.capacity_ = raw.size();
+    out.data_.reset(new char[raw.size() + kPadding]);
+    std::memcpy(out.data_.get(), raw.data(), raw.size());
+    std::memset(out.data_.get() + raw.size(), 0, kPadding);
+    out.size_ = raw.size();
+    return out;
+  }
+  if (raw.size() < 18) return Fail(file, "truncated gzip file");
+  // ISIZE (the last 4 bytes) is the size mod 2^32 of the last member: a hint, not a promise.
+  uint32_t isize;
+  std::memcpy(&isize, raw.data() + raw.size() - 4, 4);
+  out.capacity_ = std::max<size_t>(isize, raw.size() * 2);
+  out.data_.reset(new char[out.capacity_ + kPadding]);
+
+  z_stream zs{};
+  if (inflateInit2(&zs, 15 + 16) != Z_OK) return Fail(file, "zlib init failed");
+  zs.next_in = reinterpret_cast<Bytef*>(raw.data());
+  zs.avail_in = static_cast<uInt>(raw.size());
+  while (true) {
+    if (out.size_ == out.capacity_) {
+      const size_t grown = out.capacity_ + out.capacity_ / 2 + (1 << 20);
+      std::unique_ptr<char[]> bigger(new char[grown + kPadding]);
+      std::memcpy(bigger.get(), out.data_.get(), out.size_);
+      out.data_ = std::move(bigger);
+      out.capacity_ = grown;
+    }
+    const size_t room = std::min<size_t>(out.capacity_ - out.size_, 1u << 30);
+    zs.next_out = reinterpret_cast<Bytef*>(out.data_.get() + out.size_);
+    zs.avail_out = static_cast<uInt>(room);
+    const int rc = inflate(&zs, Z_NO_FLUSH);
+    out.size_ += room - zs.avail_out;
+    if (rc == Z_STREAM_END) {
+      // Another gzip member may follow (concatenated .gz files are valid gzip).
+      if (zs.avail_in >= 2 && zs.next_in[0] == 0x1f && zs.next_in[1] == 0x8b) {
+        inflateReset(&zs);
+        continue;
+      }
+      break;
+    }
+    if (rc == Z_BUF_ERROR && zs.avail_in == 0) {
+      inflateEnd(&zs);
+      return Fail(file, "truncated gzip stream");
+    }
+    if (rc != Z_OK && rc != Z_BUF_ERROR) {
+      std::string why = zs.msg ? zs.msg : "inflate error";
+      inflateEnd(&zs);
+      return Fail(file, "corrupt gzip stream: " + why);
+    }
+  }
+  inflateEnd(&zs);
+  std::memset(out.data_.get() + out.size_, 0, kPadding);
+  return out;
+}
+
+}  // namespace rankwatch
