@@ -1,0 +1,359 @@
+#include "collectors/lib/collector.h"
+
+#include <spdlog/spdlog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "ingest/batch_decoder.h"
+
+#ifndef RANKWATCH_VERSION
+#define RANKWATCH_VERSION "0"
+#endif
+
+namespace rankwatch {
+namespace {
+
+constexpr size_t kMaxBatchSteps = 4096;
+constexpr size_t kMaxBatchKernels = 50000;
+constexpr size_t kMaxKernelString = 256;  // longer kernel names are truncated
+
+int64_t UnixNowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
+  uint64_t cur = a.load(std::memory_order_relaxed);
+  while (v > cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+}
+
+void AtomicMin(std::atomic<uint64_t>& a, uint64_t v) {
+  uint64_t cur = a.load(std::memory_order_relaxed);
+  while (v < cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+}
+
+PublisherOptions ToPublisherOptions(const CollectorOptions& o) {
+  PublisherOptions po;
+  po.brokers = o.brokers;
+  po.topic = o.topic;
+  po.compression = o.compression;
+  po.queue_max_messages = o.kafka_queue_max_messages;
+  po.when_full = PublisherOptions::WhenFull::kDropNewest;
+  po.client_id = "rankwatch-collector";
+  po.properties = {{"queue.buffering.max.kbytes", std::to_string(o.kafka_queue_max_kbytes)},
+                   {"message.timeout.ms", std::to_string(o.message_timeout_ms)}};
+  for (const auto& [k, v] : o.properties) po.properties[k] = v;
+  return po;
+}
+
+}  // namespace
+
+uint64_t Collector::NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
+}
+
+absl::StatusOr<std::unique_ptr<Collector>> Collector::Create(CollectorIdentity identity,
+                                                             CollectorOptions options) {
+  if (identity.training_job.empty()) return absl::InvalidArgumentError("training job is required");
+  if (identity.world_size == 0 || identity.rank >= identity.world_size) {
+    return absl::InvalidArgumentError("rank " + std::to_string(identity.rank) +
+                                      " is not below world size " +
+                                      std::to_string(identity.world_size));
+  }
+  if (options.flush_interval_ms <= 0 || options.step_ring_capacity == 0 ||
+      options.max_pending_bytes == 0 || options.kafka_queue_max_messages <= 0 ||
+      options.kafka_queue_max_kbytes <= 0) {
+    return absl::InvalidArgumentError("collector buffer sizes and intervals must be positive");
+  }
+  if (identity.pid == 0) identity.pid = static_cast<uint32_t>(getpid());
+  auto publisher = BatchPublisher::Create(ToPublisherOptions(options));
+  if (!publisher.ok()) return publisher.status();
+  return std::unique_ptr<Collector>(
+      new Collector(std::move(identity), std::move(options), std::move(*publisher)));
+}
+
+Collector::Collector(CollectorIdentity identity, CollectorOptions options,
+                     std::unique_ptr<BatchPublisher> publisher)
+    : identity_(std::move(identity)),
+      options_(std::move(options)),
+      publisher_(std::move(publisher)),
+      ring_(options_.step_ring_capacity),
+      pending_(options_.max_pending_bytes) {
+  sender_ = std::thread([this] { SenderLoop(); });
+}
+
+Collector::~Collector() { (void)Close(false, std::chrono::seconds(2)); }
+
+void Collector::BeginStep(uint64_t step, uint64_t now_ns) {
+  step_ = step;
+  step_begin_ns_ = std::min(now_ns, earliest_begin_ns_.exchange(UINT64_MAX, std::memory_order_relaxed));
+  step_open_ = true;
+}
+
+void Collector::EndStep(uint64_t now_ns) {
+  if (!step_open_) return;
+  step_open_ = false;
+  StepSample s;
+  s.step = step_;
+  s.step_time_ns = now_ns > step_begin_ns_ ? now_ns - step_begin_ns_ : 0;
+  s.end_unix_ns = UnixNowNs();
+  for (int i = 0; i < kStepPhaseCount; ++i) {
+    s.phase_ns[i] = phase_ns_[i].exchange(0, std::memory_order_relaxed);
+  }
+  s.phase_mask = phase_mask_.exchange(0, std::memory_order_relaxed);
+  s.peak_allocated_bytes = peak_allocated_.exchange(0, std::memory_order_relaxed);
+  s.peak_reserved_bytes = peak_reserved_.exchange(0, std::memory_order_relaxed);
+  s.device_capacity_bytes = capacity_.exchange(0, std::memory_order_relaxed);
+  earliest_begin_ns_.store(UINT64_MAX, std::memory_order_relaxed);
+  ring_.PushDropOldest(s);
+  steps_recorded_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Collector::AddPhase(StepPhase phase, uint64_t begin_ns, uint64_t end_ns) {
+  const int i = static_cast<int>(phase);
+  phase_ns_[i].fetch_add(end_ns > begin_ns ? end_ns - begin_ns : 0, std::memory_order_relaxed);
+  phase_mask_.fetch_or(1u << i, std::memory_order_relaxed);
+  AtomicMin(earliest_begin_ns_, begin_ns);
+}
+
+void Collector::RecordMemory(uint64_t peak_allocated, uint64_t peak_reserved, uint64_t capacity) {
+  AtomicMax(peak_allocated_, peak_allocated);
+  AtomicMax(peak_reserved_, peak_reserved);
+  AtomicMax(capacity_, capacity);
+}
+
+void Collector::RecordKernels(const std::vector<KernelEventInput>& events) {
+  std::lock_guard<std::mutex> lock(kernels_mu_);
+  for (const KernelEventInput& e : events) {
+    if (kernels_.size() >= options_.max_kernel_events) {
+      kernels_.pop_front();
+      ++kernels_dropped_;
+    }
+    kernels_.push_back(e);
+    KernelEventInput& k = kernels_.back();
+    if (k.name.size() > kMaxKernelString) k.name.resize(kMaxKernelString);
+    if (k.category.size() > kMaxKernelString) k.category.resize(kMaxKernelString);
+  }
+  kernels_recorded_.fetch_add(events.size(), std::memory_order_relaxed);
+}
+
+void Collector::SealBatch(v1::Batch* b, uint64_t records) {
+  uint64_t dropped_total = ring_.dropped() + pending_.dropped_records();
+  {
+    std::lock_guard<std::mutex> lock(kernels_mu_);
+    dropped_total += kernels_dropped_;
+  }
+  b->set_schema_version(kSchemaVersion);
+  b->set_sequence(sequence_++);
+  b->set_created_unix_ns(UnixNowNs());
+  b->set_dropped_records(dropped_total - reported_dropped_);
+  reported_dropped_ = dropped_total;
+  v1::SourceIdentity* src = b->mutable_source();
+  src->set_training_job(identity_.training_job);
+  src->set_rank(identity_.rank);
+  src->set_world_size(identity_.world_size);
+  src->set_node(identity_.node);
+  src->set_local_rank(identity_.local_rank);
+  src->set_pid(identity_.pid);
+  src->set_device(identity_.device);
+  src->set_collector("rankwatch-collector/" RANKWATCH_VERSION);
+  PendingBatch pb;
+  b->SerializeToString(&pb.payload);
+  pb.records = records;
+  pending_.Push(std::move(pb));
+}
+
+void Collector::Drain(bool final) {
+  v1::Batch b;
+  StepSample s;
+  while (ring_.TryPop(&s)) {
+    s.ToProto(b.add_steps());
+    if (static_cast<size_t>(b.steps_size()) >= kMaxBatchSteps) {
+      SealBatch(&b, b.steps_size());
+      b.Clear();
+    }
+  }
+  std::deque<KernelEventInput> kernels;
+  {
+    std::lock_guard<std::mutex> lock(kernels_mu_);
+    kernels.swap(kernels_);
+  }
+  std::unordered_map<std::string, uint32_t> interned;
+  auto intern = [&](const std::string& text) -> uint32_t {
+    if (text.empty()) return 0;
+    if (b.strings_size() == 0) b.add_strings("");
+    auto [it, added] = interned.emplace(text, b.strings_size());
+    if (added) b.add_strings(text);
+    return it->second;
+  };
+  for (const KernelEventInput& k : kernels) {
+    v1::KernelEvent* e = b.add_kernels();
+    e->set_name(intern(k.name));
+    e->set_category(intern(k.category));
+    e->set_ts_ns(k.ts_ns);
+    e->set_dur_ns(k.dur_ns);
+    e->set_stream(k.stream);
+    e->set_correlation(k.correlation);
+    e->set_external_id(-1);
+    e->set_bytes(-1);
+    e->set_wait_on_stream(-1);
+    e->set_wait_on_cuda_event_record_corr_id(-1);
+    e->set_process_rank(static_cast<int32_t>(identity_.rank));
+    e->set_pid(identity_.pid);
+    e->set_step(k.step);
+    if (static_cast<size_t>(b.kernels_size()) >= kMaxBatchKernels) {
+      b.mutable_trace()->set_source_format("collector");
+      SealBatch(&b, b.steps_size() + b.kernels_size());
+      b.Clear();
+      interned.clear();
+    }
+  }
+  if (b.kernels_size() > 0) b.mutable_trace()->set_source_format("collector");
+  if (b.steps_size() > 0 || b.kernels_size() > 0 || final) {
+    b.set_final(final);
+    SealBatch(&b, b.steps_size() + b.kernels_size());
+  }
+}
+
+void Collector::Produce() {
+  const uint64_t completed = publisher_->delivered() + publisher_->failed();
+  while (completed_seen_ < completed && !inflight_sizes_.empty()) {
+    inflight_bytes_ -= inflight_sizes_.front();
+    inflight_sizes_.pop_front();
+    ++completed_seen_;
+  }
+  while (!pending_.empty()) {
+    const PendingBatch& front = pending_.front();
+    absl::Status s = publisher_->Publish(identity_.training_job, front.payload);
+    if (s.ok()) {
+      inflight_sizes_.push_back(front.payload.size());
+      inflight_bytes_ += front.payload.size();
+      produced_.fetch_add(1, std::memory_order_relaxed);
+      pending_.PopFront();
+      continue;
+    }
+    if (absl::IsResourceExhausted(s)) break;  // librdkafka's queue is full: retry later
+    // Anything else (a fatal idempotent-producer state) needs a fresh producer; the batch
+    // stays pending and is produced by it.
+    spdlog::warn("rankwatch collector: {}; recreating the Kafka producer", std::string(s.message()));
+    auto fresh = BatchPublisher::Create(ToPublisherOptions(options_));
+    if (!fresh.ok()) break;
+    base_delivered_ += publisher_->delivered();
+    base_failed_ += publisher_->failed();
+    publisher_ = std::move(*fresh);
+    inflight_sizes_.clear();
+    inflight_bytes_ = 0;
+    completed_seen_ = 0;
+    break;
+  }
+}
+
+void Collector::UpdateBuffered() {
+  const uint64_t bytes = pending_.bytes() + inflight_bytes_;
+  buffered_bytes_.store(bytes, std::memory_order_relaxed);
+  delivered_.store(base_delivered_ + publisher_->delivered(), std::memory_order_relaxed);
+  failed_.store(base_failed_ + publisher_->failed(), std::memory_order_relaxed);
+  AtomicMax(max_buffered_bytes_, bytes);
+  pending_dropped_records_.store(pending_.dropped_records(), std::memory_order_relaxed);
+  pending_dropped_batches_.store(pending_.dropped_batches(), std::memory_order_relaxed);
+}
+
+void Collector::SenderLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    wake_.wait_for(lock, std::chrono::milliseconds(options_.flush_interval_ms),
+                   [this] { return stop_ || flush_requested_; });
+    const bool stopping = stop_, final = final_;
+    flush_requested_ = false;
+    lock.unlock();
+    Drain(stopping && final);
+    Produce();
+    (void)publisher_->Flush(std::chrono::milliseconds(0));  // serves delivery reports
+    Produce();
+    UpdateBuffered();
+    if (pending_.empty() && inflight_sizes_.empty() && ring_.size() == 0) {
+      idle_generation_.fetch_add(1, std::memory_order_release);
+    }
+    lock.lock();
+    if (stopping) break;
+  }
+}
+
+absl::Status Collector::Flush(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const uint64_t start = idle_generation_.load(std::memory_order_acquire);
+  while (std::chrono::steady_clock::now() < deadline && !closed_.load()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      flush_requested_ = true;
+    }
+    wake_.notify_one();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // Two idle rounds after the request: the second began after everything queued now.
+    if (idle_generation_.load(std::memory_order_acquire) >= start + 2) return absl::OkStatus();
+  }
+  return absl::DeadlineExceededError("telemetry not yet delivered to Kafka");
+}
+
+absl::Status Collector::Close(bool final, std::chrono::milliseconds timeout) {
+  if (closed_.exchange(true)) return absl::OkStatus();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    final_ = final;
+  }
+  wake_.notify_one();
+  sender_.join();
+  // The sender is gone: this thread now owns its state.
+  while (!pending_.empty() && std::chrono::steady_clock::now() < deadline) {
+    Produce();
+    (void)publisher_->Flush(std::chrono::milliseconds(20));
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  absl::Status s = publisher_->Flush(std::max(left, std::chrono::milliseconds(0)));
+  Produce();
+  UpdateBuffered();
+  if (!pending_.empty()) return absl::DeadlineExceededError("telemetry left undelivered at close");
+  return s;
+}
+
+CollectorStats Collector::stats() const {
+  CollectorStats s;
+  s.steps_recorded = steps_recorded_.load(std::memory_order_relaxed);
+  s.kernels_recorded = kernels_recorded_.load(std::memory_order_relaxed);
+  uint64_t kernels_dropped;
+  {
+    std::lock_guard<std::mutex> lock(kernels_mu_);
+    kernels_dropped = kernels_dropped_;
+  }
+  s.records_dropped = ring_.dropped() + kernels_dropped +
+                      pending_dropped_records_.load(std::memory_order_relaxed);
+  s.batches_dropped = pending_dropped_batches_.load(std::memory_order_relaxed);
+  s.batches_produced = produced_.load(std::memory_order_relaxed);
+  s.batches_delivered = delivered_.load(std::memory_order_relaxed);
+  s.batches_failed = failed_.load(std::memory_order_relaxed);
+  s.buffered_bytes = buffered_bytes_.load(std::memory_order_relaxed);
+  s.max_buffered_bytes = max_buffered_bytes_.load(std::memory_order_relaxed);
+  s.memory_bound_bytes = memory_bound_bytes();
+  return s;
+}
+
+uint64_t Collector::memory_bound_bytes() const {
+  const uint64_t ring = ring_.capacity() * (sizeof(StepSample) + sizeof(size_t));
+  const uint64_t kernels =
+      options_.max_kernel_events * (sizeof(KernelEventInput) + 2 * kMaxKernelString);
+  return ring + kernels + options_.max_pending_bytes +
+         uint64_t(options_.kafka_queue_max_kbytes) * 1024;
+}
+
+}  // namespace rankwatch

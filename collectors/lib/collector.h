@@ -1,0 +1,178 @@
+// Collector: the in-process telemetry recorder of one training rank. The training thread
+// opens and closes steps and times phases; a background sender thread turns the recorded
+// steps and kernel events into v1::Batch messages and produces them, lz4-compressed, with
+// librdkafka's idempotent producer (collectors/kafka_publisher.h), keyed by training job.
+//
+// Recording never blocks and never allocates on the step path: phase times are atomic adds
+// into the open step, and closing a step is one push into a fixed BoundedRing (drop-oldest
+// when the sender falls behind). When Kafka is slow or down, serialized batches wait in a
+// byte-bounded PendingBatches (drop-oldest) and librdkafka's bounded queue; everything
+// dropped is counted and reported in the next batch's `dropped_records`. The producer
+// reconnects by itself when the broker returns. memory_bound_bytes() states the total bound.
+//
+// Thread-safety: BeginStep/EndStep from one thread (the training loop); AddPhase,
+// RecordMemory, RecordKernels, stats() and Flush() from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collectors/kafka_publisher.h"
+#include "collectors/lib/bounded_ring.h"
+#include "collectors/lib/pending_batches.h"
+#include "collectors/lib/step_sample.h"
+#include "ingest/kafka_config.h"
+
+namespace rankwatch {
+
+// Who is recording (spec section 1, "source identity").
+struct CollectorIdentity {
+  std::string training_job;   // required
+  uint32_t rank = 0;          // < world_size
+  uint32_t world_size = 1;    // >= 1
+  std::string node;           // host name
+  uint32_t local_rank = 0;
+  uint32_t pid = 0;           // 0 = this process
+  std::string device = "cpu";
+};
+
+struct CollectorOptions {
+  std::string brokers;                        // Kafka bootstrap servers (required)
+  std::string topic = "rankwatch.telemetry";  // default: rankwatch.telemetry
+  std::string compression = "lz4";            // default: lz4
+  int flush_interval_ms = 200;                // default: 200 ms between batches
+  size_t step_ring_capacity = 4096;           // default: 4,096 steps (rounded up to 2^n)
+  size_t max_kernel_events = 65536;           // default: 65,536 kernel events buffered
+  size_t max_pending_bytes = 4u << 20;        // default: 4 MiB of batches waiting for Kafka
+  int kafka_queue_max_messages = 256;         // default: 256 messages in librdkafka's queue
+  int kafka_queue_max_kbytes = 4096;          // default: 4 MiB in librdkafka's queue
+  int message_timeout_ms = 300000;            // default: 5 min; older undelivered batches fail
+  KafkaProperties properties;                 // passed through to librdkafka
+};
+
+// One kernel (or CPU op) event, as the caller has it; strings are interned by the sender.
+struct KernelEventInput {
+  std::string name, category;
+  int64_t ts_ns = 0, dur_ns = 0;
+  int64_t stream = -1, correlation = -1;
+  int64_t step = -1;
+};
+
+// Counters since creation; a consistent-enough snapshot for metrics and tests.
+struct CollectorStats {
+  uint64_t steps_recorded = 0;
+  uint64_t kernels_recorded = 0;
+  uint64_t records_dropped = 0;      // steps + kernel events discarded (ring, buffer, pending)
+  uint64_t batches_dropped = 0;      // serialized batches discarded while Kafka was away
+  uint64_t batches_produced = 0;     // handed to librdkafka
+  uint64_t batches_delivered = 0;    // acknowledged by the broker
+  uint64_t batches_failed = 0;       // failed in librdkafka (e.g. message timeout)
+  uint64_t buffered_bytes = 0;       // pending + in librdkafka, now
+  uint64_t max_buffered_bytes = 0;   // the largest buffered_bytes seen
+  uint64_t memory_bound_bytes = 0;   // memory_bound_bytes()
+};
+
+class Collector {
+ public:
+  // Validates the identity and options and starts the sender thread. Does not wait for the
+  // broker: an unreachable broker is normal and only delays delivery.
+  static absl::StatusOr<std::unique_ptr<Collector>> Create(CollectorIdentity identity,
+                                                           CollectorOptions options);
+  // Close(false, 2 s) if not closed yet.
+  ~Collector();
+  Collector(const Collector&) = delete;
+  Collector& operator=(const Collector&) = delete;
+
+  static uint64_t NowNs();  // CLOCK_MONOTONIC, the clock of every *_ns argument below
+
+  // Opens step `step` at `now_ns`. Phases recorded since the previous EndStep belong to it
+  // and its wall time starts at the earliest of them (a dataloader fetch before the step).
+  void BeginStep(uint64_t step, uint64_t now_ns);
+  // Closes the open step at `now_ns` and queues it; no-op when no step is open.
+  void EndStep(uint64_t now_ns);
+  // Adds [begin_ns, end_ns) to `phase` of the open step (or of the next one). Any thread.
+  void AddPhase(StepPhase phase, uint64_t begin_ns, uint64_t end_ns);
+  // Raises the open step's memory peaks to at least these values (0 = unknown). Any thread.
+  void RecordMemory(uint64_t peak_allocated, uint64_t peak_reserved, uint64_t capacity);
+  // Copies `events` into the bounded kernel buffer (oldest dropped when full). Any thread.
+  void RecordKernels(const std::vector<KernelEventInput>& events);
+
+  // Ships everything recorded so far and waits until Kafka acknowledged it or `timeout`
+  // passed (DeadlineExceeded then; the data stays queued).
+  absl::Status Flush(std::chrono::milliseconds timeout);
+  // Stops recording, ships what is left (a batch marked `final` when `final`, so the daemon
+  // knows the rank ended cleanly) and waits up to `timeout` for delivery. Idempotent.
+  absl::Status Close(bool final, std::chrono::milliseconds timeout);
+
+  CollectorStats stats() const;
+  // ring + kernel buffer + pending bytes + librdkafka queue bytes: what the collector may hold.
+  uint64_t memory_bound_bytes() const;
+  const CollectorIdentity& identity() const { return identity_; }
+
+ private:
+  Collector(CollectorIdentity identity, CollectorOptions options,
+            std::unique_ptr<BatchPublisher> publisher);
+  void SenderLoop();
+  // Drains the ring and the kernel buffer into batches in `pending_`. Sender thread only.
+  void Drain(bool final);
+  // Hands pending batches to librdkafka until its queue is full. Sender thread only.
+  void Produce();
+  void SealBatch(v1::Batch* batch, uint64_t records);
+  void UpdateBuffered();
+
+  const CollectorIdentity identity_;
+  const CollectorOptions options_;
+  std::unique_ptr<BatchPublisher> publisher_;
+
+  // The open step, written by the training thread (and phases by any thread).
+  std::atomic<uint64_t> phase_ns_[kStepPhaseCount] = {};
+  std::atomic<uint32_t> phase_mask_{0};
+  std::atomic<uint64_t> earliest_begin_ns_{UINT64_MAX};
+  std::atomic<uint64_t> peak_allocated_{0}, peak_reserved_{0}, capacity_{0};
+  bool step_open_ = false;
+  uint64_t step_ = 0;
+  uint64_t step_begin_ns_ = 0;
+
+  BoundedRing<StepSample> ring_;
+  std::atomic<uint64_t> steps_recorded_{0};
+
+  mutable std::mutex kernels_mu_;
+  std::deque<KernelEventInput> kernels_;  // guarded by kernels_mu_
+  uint64_t kernels_dropped_ = 0;          // guarded by kernels_mu_
+  std::atomic<uint64_t> kernels_recorded_{0};
+
+  // Sender thread state.
+  PendingBatches pending_;
+  std::deque<size_t> inflight_sizes_;  // bytes of batches in librdkafka, oldest first
+  uint64_t inflight_bytes_ = 0;
+  uint64_t completed_seen_ = 0;
+  uint64_t sequence_ = 0;
+  uint64_t reported_dropped_ = 0;  // drops already written into a batch's dropped_records
+
+  std::atomic<uint64_t> produced_{0};
+  std::atomic<uint64_t> delivered_{0}, failed_{0};  // over every producer this had
+  uint64_t base_delivered_ = 0, base_failed_ = 0;    // of replaced producers
+  std::atomic<uint64_t> buffered_bytes_{0}, max_buffered_bytes_{0};
+  std::atomic<uint64_t> pending_dropped_records_{0}, pending_dropped_batches_{0};
+  std::atomic<uint64_t> idle_generation_{0};  // bumped when all data is shipped and acked
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;          // guarded by mu_
+  bool final_ = false;         // guarded by mu_
+  bool flush_requested_ = false;  // guarded by mu_
+  std::atomic<bool> closed_{false};
+  std::thread sender_;
+};
+
+}  // namespace rankwatch

@@ -1,0 +1,280 @@
+#include "collectors/lib/collector.h"
+
+#include <gtest/gtest.h>
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#include <thread>
+
+#include "collectors/lib/rankwatch_collector.h"
+
+namespace rankwatch {
+namespace {
+
+constexpr char kTopic[] = "rankwatch.telemetry";
+
+// A one-broker mock cluster and a consumer reading the topic from the beginning.
+class MockKafka {
+ public:
+  MockKafka() {
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    char err[256];
+    rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
+    mock_rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    cluster_ = rd_kafka_mock_cluster_new(mock_rk_, 1);
+    rd_kafka_mock_topic_create(cluster_, kTopic, 1, 1);
+    bootstrap_ = rd_kafka_mock_cluster_bootstraps(cluster_);
+  }
+  ~MockKafka() {
+    if (consumer_ != nullptr) {
+      rd_kafka_consumer_close(consumer_);
+      rd_kafka_destroy(consumer_);
+    }
+    rd_kafka_mock_cluster_destroy(cluster_);
+    rd_kafka_destroy(mock_rk_);
+  }
+  const std::string& bootstrap() const { return bootstrap_; }
+  void SetDown(bool down) {
+    if (down) {
+      rd_kafka_mock_broker_set_down(cluster_, 1);
+    } else {
+      rd_kafka_mock_broker_set_up(cluster_, 1);
+    }
+  }
+
+  // Every batch on the topic that arrives within `timeout` after the last one.
+  std::vector<v1::Batch> ReadAll(std::chrono::milliseconds timeout) {
+    if (consumer_ == nullptr) StartConsumer();
+    std::vector<v1::Batch> out;
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer_, 100);
+      if (m == nullptr) continue;
+      if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        v1::Batch b;
+        EXPECT_TRUE(b.ParseFromArray(m->payload, static_cast<int>(m->len)));
+        out.push_back(std::move(b));
+        deadline = std::chrono::steady_clock::now() + timeout;
+      }
+      rd_kafka_message_destroy(m);
+    }
+    return out;
+  }
+
+ private:
+  void StartConsumer() {
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    char err[256];
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap_.c_str(), err, sizeof(err));
+    rd_kafka_conf_set(conf, "group.id", "collector-test", err, sizeof(err));
+    rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
+    consumer_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+    rd_kafka_topic_partition_list_t* parts = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(parts, kTopic, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    rd_kafka_assign(consumer_, parts);
+    rd_kafka_topic_partition_list_destroy(parts);
+  }
+
+  rd_kafka_t* mock_rk_ = nullptr;
+  rd_kafka_mock_cluster_t* cluster_ = nullptr;
+  rd_kafka_t* consumer_ = nullptr;
+  std::string bootstrap_;
+};
+
+CollectorIdentity Identity() {
+  CollectorIdentity id;
+  id.training_job = "job-a";
+  id.rank = 2;
+  id.world_size = 4;
+  id.node = "host-1";
+  id.local_rank = 2;
+  id.device = "cpu";
+  return id;
+}
+
+std::vector<v1::StepRecord> Steps(const std::vector<v1::Batch>& batches) {
+  std::vector<v1::StepRecord> steps;
+  for (const v1::Batch& b : batches) {
+    for (const v1::StepRecord& s : b.steps()) steps.push_back(s);
+  }
+  return steps;
+}
+
+TEST(CollectorTest, RejectsABadIdentity) {
+  CollectorIdentity id = Identity();
+  id.rank = 4;
+  CollectorOptions o;
+  o.brokers = "127.0.0.1:1";
+  EXPECT_FALSE(Collector::Create(id, o).ok());
+  id = Identity();
+  id.training_job.clear();
+  EXPECT_FALSE(Collector::Create(id, o).ok());
+}
+
+TEST(CollectorTest, PublishesStepsWithTheirPhasesIdentityAndAFinalBatch) {
+  MockKafka kafka;
+  CollectorOptions o;
+  o.brokers = kafka.bootstrap();
+  o.flush_interval_ms = 20;
+  auto c = Collector::Create(Identity(), o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const uint64_t ms = 1'000'000;
+  for (uint64_t step = 0; step < 5; ++step) {
+    const uint64_t t0 = 1000 * ms * (step + 1);
+    (*c)->AddPhase(StepPhase::kDataloader, t0, t0 + 2 * ms);  // fetched before the step opens
+    (*c)->BeginStep(step, t0 + 2 * ms);
+    (*c)->AddPhase(StepPhase::kForward, t0 + 2 * ms, t0 + 5 * ms);
+    (*c)->AddPhase(StepPhase::kBackward, t0 + 5 * ms, t0 + 11 * ms);
+    (*c)->AddPhase(StepPhase::kCollective, t0 + 9 * ms, t0 + 11 * ms);
+    (*c)->RecordMemory(100 + step, 200, 0);
+    (*c)->RecordMemory(50, 300, 0);
+    (*c)->EndStep(t0 + 12 * ms);
+  }
+  ASSERT_TRUE((*c)->Close(true, std::chrono::seconds(10)).ok());
+  const std::vector<v1::Batch> batches = kafka.ReadAll(std::chrono::milliseconds(1500));
+  ASSERT_FALSE(batches.empty());
+  EXPECT_TRUE(batches.back().final());
+  const std::vector<v1::StepRecord> steps = Steps(batches);
+  ASSERT_EQ(steps.size(), 5u);
+  for (uint64_t i = 0; i < 5; ++i) {
+    const v1::StepRecord& s = steps[i];
+    EXPECT_EQ(s.step(), i);
+    EXPECT_EQ(s.step_time_ns(), 12 * ms);  // from the dataloader fetch to the step's end
+    EXPECT_EQ(s.dataloader_ns(), 2 * ms);
+    EXPECT_EQ(s.forward_ns(), 3 * ms);
+    EXPECT_EQ(s.backward_ns(), 6 * ms);
+    EXPECT_EQ(s.collective_ns(), 2 * ms);
+    EXPECT_FALSE(s.has_optimizer_ns());  // never timed: absent, not zero
+    EXPECT_EQ(s.peak_allocated_bytes(), 100 + i);
+    EXPECT_EQ(s.peak_reserved_bytes(), 300u);
+    EXPECT_FALSE(s.has_device_capacity_bytes());
+    EXPECT_GT(s.end_unix_ns(), 0);
+  }
+  const v1::SourceIdentity& src = batches.front().source();
+  EXPECT_EQ(src.training_job(), "job-a");
+  EXPECT_EQ(src.rank(), 2u);
+  EXPECT_EQ(src.world_size(), 4u);
+  EXPECT_EQ(src.node(), "host-1");
+  EXPECT_GT(src.pid(), 0u);
+  EXPECT_EQ(batches.front().schema_version(), 1u);
+  for (size_t i = 0; i < batches.size(); ++i) EXPECT_EQ(batches[i].sequence(), i);
+}
+
+TEST(CollectorTest, KernelEventsAreInternedIntoTheBatch) {
+  MockKafka kafka;
+  CollectorOptions o;
+  o.brokers = kafka.bootstrap();
+  o.flush_interval_ms = 20;
+  auto c = Collector::Create(Identity(), o);
+  ASSERT_TRUE(c.ok());
+  std::vector<KernelEventInput> events(3);
+  for (int i = 0; i < 3; ++i) {
+    events[i].name = i == 1 ? "nccl:all_reduce" : "gemm";
+    events[i].category = "kernel";
+    events[i].ts_ns = 1000 * i;
+    events[i].dur_ns = 500;
+    events[i].stream = 7;
+    events[i].step = 3;
+  }
+  (*c)->RecordKernels(events);
+  ASSERT_TRUE((*c)->Flush(std::chrono::seconds(10)).ok());
+  const std::vector<v1::Batch> batches = kafka.ReadAll(std::chrono::milliseconds(500));
+  ASSERT_EQ(batches.size(), 1u);
+  const v1::Batch& b = batches[0];
+  ASSERT_EQ(b.kernels_size(), 3);
+  EXPECT_EQ(b.strings_size(), 4);  // "", gemm, kernel, nccl:all_reduce
+  EXPECT_EQ(b.strings(b.kernels(1).name()), "nccl:all_reduce");
+  EXPECT_EQ(b.kernels(0).name(), b.kernels(2).name());
+  EXPECT_EQ(b.strings(b.kernels(2).category()), "kernel");
+  EXPECT_EQ(b.kernels(2).ts_ns(), 2000);
+  EXPECT_EQ(b.kernels(0).step(), 3);
+  EXPECT_EQ(b.trace().source_format(), "collector");
+}
+
+// The broker goes away: recording stays fast, memory stays bounded, drops are counted and
+// reported, and delivery resumes by itself when the broker returns.
+TEST(CollectorTest, BrokerDownNeverBlocksBoundsMemoryAndRecovers) {
+  MockKafka kafka;
+  CollectorOptions o;
+  o.brokers = kafka.bootstrap();
+  o.flush_interval_ms = 10;
+  o.max_pending_bytes = 2048;
+  o.kafka_queue_max_messages = 4;
+  o.kafka_queue_max_kbytes = 64;
+  auto c = Collector::Create(Identity(), o);
+  ASSERT_TRUE(c.ok());
+  uint64_t step = 0;
+  auto record = [&](int n) {
+    uint64_t worst_ns = 0;
+    for (int i = 0; i < n; ++i, ++step) {
+      const uint64_t t0 = Collector::NowNs();
+      (*c)->BeginStep(step, t0);
+      (*c)->AddPhase(StepPhase::kForward, t0, t0 + 1000);
+      (*c)->EndStep(t0 + 2000);
+      worst_ns = std::max(worst_ns, Collector::NowNs() - t0);
+      if (i % 8 == 7) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return worst_ns;
+  };
+  record(20);
+  ASSERT_TRUE((*c)->Flush(std::chrono::seconds(10)).ok());
+  kafka.SetDown(true);
+  const uint64_t worst_down_ns = record(3000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CollectorStats down = (*c)->stats();
+  EXPECT_LT(worst_down_ns, 5'000'000u) << "recording waited for Kafka";
+  EXPECT_GT(down.records_dropped, 0u);
+  EXPECT_GT(down.batches_dropped, 0u);
+  EXPECT_LE(down.max_buffered_bytes, o.max_pending_bytes + 64 * 1024 + 4096);
+  EXPECT_LE(down.max_buffered_bytes, down.memory_bound_bytes);
+
+  kafka.SetDown(false);
+  record(20);
+  ASSERT_TRUE((*c)->Flush(std::chrono::seconds(30)).ok());
+  const std::vector<v1::Batch> batches = kafka.ReadAll(std::chrono::milliseconds(1500));
+  const std::vector<v1::StepRecord> steps = Steps(batches);
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.back().step(), step - 1);  // the newest data made it
+  uint64_t reported = 0;
+  for (const v1::Batch& b : batches) reported += b.dropped_records();
+  const CollectorStats after = (*c)->stats();
+  EXPECT_EQ(steps.size() + after.records_dropped, step);  // every step delivered or counted
+  EXPECT_GT(reported, 0u);
+  EXPECT_LE(reported, after.records_dropped);
+}
+
+TEST(CollectorCApiTest, CreateRecordFlushDestroy) {
+  MockKafka kafka;
+  char error[256] = {};
+  rw_identity id{"job-c", 5, 4, "h", 0, 0, nullptr};
+  rw_options o{};
+  o.brokers = kafka.bootstrap().c_str();
+  o.flush_interval_ms = 20;
+  EXPECT_EQ(rw_collector_create(&id, &o, error, sizeof(error)), nullptr);
+  EXPECT_NE(std::string(error).find("world size"), std::string::npos) << error;
+  id.rank = 1;
+  rw_collector* c = rw_collector_create(&id, &o, error, sizeof(error));
+  ASSERT_NE(c, nullptr) << error;
+  const uint64_t t = rw_now_ns();
+  rw_step_begin(c, 7);
+  rw_phase_add(c, RW_PHASE_OPTIMIZER, t, t + 10);
+  rw_memory_peak(c, 1, 2, 3);
+  rw_step_end(c);
+  rw_kernel_event k{"k", "kernel", 0, 5, 1, -1, 7};
+  rw_kernels_record(c, &k, 1);
+  EXPECT_EQ(rw_flush(c, 10000), 0);
+  rw_stats s;
+  rw_stats_get(c, &s);
+  EXPECT_EQ(s.steps_recorded, 1u);
+  EXPECT_EQ(s.kernels_recorded, 1u);
+  EXPECT_GE(s.batches_delivered, 1u);
+  rw_collector_destroy(c, 1, 5000);
+  const std::vector<v1::StepRecord> steps = Steps(kafka.ReadAll(std::chrono::milliseconds(500)));
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].step(), 7u);
+  EXPECT_EQ(steps[0].optimizer_ns(), 10u);
+  EXPECT_EQ(steps[0].device_capacity_bytes(), 3u);
+}
+
+}  // namespace
+}  // namespace rankwatch

@@ -1,0 +1,96 @@
+/* rankwatch collector C API: record per-step phase timings, memory peaks and kernel events
+ * of one training rank and publish them to Kafka for rankwatchd (collectors/lib/collector.h
+ * is the C++ class behind it).
+ *
+ * Every recording call is non-blocking and allocation-free on the step path (kernel events
+ * are copied into a bounded buffer). When Kafka is slow or down the oldest data is dropped
+ * and counted; the collector reconnects by itself.
+ *
+ * Thread-safety: rw_step_begin / rw_step_end from the training thread; every other call from
+ * any thread. A handle is valid from rw_collector_create until rw_collector_destroy.
+ */
+#ifndef RANKWATCH_COLLECTOR_H_
+#define RANKWATCH_COLLECTOR_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rw_collector rw_collector;
+
+enum rw_phase {
+  RW_PHASE_DATALOADER = 0,
+  RW_PHASE_FORWARD = 1,
+  RW_PHASE_BACKWARD = 2,
+  RW_PHASE_OPTIMIZER = 3,
+  RW_PHASE_COLLECTIVE = 4,
+  RW_PHASE_FORWARD_BACKWARD = 5
+};
+
+typedef struct rw_identity {
+  const char* training_job; /* required */
+  uint32_t rank;            /* < world_size */
+  uint32_t world_size;      /* >= 1 */
+  const char* node;         /* host name; NULL = "" */
+  uint32_t local_rank;
+  uint32_t pid;             /* 0 = this process */
+  const char* device;       /* "cuda:0", "cpu", ...; NULL = "cpu" */
+} rw_identity;
+
+typedef struct rw_options {
+  const char* brokers;          /* Kafka bootstrap servers (required) */
+  const char* topic;            /* NULL = "rankwatch.telemetry" */
+  int flush_interval_ms;        /* 0 = 200 */
+  size_t step_ring_capacity;    /* 0 = 4096 steps */
+  size_t max_pending_bytes;     /* 0 = 4 MiB */
+  int kafka_queue_max_messages; /* 0 = 256 */
+  int kafka_queue_max_kbytes;   /* 0 = 4096 */
+} rw_options;
+
+typedef struct rw_kernel_event {
+  const char* name;     /* copied; NULL = "" */
+  const char* category; /* copied; NULL = "" */
+  int64_t ts_ns, dur_ns;
+  int64_t stream;       /* -1 for CPU events */
+  int64_t correlation;  /* -1 when absent */
+  int64_t step;         /* -1 when unknown */
+} rw_kernel_event;
+
+typedef struct rw_stats {
+  uint64_t steps_recorded, kernels_recorded, records_dropped, batches_dropped;
+  uint64_t batches_produced, batches_delivered, batches_failed;
+  uint64_t buffered_bytes, max_buffered_bytes, memory_bound_bytes;
+} rw_stats;
+
+/* Creates a collector and starts its sender thread; never waits for the broker. Returns NULL
+ * on bad arguments and, when `error` is not NULL, writes a message into it (NUL-terminated). */
+rw_collector* rw_collector_create(const rw_identity* identity, const rw_options* options,
+                                  char* error, size_t error_size);
+/* Ships what is left (a final batch when `final` != 0: the rank ended cleanly), waits up to
+ * `timeout_ms` for delivery and frees the collector. NULL is a no-op. */
+void rw_collector_destroy(rw_collector* c, int final, int timeout_ms);
+
+/* Monotonic nanoseconds: the clock of every *_ns argument. */
+uint64_t rw_now_ns(void);
+/* Opens `step` now; phases recorded since the previous rw_step_end belong to it. */
+void rw_step_begin(rw_collector* c, uint64_t step);
+/* Closes the open step now and queues its record. */
+void rw_step_end(rw_collector* c);
+/* Adds [begin_ns, end_ns) to `phase` of the open (or next) step. */
+void rw_phase_add(rw_collector* c, enum rw_phase phase, uint64_t begin_ns, uint64_t end_ns);
+/* Raises the open step's memory peaks (bytes; 0 = unknown). */
+void rw_memory_peak(rw_collector* c, uint64_t allocated, uint64_t reserved, uint64_t capacity);
+/* Copies `n` events into the collector's bounded kernel buffer. */
+void rw_kernels_record(rw_collector* c, const rw_kernel_event* events, size_t n);
+/* Waits up to `timeout_ms` until everything recorded so far is delivered; 0 when it was. */
+int rw_flush(rw_collector* c, int timeout_ms);
+void rw_stats_get(const rw_collector* c, rw_stats* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RANKWATCH_COLLECTOR_H_ */

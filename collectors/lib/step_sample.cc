@@ -1,0 +1,25 @@
+#include "collectors/lib/step_sample.h"
+
+namespace rankwatch {
+
+void StepSample::ToProto(v1::StepRecord* out) const {
+  out->Clear();
+  out->set_step(step);
+  out->set_step_time_ns(step_time_ns);
+  out->set_end_unix_ns(end_unix_ns);
+  auto timed = [this](StepPhase p) { return (phase_mask >> static_cast<int>(p)) & 1u; };
+  auto ns = [this](StepPhase p) { return phase_ns[static_cast<int>(p)]; };
+  if (timed(StepPhase::kDataloader)) out->set_dataloader_ns(ns(StepPhase::kDataloader));
+  if (timed(StepPhase::kForward)) out->set_forward_ns(ns(StepPhase::kForward));
+  if (timed(StepPhase::kBackward)) out->set_backward_ns(ns(StepPhase::kBackward));
+  if (timed(StepPhase::kOptimizer)) out->set_optimizer_ns(ns(StepPhase::kOptimizer));
+  if (timed(StepPhase::kCollective)) out->set_collective_ns(ns(StepPhase::kCollective));
+  if (timed(StepPhase::kForwardBackward)) {
+    out->set_forward_backward_ns(ns(StepPhase::kForwardBackward));
+  }
+  if (peak_allocated_bytes > 0) out->set_peak_allocated_bytes(peak_allocated_bytes);
+  if (peak_reserved_bytes > 0) out->set_peak_reserved_bytes(peak_reserved_bytes);
+  if (device_capacity_bytes > 0) out->set_device_capacity_bytes(device_capacity_bytes);
+}
+
+}  // namespace rankwatch

@@ -1,0 +1,39 @@
+// StepSample: one rank's measurements of one training step as plain data, the unit the
+// training thread hands to the sender thread through a BoundedRing. Converts to the wire's
+// v1::StepRecord (spec/step-diagnosis.md section 1).
+//
+// Plain value type; not shared.
+#pragma once
+
+#include <cstdint>
+
+#include "rankwatch/v1/telemetry.pb.h"
+
+namespace rankwatch {
+
+// The phases of a step a collector times. Values are the C API's RW_PHASE_* numbers.
+enum class StepPhase : uint8_t {
+  kDataloader = 0,
+  kForward = 1,
+  kBackward = 2,
+  kOptimizer = 3,
+  kCollective = 4,
+  kForwardBackward = 5,
+};
+inline constexpr int kStepPhaseCount = 6;
+
+struct StepSample {
+  uint64_t step = 0;
+  uint64_t step_time_ns = 0;
+  int64_t end_unix_ns = 0;
+  uint64_t phase_ns[kStepPhaseCount] = {};
+  uint32_t phase_mask = 0;  // bit i set: phase i was timed during the step (else absent)
+  uint64_t peak_allocated_bytes = 0;  // 0 = not reported
+  uint64_t peak_reserved_bytes = 0;
+  uint64_t device_capacity_bytes = 0;
+
+  // Fills `out` (cleared first); phases never timed stay absent, as the schema asks.
+  void ToProto(v1::StepRecord* out) const;
+};
+
+}  // namespace rankwatch
