@@ -13,5 +13,6 @@ CommandRunner AddKafkaCommand(CLI::App& app);
 CommandRunner AddSimulateCommand(CLI::App& app);
 CommandRunner AddDiagnoseCommand(CLI::App& app);
 CommandRunner AddReplayCommand(CLI::App& app);
+CommandRunner AddAnalyzeCommand(CLI::App& app);
 
 }  // namespace rankwatch

@@ -1,5 +1,6 @@
 // rankwatch: the operator's tool. Subcommands: kafka (local broker), simulate (synthetic
-// fleet), replay (vendor iteration traces), diagnose (a job's diagnosis from rankwatchd). Bad arguments exit with code 2.
+// fleet), replay (vendor iteration traces), diagnose (a job's diagnosis from rankwatchd), analyze (GPU timeline analyses of
+// Kineto traces). Bad arguments exit with code 2.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
       rankwatch::AddSimulateCommand(app),
       rankwatch::AddDiagnoseCommand(app),
       rankwatch::AddReplayCommand(app),
+      rankwatch::AddAnalyzeCommand(app),
   };
   try {
     app.parse(argc, argv);

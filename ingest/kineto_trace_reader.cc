@@ -32,13 +32,13 @@ bool MicrosToNs(std::string_view tok, int64_t* ns, bool* fractional) {
   int64_t whole = 0;
   size_t digits = 0;
   while (i < tok.size() && tok[i] >= '0' && tok[i] <= '9') {
-    if (++digits > 15) break;  // > 1e15 µs: let strtod handle it
+    if (++digits > 16) break;  // >= 1e16 µs would overflow ns: let strtod handle it
     whole = whole * 10 + (tok[i++] - '0');
   }
   if (digits == 0) return false;
   int64_t frac = 0;
   bool is_float = false;
-  if (digits <= 15 && i < tok.size() && tok[i] == '.') {
+  if (digits <= 16 && i < tok.size() && tok[i] == '.') {
     is_float = true;
     ++i;
     int scale = 100;
@@ -53,7 +53,7 @@ bool MicrosToNs(std::string_view tok, int64_t* ns, bool* fractional) {
     }
     frac += round_up;
   }
-  if (digits > 15 || (i < tok.size() && (tok[i] == 'e' || tok[i] == 'E' || tok[i] == '.'))) {
+  if (digits > 16 || (i < tok.size() && (tok[i] == 'e' || tok[i] == 'E' || tok[i] == '.'))) {
     const double x = std::strtod(std::string(tok).c_str(), nullptr);
     if (!std::isfinite(x) || std::fabs(x) > 9e15) return false;
     *ns = std::llround(x * 1000.0);
