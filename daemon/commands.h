@@ -13,6 +13,7 @@ CommandRunner AddKafkaCommand(CLI::App& app);
 CommandRunner AddSimulateCommand(CLI::App& app);
 CommandRunner AddDiagnoseCommand(CLI::App& app);
 CommandRunner AddReplayCommand(CLI::App& app);
+CommandRunner AddAgentCommand(CLI::App& app);
 CommandRunner AddAnalyzeCommand(CLI::App& app);
 
 }  // namespace rankwatch

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
       rankwatch::AddSimulateCommand(app),
       rankwatch::AddDiagnoseCommand(app),
       rankwatch::AddReplayCommand(app),
+      rankwatch::AddAgentCommand(app),
       rankwatch::AddAnalyzeCommand(app),
   };
   try {

@@ -1,0 +1,108 @@
+#include "collectors/agent/node_agent.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "ingest/batch_decoder.h"
+#include "ingest/iteration_trace.h"
+
+#ifndef RANKWATCH_VERSION
+#define RANKWATCH_VERSION "0"
+#endif
+
+namespace rankwatch {
+
+namespace {
+constexpr int kMaxStepsPerBatch = 10000;
+}
+
+NodeAgent::NodeAgent(NodeAgentOptions options, BatchPublisher* publisher)
+    : options_(std::move(options)), publisher_(publisher), sampler_(options_.proc) {
+  nvml_ = NvmlProbe::Open(options_.nvml_library);
+  if (!options_.trace_dir.empty()) {
+    watcher_ = std::make_unique<TraceWatcher>(
+        TraceWatcherOptions{options_.trace_dir, options_.include_existing_traces});
+  }
+}
+
+v1::Batch NodeAgent::NewBatch(uint32_t rank, int64_t unix_ns) {
+  v1::Batch b;
+  b.set_schema_version(kSchemaVersion);
+  b.set_created_unix_ns(unix_ns);
+  v1::SourceIdentity* src = b.mutable_source();
+  src->set_training_job(options_.training_job);
+  src->set_rank(rank);
+  src->set_world_size(options_.world_size);
+  src->set_node(options_.node);
+  src->set_pid(static_cast<uint32_t>(getpid()));
+  src->set_collector("rankwatch-agent/" RANKWATCH_VERSION);
+  return b;
+}
+
+bool NodeAgent::Publish(v1::Batch* b) {
+  b->set_sequence(sequence_++);
+  b->set_dropped_records(dropped_since_last_);
+  b->SerializeToString(&buffer_);
+  if (publisher_->Publish(options_.training_job, buffer_).ok()) {
+    counters_.batches_sent.fetch_add(1, std::memory_order_relaxed);
+    dropped_since_last_ = 0;
+    return true;
+  }
+  counters_.batches_dropped.fetch_add(1, std::memory_order_relaxed);
+  dropped_since_last_ += b->samples_size() + b->steps_size();
+  return false;
+}
+
+void NodeAgent::Tick(int64_t unix_ns) {
+  v1::Batch b = NewBatch(options_.rank, unix_ns);
+  v1::SystemSample* s = b.add_samples();
+  *s = sampler_.Sample(unix_ns);
+  if (nvml_) nvml_->Sample(s);
+  if (Publish(&b)) counters_.samples.fetch_add(1, std::memory_order_relaxed);
+  if (!watcher_) return;
+  for (const FoundTrace& trace : watcher_->Poll()) PublishTrace(trace, unix_ns);
+}
+
+void NodeAgent::PublishTrace(const FoundTrace& trace, int64_t unix_ns) {
+  if (trace.kind == TraceKind::kKineto) {
+    v1::Batch b = NewBatch(options_.rank, unix_ns);
+    b.mutable_trace()->set_source_format("kineto");
+    b.mutable_trace()->set_file(trace.file.string());
+    if (Publish(&b)) {
+      counters_.trace_files_published.fetch_add(1, std::memory_order_relaxed);
+      spdlog::info("agent: published Kineto trace {} ({} bytes, file reference)",
+                   trace.file.string(), trace.bytes);
+    } else {
+      counters_.trace_files_failed.fetch_add(1, std::memory_order_relaxed);
+    }
+    return;
+  }
+  auto it = ReadIterationTrace(trace.file);
+  if (!it.ok() || it->rank >= options_.world_size) {
+    counters_.trace_files_failed.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("agent: cannot publish {}: {}", trace.file.string(),
+                 it.ok() ? "rank " + std::to_string(it->rank) + " is not below --world-size " +
+                               std::to_string(options_.world_size)
+                         : std::string(it.status().message()));
+    return;
+  }
+  bool ok = true;
+  for (size_t i = 0; i < it->steps.size() || i == 0; i += kMaxStepsPerBatch) {
+    v1::Batch b = NewBatch(it->rank, unix_ns);
+    b.mutable_source()->set_device(it->device);
+    if (!it->node.empty()) b.mutable_source()->set_node(it->node);
+    b.mutable_trace()->set_file(trace.file.string());
+    for (size_t j = i; j < std::min(it->steps.size(), i + kMaxStepsPerBatch); ++j) {
+      *b.add_steps() = it->steps[j];
+    }
+    ok = Publish(&b) && ok;
+    if (it->steps.empty()) break;
+  }
+  counters_.trace_steps.fetch_add(it->steps.size(), std::memory_order_relaxed);
+  (ok ? counters_.trace_files_published : counters_.trace_files_failed)
+      .fetch_add(1, std::memory_order_relaxed);
+  spdlog::info("agent: published {} ({} steps of rank {})", trace.file.string(),
+               it->steps.size(), it->rank);
+}
+
+}  // namespace rankwatch

@@ -1,0 +1,74 @@
+// NodeAgent: the per-node side of the collectors. Every tick it samples the host and the
+// training processes (ProcSampler) and the GPUs when NVML is present (NvmlProbe), and
+// publishes new profiler traces found by a TraceWatcher: Ascend iteration traces as the step
+// records of their rank (read with ingest/iteration_trace.h, as `rankwatch replay` does) and
+// Kineto traces, for now, as a file-arrival batch (`trace.source_format` "kineto",
+// `trace.file` the path, no kernel events) until a Kineto reader publishes their kernels.
+//
+// Publishing never blocks: when librdkafka's queue is full the batch is dropped and counted.
+//
+// Not thread-safe: Tick() from one thread; counters() from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "collectors/agent/nvml_probe.h"
+#include "collectors/agent/proc_sampler.h"
+#include "collectors/agent/trace_watcher.h"
+#include "collectors/kafka_publisher.h"
+
+namespace rankwatch {
+
+struct NodeAgentOptions {
+  // Identity of the agent's batches. Use the training job's id and world size when the agent
+  // serves one job; the daemon creates a job from the first batch it sees with its world size.
+  std::string training_job;  // required
+  uint32_t rank = 0;         // default: 0
+  uint32_t world_size = 1;   // default: 1
+  std::string node;          // default: the host name (set by the caller)
+  std::string trace_dir;     // default: none (no trace watching)
+  bool include_existing_traces = false;  // default: traces already there are not published
+  ProcSamplerOptions proc;
+  std::string nvml_library = "libnvidia-ml.so.1";  // default: libnvidia-ml.so.1
+};
+
+struct NodeAgentCounters {
+  std::atomic<uint64_t> samples{0};            // system samples published
+  std::atomic<uint64_t> batches_sent{0};       // batches handed to Kafka
+  std::atomic<uint64_t> batches_dropped{0};    // refused while the producer queue was full
+  std::atomic<uint64_t> trace_files_published{0};
+  std::atomic<uint64_t> trace_files_failed{0};  // unreadable or unpublishable traces
+  std::atomic<uint64_t> trace_steps{0};         // step records read from iteration traces
+};
+
+class NodeAgent {
+ public:
+  // `publisher` must outlive the agent.
+  NodeAgent(NodeAgentOptions options, BatchPublisher* publisher);
+
+  // One round at wall time `unix_ns`: a system sample, then any new trace files.
+  void Tick(int64_t unix_ns);
+
+  const NodeAgentCounters& counters() const { return counters_; }
+  unsigned gpu_count() const { return nvml_ ? nvml_->device_count() : 0; }
+
+ private:
+  v1::Batch NewBatch(uint32_t rank, int64_t unix_ns);
+  bool Publish(v1::Batch* batch);
+  void PublishTrace(const FoundTrace& trace, int64_t unix_ns);
+
+  const NodeAgentOptions options_;
+  BatchPublisher* publisher_;
+  ProcSampler sampler_;
+  std::unique_ptr<NvmlProbe> nvml_;
+  std::unique_ptr<TraceWatcher> watcher_;
+  uint64_t sequence_ = 0;
+  uint64_t dropped_since_last_ = 0;
+  NodeAgentCounters counters_;
+  std::string buffer_;
+};
+
+}  // namespace rankwatch

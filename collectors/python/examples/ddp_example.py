@@ -1,0 +1,141 @@
+#!/usr/bin/python3
+"""A complete PyTorch DDP training script instrumented with rankwatch (gloo on CPU, so it runs
+anywhere; on GPUs use backend nccl and move the model and batches to cuda:LOCAL_RANK).
+
+    torchrun --nproc_per_node 4 ddp_example.py --job demo --brokers 127.0.0.1:9092
+
+or start the processes yourself with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
+set, as torchrun does. rankwatchd then diagnoses the job: `rankwatch diagnose --job demo`.
+
+The lines that concern rankwatch are marked `# rankwatch`. `--no-rankwatch` runs the same loop
+uninstrumented (for overhead comparisons). The `--fault-*` options inject the faults the
+acceptance tests (tests/collectors/) expect rankwatch to diagnose; a real job has none.
+At the end each rank prints one JSON line: rank, steps, median step seconds, collector stats.
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import rankwatch  # rankwatch
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--job", default=os.environ.get("RANKWATCH_JOB", "ddp-example"))
+    p.add_argument("--brokers", default=os.environ.get("RANKWATCH_BROKERS", "127.0.0.1:9092"))
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--width", type=int, default=128, help="width of the model's wide activation")
+    p.add_argument("--input-ms", type=float, default=5.0,
+                   help="per-batch input pipeline cost (decode/IO), simulated with a sleep")
+    p.add_argument("--no-rankwatch", action="store_true", help="run without the collector")
+    p.add_argument("--fault-slow-compute-rank", type=int, default=-1)
+    p.add_argument("--fault-slow-compute", type=float, default=0.3,
+                   help="extra compute time of that rank, as a fraction of its own compute")
+    p.add_argument("--fault-slow-input-rank", type=int, default=-1)
+    p.add_argument("--fault-slow-input-ms", type=float, default=30.0)
+    p.add_argument("--fault-keep-losses", action="store_true",
+                   help="every rank keeps its loss tensors with their graphs (a memory leak)")
+    p.add_argument("--collector-option", action="append", default=[], metavar="KEY=INT",
+                   help="rankwatch.init buffer option, e.g. max_pending_bytes=65536")
+    return p.parse_args()
+
+
+class SlowInput:
+    """collate_fn with an input pipeline cost (a sleep standing for decode and IO)."""
+
+    def __init__(self, ms):
+        self.seconds = ms / 1000.0
+
+    def __call__(self, samples):
+        time.sleep(self.seconds)
+        xs, ys = zip(*samples)
+        return torch.stack(xs), torch.stack(ys)
+
+
+class Net(nn.Module):
+    """Small in parameters and FLOPs, wide in activations (batch x 64 x width floats kept for
+    backward), so that a leaked graph is visible in memory without slow matrix products."""
+
+    def __init__(self, width, slow_fraction=0.0):
+        super().__init__()
+        self.inp = nn.Linear(16, 64)
+        self.scale = nn.Parameter(torch.randn(64, width) * 0.1)
+        self.out = nn.Linear(64, 1)
+        self.slow_fraction = slow_fraction
+        self.forward_seconds = []
+
+    def forward(self, x):
+        t0 = time.perf_counter()
+        h = torch.relu(self.inp(x))
+        wide = torch.tanh(h.unsqueeze(-1) * self.scale)
+        out = self.out(wide.mean(-1))
+        self.forward_seconds.append(time.perf_counter() - t0)
+        if self.slow_fraction > 0 and len(self.forward_seconds) > 3:
+            # Backward costs about as much as forward here: fraction x (forward + backward).
+            time.sleep(self.slow_fraction * 2 * statistics.median(self.forward_seconds[-20:]))
+        return out
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    options = {k: int(v) for k, v in (o.split("=", 1) for o in args.collector_option)}
+    rw = rankwatch.init(job=args.job, brokers=args.brokers,  # rankwatch
+                        enabled=not args.no_rankwatch, **options)
+
+    data = TensorDataset(torch.randn(args.batch * 64, 16), torch.randn(args.batch * 64, 1))
+    input_ms = args.input_ms + (args.fault_slow_input_ms if rank == args.fault_slow_input_rank else 0)
+    loader = DataLoader(data, batch_size=args.batch, sampler=DistributedSampler(data, seed=0),
+                        collate_fn=SlowInput(input_ms), drop_last=True)
+    slow = args.fault_slow_compute if rank == args.fault_slow_compute_rank else 0.0
+    model = DDP(Net(args.width, slow))
+    rw.instrument_ddp(model)          # rankwatch: allreduce latency (comm hook)
+    rw.instrument_module(model)       # rankwatch: forward and backward
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    rw.instrument_optimizer(optimizer)  # rankwatch: optimizer.step
+    loss_fn = nn.MSELoss()
+    kept = []
+
+    step, step_seconds, step_ends, epoch = 0, [], [], 0
+    last = time.perf_counter()
+    while step < args.steps:
+        loader.sampler.set_epoch(epoch)
+        for x, y in rw.dataloader(loader):  # rankwatch: dataloader fetches
+            with rw.step():                  # rankwatch: one training step
+                loss = loss_fn(model(x), y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward(retain_graph=args.fault_keep_losses)
+                optimizer.step()
+                if args.fault_keep_losses:
+                    kept.append(loss)        # the bug: graphs (and activations) stay alive
+            now = time.perf_counter()  # whole iterations, dataloader fetch included
+            step_seconds.append(now - last)
+            step_ends.append(time.time())
+            last = now
+            step += 1
+            if step >= args.steps:
+                break
+        epoch += 1
+
+    stats = rw.stats()
+    rw.close()                                 # rankwatch: this rank ended cleanly
+    dist.barrier()
+    dist.destroy_process_group()
+    print(json.dumps({"rank": rank, "steps": step, "median_step_s": statistics.median(step_seconds),
+                      "step_seconds": step_seconds, "step_end_unix": step_ends, "collector": stats}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

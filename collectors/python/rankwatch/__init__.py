@@ -1,0 +1,27 @@
+"""rankwatch: per-step telemetry of a training rank for rankwatchd.
+
+    import rankwatch
+    rw = rankwatch.init(job="resnet-42", brokers="kafka:9092")
+    model = rw.instrument_module(model)           # forward / backward timing (hooks)
+    rw.instrument_optimizer(optimizer)            # optimizer.step timing
+    rw.instrument_ddp(ddp_model)                  # allreduce latency (a DDP comm hook)
+    for batch in rw.dataloader(loader):           # dataloader fetch timing
+        with rw.step():
+            ...
+    rw.close()                                     # tells rankwatchd the rank ended cleanly
+
+Recording is a few atomic operations in the C++ library (rankwatch._native); a background
+thread batches, compresses and publishes to Kafka. When Kafka is slow or down the oldest
+telemetry is dropped and counted, never the training step delayed.
+
+Memory peaks per step: from torch.cuda (max_memory_allocated / max_memory_reserved and the
+device's total memory, peaks reset every step) when the rank uses a GPU; otherwise the
+process's peak resident set size (VmHWM, reset every step through /proc/self/clear_refs; where
+that is not permitted, the lifetime peak), reported as `peak_allocated` with no capacity.
+"""
+# Let rankwatch.v1 (the generated protobuf modules, e.g. build/gen_py) live beside this package.
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)
+
+from rankwatch.collector import Collector, NullCollector, init, get
+
+__all__ = ["Collector", "NullCollector", "init", "get"]

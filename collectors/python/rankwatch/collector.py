@@ -1,0 +1,258 @@
+"""The Python face of the collector: init(), step and phase scopes, and the helpers that
+instrument a PyTorch training loop (see rankwatch/torch_hooks.py)."""
+import os
+import time
+
+from rankwatch import _native
+from rankwatch import identity as _identity
+from rankwatch import torch_hooks as _hooks
+
+PHASES = {
+    "dataloader": _native.PHASE_DATALOADER,
+    "forward": _native.PHASE_FORWARD,
+    "backward": _native.PHASE_BACKWARD,
+    "optimizer": _native.PHASE_OPTIMIZER,
+    "collective": _native.PHASE_COLLECTIVE,
+    "forward_backward": _native.PHASE_FORWARD_BACKWARD,
+}
+now_ns = _native.now_ns
+
+_current = None
+
+
+class _Phase:
+    __slots__ = ("_native", "_phase", "_t0")
+
+    def __init__(self, native, phase):
+        self._native, self._phase = native, phase
+
+    def __enter__(self):
+        self._t0 = now_ns()
+        return self
+
+    def __exit__(self, *exc):
+        self._native.add_phase(self._phase, self._t0, now_ns())
+        return False
+
+
+class _Step:
+    __slots__ = ("_collector", "_step")
+
+    def __init__(self, collector, step):
+        self._collector, self._step = collector, step
+
+    def __enter__(self):
+        self._collector._begin_step(self._step)
+        return self
+
+    def __exit__(self, *exc):
+        self._collector._end_step()
+        return False
+
+
+class _MemoryProbe:
+    """Per-step memory peaks: torch.cuda on a GPU rank, else the process's peak RSS."""
+
+    def __init__(self, device):
+        self._cuda = None
+        if device.startswith("cuda"):
+            import torch
+            self._cuda = torch.cuda
+            self._capacity = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            self._rss = _native.ProcessPeakMemory()
+
+    def take(self):
+        """(peak_allocated, peak_reserved, capacity) since the previous call; 0 = unknown."""
+        if self._cuda is not None:
+            peaks = (self._cuda.max_memory_allocated(), self._cuda.max_memory_reserved(), self._capacity)
+            self._cuda.reset_peak_memory_stats()
+            return peaks
+        return (self._rss.take_peak_bytes(), 0, 0)
+
+
+class Collector:
+    """One training rank's collector. Create it with rankwatch.init()."""
+
+    def __init__(self, job, brokers, rank, world_size, local_rank, node, device, memory=True,
+                 **options):
+        self.job, self.rank, self.world_size = job, rank, world_size
+        self.local_rank, self.node, self.device = local_rank, node, device
+        self._native = _native.Collector(job, rank, world_size, node, local_rank, os.getpid(), device,
+                                         brokers, **options)
+        self._memory = _MemoryProbe(device) if memory else None
+        self._next_step = 0
+        self._closed = False
+        self._phases = {name: _Phase(self._native, p) for name, p in PHASES.items()}
+
+    # --- scopes ---------------------------------------------------------------------------
+    def step(self, step=None):
+        """Context manager around one training iteration. Steps count from 0 unless given."""
+        if step is None:
+            step = self._next_step
+        self._next_step = step + 1
+        return _Step(self, step)
+
+    def phase(self, name):
+        """Context manager adding the time inside to `name` (dataloader, forward, backward,
+        optimizer, collective, forward_backward) of the open step (or the next one). Scopes of
+        one name must not nest; use separate objects per thread (phase_timer)."""
+        return _Phase(self._native, PHASES[name])
+
+    def phase_timer(self, name):
+        """A fresh phase scope object, safe to use from another thread."""
+        return _Phase(self._native, PHASES[name])
+
+    def add_phase(self, name, begin_ns, end_ns):
+        """Adds [begin_ns, end_ns) (rankwatch.collector.now_ns clock) to a phase."""
+        self._native.add_phase(PHASES[name], begin_ns, end_ns)
+
+    def record_memory(self, peak_allocated, peak_reserved=0, capacity=0):
+        self._native.record_memory(int(peak_allocated), int(peak_reserved), int(capacity))
+
+    def record_kernels(self, events):
+        """events: iterable of (name, category, ts_ns, dur_ns, stream, correlation, step)."""
+        self._native.record_kernels(list(events))
+
+    def _begin_step(self, step):
+        self._native.begin_step(step)
+
+    def _end_step(self):
+        if self._memory is not None:
+            self._native.record_memory(*self._memory.take())
+        self._native.end_step()
+
+    # --- PyTorch helpers (rankwatch/torch_hooks.py) ---------------------------------------
+    def dataloader(self, iterable):
+        """Yields from `iterable`, timing each fetch as the next step's dataloader phase."""
+        return _hooks.timed_iter(self._native, iterable)
+
+    def instrument_module(self, module):
+        """Times `module`'s forward (hooks) and backward (from its output's gradient to the end
+        of the backward pass, DDP's gradient synchronisation included). Returns `module`."""
+        _hooks.instrument_module(self._native, module)
+        return module
+
+    def instrument_optimizer(self, optimizer):
+        """Times optimizer.step(). Returns `optimizer`."""
+        _hooks.instrument_optimizer(self._native, optimizer)
+        return optimizer
+
+    def instrument_ddp(self, ddp_model, process_group=None):
+        """Registers a DDP comm hook: allreduce (averaging, as DDP's default) whose latency,
+        waiting for slower ranks included, is the collective phase. Returns `ddp_model`."""
+        _hooks.register_timed_allreduce(self._native, ddp_model, process_group)
+        return ddp_model
+
+    # --- lifecycle --------------------------------------------------------------------------
+    def stats(self):
+        return self._native.stats()
+
+    def flush(self, timeout_s=10.0):
+        return self._native.flush(int(timeout_s * 1000))
+
+    def close(self, final=True, timeout_s=10.0):
+        """Ships what is left; `final` tells rankwatchd this rank ended cleanly (not a hang)."""
+        global _current
+        if self._closed:
+            return True
+        self._closed = True
+        if _current is self:
+            _current = None
+        return self._native.close(final, int(timeout_s * 1000))
+
+
+class NullCollector(Collector):
+    """Same interface, records nothing (rankwatch.init(enabled=False) or RANKWATCH_DISABLE=1)."""
+
+    def __init__(self):  # pylint: disable=super-init-not-called
+        self._next_step = 0
+
+    def step(self, step=None):
+        return _NULL_SCOPE
+
+    def phase(self, name):
+        return _NULL_SCOPE
+
+    phase_timer = phase
+
+    def add_phase(self, name, begin_ns, end_ns):
+        pass
+
+    def record_memory(self, *args):
+        pass
+
+    def record_kernels(self, events):
+        pass
+
+    def dataloader(self, iterable):
+        return iter(iterable)
+
+    def instrument_module(self, module):
+        return module
+
+    def instrument_optimizer(self, optimizer):
+        return optimizer
+
+    def instrument_ddp(self, ddp_model, process_group=None):
+        return ddp_model
+
+    def stats(self):
+        return {}
+
+    def flush(self, timeout_s=10.0):
+        return True
+
+    def close(self, final=True, timeout_s=10.0):
+        return True
+
+
+class _NullScope:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NULL_SCOPE = _NullScope()
+
+
+def init(job=None, brokers=None, rank=None, world_size=None, local_rank=None, node=None,
+         device=None, enabled=None, memory=True, **options):
+    """Creates this process's collector (and makes it rankwatch.get()).
+
+    job: training job id (default: $RANKWATCH_JOB, required). brokers: Kafka bootstrap
+    servers (default: $RANKWATCH_BROKERS, required). rank / world_size / local_rank: from
+    torch.distributed when initialised, else $RANK / $WORLD_SIZE / $LOCAL_RANK (0 / 1 / 0).
+    node: the host name. device: cuda:<current device> when CUDA is available, else cpu.
+    enabled: False (or $RANKWATCH_DISABLE=1) returns a NullCollector. options: collector
+    buffer settings (flush_interval_ms=200, step_ring_capacity=4096,
+    max_pending_bytes=4 MiB, kafka_queue_max_messages=256, kafka_queue_max_kbytes=4096,
+    properties={librdkafka property: value}). Never waits for Kafka.
+    """
+    global _current
+    if enabled is None:
+        enabled = os.environ.get("RANKWATCH_DISABLE", "") not in ("1", "true", "yes")
+    if not enabled:
+        _current = NullCollector()
+        return _current
+    job = job or os.environ.get("RANKWATCH_JOB")
+    brokers = brokers or os.environ.get("RANKWATCH_BROKERS")
+    if not job or not brokers:
+        raise ValueError("rankwatch.init needs job and brokers (or $RANKWATCH_JOB, $RANKWATCH_BROKERS)")
+    who = _identity.detect(rank, world_size, local_rank, node, device)
+    if _current is not None:
+        _current.close(final=False)
+    _current = Collector(job, brokers, memory=memory, **who, **options)
+    return _current
+
+
+def get():
+    """The collector made by the last init(), or None."""
+    return _current
+
+
+def _sleep_s(seconds):  # for tests: a clock-independent pause
+    time.sleep(seconds)

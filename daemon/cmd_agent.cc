@@ -1,0 +1,160 @@
+// `rankwatch agent --brokers B --job J`: the node agent (collectors/agent/node_agent.h).
+// Samples the host, the training processes and the GPUs every --interval, publishes new
+// trace files from --trace-dir, and serves its own counters as Prometheus metrics. Prints
+// one JSON line with the metrics address first, then runs until SIGINT/SIGTERM (or for
+// --duration seconds).
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "collectors/agent/node_agent.h"
+#include "collectors/kafka_publisher.h"
+#include "daemon/commands.h"
+#include "daemon/stop_signal.h"
+#include "sinks/listen_address.h"
+#include "sinks/metrics_http_server.h"
+#include "sinks/metrics_registry.h"
+
+namespace rankwatch {
+namespace {
+
+struct AgentFlags {
+  std::string brokers;
+  std::string topic = "rankwatch.telemetry";
+  NodeAgentOptions agent;
+  double interval_s = 1.0;
+  double duration_s = 0;
+  std::string metrics_listen = "127.0.0.1:9467";
+};
+
+int64_t UnixNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int RunAgent(AgentFlags f) {
+  auto listen = ParseListenAddress(f.metrics_listen);
+  if (!listen.ok()) {
+    std::fprintf(stderr, "rankwatch agent: %s\n", std::string(listen.status().message()).c_str());
+    return 2;
+  }
+  if (f.agent.node.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    f.agent.node = host;
+  }
+  PublisherOptions po;
+  po.brokers = f.brokers;
+  po.topic = f.topic;
+  po.client_id = "rankwatch-agent";
+  po.queue_max_messages = 1000;
+  po.when_full = PublisherOptions::WhenFull::kDropNewest;
+  auto publisher = BatchPublisher::Create(po);  // never waits: Kafka may come later
+  if (!publisher.ok()) {
+    std::fprintf(stderr, "rankwatch agent: %s\n", std::string(publisher.status().message()).c_str());
+    return 2;
+  }
+  MetricsRegistry registry;
+  MetricFamily* samples = registry.Counter("rankwatch_agent_samples_total",
+                                           "system samples published", {});
+  MetricFamily* batches = registry.Counter("rankwatch_agent_batches_total",
+                                           "batches by outcome: sent (to the producer), dropped "
+                                           "(producer queue full), delivered, failed",
+                                           {"result"});
+  MetricFamily* traces = registry.Counter("rankwatch_agent_trace_files_total",
+                                          "trace files found, by outcome", {"result"});
+  MetricFamily* gpus = registry.Gauge("rankwatch_agent_gpus", "GPUs seen through NVML", {});
+  auto server = MetricsHttpServer::Start(*listen, &registry);
+  if (!server.ok()) {
+    std::fprintf(stderr, "rankwatch agent: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  NodeAgent agent(f.agent, publisher->get());
+  std::printf("{\"metrics\": \"%s\"}\n", (*server)->address().ToString().c_str());
+  std::fflush(stdout);
+  spdlog::info("agent: job '{}', node {}, every {} s, traces from '{}'", f.agent.training_job,
+               f.agent.node, f.interval_s, f.agent.trace_dir);
+  const auto start = std::chrono::steady_clock::now();
+  const auto interval = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(f.interval_s));
+  auto update = [&] {
+    const NodeAgentCounters& c = agent.counters();
+    samples->WithLabels({})->Set(c.samples.load());
+    batches->WithLabels({"sent"})->Set(c.batches_sent.load());
+    batches->WithLabels({"dropped"})->Set(c.batches_dropped.load());
+    batches->WithLabels({"delivered"})->Set((*publisher)->delivered());
+    batches->WithLabels({"failed"})->Set((*publisher)->failed());
+    traces->WithLabels({"published"})->Set(c.trace_files_published.load());
+    traces->WithLabels({"failed"})->Set(c.trace_files_failed.load());
+    gpus->WithLabels({})->Set(agent.gpu_count());
+  };
+  while (true) {
+    agent.Tick(UnixNowNs());
+    (void)(*publisher)->Flush(std::chrono::milliseconds(0));  // serves delivery reports
+    update();
+    if (f.duration_s > 0 && std::chrono::steady_clock::now() - start >=
+                                std::chrono::duration<double>(f.duration_s)) {
+      break;
+    }
+    if (WaitForStop(interval)) break;
+  }
+  absl::Status flushed = (*publisher)->Flush(std::chrono::seconds(5));
+  update();
+  const NodeAgentCounters& c = agent.counters();
+  std::printf(
+      "{\"samples\": %llu, \"batches_sent\": %llu, \"batches_dropped\": %llu, "
+      "\"delivered\": %llu, \"failed\": %llu, \"trace_files\": %llu}\n",
+      static_cast<unsigned long long>(c.samples.load()),
+      static_cast<unsigned long long>(c.batches_sent.load()),
+      static_cast<unsigned long long>(c.batches_dropped.load()),
+      static_cast<unsigned long long>((*publisher)->delivered()),
+      static_cast<unsigned long long>((*publisher)->failed()),
+      static_cast<unsigned long long>(c.trace_files_published.load()));
+  std::fflush(stdout);
+  if (!flushed.ok()) spdlog::warn("agent: {}", std::string(flushed.message()));
+  return 0;
+}
+
+}  // namespace
+
+CommandRunner AddAgentCommand(CLI::App& app) {
+  auto f = std::make_shared<AgentFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "agent", "node agent: host, process and GPU samples, and new trace files, to Kafka");
+  cmd->add_option("--brokers", f->brokers, "Kafka bootstrap servers")->required();
+  cmd->add_option("--topic", f->topic, "telemetry topic")->capture_default_str();
+  cmd->add_option("--job", f->agent.training_job,
+                  "training job id of the batches (the job on this node, or a node-level id)")
+      ->required();
+  cmd->add_option("--rank", f->agent.rank, "rank in the batches' identity")->capture_default_str();
+  cmd->add_option("--world-size", f->agent.world_size,
+                  "world size in the batches' identity (the job's, when --job is a training job)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
+  cmd->add_option("--node", f->agent.node, "node name (default: the host name)");
+  cmd->add_option("--interval", f->interval_s, "seconds between samples")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 3600.0));
+  cmd->add_option("--duration", f->duration_s, "stop after this many seconds (0 = never)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
+  cmd->add_option("--process-match", f->agent.proc.process_match,
+                  "training processes: command lines containing this")
+      ->capture_default_str();
+  cmd->add_option("--trace-dir", f->agent.trace_dir,
+                  "watch this directory for new Kineto / Ascend trace files");
+  cmd->add_flag("--include-existing", f->agent.include_existing_traces,
+                "also publish the traces already in --trace-dir at start");
+  cmd->add_option("--nvml-library", f->agent.nvml_library, "NVML shared library")
+      ->capture_default_str();
+  cmd->add_option("--metrics-listen", f->metrics_listen,
+                  "Prometheus /metrics of the agent (port 0 = any free port)")
+      ->capture_default_str();
+  return [cmd, f]() -> int { return cmd->parsed() ? RunAgent(*f) : -1; };
+}
+
+}  // namespace rankwatch
