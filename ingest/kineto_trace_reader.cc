@@ -169,105 +169,242 @@ simdjson::error_code ParseDistributedInfo(od::object info, KinetoTrace* t) {
 
 }  // namespace
 
-absl::StatusOr<KinetoTrace> ParseKinetoTrace(std::string_view json,
-                                             const std::filesystem::path& file) {
+namespace {
+
+std::string At(uint32_t index) { return "traceEvents[" + std::to_string(index) + "]: "; }
+
+// Parses one complete event object.
+absl::Status ParseEvent(od::object ev, uint32_t index, Interner& interner, KinetoTrace* t) {
+  KinetoEvent e;
+  e.index = index;
+  bool has_ts = false, has_dur = false, has_cat = false;
+  for (auto f_result : ev) {
+    od::field f;
+    if (auto err = std::move(f_result).get(f)) return absl::InvalidArgumentError(At(index) + JsonError(err));
+    const od::raw_json_string k = f.key();
+    const bool is_ts = k == "ts";
+    if (is_ts || k == "dur") {
+      std::string_view tok = f.value().raw_json_token();
+      int64_t ns;
+      bool frac = false;
+      if (!MicrosToNs(tok, &ns, &frac)) continue;  // null or non-numeric: as absent
+      if (is_ts) {
+        e.ts_ns = ns;
+        has_ts = true;
+        t->ts_is_float = t->ts_is_float || frac;
+      } else {
+        e.dur_ns = ns;
+        has_dur = true;
+      }
+    } else if (const bool is_name = k == "name"; is_name || k == "cat") {
+      std::string_view s;
+      if (f.value().get_string().get(s)) continue;
+      if (is_name) {
+        e.name = interner.Intern(s);
+      } else {
+        e.category = interner.Intern(s);
+        has_cat = true;
+      }
+    } else if (k == "pid") {
+      e.pid = static_cast<int32_t>(IntArg(f.value(), 0));
+    } else if (k == "args") {
+      od::object args;
+      if (f.value().get_object().get(args)) continue;
+      if (auto err = ParseArgs(args, &e)) return absl::InvalidArgumentError(At(index) + "args: " + JsonError(err));
+    }
+  }
+  if (!has_ts) t->ts_is_float = true;  // pandas: a missing value makes the column float
+  if (has_dur && has_cat && has_ts) t->events.push_back(e);
+  return absl::OkStatus();
+}
+
+// Splits a trace, fed in pieces, into top-level members and `traceEvents` elements, and parses
+// them in batches of about 1 MiB: memory stays bounded by the batch, not the file. Scanning
+// resumes at the last complete unit, whose state (depth, inside the events array) is known.
+class TraceStream {
+ public:
+  explicit TraceStream(KinetoTrace* t) : t_(t), interner_(&t->strings) {}
+
+  absl::Status Feed(const char* data, size_t len) {
+    pending_.append(data, len);
+    size_t i = 0, unit_start = 0;
+    const char* p = pending_.data();
+    const size_t n = pending_.size();
+    while (i < n) {
+      const char c = p[i];
+      if (depth_ == 0 && c != '{' && c != ' ' && c != '\n' && c != '\r' && c != '\t') {
+        return absl::InvalidArgumentError("not a Kineto trace: the top level is not a JSON object");
+      }
+      if (c == '"') {
+        // Skip the string (escape-aware); an unfinished string waits for more input.
+        size_t j = i + 1;
+        while (true) {
+          const void* q = std::memchr(p + j, '"', n - j);
+          if (q == nullptr) return Keep(unit_start);
+          j = static_cast<const char*>(q) - p;
+          size_t k = j;
+          while (k > i + 1 && p[k - 1] == '\\') --k;
+          ++j;
+          if ((j - 1 - k) % 2 == 0) break;
+        }
+        if (depth_ == 1 && key_.empty() && !in_events_) key_.assign(p + i + 1, j - i - 2);
+        i = j;
+        continue;
+      }
+      if (c == '{' || c == '[') {
+        if (depth_ == 1 && c == '[' && key_ == "traceEvents") {
+          in_events_ = true;
+          saw_events_ = true;
+          ++depth_;
+          unit_start = ++i;
+          continue;
+        }
+        if (depth_ == 2 && in_events_) unit_start = i;  // an element starts
+        if (depth_ == 0) {
+          if (saw_object_) return absl::InvalidArgumentError("not valid trace JSON: data after the document");
+          saw_object_ = true;
+          unit_start = i + 1;
+        }
+        ++depth_;
+      } else if (c == '}' || c == ']') {
+        --depth_;
+        if (depth_ == 2 && in_events_) {
+          AddElement(p + unit_start, i + 1 - unit_start);
+          unit_start = i + 1;
+        } else if (depth_ == 1 && in_events_) {  // end of traceEvents
+          in_events_ = false;
+          key_.clear();
+          unit_start = i + 1;
+        } else if (depth_ == 0) {
+          if (auto s = EndMember(p + unit_start, i - unit_start); !s.ok()) return s;
+          unit_start = i + 1;
+        } else if (depth_ < 0) {
+          return absl::InvalidArgumentError("not valid trace JSON: unbalanced brackets");
+        }
+      } else if (c == ',' && depth_ == 1) {
+        if (auto s = EndMember(p + unit_start, i - unit_start); !s.ok()) return s;
+        unit_start = i + 1;
+      }
+      ++i;
+    }
+    return Keep(unit_start);
+  }
+
+  absl::Status Finish() {
+    if (auto s = Flush(); !s.ok()) return s;
+    if (depth_ != 0 || !saw_object_) return absl::InvalidArgumentError("not valid trace JSON: truncated document");
+    if (!saw_events_) return absl::InvalidArgumentError("not a Kineto trace: no `traceEvents` array");
+    t_->raw_events = index_;
+    return absl::OkStatus();
+  }
+
+ private:
+  // Drops the processed prefix; parses the batch when it is large.
+  absl::Status Keep(size_t unit_start) {
+    if (batch_.size() >= (1u << 20)) {
+      if (auto s = Flush(); !s.ok()) return s;
+    }
+    // Rescanning restarts at the unit's first byte with the depth it had there.
+    if (in_events_ && depth_ > 2) depth_ = 2;
+    else if (!in_events_ && depth_ > 1) depth_ = 1;
+    if (!in_events_ && depth_ == 1) key_.clear();
+    pending_.erase(0, unit_start);
+    return absl::OkStatus();
+  }
+
+  void AddElement(const char* data, size_t len) {
+    batch_ += batch_.empty() ? '[' : ',';
+    batch_.append(data, len);
+    ++batch_count_;
+  }
+
+  absl::Status Flush() {
+    if (batch_.empty()) return absl::OkStatus();
+    batch_ += ']';
+    batch_.reserve(batch_.size() + simdjson::SIMDJSON_PADDING);
+    od::document doc;
+    if (auto err = parser_.iterate(batch_.data(), batch_.size(), batch_.capacity()).get(doc)) {
+      return absl::InvalidArgumentError(At(index_) + JsonError(err));
+    }
+    od::array events;
+    if (auto err = doc.get_array().get(events)) return absl::InvalidArgumentError(At(index_) + JsonError(err));
+    for (auto ev_result : events) {
+      od::object ev;
+      if (auto err = std::move(ev_result).get_object().get(ev)) {
+        return absl::InvalidArgumentError(At(index_) + JsonError(err));
+      }
+      if (auto s = ParseEvent(ev, index_++, interner_, t_); !s.ok()) return s;
+    }
+    batch_.clear();
+    batch_count_ = 0;
+    return absl::OkStatus();
+  }
+
+  // A complete top-level member `"key": value` other than traceEvents.
+  absl::Status EndMember(const char* data, size_t len) {
+    std::string key = std::move(key_);
+    key_.clear();
+    if (hta_rank_search_ && !t_->hta_rank) t_->hta_rank = HtaRank({data, len});
+    if (key != "distributedInfo" && key != "baseTimeNanoseconds") return absl::OkStatus();
+    const std::string_view member(data, len);
+    const size_t colon = member.find(':', member.find('"', member.find('"') + 1));
+    if (colon == std::string_view::npos) return absl::OkStatus();
+    simdjson::padded_string value(member.substr(colon + 1));
+    od::parser parser;
+    od::document doc;
+    if (parser.iterate(value).get(doc)) return absl::OkStatus();
+    if (key == "distributedInfo") {
+      od::object info;
+      if (doc.get_object().get(info)) return absl::OkStatus();  // malformed: no rank
+      if (auto err = ParseDistributedInfo(info, t_)) return absl::InvalidArgumentError("distributedInfo: " + JsonError(err));
+    } else {
+      int64_t base = -1;
+      std::string_view text;
+      if (doc.get_int64().get(base)) {
+        base = !doc.get_string().get(text) ? std::strtoll(std::string(text).c_str(), nullptr, 10) : -1;
+      }
+      if (base >= 0) t_->base_time_unix_ns = base;
+    }
+    return absl::OkStatus();
+  }
+
+  KinetoTrace* t_;
+  Interner interner_;
+  od::parser parser_;
+  std::string pending_, batch_, key_;
+  size_t batch_count_ = 0;
+  uint32_t index_ = 0;
+  int depth_ = 0;
+  bool in_events_ = false, saw_events_ = false, saw_object_ = false;
+  bool hta_rank_search_ = true;
+};
+
+}  // namespace
+
+absl::StatusOr<KinetoTrace> ParseKinetoTrace(std::string_view json, const std::filesystem::path& file) {
   KinetoTrace t;
   t.file = file;
   t.decompressed_bytes = json.size();
-  t.hta_rank = HtaRank(json);
-  Interner interner(&t.strings);
-
-  od::parser parser;
-  od::document doc;
-  if (auto err = parser.iterate(json.data(), json.size(), json.size() + simdjson::SIMDJSON_PADDING)
-                     .get(doc)) {
-    return Fail(file, JsonError(err));
-  }
-  od::object top;
-  if (doc.get_object().get(top)) {
-    return Fail(file, "not a Kineto trace: the top level is not a JSON object");
-  }
-  bool saw_events = false;
-  for (auto field_result : top) {
-    od::field field;
-    if (auto err = std::move(field_result).get(field)) return Fail(file, JsonError(err));
-    std::string_view key;
-    if (auto err = field.unescaped_key().get(key)) return Fail(file, JsonError(err));
-    if (key == "distributedInfo") {
-      od::object info;
-      if (field.value().get_object().get(info)) continue;  // absent or malformed: no rank
-      if (auto err = ParseDistributedInfo(info, &t)) return Fail(file, JsonError(err));
-    } else if (key == "baseTimeNanoseconds") {
-      const int64_t base = IntArg(field.value(), -1);
-      if (base >= 0) t.base_time_unix_ns = base;
-    } else if (key == "traceEvents") {
-      od::array events;
-      if (field.value().get_array().get(events)) {
-        return Fail(file, "not a Kineto trace: `traceEvents` is not an array");
-      }
-      saw_events = true;
-      uint32_t index = 0;
-      for (auto ev_result : events) {
-        od::object ev;
-        if (auto err = ev_result.get_object().get(ev)) {
-          return Fail(file, "traceEvents[" + std::to_string(index) + "]: " + JsonError(err));
-        }
-        KinetoEvent e;
-        e.index = index++;
-        bool has_ts = false, has_dur = false, has_cat = false;
-        for (auto f_result : ev) {
-          od::field f;
-          if (auto err = std::move(f_result).get(f)) {
-            return Fail(file, "traceEvents[" + std::to_string(e.index) + "]: " + JsonError(err));
-          }
-          const od::raw_json_string k = f.key();
-          const bool is_ts = k == "ts";
-          if (is_ts || k == "dur") {
-            std::string_view tok = f.value().raw_json_token();
-            int64_t ns;
-            bool frac = false;
-            if (!MicrosToNs(tok, &ns, &frac)) continue;  // null or non-numeric: as absent
-            if (is_ts) {
-              e.ts_ns = ns;
-              has_ts = true;
-              t.ts_is_float = t.ts_is_float || frac;
-            } else {
-              e.dur_ns = ns;
-              has_dur = true;
-            }
-          } else if (const bool is_name = k == "name"; is_name || k == "cat") {
-            std::string_view s;
-            if (f.value().get_string().get(s)) continue;
-            if (is_name) {
-              e.name = interner.Intern(s);
-            } else {
-              e.category = interner.Intern(s);
-              has_cat = true;
-            }
-          } else if (k == "pid") {
-            e.pid = static_cast<int32_t>(IntArg(f.value(), 0));
-          } else if (k == "args") {
-            od::object args;
-            if (f.value().get_object().get(args)) continue;
-            if (auto err = ParseArgs(args, &e)) {
-              return Fail(file, "traceEvents[" + std::to_string(e.index) + "].args: " + JsonError(err));
-            }
-          }
-        }
-        if (!has_ts) t.ts_is_float = true;  // pandas: a missing value makes the column float
-        if (has_dur && has_cat && has_ts) t.events.push_back(e);
-      }
-      t.raw_events = index;
-    }
-  }
-  if (!saw_events) return Fail(file, "not a Kineto trace: no `traceEvents` array");
+  TraceStream stream(&t);
+  absl::Status s = stream.Feed(json.data(), json.size());
+  if (s.ok()) s = stream.Finish();
+  if (!s.ok()) return Fail(file, std::string(s.message()));
   return t;
 }
 
 absl::StatusOr<KinetoTrace> ReadKinetoTrace(const std::filesystem::path& file) {
-  auto buffer = TraceFileBuffer::Read(file);
-  if (!buffer.ok()) return buffer.status();
-  return ParseKinetoTrace(buffer->view(), file);
+  KinetoTrace t;
+  t.file = file;
+  TraceStream stream(&t);
+  auto sink = [&](const char* data, size_t len) {
+    t.decompressed_bytes += len;
+    return stream.Feed(data, len);
+  };
+  if (absl::Status s = StreamTraceFile(file, sink); !s.ok()) {
+    return s.code() == absl::StatusCode::kNotFound ? s : Fail(file, std::string(s.message()));
+  }
+  if (absl::Status s = stream.Finish(); !s.ok()) return Fail(file, std::string(s.message()));
+  return t;
 }
 
 absl::StatusOr<std::vector<std::filesystem::path>> FindKinetoTraces(

@@ -17,6 +17,59 @@ absl::Status Fail(const std::filesystem::path& file, const std::string& why) {
 
 }  // namespace
 
+absl::Status StreamTraceFile(const std::filesystem::path& file,
+                             const std::function<absl::Status(const char*, size_t)>& sink) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(file.c_str(), "rb"), &std::fclose);
+  if (f == nullptr) {
+    return absl::NotFoundError(file.string() + ": cannot open: " + std::strerror(errno));
+  }
+  constexpr size_t kChunk = 4 << 20;
+  std::unique_ptr<char[]> in(new char[kChunk]);
+  size_t n = std::fread(in.get(), 1, kChunk, f.get());
+  const bool gzip = n >= 2 && static_cast<unsigned char>(in[0]) == 0x1f &&
+                    static_cast<unsigned char>(in[1]) == 0x8b;
+  if (!gzip) {
+    while (n > 0) {
+      if (auto s = sink(in.get(), n); !s.ok()) return s;
+      n = std::fread(in.get(), 1, kChunk, f.get());
+    }
+    return std::ferror(f.get()) ? absl::InvalidArgumentError("read error") : absl::OkStatus();
+  }
+  std::unique_ptr<char[]> out(new char[kChunk]);
+  z_stream zs{};
+  if (inflateInit2(&zs, 15 + 16) != Z_OK) return absl::InternalError("zlib init failed");
+  std::unique_ptr<z_stream, int (*)(z_stream*)> guard(&zs, &inflateEnd);
+  bool ended = false;
+  while (true) {
+    if (zs.avail_in == 0) {
+      if (n == 0) n = std::fread(in.get(), 1, kChunk, f.get());
+      if (n == 0) break;
+      zs.next_in = reinterpret_cast<Bytef*>(in.get());
+      zs.avail_in = static_cast<uInt>(n);
+      n = 0;
+    }
+    if (ended) {  // another gzip member follows (concatenated .gz files are valid gzip)
+      inflateReset(&zs);
+      ended = false;
+    }
+    zs.next_out = reinterpret_cast<Bytef*>(out.get());
+    zs.avail_out = static_cast<uInt>(kChunk);
+    const int rc = inflate(&zs, Z_NO_FLUSH);
+    const size_t produced = kChunk - zs.avail_out;
+    if (produced > 0) {
+      if (auto s = sink(out.get(), produced); !s.ok()) return s;
+    }
+    if (rc == Z_STREAM_END) {
+      ended = true;
+    } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+      return absl::InvalidArgumentError(std::string("corrupt gzip stream: ") + (zs.msg ? zs.msg : "inflate error"));
+    }
+  }
+  if (std::ferror(f.get())) return absl::InvalidArgumentError("read error");
+  if (!ended) return absl::InvalidArgumentError("truncated gzip stream");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TraceFileBuffer> TraceFileBuffer::Read(const std::filesystem::path& file) {
   std::FILE* f = std::fopen(file.c_str(), "rb");
   if (f == nullptr) {

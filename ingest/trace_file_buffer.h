@@ -7,12 +7,19 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string_view>
 
 #include "absl/status/statusor.h"
 
 namespace rankwatch {
+
+// Reads `file` in pieces of at most 4 MiB, inflated when it is gzip, and hands each piece to
+// `sink` in order; stops at the first error `sink` returns. NotFound (naming the file) when it
+// cannot be opened; InvalidArgument without the file name for a corrupt or truncated stream.
+absl::Status StreamTraceFile(const std::filesystem::path& file,
+                             const std::function<absl::Status(const char*, size_t)>& sink);
 
 class TraceFileBuffer {
  public:
