@@ -4,10 +4,23 @@
 # compute. Prints the metrics and gRPC addresses and a status line every 5 s; Ctrl-C stops
 # every process it started.
 #
+# --with-prometheus also starts Debian's Prometheus (/usr/bin/prometheus, its own temporary
+# storage, a free port on 127.0.0.1) scraping the daemon every 2 s with deploy/prometheus's
+# rules, and prints its URL.
+#
 # Environment: RANKWATCH_BIN=DIR uses already-built binaries from DIR (no install, no build);
 # DEMO_RANKS (32), DEMO_STEP_MS (100), DEMO_METRICS (127.0.0.1:9466), DEMO_GRPC (127.0.0.1:7466).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+WITH_PROMETHEUS=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-prometheus) WITH_PROMETHEUS=1 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "demo: unknown argument '$arg' (usage: scripts/demo.sh [--with-prometheus])" >&2; exit 2 ;;
+  esac
+done
 
 if [[ -z "${RANKWATCH_BIN:-}" ]]; then
   scripts/deps.sh
@@ -63,14 +76,42 @@ brokers=$(field brokers)
   --fault slow-compute:17:0.3 2>"$workdir/simulate.log" >/dev/null &
 pids+=($!)
 
+processes="rankwatchd=${pids[0]} simulate=${pids[1]}"
+prometheus_line=""
+if ((WITH_PROMETHEUS)); then
+  prom_port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  cat >"$workdir/prometheus.yml" <<YML
+global: {scrape_interval: 2s, evaluation_interval: 2s}
+rule_files: ["$PWD/deploy/prometheus/rules/rankwatch-recording.yml", "$PWD/deploy/prometheus/rules/rankwatch-alerts.yml"]
+scrape_configs:
+  - job_name: rankwatch
+    static_configs: [{targets: ["$metrics"]}]
+YML
+  /usr/bin/prometheus --config.file="$workdir/prometheus.yml" --storage.tsdb.path="$workdir/prometheus" \
+    --web.listen-address="127.0.0.1:$prom_port" 2>"$workdir/prometheus.log" &
+  pids+=($!)
+  for _ in $(seq 1 100); do
+    curl -sf --max-time 1 "http://127.0.0.1:$prom_port/-/ready" >/dev/null && break
+    if ! kill -0 "${pids[2]}" 2>/dev/null; then
+      echo "demo: prometheus failed to start:" >&2
+      cat "$workdir/prometheus.log" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+  processes+=" prometheus=${pids[2]}"
+  prometheus_line="  prometheus: http://127.0.0.1:$prom_port   (deploy/prometheus rules; try training_job:rankwatch_straggler_score:max)
+"
+fi
+
 cat <<TXT
 rankwatch demo is running (Ctrl-C stops it)
   metrics:  http://$metrics/metrics
   gRPC:     $grpc   (rankwatch.v1.RankWatch, grpc.health.v1.Health, reflection)
   Kafka:    $brokers   (embedded broker, topic rankwatch.telemetry)
   job:      demo-job, $RANKS ranks, DDP, rank 17 is 30% slower in compute
-  logs:     $workdir/rankwatchd.log, $workdir/simulate.log
-  processes: rankwatchd=${pids[0]} simulate=${pids[1]}
+${prometheus_line}  logs:     $workdir/rankwatchd.log, $workdir/simulate.log
+  processes: $processes
 try:  curl -s http://$metrics/metrics | grep -E 'rankwatch_(steps_aligned|step_diagnosis|straggler_score|step_phase_seconds)'
 TXT
 
