@@ -12,8 +12,8 @@ PACKAGES=(
   libcli11-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
   libcpp-httplib-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  kcat prometheus curl
-  python3 python3-grpcio python3-protobuf python3-confluent-kafka
+  kcat prometheus prometheus-alertmanager curl
+  python3 python3-grpcio python3-protobuf python3-confluent-kafka python3-yaml
   python3-dev pybind11-dev python3-numpy python3-torch
 )
 
