@@ -117,6 +117,13 @@ class KubernetesManifestTest(unittest.TestCase):
         for c in (agent, trainer):
             self.assertIn({"configMapRef": {"name": "rankwatch-collector"}}, c["envFrom"])
         self.assertEqual(len(by_kind("ConfigMap", "rankwatch-collector")), 1)
+        rankwatch = os.path.join(BIN, "rankwatch")
+        if os.path.exists(rankwatch):  # every flag of the sidecar is one `rankwatch agent` knows
+            help_text = subprocess.run([rankwatch, "agent", "--help"], capture_output=True, text=True,
+                                       timeout=10).stdout
+            known = set(re.findall(r"(--[a-z][a-z-]*)", help_text))
+            for arg in agent["args"][1:]:
+                self.assertIn(arg.split("=", 1)[0], known, arg)
 
     def test_prometheus_rule_has_the_same_rules_as_deploy_prometheus(self):
         (rule,) = by_kind("PrometheusRule")
