@@ -1,0 +1,71 @@
+"""Acceptance of issue #7, item 4: `rankwatch agent` runs without NVML for
+RANKWATCH_AGENT_S seconds (default 60; CI may set less) and publishes system samples the
+daemon accepts; a trace file dropped into the watched directory is published exactly once."""
+import json
+import os
+import shutil
+import signal
+import time
+import unittest
+
+from harness import BIN, Fleet, metric, parse_metrics, wait_until
+
+AGENT_S = float(os.environ.get("RANKWATCH_AGENT_S", "60"))
+
+
+def scrape_address(address):
+    import urllib.request
+    with urllib.request.urlopen("http://%s/metrics" % address, timeout=5) as r:
+        return parse_metrics(r.read().decode())
+
+
+class AgentTest(unittest.TestCase):
+    def test_samples_accepted_and_a_trace_published_once(self):
+        fleet = Fleet()
+        self.addCleanup(fleet.close)
+        brokers = fleet.start_broker()
+        daemon = fleet.start_daemon(brokers)
+        from harness import scrape
+        accepted = lambda kind: metric(parse_metrics(scrape(daemon)), "rankwatch_events_total", kind=kind) or 0
+        rejected = lambda: sum(v for n, l, v in parse_metrics(scrape(daemon))
+                               if n == "rankwatch_events_rejected_total")
+        traces = os.path.join(fleet.workdir, "traces")
+        os.makedirs(traces)
+        agent = fleet.start("agent", [os.path.join(BIN, "rankwatch"), "agent", "--brokers", brokers,
+                                      "--job", "node-agent-test", "--interval", "0.5",
+                                      "--trace-dir", traces, "--metrics-listen", "127.0.0.1:0",
+                                      "--nvml-library", "libnvidia-ml-absent.so.1",
+                                      "--duration", str(AGENT_S)])
+        address = json.loads(wait_until(lambda: agent.stdout().split("\n")[0] if "\n" in agent.stdout() else None,
+                                        20, "the agent's metrics line"))["metrics"]
+        self.assertIn("NVML not found", wait_until(lambda: agent.stderr(), 10, "the NVML info line"))
+        wait_until(lambda: accepted("sample") >= 3, 30, "samples accepted by the daemon")
+
+        # A Kineto trace appears, written in two parts; it must be published once.
+        path = os.path.join(traces, "worker0.1700000000000.pt.trace.json")
+        with open(path, "w") as f:
+            f.write('{"traceEvents": [')
+        time.sleep(0.7)
+        with open(path, "a") as f:
+            f.write("]}")
+        published = lambda: metric(scrape_address(address), "rankwatch_agent_trace_files_total",
+                                   result="published")
+        wait_until(lambda: published() == 1, 20, "the trace file published")
+
+        code = agent.proc.wait(timeout=AGENT_S + 30)
+        self.assertEqual(code, 0, agent.stderr())
+        summary = json.loads(agent.stdout().strip().splitlines()[-1])
+        print("agent summary:", summary)
+        self.assertEqual(summary["trace_files"], 1)  # once, although it stayed there
+        self.assertGreaterEqual(summary["samples"], AGENT_S / 0.5 * 0.8)
+        self.assertEqual(summary["batches_dropped"], 0)
+        self.assertEqual(summary["failed"], 0)
+        self.assertEqual(summary["delivered"], summary["batches_sent"])
+        # Every batch the agent sent was accepted by the daemon, none rejected.
+        wait_until(lambda: accepted("batch") >= summary["batches_sent"], 30, "every agent batch accepted")
+        self.assertEqual(accepted("sample"), summary["samples"])
+        self.assertEqual(rejected(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

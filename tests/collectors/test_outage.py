@@ -1,0 +1,89 @@
+"""Acceptance of issue #7, item 2: the broker stops for RANKWATCH_OUTAGE_S seconds (default 30)
+in the middle of a real 4-rank DDP job. The broker process is frozen with SIGSTOP and thawed
+with SIGCONT: connections stay open but nothing answers, the way a hung or partitioned broker
+behaves (`rankwatch kafka` keeps its data in memory, so a restart would be a new, empty
+cluster). Training must not slow down, collector memory must stay within its bound, drops
+must be counted, and the daemon must diagnose the job again afterwards."""
+import os
+import signal
+import statistics
+import time
+import unittest
+
+import grpc
+
+from harness import Fleet, metric, parse_metrics, scrape, wait_until
+from rankwatch.v1 import service_pb2, service_pb2_grpc
+from torch_job import TorchJob, torch_available
+
+OUTAGE_S = float(os.environ.get("RANKWATCH_OUTAGE_S", "30"))
+# Small collector buffers, so that the outage overflows them and dropping is exercised.
+PENDING_BYTES = 16384
+KAFKA_QUEUE_KBYTES = 16
+
+
+@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+class BrokerOutageTest(unittest.TestCase):
+    def test_training_goes_on_memory_stays_bounded_and_diagnosis_resumes(self):
+        fleet = Fleet()
+        self.addCleanup(fleet.close)
+        brokers = fleet.start_broker()
+        broker = fleet.processes[-1].proc
+        daemon = fleet.start_daemon(brokers)
+        stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(daemon.endpoints["grpc"]))
+        job = "torch-outage"
+        aligned = lambda: metric(parse_metrics(scrape(daemon)), "rankwatch_steps_aligned_total",
+                                 training_job=job) or 0
+        steps = int(60 + OUTAGE_S * 25)  # runs well past the outage at ~20-50 steps/s
+        run = TorchJob(fleet.workdir, job, brokers, steps, "--collector-option",
+                       "max_pending_bytes=%d" % PENDING_BYTES, "--collector-option",
+                       "kafka_queue_max_kbytes=%d" % KAFKA_QUEUE_KBYTES, "--collector-option",
+                       "kafka_queue_max_messages=16", "--collector-option", "flush_interval_ms=100")
+        try:
+            wait_until(lambda: aligned() >= 20, 120, "the first steps to align")
+            before_outage = aligned()
+            broker.send_signal(signal.SIGSTOP)
+            outage = (time.time(), time.time() + OUTAGE_S)
+            time.sleep(OUTAGE_S)
+            broker.send_signal(signal.SIGCONT)
+            ranks = run.wait(timeout=steps * 0.5 + 120)
+        finally:
+            if broker.poll() is None:
+                broker.send_signal(signal.SIGCONT)
+            run.kill()
+
+        # Training ran through the outage at the same pace (checked last, below).
+        ratios = []
+        for r in ranks:
+            self.assertEqual(r["steps"], steps)
+            times = list(zip(r["step_end_unix"], r["step_seconds"]))[5:]  # after warm-up
+            inside = [s for t, s in times if outage[0] + 1 < t < outage[1]]
+            outside = [s for t, s in times if t < outage[0] or t > outage[1] + 5]
+            self.assertGreater(len(inside), 20, "rank %d made too few steps during the outage" % r["rank"])
+            ratio = statistics.median(inside) / statistics.median(outside)
+            print("rank %d: median step %.1f ms during the outage, %.1f ms outside (x%.3f); "
+                  "collector %s" % (r["rank"], 1e3 * statistics.median(inside),
+                                    1e3 * statistics.median(outside), ratio, r["collector"]))
+            ratios.append(ratio)
+            c = r["collector"]
+            # Bounded memory: what waited for Kafka never exceeded the configured buffers.
+            self.assertLessEqual(c["max_buffered_bytes"], PENDING_BYTES + KAFKA_QUEUE_KBYTES * 1024 + 4096, c)
+            self.assertLessEqual(c["max_buffered_bytes"], c["memory_bound_bytes"], c)
+            # The outage overflowed the buffers: drops happened and were counted.
+            self.assertGreater(c["records_dropped"], 0, c)
+            self.assertGreater(c["batches_dropped"], 0, c)
+            self.assertEqual(c["steps_recorded"], steps)
+
+        # Diagnosis resumed: steps recorded after the outage aligned and the job is diagnosed.
+        wait_until(lambda: aligned() > before_outage + 100, 90, "steps after the outage to align")
+        def diagnosed():
+            d = stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job=job), timeout=10)
+            return d if d.step.label == service_pb2.STEP_BALANCED else None
+        wait_until(diagnosed, 60, "a balanced diagnosis after the outage", interval=1)
+        # Known failure (see README): with the producer queue full, steps of this 4-rank job on
+        # 2 cores slow down (~1.7-2x) during the outage; not yet explained.
+        self.assertLess(max(ratios), 1.25, "steps slowed down during the outage: %s" % ratios)
+
+
+if __name__ == "__main__":
+    unittest.main()

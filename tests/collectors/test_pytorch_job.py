@@ -1,0 +1,73 @@
+"""Acceptance of issue #7, item 1: a real PyTorch job (4 processes, DDP with gloo on CPU, a
+small model) instrumented with the `rankwatch` package, publishing to `rankwatch kafka`,
+diagnosed by `rankwatchd`, for each fault the collectors must make visible."""
+import os
+import unittest
+
+import grpc
+
+from harness import Fleet, metric, parse_metrics, scrape, wait_until
+from rankwatch.v1 import service_pb2, service_pb2_grpc
+from torch_job import TorchJob, torch_available
+
+STEPS = int(os.environ.get("RANKWATCH_TEST_STEPS", "40"))
+
+
+@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+class PyTorchJobTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.fleet = Fleet()
+        cls.brokers = cls.fleet.start_broker()
+        cls.daemon = cls.fleet.start_daemon(cls.brokers)
+        cls.stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(cls.daemon.endpoints["grpc"]))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.fleet.close()
+
+    def run_job(self, job, steps, *args):
+        ranks = TorchJob(self.fleet.workdir, job, self.brokers, steps, *args).wait(timeout=240)
+        for r in ranks:
+            self.assertEqual(r["steps"], steps)
+            self.assertEqual(r["collector"]["records_dropped"], 0, r["collector"])
+            self.assertEqual(r["collector"]["batches_failed"], 0, r["collector"])
+        wait_until(lambda: metric(parse_metrics(scrape(self.daemon)), "rankwatch_steps_aligned_total",
+                                  training_job=job) == steps, 60, "%s: every step aligned" % job)
+        d = self.stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job=job), timeout=10)
+        return d, ranks
+
+    def assert_step(self, d, label, culprits=None):
+        self.assertEqual(service_pb2.StepDiagnosisLabel.Name(d.step.label), label, d.step.note)
+        if culprits is not None:
+            self.assertEqual(list(d.step.culprit_ranks), culprits, d.step.note)
+
+    def test_no_fault_is_balanced(self):
+        d, ranks = self.run_job("torch-balanced", STEPS)
+        self.assert_step(d, "STEP_BALANCED")
+        s = parse_metrics(scrape(self.daemon))
+        self.assertEqual(metric(s, "rankwatch_job_ranks", training_job="torch-balanced", state="seen"), 4)
+        # Every phase the package times reached the daemon.
+        for phase in ("dataloader", "forward", "backward", "optimizer", "collective"):
+            self.assertGreater(metric(s, "rankwatch_step_phase_seconds", training_job="torch-balanced",
+                                      phase=phase, stat="median"), 0, phase)
+
+    def test_rank_2_slow_compute_is_a_compute_straggler(self):
+        d, _ = self.run_job("torch-slow-compute", STEPS, "--fault-slow-compute-rank", "2",
+                            "--fault-slow-compute", "0.3")
+        self.assert_step(d, "STEP_COMPUTE_STRAGGLER", culprits=[2])
+
+    def test_rank_1_slow_dataloader_is_an_input_straggler(self):
+        d, _ = self.run_job("torch-slow-input", STEPS, "--fault-slow-input-rank", "1",
+                            "--fault-slow-input-ms", "30")
+        self.assert_step(d, "STEP_INPUT_STRAGGLER", culprits=[1])
+
+    def test_kept_losses_are_a_memory_creep(self):
+        # batch 512 x 64 x width 128 floats: each kept graph holds 16 MiB of activations; the
+        # creep needs >= 512 MiB between the head and the tail of the window (spec section 4).
+        d, _ = self.run_job("torch-leak", 60, "--fault-keep-losses", "--batch", "512")
+        self.assertEqual(service_pb2.MemoryDiagnosisLabel.Name(d.memory.label), "MEMORY_CREEP", d.memory.note)
+
+
+if __name__ == "__main__":
+    unittest.main()
