@@ -3,6 +3,8 @@
 // the GIL; recording calls are a few atomic operations and keep it.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <stdexcept>
 
@@ -42,6 +44,8 @@ std::unique_ptr<Collector> MakeCollector(const std::string& training_job, uint32
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "rankwatch collector library (C++), bound for the rankwatch package";
+  // The training script owns stdout: the collector's (and librdkafka's) log lines go to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("rankwatch"));
   m.def("now_ns", &Collector::NowNs, "monotonic clock, ns: the clock of every *_ns argument");
   m.attr("PHASE_DATALOADER") = static_cast<int>(StepPhase::kDataloader);
   m.attr("PHASE_FORWARD") = static_cast<int>(StepPhase::kForward);
