@@ -105,6 +105,7 @@ absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* c) {
       {"job-retention", [&](const YAML::Node& n) { c->job_retention = n.as<std::string>(); }},
       {"checkpoint-interval",
        [&](const YAML::Node& n) { c->checkpoint_interval = n.as<std::string>(); }},
+      {"changelog-topic", [&](const YAML::Node& n) { c->changelog_topic = n.as<std::string>(); }},
       {"log-level", [&](const YAML::Node& n) { c->log_level = n.as<std::string>(); }},
       {"kafka",
        [&](const YAML::Node& n) {

@@ -36,6 +36,9 @@ struct DaemonConfig {
   std::string align_timeout = "10s";
   std::string hang_timeout = "30s";                 // floor of max(5 x median step, this)
   std::string checkpoint_interval = "1s";           // durable state written this often
+  // Compacted topic holding a copy of the state, so partitions can move between instances of
+  // one group. Empty (default): none, for a single instance.
+  std::string changelog_topic;
   std::string job_ttl = "1h";                       // no input this long: the job is finished
   std::string job_retention = "1h";                 // finished jobs stay queryable this long
   std::string log_level = "info";                   // trace, debug, info, warn, error

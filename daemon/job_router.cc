@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/job_state_keys.h"
 #include "operators/step_codec.h"
 
 namespace rankwatch {
@@ -22,21 +23,14 @@ int64_t WallNowNs() {
       .count();
 }
 
-// State keys: "m" job -> JobMeta; "s" job '\0' big-endian step -> StoredStep (in step order).
-std::string MetaKey(const std::string& job) { return "m" + job; }
-std::string StepPrefix(const std::string& job) { return "s" + job + '\0'; }
-std::string StepKey(const std::string& job, uint64_t step) {
-  std::string key = StepPrefix(job);
-  for (int shift = 56; shift >= 0; shift -= 8) key.push_back(static_cast<char>((step >> shift) & 0xff));
-  return key;
-}
-
 }  // namespace
 
 void JobRouter::HandleMessage(std::string_view payload, const std::string& topic,
                               int32_t partition, int64_t offset, TimePoint now,
                               int64_t wall_now_unix_ns) {
+  current_partition_ = partition;
   HandleMessage(payload, now, wall_now_unix_ns);
+  current_partition_ = -1;
   // Rejected messages count too: they are consumed, and never read again.
   next_offsets_[{topic, partition}] = offset + 1;
 }
@@ -54,6 +48,10 @@ void JobRouter::HandleMessage(std::string_view payload, TimePoint now, int64_t w
     return;
   }
   job->last_input = now;
+  if (current_partition_ >= 0 && job->partition != current_partition_) {
+    job->partition = current_partition_;
+    job->unsaved = true;
+  }
   if (job->expired) {
     spdlog::info("training job '{}' is back after expiring", batch_.source().training_job());
     job->expired = false;
@@ -92,26 +90,53 @@ JobRouter::Job& JobRouter::Insert(const std::string& name, std::unique_ptr<JobPi
   return inserted;
 }
 
-void JobRouter::Checkpoint(rankwatch::Checkpoint* c, TimePoint now, int64_t wall_now_unix_ns) {
+void JobRouter::Checkpoint(rankwatch::Checkpoint* c, TimePoint now, int64_t wall_now_unix_ns,
+                           std::map<int32_t, rankwatch::Checkpoint>* by_partition) {
+  // With `by_partition` each job's writes go to a checkpoint of their own first, then to both.
+  rankwatch::Checkpoint own;
+  rankwatch::Checkpoint* out = by_partition != nullptr ? &own : c;
+  const auto done = [&](int32_t partition) {
+    if (by_partition == nullptr) return;
+    c->Append(own);
+    if (partition >= 0) (*by_partition)[partition].Append(own);
+    own = rankwatch::Checkpoint();
+  };
   for (auto& [name, job] : jobs_) {
     if (!job.unsaved) continue;
     job.unsaved = false;
     JobCheckpoint jc = job.pipeline->TakeCheckpoint(now, wall_now_unix_ns);
-    c->Put(StateFamily::kWindows, MetaKey(name), jc.meta.SerializeAsString());
+    if (job.partition >= 0) jc.meta.set_kafka_partition(job.partition);
+    out->Put(StateFamily::kWindows, JobMetaKey(name), jc.meta.SerializeAsString());
     for (const state::v1::StoredStep& step : jc.new_steps) {
-      c->Put(StateFamily::kWindows, StepKey(name, step.step()), step.SerializeAsString());
+      out->Put(StateFamily::kWindows, JobStepKey(name, step.step()), step.SerializeAsString());
     }
-    c->DeleteRange(StateFamily::kWindows, StepKey(name, 0), StepKey(name, jc.keep_from_step));
+    out->DeleteRange(StateFamily::kWindows, JobStepKey(name, 0), JobStepKey(name, jc.keep_from_step));
+    done(job.partition);
   }
-  for (const std::string& name : removed_jobs_) {
-    c->Delete(StateFamily::kWindows, MetaKey(name));
-    c->DeleteRange(StateFamily::kWindows, StepKey(name, 0), StepKey(name, UINT64_MAX));
+  for (const auto& [name, partition] : removed_jobs_) {
+    out->Delete(StateFamily::kWindows, JobMetaKey(name));
+    out->DeleteRange(StateFamily::kWindows, JobStepKey(name, 0), JobStepKey(name, UINT64_MAX));
+    done(partition);
   }
   removed_jobs_.clear();
   for (const auto& [tp, next] : next_offsets_) c->SetOffset(tp.first, tp.second, next);
 }
 
 absl::Status JobRouter::Restore(const StateStore& store, TimePoint now, int64_t wall_now_unix_ns) {
+  return RestoreJobs(store, now, wall_now_unix_ns, [](const state::v1::JobMeta&) { return true; });
+}
+
+absl::Status JobRouter::RestorePartition(const StateStore& store, int32_t partition,
+                                         TimePoint now, int64_t wall_now_unix_ns) {
+  ReleasePartition(partition);
+  return RestoreJobs(store, now, wall_now_unix_ns, [partition](const state::v1::JobMeta& meta) {
+    return meta.has_kafka_partition() && meta.kafka_partition() == partition;
+  });
+}
+
+absl::Status JobRouter::RestoreJobs(const StateStore& store, TimePoint now,
+                                    int64_t wall_now_unix_ns,
+                                    const std::function<bool(const state::v1::JobMeta&)>& accept) {
   std::vector<state::v1::JobMeta> metas;
   absl::Status bad;
   absl::Status s = store.ForEach(StateFamily::kWindows, "m", [&](std::string_view, std::string_view v) {
@@ -120,13 +145,13 @@ absl::Status JobRouter::Restore(const StateStore& store, TimePoint now, int64_t 
       bad = absl::DataLossError("unreadable stored job metadata");
       return;
     }
-    metas.push_back(std::move(meta));
+    if (accept(meta)) metas.push_back(std::move(meta));
   });
   if (!s.ok()) return s;
   if (!bad.ok()) return bad;
   for (const state::v1::JobMeta& meta : metas) {
     std::vector<state::v1::StoredStep> steps;
-    s = store.ForEach(StateFamily::kWindows, StepPrefix(meta.training_job()),
+    s = store.ForEach(StateFamily::kWindows, JobStepPrefix(meta.training_job()),
                       [&](std::string_view, std::string_view v) {
                         steps.emplace_back();
                         if (!steps.back().ParseFromArray(v.data(), static_cast<int>(v.size()))) {
@@ -139,6 +164,7 @@ absl::Status JobRouter::Restore(const StateStore& store, TimePoint now, int64_t 
     auto pipeline = JobPipeline::Restore(meta, steps, options_.pipeline, now, wall_now_unix_ns);
     if (!pipeline.ok()) return pipeline.status();
     Job& job = Insert(meta.training_job(), std::move(*pipeline), now);
+    job.partition = meta.has_kafka_partition() ? meta.kafka_partition() : -1;
     job.steps_aligned->Set(static_cast<double>(meta.aligned_steps()));
     job.steps_timed_out->Set(static_cast<double>(meta.timed_out_steps()));
     job.unsaved = false;
@@ -147,6 +173,50 @@ absl::Status JobRouter::Restore(const StateStore& store, TimePoint now, int64_t 
   }
   if (!metas.empty()) spdlog::info("restored {} training jobs from the state store", metas.size());
   return absl::OkStatus();
+}
+
+void JobRouter::Drop(std::map<std::string, Job, std::less<>>::iterator it) {
+  alerts_.DropJob(it->first);
+  metrics_->RemoveJob(it->first);
+  snapshots_->Remove(it->first);
+  jobs_.erase(it);
+  metrics_->jobs->Set(static_cast<double>(jobs_.size()));
+}
+
+void JobRouter::ReleasePartition(int32_t partition) {
+  size_t released = 0;
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    if (it->second.partition == partition) {
+      Drop(it++);
+      ++released;
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = next_offsets_.begin(); it != next_offsets_.end();) {
+    it = it->first.second == partition ? next_offsets_.erase(it) : std::next(it);
+  }
+  if (released > 0) spdlog::info("released {} training jobs of partition {}", released, partition);
+}
+
+std::vector<std::string> JobRouter::JobsOf(int32_t partition) const {
+  std::vector<std::string> names;
+  for (const auto& [name, job] : jobs_) {
+    if (job.partition == partition) names.push_back(name);
+  }
+  return names;
+}
+
+std::set<int32_t> JobRouter::Partitions() const {
+  std::set<int32_t> out;
+  for (const auto& [name, job] : jobs_) out.insert(job.partition);
+  return out;
+}
+
+std::optional<int64_t> JobRouter::NextOffset(const std::string& topic, int32_t partition) const {
+  auto it = next_offsets_.find({topic, partition});
+  if (it == next_offsets_.end()) return std::nullopt;
+  return it->second;
 }
 
 void JobRouter::Count(Job& job, const JobDelta& d) {
@@ -194,11 +264,8 @@ void JobRouter::ExpireJobs(TimePoint now) {
     if (job.expired && now - job.expired_at >= options_.job_retention) {
       spdlog::info("training job '{}' removed", it->first);
       Publish(alerts_.ForgetJob(it->first, WallNowNs()), it->first);
-      metrics_->RemoveJob(it->first);
-      snapshots_->Remove(it->first);
-      removed_jobs_.push_back(it->first);
-      it = jobs_.erase(it);
-      metrics_->jobs->Set(static_cast<double>(jobs_.size()));
+      removed_jobs_.emplace_back(it->first, job.partition);
+      Drop(it++);
     } else {
       ++it;
     }

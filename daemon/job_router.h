@@ -6,7 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
+#include <set>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -44,11 +47,32 @@ class JobRouter {
                      int64_t offset, TimePoint now, int64_t wall_now_unix_ns);
 
   // Adds to `checkpoint` every job's changes since the previous call and the next offsets of
-  // every partition consumed. Stored steps that no window needs any more are deleted.
-  void Checkpoint(Checkpoint* checkpoint, TimePoint now, int64_t wall_now_unix_ns);
+  // every partition consumed. Stored steps that no window needs any more are deleted. With
+  // `by_partition`, each job's writes are also added there under its telemetry partition
+  // (for the state changelog; jobs of an unknown partition are left out).
+  void Checkpoint(Checkpoint* checkpoint, TimePoint now, int64_t wall_now_unix_ns,
+                  std::map<int32_t, rankwatch::Checkpoint>* by_partition = nullptr);
 
   // Rebuilds every job stored in `store` (at start). Damaged state is an error.
   absl::Status Restore(const StateStore& store, TimePoint now, int64_t wall_now_unix_ns);
+
+  // Rebuilds the jobs of one telemetry partition from `store`, replacing those in memory
+  // (the partition was assigned to this instance). Damaged state is an error.
+  absl::Status RestorePartition(const StateStore& store, int32_t partition, TimePoint now,
+                                int64_t wall_now_unix_ns);
+
+  // Drops the jobs of `partition` from memory, metrics and snapshots without touching their
+  // stored state (another instance owns the partition now). Checkpoint first.
+  void ReleasePartition(int32_t partition);
+
+  // The jobs known to arrive on `partition`.
+  std::vector<std::string> JobsOf(int32_t partition) const;
+
+  // Partitions of the jobs in memory (-1 for jobs of an unknown partition).
+  std::set<int32_t> Partitions() const;
+
+  // The next offset to consume in (topic, partition), when something was consumed there.
+  std::optional<int64_t> NextOffset(const std::string& topic, int32_t partition) const;
 
   // Expires alignment timeouts and publishes snapshots of the jobs that changed: first to the
   // SnapshotStore, then to the metrics.
@@ -71,11 +95,16 @@ class JobRouter {
     TimePoint last_input{};
     bool expired = false;
     TimePoint expired_at{};
+    int32_t partition = -1;  // telemetry partition, -1 while unknown
   };
 
   Job* FindOrCreate(const v1::SourceIdentity& source, TimePoint now);
   Job& Insert(const std::string& name, std::unique_ptr<JobPipeline> pipeline, TimePoint now);
   void ExpireJobs(TimePoint now);
+  // Rebuilds the stored jobs `accept` selects (by their metadata), replacing those in memory.
+  absl::Status RestoreJobs(const StateStore& store, TimePoint now, int64_t wall_now_unix_ns,
+                           const std::function<bool(const state::v1::JobMeta&)>& accept);
+  void Drop(std::map<std::string, Job, std::less<>>::iterator it);
   void Publish(const std::vector<AlertEvent>& events, const std::string& job);
   void Count(Job& job, const JobDelta& delta);
 
@@ -87,7 +116,9 @@ class JobRouter {
   std::string detail_;
   std::map<std::string, Job, std::less<>> jobs_;
   std::map<std::pair<std::string, int32_t>, int64_t> next_offsets_;  // (topic, partition)
-  std::vector<std::string> removed_jobs_;  // state to delete at the next checkpoint
+  // State to delete at the next checkpoint: job and its partition.
+  std::vector<std::pair<std::string, int32_t>> removed_jobs_;
+  int32_t current_partition_ = -1;  // of the message being handled
   AlertTracker alerts_;
   MetricCell* rejected_too_many_jobs_;
 };

@@ -18,6 +18,8 @@
 #include "sinks/metrics_http_server.h"
 #include "state/state_dir.h"
 #include "state/state_store.h"
+#include "daemon/state_sync.h"
+#include "ingest/state_changelog.h"
 
 #ifndef RANKWATCH_VERSION
 #define RANKWATCH_VERSION "dev"
@@ -89,18 +91,19 @@ int Run(const DaemonConfig& config) {
 
   auto store = StateStore::Open({(*state_dir)->path() / "store"});
   if (!store.ok()) return Fail(store.status());
-  auto stored_offsets = (*store)->Offsets();
-  if (!stored_offsets.ok()) return Fail(stored_offsets.status());
-
-  KafkaConsumerOptions consumer_options{brokers, config.topic, config.group, config.kafka, {}};
-  consumer_options.initial_offset = [&](const std::string& topic,
-                                        int32_t partition) -> std::optional<int64_t> {
-    auto it = stored_offsets->find({topic, partition});
-    if (it == stored_offsets->end()) return std::nullopt;
-    return it->second;
-  };
-  auto consumer = KafkaConsumer::Create(consumer_options);
-  if (!consumer.ok()) return Fail(consumer.status());
+  std::unique_ptr<StateChangelog> changelog;
+  if (!config.changelog_topic.empty()) {
+    StateChangelogOptions changelog_options;
+    changelog_options.brokers = brokers;
+    changelog_options.topic = config.changelog_topic;
+    changelog_options.source_topic = config.topic;
+    changelog_options.properties = config.kafka;
+    auto opened = StateChangelog::Open(changelog_options);
+    if (!opened.ok()) return Fail(opened.status());
+    changelog = std::move(*opened);
+    spdlog::info("state changelog: {} (partitions can move between instances of group {})",
+                 config.changelog_topic, config.group);
+  }
 
   const std::string metrics_at = (*metrics_server)->address().ToString();
   const std::string grpc_at = (*grpc_server)->address().ToString();
@@ -130,37 +133,28 @@ int Run(const DaemonConfig& config) {
                std::chrono::system_clock::now().time_since_epoch())
         .count();
   };
-  if (absl::Status s = router.Restore(**store, Clock::now(), wall_now()); !s.ok()) {
+  // After a storage error nothing is committed again: health goes NOT_SERVING, the last good
+  // diagnoses stay served.
+  StateSync sync(config.topic, store->get(), changelog.get(), &router, &metrics,
+                 [&](const absl::Status&) { (*grpc_server)->SetServing(false); });
+  if (absl::Status s = sync.RestoreAll(Clock::now(), wall_now()); !s.ok()) {
     return Fail(absl::Status(s.code(), std::string(s.message()) + " (state in " +
                                            (*state_dir)->path().string() +
                                            "; remove --state-dir to start clean)"));
   }
   router.Tick(Clock::now());
+  const auto checkpoint = [&] { sync.Checkpoint(Clock::now(), wall_now()); };
 
-  // Writes the state and the offsets it covers in one batch. After a storage error nothing
-  // is committed again: health goes NOT_SERVING, the last good diagnoses stay served.
-  bool state_failed = false;
-  auto checkpoint = [&] {
-    if (state_failed) return;
-    const TimePoint start = Clock::now();
-    Checkpoint c;
-    router.Checkpoint(&c, start, wall_now());
-    if (c.empty()) return;
-    if (absl::Status s = (*store)->Commit(c); !s.ok()) {
-      state_failed = true;
-      metrics.state_errors->Add(1);
-      metrics.state_healthy->Set(0);
-      (*grpc_server)->SetServing(false);
-      spdlog::error("state checkpoint failed, checkpoints stop and health is NOT_SERVING: {}",
-                    std::string(s.message()));
-      return;
-    }
-    metrics.checkpoints->Add(1);
-    metrics.checkpoint_seconds->Set(std::chrono::duration<double>(Clock::now() - start).count());
-    metrics.checkpoint_bytes->Set(static_cast<double>(c.bytes()));
-    spdlog::debug("checkpoint: {} bytes in {:.3f} ms", c.bytes(),
-                  std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  KafkaConsumerOptions consumer_options{brokers, config.topic, config.group, config.kafka};
+  consumer_options.on_assigned = [&](const std::string& topic, const std::vector<int32_t>& ids) {
+    if (topic != config.topic) return std::vector<std::optional<int64_t>>(ids.size());
+    return sync.OnAssigned(ids, Clock::now(), wall_now());
   };
+  consumer_options.on_revoked = [&](const std::string& topic, const std::vector<int32_t>& ids) {
+    if (topic == config.topic) sync.OnRevoked(ids, Clock::now(), wall_now());
+  };
+  auto consumer = KafkaConsumer::Create(consumer_options);
+  if (!consumer.ok()) return Fail(consumer.status());
 
   constexpr auto kTick = std::chrono::milliseconds(100);
   auto next_tick = Clock::now();
@@ -240,6 +234,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--checkpoint-interval", config.checkpoint_interval,
                  "write durable state (and the offsets it covers) this often")
+      ->capture_default_str();
+  app.add_option("--changelog-topic", config.changelog_topic,
+                 "compacted Kafka topic with a copy of the state: set it (the same on every "
+                 "instance) to run several instances in one group")
       ->capture_default_str();
   app.add_option("--log-level", config.log_level, "trace, debug, info, warn, error")
       ->capture_default_str();

@@ -1,5 +1,5 @@
 // EmbeddedBroker: a local Kafka-protocol broker (librdkafka's mock cluster) listening on
-// 127.0.0.1, with the telemetry topic created. Real clients (librdkafka, kcat,
+// 127.0.0.1, with the telemetry topic (and its state changelog topic) created. Real clients (librdkafka, kcat,
 // confluent-kafka-python) talk to it over TCP. For development, tests and the demo only: it
 // keeps everything in memory.
 //
@@ -20,6 +20,9 @@ struct EmbeddedBrokerOptions {
   std::string topic = "rankwatch.telemetry";  // default: rankwatch.telemetry
   int partitions = 6;                         // default: 6
   int brokers = 1;                            // default: 1
+  // Also create "<topic>.changelog" with as many partitions, for rankwatchd's state changelog
+  // (--changelog-topic): the mock broker cannot create topics on request. Default: true.
+  bool changelog_topic = true;
 };
 
 class EmbeddedBroker {

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <map>
 #include <vector>
 
 namespace rankwatch {
@@ -26,6 +27,12 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
       // a restarted instance rejoins about as fast. Brokers accept >= 6 s by default.
       {"session.timeout.ms", "10000"},
       {"heartbeat.interval.ms", "1000"},
+      // Eager rebalancing: every rebalance revokes all partitions, which are checkpointed and
+      // then restored from the local store or the changelog. With cooperative-sticky, Debian
+      // 12's librdkafka (2.0.2) against the mock broker left the last messages of partitions
+      // an instance kept through a rebalance unconsumed (tests/e2e/test_scale_out.py showed
+      // it); the strategy can still be set under kafka: in the config.
+      {"partition.assignment.strategy", "range,roundrobin"},
   };
   absl::Status s = SetKafkaProperties(conf, defaults);
   if (s.ok()) s = SetKafkaProperties(conf, options.properties);
@@ -35,7 +42,7 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
   }
   // The rebalance callback needs the consumer object; it is created before the handle.
   auto consumer = std::unique_ptr<KafkaConsumer>(new KafkaConsumer(nullptr));
-  consumer->initial_offset_ = options.initial_offset;
+  consumer->options_ = options;
   rd_kafka_conf_set_opaque(conf, consumer.get());
   rd_kafka_conf_set_rebalance_cb(conf, &KafkaConsumer::OnRebalance);
   char err[512];
@@ -71,14 +78,22 @@ void KafkaConsumer::OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
                                 rd_kafka_topic_partition_list_t* partitions, void* opaque) {
   auto* self = static_cast<KafkaConsumer*>(opaque);
   const bool cooperative = std::string_view(rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE";
+  std::map<std::string, std::vector<int>> by_topic;  // element indexes
+  for (int i = 0; i < partitions->cnt; ++i) by_topic[partitions->elems[i].topic].push_back(i);
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
     // Offsets are state: start where the daemon's own checkpoint says, not where Kafka's
     // committed offsets (kept for lag monitoring) say.
-    for (int i = 0; i < partitions->cnt && self->initial_offset_; ++i) {
-      rd_kafka_topic_partition_t& tp = partitions->elems[i];
-      if (auto offset = self->initial_offset_(tp.topic, tp.partition)) {
-        tp.offset = *offset;
-        spdlog::info("kafka: {} [{}] resumes at stored offset {}", tp.topic, tp.partition, *offset);
+    for (const auto& [topic, indexes] : by_topic) {
+      if (!self->options_.on_assigned) break;
+      std::vector<int32_t> ids;
+      for (int i : indexes) ids.push_back(partitions->elems[i].partition);
+      const std::vector<std::optional<int64_t>> offsets = self->options_.on_assigned(topic, ids);
+      for (size_t k = 0; k < indexes.size() && k < offsets.size(); ++k) {
+        rd_kafka_topic_partition_t& tp = partitions->elems[indexes[k]];
+        if (!offsets[k]) continue;
+        tp.offset = *offsets[k];
+        spdlog::info("kafka: {} [{}] resumes at stored offset {}", tp.topic, tp.partition,
+                     *offsets[k]);
       }
     }
     if (cooperative) {
@@ -94,6 +109,12 @@ void KafkaConsumer::OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
     spdlog::info("kafka: assigned {} partitions (now {})", partitions->cnt,
                  self->assigned_partitions_);
   } else {
+    for (const auto& [topic, indexes] : by_topic) {
+      if (!self->options_.on_revoked) break;
+      std::vector<int32_t> ids;
+      for (int i : indexes) ids.push_back(partitions->elems[i].partition);
+      self->options_.on_revoked(topic, ids);
+    }
     if (cooperative) {
       if (rd_kafka_error_t* e = rd_kafka_incremental_unassign(rk, partitions)) {
         spdlog::error("kafka incremental unassign: {}", rd_kafka_error_string(e));

@@ -1,8 +1,10 @@
 // KafkaConsumer: a consumer-group member on the telemetry topic (librdkafka).
 //
-// Kafka's group protocol distributes partitions across daemon instances; this class only
-// joins the group and hands out messages. Offsets are committed automatically for now (the
-// durable offset store replaces that with offsets-in-state).
+// Kafka's group protocol distributes partitions across daemon instances (eager range
+// assignment by default; see the .cc for why not cooperative-sticky); this class joins the
+// group, tells its owner about assignments and revocations, and hands out messages. Offsets
+// are state (the owner says where to resume); Kafka's committed offsets, committed
+// automatically, serve lag monitoring only.
 //
 // Not thread-safe: owned by the ingest thread.
 #pragma once
@@ -16,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "ingest/kafka_config.h"
@@ -27,10 +30,16 @@ struct KafkaConsumerOptions {
   std::string topic = "rankwatch.telemetry";  // default: rankwatch.telemetry
   std::string group = "rankwatch";            // default: rankwatch
   KafkaProperties properties;                 // passed through to librdkafka
-  // Where to start reading a newly assigned partition: the next offset stored with the
-  // daemon's state, or nullopt for Kafka's committed offset (then auto.offset.reset).
-  std::function<std::optional<int64_t>(const std::string& topic, int32_t partition)>
-      initial_offset;
+  // Partitions of `topic` were assigned to this member: returns, per partition, where to start
+  // reading it — the next offset stored with the daemon's state, or nullopt for Kafka's
+  // committed offset (then auto.offset.reset). Runs inside Poll. Default: committed offsets.
+  std::function<std::vector<std::optional<int64_t>>(const std::string& topic,
+                                                    const std::vector<int32_t>& partitions)>
+      on_assigned;
+  // Partitions were revoked (or lost): the member must hand them over. Runs inside Poll,
+  // before they are unassigned.
+  std::function<void(const std::string& topic, const std::vector<int32_t>& partitions)>
+      on_revoked;
 };
 
 struct KafkaMessage {
@@ -68,7 +77,7 @@ class KafkaConsumer {
   rd_kafka_queue_t* queue_;
   bool closed_ = false;
   int assigned_partitions_ = 0;  // written by OnRebalance, which runs inside Poll
-  std::function<std::optional<int64_t>(const std::string&, int32_t)> initial_offset_;
+  KafkaConsumerOptions options_;
 };
 
 }  // namespace rankwatch

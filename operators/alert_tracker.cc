@@ -142,6 +142,10 @@ std::vector<AlertEvent> AlertTracker::ForgetJob(const std::string& job, int64_t 
   return events;
 }
 
+void AlertTracker::DropJob(const std::string& job) {
+  active_.erase(active_.lower_bound({job, ""}), active_.lower_bound({job + '\0', ""}));
+}
+
 std::map<AlertKind, int> AlertTracker::Firing(const std::string& job) const {
   std::map<AlertKind, int> out;
   for (auto it = active_.lower_bound({job, ""}); it != active_.end() && it->first.first == job; ++it) {

@@ -68,6 +68,9 @@ class AlertTracker {
   // Forgets a job (it was removed): its active alerts resolve.
   std::vector<AlertEvent> ForgetJob(const std::string& training_job, int64_t wall_now_unix_ns);
 
+  // Forgets a job without events: its alerts moved to another daemon instance with it.
+  void DropJob(const std::string& training_job);
+
   // Firing alerts of one job, per kind.
   std::map<AlertKind, int> Firing(const std::string& training_job) const;
 

@@ -77,6 +77,11 @@ void Checkpoint::DeleteRange(StateFamily family, std::string begin, std::string 
   ops_.push_back({family, std::move(begin), std::nullopt, std::move(end)});
 }
 
+void Checkpoint::Append(const Checkpoint& other) {
+  ops_.insert(ops_.end(), other.ops_.begin(), other.ops_.end());
+  bytes_ += other.bytes_;
+}
+
 void Checkpoint::SetOffset(const std::string& topic, int32_t partition, int64_t next_offset) {
   Put(StateFamily::kOffsets, OffsetKey(topic, partition), std::to_string(next_offset));
 }
@@ -159,7 +164,7 @@ absl::Status StateStore::Commit(const Checkpoint& checkpoint) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!sticky_.ok()) return sticky_;
   rocksdb::WriteBatch batch;
-  for (const Checkpoint::Op& op : checkpoint.ops_) {
+  for (const Checkpoint::Op& op : checkpoint.ops()) {
     rocksdb::ColumnFamilyHandle* cf = families_[static_cast<int>(op.family)];
     if (op.value) {
       batch.Put(cf, op.key, *op.value);

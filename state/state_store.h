@@ -66,17 +66,21 @@ class Checkpoint {
   void DeleteRange(StateFamily family, std::string begin, std::string end);
   // The next offset to consume in (topic, partition).
   void SetOffset(const std::string& topic, int32_t partition, int64_t next_offset);
+  // Appends every write of `other`, after this checkpoint's own.
+  void Append(const Checkpoint& other);
   bool empty() const { return ops_.empty(); }
   size_t bytes() const { return bytes_; }
 
- private:
-  friend class StateStore;
   struct Op {
     StateFamily family;
     std::string key;
     std::optional<std::string> value;  // nullopt = delete (of `key`, or up to `range_end`)
     std::optional<std::string> range_end;
   };
+  // The writes, in order.
+  const std::vector<Op>& ops() const { return ops_; }
+
+ private:
   std::vector<Op> ops_;
   size_t bytes_ = 0;
 };

@@ -1,0 +1,365 @@
+#include "ingest/state_changelog.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+namespace rankwatch {
+namespace {
+
+void PutBigEndian(std::string* out, uint64_t v) {
+  for (int shift = 56; shift >= 0; shift -= 8) out->push_back(static_cast<char>((v >> shift) & 0xff));
+}
+
+uint64_t GetBigEndian(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+std::string MarkerKey(char kind, uint64_t sequence) {
+  std::string key(1, kind);
+  PutBigEndian(&key, sequence);
+  return key;
+}
+
+std::string FamilyKey(char kind, StateFamily family, const std::string& key) {
+  std::string out(1, kind);
+  out.push_back(static_cast<char>(family));
+  out += key;
+  return out;
+}
+
+rd_kafka_t* NewClient(rd_kafka_type_t type, const StateChangelogOptions& options,
+                      const KafkaProperties& defaults, void* opaque,
+                      void (*on_delivery)(rd_kafka_t*, const rd_kafka_message_t*, void*),
+                      absl::Status* status) {
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  RouteKafkaLogs(conf);
+  absl::Status s = SetKafkaProperties(conf, defaults);
+  if (s.ok()) s = SetKafkaProperties(conf, options.properties);
+  if (!s.ok()) {
+    rd_kafka_conf_destroy(conf);
+    *status = s;
+    return nullptr;
+  }
+  if (on_delivery != nullptr) rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+  rd_kafka_conf_set_opaque(conf, opaque);
+  char err[512];
+  rd_kafka_t* rk = rd_kafka_new(type, conf, err, sizeof(err));
+  if (rk == nullptr) {
+    rd_kafka_conf_destroy(conf);
+    *status = absl::InvalidArgumentError(std::string("state changelog client: ") + err);
+  }
+  return rk;
+}
+
+// The partition count of `topic`, or -1 when it does not exist.
+absl::StatusOr<int> PartitionCount(rd_kafka_t* rk, const std::string& topic) {
+  // All topics' metadata: asking for one topic would make some brokers (the mock one among
+  // them) create it with their default partition count.
+  const rd_kafka_metadata_t* md = nullptr;
+  rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 1, nullptr, &md, 10'000);
+  if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return absl::UnavailableError("state changelog: Kafka metadata for " + topic + ": " +
+                                  rd_kafka_err2str(e));
+  }
+  int count = -1;
+  for (int i = 0; i < md->topic_cnt; ++i) {
+    if (topic == md->topics[i].topic && md->topics[i].err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      count = md->topics[i].partition_cnt;
+    }
+  }
+  rd_kafka_metadata_destroy(md);
+  return count;
+}
+
+// Creates the compacted topic, or checks the partition count of the existing one.
+absl::Status EnsureTopic(rd_kafka_t* rk, const StateChangelogOptions& options) {
+  auto count = PartitionCount(rk, options.topic);
+  if (!count.ok()) return count.status();
+  const int existing = *count;
+  if (existing == options.partitions) return absl::OkStatus();
+  if (existing > 0) {
+    return absl::FailedPreconditionError(
+        "state changelog topic " + options.topic + " has " + std::to_string(existing) +
+        " partitions but the telemetry topic has " + std::to_string(options.partitions) +
+        "; they must match (delete the changelog topic or name another one)");
+  }
+  char err[512];
+  rd_kafka_NewTopic_t* topic =
+      rd_kafka_NewTopic_new(options.topic.c_str(), options.partitions, -1, err, sizeof(err));
+  if (topic == nullptr) return absl::InvalidArgumentError(std::string("state changelog: ") + err);
+  rd_kafka_NewTopic_set_config(topic, "cleanup.policy", "compact");
+  rd_kafka_queue_t* queue = rd_kafka_queue_new(rk);
+  rd_kafka_CreateTopics(rk, &topic, 1, nullptr, queue);
+  rd_kafka_event_t* ev = rd_kafka_queue_poll(queue, 10'000);
+  absl::Status status = absl::OkStatus();
+  if (ev == nullptr) {
+    status = absl::DeadlineExceededError(
+        "state changelog: the broker did not create topic " + options.topic + " within 10 s; "
+        "create it with " + std::to_string(options.partitions) +
+        " partitions and cleanup.policy=compact");
+  } else {
+    const rd_kafka_CreateTopics_result_t* result = rd_kafka_event_CreateTopics_result(ev);
+    size_t n = 0;
+    const rd_kafka_topic_result_t** results =
+        result != nullptr ? rd_kafka_CreateTopics_result_topics(result, &n) : nullptr;
+    if (rd_kafka_event_error(ev) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      status = absl::UnavailableError(std::string("state changelog: creating topic: ") +
+                                      rd_kafka_event_error_string(ev));
+    } else if (n == 1 && rd_kafka_topic_result_error(results[0]) != RD_KAFKA_RESP_ERR_NO_ERROR &&
+               rd_kafka_topic_result_error(results[0]) != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
+      status = absl::UnavailableError("state changelog: creating topic " + options.topic + ": " +
+                                      rd_kafka_topic_result_error_string(results[0]));
+    }
+    rd_kafka_event_destroy(ev);
+  }
+  rd_kafka_queue_destroy(queue);
+  rd_kafka_NewTopic_destroy(topic);
+  if (status.ok()) {
+    spdlog::info("state changelog: created topic {} ({} partitions, compacted)", options.topic,
+                 options.partitions);
+  }
+  return status;
+}
+
+// One checkpoint of a partition as read back, before its commit record arrived.
+struct PendingCheckpoint {
+  bool full = false;
+  std::vector<std::pair<std::string, std::optional<std::string>>> records;  // key, value
+};
+
+void ApplyRecord(ChangelogPartition* state, const std::string& key,
+                 const std::optional<std::string>& value) {
+  const auto family = static_cast<StateFamily>(key[1]);
+  std::string state_key = key.substr(2);
+  if (key[0] == 'k') {
+    if (value) {
+      state->values[{family, std::move(state_key)}] = *value;
+    } else {
+      state->values.erase({family, state_key});
+    }
+  } else if (value) {  // 'r': delete [state_key, *value)
+    auto it = state->values.lower_bound({family, state_key});
+    while (it != state->values.end() && it->first.first == family && it->first.second < *value) {
+      it = state->values.erase(it);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateChangelog>> StateChangelog::Open(
+    const StateChangelogOptions& options) {
+  if (options.brokers.empty() || options.topic.empty() ||
+      (options.partitions < 1 && options.source_topic.empty())) {
+    return absl::InvalidArgumentError(
+        "state changelog: brokers, topic and partitions (or a source topic) are required");
+  }
+  auto changelog = std::unique_ptr<StateChangelog>(new StateChangelog(options, nullptr));
+  absl::Status status;
+  const KafkaProperties defaults = {
+      {"bootstrap.servers", options.brokers},
+      {"client.id", "rankwatchd-changelog"},
+      {"enable.idempotence", "true"},
+      {"acks", "all"},
+      {"linger.ms", "2"},
+      {"compression.codec", "lz4"},
+      {"message.max.bytes", "16777216"},
+      // Metadata requests must not create the topic with the broker's default partitions.
+      {"allow.auto.create.topics", "false"},
+  };
+  changelog->producer_ = NewClient(RD_KAFKA_PRODUCER, options, defaults, changelog.get(),
+                                   &StateChangelog::OnDelivery, &status);
+  if (changelog->producer_ == nullptr) return status;
+  if (options.partitions < 1) {
+    auto count = PartitionCount(changelog->producer_, options.source_topic);
+    if (!count.ok()) return count.status();
+    if (*count < 1) {
+      return absl::FailedPreconditionError("state changelog: the telemetry topic " +
+                                           options.source_topic + " does not exist");
+    }
+    changelog->options_.partitions = *count;
+  }
+  if (absl::Status s = EnsureTopic(changelog->producer_, changelog->options_); !s.ok()) return s;
+  return changelog;
+}
+
+StateChangelog::StateChangelog(StateChangelogOptions options, rd_kafka_t* producer)
+    : options_(std::move(options)), producer_(producer) {}
+
+StateChangelog::~StateChangelog() {
+  if (producer_ == nullptr) return;
+  rd_kafka_flush(producer_, 5'000);
+  rd_kafka_destroy(producer_);
+}
+
+void StateChangelog::OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
+  if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) return;
+  auto* self = static_cast<StateChangelog*>(opaque);
+  self->failed_.insert(m->partition);
+  if (self->first_error_.empty()) self->first_error_ = rd_kafka_err2str(m->err);
+}
+
+void StateChangelog::Produce(int32_t partition, std::string key, const std::string* value) {
+  void* payload = value != nullptr ? const_cast<char*>(value->data()) : nullptr;
+  const size_t length = value != nullptr ? value->size() : 0;
+  while (true) {
+    const rd_kafka_resp_err_t e = rd_kafka_producev(
+        producer_, RD_KAFKA_V_TOPIC(options_.topic.c_str()), RD_KAFKA_V_PARTITION(partition),
+        RD_KAFKA_V_KEY(key.data(), key.size()), RD_KAFKA_V_VALUE(payload, length),
+        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR) return;
+    if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+      failed_.insert(partition);
+      if (first_error_.empty()) first_error_ = rd_kafka_err2str(e);
+      return;
+    }
+    rd_kafka_poll(producer_, 10);  // the local queue is full: wait for deliveries
+  }
+}
+
+void StateChangelog::Append(int32_t partition, const Checkpoint& delta, int64_t next_offset,
+                            bool full) {
+  PartitionLog& log = logs_[partition];
+  const uint64_t sequence = ++log.sequence;
+  if (full) Produce(partition, MarkerKey('b', sequence), nullptr);
+  size_t bytes = 0;
+  for (const Checkpoint::Op& op : delta.ops()) {
+    bytes += op.key.size() + (op.value ? op.value->size() : 0);
+    if (op.range_end) {
+      Produce(partition, FamilyKey('r', op.family, op.key), &*op.range_end);
+    } else {
+      Produce(partition, FamilyKey('k', op.family, op.key), op.value ? &*op.value : nullptr);
+    }
+  }
+  std::string commit;
+  PutBigEndian(&commit, static_cast<uint64_t>(next_offset));
+  PutBigEndian(&commit, sequence);
+  commit.push_back(full ? 1 : 0);
+  Produce(partition, MarkerKey('c', sequence), &commit);
+  if (full) {
+    log.needs_snapshot = false;
+    log.bytes_since_snapshot = 0;
+    log.last_snapshot_bytes = bytes;
+  } else {
+    log.bytes_since_snapshot += bytes;
+  }
+  rd_kafka_poll(producer_, 0);
+}
+
+bool StateChangelog::NeedsSnapshot(int32_t partition) const {
+  auto it = logs_.find(partition);
+  if (it == logs_.end()) return true;
+  const PartitionLog& log = it->second;
+  return log.needs_snapshot || failed_.count(partition) != 0 ||
+         log.bytes_since_snapshot > std::max(options_.snapshot_after_bytes,
+                                             2 * log.last_snapshot_bytes);
+}
+
+absl::Status StateChangelog::Flush(std::chrono::milliseconds timeout) {
+  const rd_kafka_resp_err_t e = rd_kafka_flush(producer_, static_cast<int>(timeout.count()));
+  absl::Status status = absl::OkStatus();
+  if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    status = absl::UnavailableError(std::string("state changelog: flush: ") + rd_kafka_err2str(e));
+  } else if (!failed_.empty()) {
+    status = absl::UnavailableError("state changelog: delivery failed: " + first_error_);
+  }
+  for (int32_t p : failed_) logs_[p].needs_snapshot = true;
+  failed_.clear();
+  first_error_.clear();
+  return status;
+}
+
+void StateChangelog::Release(int32_t partition) { logs_.erase(partition); }
+
+absl::StatusOr<ChangelogPartition> StateChangelog::Read(int32_t partition) {
+  absl::Status status;
+  const KafkaProperties defaults = {
+      {"bootstrap.servers", options_.brokers},
+      {"client.id", "rankwatchd-changelog-reader"},
+      {"group.id", "rankwatchd-changelog-reader"},  // required by librdkafka; never committed
+      {"enable.auto.commit", "false"},
+      {"enable.auto.offset.store", "false"},
+      {"enable.partition.eof", "true"},
+      {"fetch.wait.max.ms", "10"},
+      {"allow.auto.create.topics", "false"},
+  };
+  rd_kafka_t* rk = NewClient(RD_KAFKA_CONSUMER, options_, defaults, nullptr, nullptr, &status);
+  if (rk == nullptr) return status;
+  const std::string where =
+      "state changelog " + options_.topic + " [" + std::to_string(partition) + "]";
+  int64_t low = 0;
+  int64_t high = 0;
+  rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(
+      rk, options_.topic.c_str(), partition, &low, &high,
+      static_cast<int>(options_.read_timeout.count()));
+  ChangelogPartition state;
+  uint64_t last_sequence = 0;
+  if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    status = absl::UnavailableError(where + ": watermarks: " + rd_kafka_err2str(e));
+  } else if (high > low) {
+    rd_kafka_topic_partition_list_t* tps = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(tps, options_.topic.c_str(), partition)->offset = low;
+    rd_kafka_assign(rk, tps);
+    rd_kafka_topic_partition_list_destroy(tps);
+    const auto deadline = std::chrono::steady_clock::now() + options_.read_timeout;
+    std::optional<PendingCheckpoint> pending;
+    int64_t next = low;
+    while (next < high && status.ok()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        status = absl::DeadlineExceededError(where + ": reading timed out at offset " +
+                                             std::to_string(next) + " of " + std::to_string(high));
+        break;
+      }
+      rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
+      if (m == nullptr) continue;
+      if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        next = std::max(next, m->offset);
+      } else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        status = absl::UnavailableError(where + ": " + rd_kafka_message_errstr(m));
+      } else if (m->key_len >= 1) {
+        next = m->offset + 1;
+        const std::string key(static_cast<const char*>(m->key), m->key_len);
+        std::optional<std::string> value;
+        if (m->payload != nullptr) value.emplace(static_cast<const char*>(m->payload), m->len);
+        if (key[0] == 'b') {
+          pending.emplace();
+          pending->full = true;
+        } else if (key[0] == 'c' && value && value->size() == 17) {
+          const int64_t offset = static_cast<int64_t>(GetBigEndian(value->data()));
+          const uint64_t sequence = GetBigEndian(value->data() + 8);
+          const bool full = (*value)[16] != 0;
+          if (pending && full && pending->full) {
+            state.values.clear();
+            state.present = true;
+          }
+          if (pending && pending->full == full && state.present &&
+              (full || sequence == last_sequence + 1)) {
+            for (const auto& [k, v] : pending->records) ApplyRecord(&state, k, v);
+            state.next_offset = offset;
+            last_sequence = sequence;
+          }
+          pending.emplace();  // deltas follow a commit directly
+        } else if ((key[0] == 'k' || key[0] == 'r') && key.size() >= 2 && pending) {
+          pending->records.emplace_back(key, std::move(value));
+        }
+      }
+      rd_kafka_message_destroy(m);
+    }
+  }
+  rd_kafka_consumer_close(rk);
+  rd_kafka_destroy(rk);
+  if (!status.ok()) return status;
+  state.sequence = last_sequence;
+  PartitionLog& log = logs_[partition];
+  log.sequence = std::max(log.sequence, last_sequence);
+  log.needs_snapshot = true;
+  return state;
+}
+
+}  // namespace rankwatch

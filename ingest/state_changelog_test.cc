@@ -1,0 +1,128 @@
+#include "ingest/state_changelog.h"
+
+#include <gtest/gtest.h>
+
+#include "ingest/embedded_broker.h"
+
+namespace rankwatch {
+namespace {
+
+class StateChangelogTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto broker = EmbeddedBroker::Start({"telemetry", 2, 1, /*changelog_topic=*/true});
+    ASSERT_TRUE(broker.ok()) << broker.status();
+    broker_ = std::move(*broker);
+  }
+  std::unique_ptr<StateChangelog> Open(int32_t partitions = 2, size_t snapshot_after = 1 << 20) {
+    StateChangelogOptions options;
+    options.brokers = broker_->bootstrap();
+    options.topic = "telemetry.changelog";
+    options.partitions = partitions;
+    options.snapshot_after_bytes = snapshot_after;
+    auto changelog = StateChangelog::Open(options);
+    EXPECT_TRUE(changelog.ok()) << changelog.status();
+    return changelog.ok() ? std::move(*changelog) : nullptr;
+  }
+  std::unique_ptr<EmbeddedBroker> broker_;
+};
+
+std::string Value(const ChangelogPartition& p, const std::string& key) {
+  auto it = p.values.find({StateFamily::kWindows, key});
+  return it == p.values.end() ? "<none>" : it->second;
+}
+
+TEST_F(StateChangelogTest, AnEmptyPartitionHasNoState) {
+  auto changelog = Open();
+  auto read = changelog->Read(0);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_FALSE(read->present);
+}
+
+TEST_F(StateChangelogTest, ReadsBackASnapshotAndTheDeltasAfterIt) {
+  auto writer = Open();
+  ASSERT_TRUE(writer->NeedsSnapshot(1));
+  Checkpoint full;
+  full.Put(StateFamily::kWindows, "mA", "meta-1");
+  full.Put(StateFamily::kWindows, "sA1", "step-1");
+  full.Put(StateFamily::kWindows, "sA2", "step-2");
+  writer->Append(1, full, 10, /*full=*/true);
+  EXPECT_FALSE(writer->NeedsSnapshot(1));
+  Checkpoint delta;
+  delta.Put(StateFamily::kWindows, "mA", "meta-2");
+  delta.Put(StateFamily::kWindows, "sA3", "step-3");
+  delta.DeleteRange(StateFamily::kWindows, "sA0", "sA2");
+  writer->Append(1, delta, 25, false);
+  Checkpoint other;
+  other.Put(StateFamily::kWindows, "mB", "other partition");
+  writer->Append(0, other, 3, true);
+  ASSERT_TRUE(writer->Flush(std::chrono::seconds(10)).ok());
+
+  auto reader = Open();
+  auto read = reader->Read(1);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_TRUE(read->present);
+  EXPECT_EQ(read->next_offset, 25);
+  EXPECT_EQ(read->sequence, 2u);
+  EXPECT_EQ(Value(*read, "mA"), "meta-2");
+  EXPECT_EQ(Value(*read, "sA1"), "<none>");  // range-deleted
+  EXPECT_EQ(Value(*read, "sA2"), "step-2");  // the range end is exclusive
+  EXPECT_EQ(Value(*read, "sA3"), "step-3");
+  EXPECT_EQ(Value(*read, "mB"), "<none>");   // another partition's state
+  EXPECT_TRUE(reader->NeedsSnapshot(1));     // a new owner starts with a full snapshot
+}
+
+TEST_F(StateChangelogTest, ANewOwnerContinuesTheSequenceAndASnapshotReplacesEverything) {
+  auto first = Open();
+  Checkpoint full;
+  full.Put(StateFamily::kWindows, "mA", "from the first owner");
+  full.Put(StateFamily::kWindows, "mGone", "removed later");
+  first->Append(0, full, 5, true);
+  ASSERT_TRUE(first->Flush(std::chrono::seconds(10)).ok());
+
+  auto second = Open();
+  ASSERT_TRUE(second->Read(0).ok());
+  Checkpoint state;
+  state.Put(StateFamily::kWindows, "mA", "from the second owner");
+  second->Append(0, state, 9, true);
+  Checkpoint delta;
+  delta.Put(StateFamily::kWindows, "mC", "new job");
+  second->Append(0, delta, 12, false);
+  ASSERT_TRUE(second->Flush(std::chrono::seconds(10)).ok());
+
+  auto read = Open()->Read(0);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->sequence, 3u);
+  EXPECT_EQ(read->next_offset, 12);
+  EXPECT_EQ(Value(*read, "mA"), "from the second owner");
+  EXPECT_EQ(Value(*read, "mGone"), "<none>");
+  EXPECT_EQ(Value(*read, "mC"), "new job");
+}
+
+TEST_F(StateChangelogTest, SnapshotsAgainAfterEnoughDeltaBytes) {
+  auto writer = Open(2, /*snapshot_after=*/1000);
+  Checkpoint full;
+  full.Put(StateFamily::kWindows, "m", std::string(100, 'x'));
+  writer->Append(0, full, 1, true);
+  Checkpoint delta;
+  delta.Put(StateFamily::kWindows, "m", std::string(600, 'y'));
+  writer->Append(0, delta, 2, false);
+  EXPECT_FALSE(writer->NeedsSnapshot(0));
+  writer->Append(0, delta, 3, false);
+  EXPECT_TRUE(writer->NeedsSnapshot(0));
+}
+
+TEST_F(StateChangelogTest, AnotherPartitionCountIsRefusedByName) {
+  ASSERT_NE(Open(2), nullptr);
+  StateChangelogOptions options;
+  options.brokers = broker_->bootstrap();
+  options.topic = "telemetry.changelog";
+  options.partitions = 3;
+  auto changelog = StateChangelog::Open(options);
+  ASSERT_FALSE(changelog.ok());
+  EXPECT_EQ(changelog.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(changelog.status().message().find("telemetry.changelog"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rankwatch
