@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/job_state_keys.h"
+#include "daemon/kernel_stage.h"
 #include "operators/step_codec.h"
 
 namespace rankwatch {
@@ -65,6 +66,7 @@ void JobRouter::HandleMessage(std::string_view payload, TimePoint now, int64_t w
         static_cast<double>(wall_now_unix_ns - batch_.created_unix_ns()) * 1e-9);
   }
   Count(*job, job->pipeline->AddBatch(batch_, now));
+  if (kernel_ != nullptr) kernel_->Add(batch_);
 }
 
 JobRouter::Job* JobRouter::FindOrCreate(const v1::SourceIdentity& source, TimePoint now) {
@@ -177,6 +179,7 @@ absl::Status JobRouter::RestoreJobs(const StateStore& store, TimePoint now,
 
 void JobRouter::Drop(std::map<std::string, Job, std::less<>>::iterator it) {
   alerts_.DropJob(it->first);
+  if (kernel_ != nullptr) kernel_->DropJob(it->first);
   metrics_->RemoveJob(it->first);
   snapshots_->Remove(it->first);
   jobs_.erase(it);
@@ -274,6 +277,7 @@ void JobRouter::ExpireJobs(TimePoint now) {
 
 void JobRouter::Tick(TimePoint now) {
   ExpireJobs(now);
+  if (kernel_ != nullptr) kernel_->Publish();
   std::vector<Job*> changed_jobs;
   std::vector<std::shared_ptr<const JobSnapshot>> changed;
   const int64_t wall = WallNowNs();

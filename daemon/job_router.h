@@ -23,6 +23,8 @@
 
 namespace rankwatch {
 
+class KernelStage;
+
 struct JobRouterOptions {
   JobPipelineOptions pipeline;
   BatchLimits limits;
@@ -80,6 +82,10 @@ class JobRouter {
 
   size_t jobs() const { return jobs_.size(); }
 
+  // Also feeds every batch to `stage` (kernel events, issue #6), publishes it at Tick and drops
+  // its jobs with the router's. Null (the default): no kernel stage. The stage outlives the router.
+  void SetKernelStage(KernelStage* stage) { kernel_ = stage; }
+
  private:
   struct Job {
     std::unique_ptr<JobPipeline> pipeline;
@@ -121,6 +127,7 @@ class JobRouter {
   int32_t current_partition_ = -1;  // of the message being handled
   AlertTracker alerts_;
   MetricCell* rejected_too_many_jobs_;
+  KernelStage* kernel_ = nullptr;  // issue #6
 };
 
 }  // namespace rankwatch

@@ -10,6 +10,7 @@
 
 #include "daemon/daemon_config.h"
 #include "daemon/job_router.h"
+#include "daemon/kernel_stage.h"
 #include "daemon/logging.h"
 #include "daemon/stop_signal.h"
 #include "ingest/embedded_broker.h"
@@ -84,7 +85,8 @@ int Run(const DaemonConfig& config) {
   MetricsRegistry registry;
   DaemonMetrics metrics(&registry, RANKWATCH_VERSION);
   SnapshotStore snapshots;
-  auto metrics_server = MetricsHttpServer::Start(*metrics_address, &registry);
+  KernelSnapshotStore kernel_snapshots;  // issue #6: served at /kernel
+  auto metrics_server = MetricsHttpServer::Start(*metrics_address, &registry, &kernel_snapshots);
   if (!metrics_server.ok()) return Fail(metrics_server.status());
   auto grpc_server = GrpcServer::Start(*grpc_address, &snapshots);
   if (!grpc_server.ok()) return Fail(grpc_server.status());
@@ -127,7 +129,9 @@ int Run(const DaemonConfig& config) {
     return Fail(absl::InvalidArgumentError("memory-diagnosis.window-steps must be >= 1"));
   }
   router_options.pipeline.memory_window.steps = static_cast<size_t>(config.memory_window_steps);
+  KernelStage kernel_stage({}, &metrics.kernel, &kernel_snapshots);
   JobRouter router(router_options, &metrics, &snapshots);
+  router.SetKernelStage(&kernel_stage);
   const auto wall_now = [] {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
                std::chrono::system_clock::now().time_since_epoch())

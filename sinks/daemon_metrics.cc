@@ -2,7 +2,7 @@
 
 namespace rankwatch {
 
-DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) {
+DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : kernel(r) {
   r->Gauge("rankwatch_build_info", "Build of this daemon; always 1.", {"version"})
       ->WithLabels({version})
       ->Set(1);
@@ -211,6 +211,7 @@ void DaemonMetrics::RemoveJob(const std::string& job) {
         memory_steps_to_full_}) {
     f->RemoveWhereFirstLabel(job);
   }
+  kernel.RemoveJob(job);
 }
 
 }  // namespace rankwatch
