@@ -39,6 +39,11 @@ class DaemonMetrics {
   MetricCell* checkpoint_seconds;
   MetricCell* checkpoint_bytes;
   MetricCell* state_errors;
+  // Alert subscribers (WatchAlerts streams): connected now, disconnected as too slow, alerts
+  // handed to them.
+  MetricCell* alert_subscribers;
+  MetricCell* alert_subscribers_dropped;
+  MetricCell* alerts_delivered;
 
   // Per-job series.
   MetricCell* StepsAligned(const std::string& job);
