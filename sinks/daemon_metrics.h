@@ -42,6 +42,11 @@ class DaemonMetrics {
   MetricCell* state_errors;
   // The live GPU-timeline families (issue #6), published by KernelStage.
   KernelMetrics kernel;
+  // Alert subscribers (WatchAlerts streams): connected now, disconnected as too slow, alerts
+  // handed to them.
+  MetricCell* alert_subscribers;
+  MetricCell* alert_subscribers_dropped;
+  MetricCell* alerts_delivered;
 
   // Per-job series.
   MetricCell* StepsAligned(const std::string& job);
