@@ -21,6 +21,9 @@ import deploy_files  # noqa: E402
 
 PROMETHEUS = "/usr/bin/prometheus"
 JOB = "deploy-live"
+GPU_JOB = "deploy-live-gpu"  # the Kineto fixture replayed: kernel events for the GPU panels
+FIXTURES = os.environ.get("RANKWATCH_FIXTURES",
+                          os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fixtures"))
 DEADLINE_S = 50  # for the data each check needs to show up
 
 
@@ -53,6 +56,10 @@ class DashboardLiveTest(unittest.TestCase):
             os.path.join(BIN, "rankwatch"), "simulate", "--brokers", cls.brokers, "--job", JOB,
             "--ranks", "16", "--steps", "100000", "--step-ms", "150", "--speed", "realtime",
             "--report-collective", "--fault", "slow-compute:5:0.3", "--fault", "memory-leak:all:96"])
+        # GPU-timeline panels: a real 2-rank Kineto trace through Kafka (issue #6's live path).
+        subprocess.run([os.path.join(BIN, "rankwatch"), "replay", "--brokers", cls.brokers, "--job", GPU_JOB,
+                        os.path.join(FIXTURES, "kineto", "hta-trace-filter-2rank")],
+                       check=True, capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
         config = os.path.join(fleet.workdir, "prometheus.yml")
         with open(config, "w") as f:
             json.dump({  # JSON is YAML
@@ -111,7 +118,8 @@ class DashboardLiveTest(unittest.TestCase):
                 with self.subTest(panel=title, ref=ref):
                     self.skipTest("%s not exported by the daemon yet (issue #6)" % ", ".join(missing))
                 continue
-            pending[(title, ref)] = deploy_files.substitute(expr, JOB)
+            job = GPU_JOB if deploy_files.gpu_metrics_in(expr) else JOB
+            pending[(title, ref)] = deploy_files.substitute(expr, job)
         self.assertGreaterEqual(len(pending), 20)
         # Poll until every query has data: rates need two scrapes, recording rules an evaluation,
         # the memory projection a window of steps.
