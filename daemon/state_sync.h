@@ -90,6 +90,9 @@ class StateSync {
   // Whether the last checkpoint left changes for later (CatchUp will collect them).
   bool backlog() const { return backlog_; }
 
+  // A write elsewhere (the alert log) failed: the same sticky failure as a checkpoint's.
+  void ReportFailure(const absl::Status& status);
+
  private:
   bool Collect(TimePoint now, int64_t wall_now_unix_ns, size_t max_bytes);
   std::optional<int64_t> Assign(int32_t partition, TimePoint now, int64_t wall_now_unix_ns);
