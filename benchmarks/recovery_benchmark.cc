@@ -1,25 +1,33 @@
 // Recovery time and checkpoint cost of rankwatchd's durable state (issue #4, acceptance 4):
-// 100 jobs x 1,024 ranks with full 100-step windows, in a RocksDB StateStore on local disk.
+// 100 jobs x 1,024 ranks with full 100-step windows, in a RocksDB StateStore on local disk,
+// checkpointed the way the daemon does it (StateSync: the ingest thread collects budgeted
+// rounds of whole partitions, a CheckpointWriter thread serialises, writes and fsyncs them).
 //
 // Measures, in one run:
-//   * the first (full) checkpoint: time and bytes;
+//   * the first (full) checkpoint: rounds, the longest pause of the calling (ingest) thread in
+//     one round, the time until all of it is durable, and bytes;
 //   * a steady-state checkpoint after one more aligned step of every job (what a 1 s interval
-//     writes when every job advanced by a step): time and bytes;
+//     writes when every job advanced by a step): the ingest thread's pause, the writer's time,
+//     bytes;
 //   * recovery: open the store, restore every job, publish every job's snapshot (the point at
 //     which GetDiagnosis answers again): seconds.
 // With --crash the first store is closed without flushing, as after a SIGKILL: recovery then
-// replays RocksDB's write-ahead log — here the whole first checkpoint (the worst case: a crash
-// right after start). With --crash-steady the first checkpoint has been flushed to tables (as
-// RocksDB does in the background as memtables fill) and only the last checkpoint is replayed.
-// Prints one JSON line. Usage: recovery_benchmark [--jobs 100] [--ranks 1024] [--dir D] [--crash]
+// replays whatever RocksDB's write-ahead log holds beyond the writer's last flush (a crash
+// right after the first full checkpoint: the worst case). With --crash-steady the first
+// checkpoint is also flushed to tables before the steady one, and only the last checkpoint's
+// log is replayed.
+// Prints one JSON line. Usage: recovery_benchmark [--jobs 100] [--ranks 1024] [--partitions 6]
+//   [--budget-mib 16] [--dir D] [--crash | --crash-steady]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "collectors/simulator/fleet_model.h"
 #include "daemon/job_router.h"
+#include "daemon/state_sync.h"
 #include "ingest/batch_decoder.h"
 
 #include <spdlog/spdlog.h>
@@ -62,16 +70,20 @@ void Feed(JobRouter& router, FleetModel& model, const std::string& job, uint32_t
 
 int main(int argc, char** argv) {
   using namespace rankwatch;
-  uint32_t jobs = 100, ranks = 1024;
+  uint32_t jobs = 100, ranks = 1024, partitions = 6;
+  size_t budget_mib = StateSyncOptions().checkpoint_max_bytes >> 20;
   std::filesystem::path dir = std::filesystem::temp_directory_path() / "rankwatch-recovery-bench";
   bool crash = false, steady = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--crash")) crash = true;
     if (!std::strcmp(argv[i], "--crash-steady")) crash = steady = true;
-  }
-  for (int i = 1; i + 1 < argc; i += 2) {
+    if (i + 1 >= argc) continue;
     if (!std::strcmp(argv[i], "--jobs")) jobs = static_cast<uint32_t>(std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--ranks")) ranks = static_cast<uint32_t>(std::atoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "--partitions")) {
+      partitions = static_cast<uint32_t>(std::max(1, std::atoi(argv[i + 1])));
+    }
+    if (!std::strcmp(argv[i], "--budget-mib")) budget_mib = static_cast<size_t>(std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--dir")) dir = argv[i + 1];
   }
   std::filesystem::remove_all(dir);
@@ -84,7 +96,7 @@ int main(int argc, char** argv) {
   const TimePoint now{};
   const int64_t wall = 1'795'000'000'000'000'000;
 
-  std::vector<int64_t> offsets(6, 0);
+  std::vector<int64_t> offsets(partitions, 0);
   std::vector<std::unique_ptr<FleetModel>> models;
   {
     StateStoreOptions first{dir};
@@ -102,26 +114,60 @@ int main(int argc, char** argv) {
       o.seed = j + 1;
       o.report_collective = true;
       models.push_back(std::make_unique<FleetModel>(o));
-      Feed(router, *models.back(), "job-" + std::to_string(j), ranks, 0, 100, j % 6, &offsets[j % 6]);
+      Feed(router, *models.back(), "job-" + std::to_string(j), ranks, 0, 100,
+           static_cast<int32_t>(j % partitions), &offsets[j % partitions]);
     }
+    bool failed = false;
+    StateSyncOptions sync_options;
+    sync_options.checkpoint_max_bytes = budget_mib << 20;
+    StateSync sync("rankwatch.telemetry", store->get(), nullptr, &router, &metrics,
+                   [&](const absl::Status&) { failed = true; }, sync_options);
+    // The first full checkpoint, as the daemon's loop writes it: one budgeted round, then a
+    // catch-up round whenever the writer is idle. The pause is each call's time on this thread.
+    double full_pause_s = 0;
+    const auto timed = [&](const auto& call) {
+      const auto t = Clock::now();
+      call();
+      full_pause_s = std::max(full_pause_s, Seconds(Clock::now() - t).count());
+    };
     auto t0 = Clock::now();
-    Checkpoint full;
-    router.Checkpoint(&full, now, wall);
-    if (auto s = (*store)->Commit(full); !s.ok()) return 1;
+    timed([&] { sync.Checkpoint(now, wall); });
+    while (sync.backlog()) {
+      timed([&] { sync.CatchUp(now, wall); });  // a no-op while the writer is busy
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    sync.WaitForWriter();  // until all of it is durable
     const double full_s = Seconds(Clock::now() - t0).count();
+    const int full_rounds = static_cast<int>(metrics.checkpoints->Get());
+    size_t full_bytes = 0;
+    if (!(*store)->ForEach(StateFamily::kWindows, "", [&](std::string_view k, std::string_view v) {
+          full_bytes += k.size() + v.size();
+        }).ok()) {
+      return 1;
+    }
     if (steady && !(*store)->Flush().ok()) return 1;
 
     for (uint32_t j = 0; j < jobs; ++j) {
-      Feed(router, *models[j], "job-" + std::to_string(j), ranks, 100, 1, j % 6, &offsets[j % 6]);
+      Feed(router, *models[j], "job-" + std::to_string(j), ranks, 100, 1,
+           static_cast<int32_t>(j % partitions), &offsets[j % partitions]);
     }
     t0 = Clock::now();
-    Checkpoint steady;
-    router.Checkpoint(&steady, now, wall);
-    if (auto s = (*store)->Commit(steady); !s.ok()) return 1;
+    sync.Checkpoint(now, wall);
+    const double steady_pause_s = Seconds(Clock::now() - t0).count();
+    sync.WaitForWriter();
     const double steady_s = Seconds(Clock::now() - t0).count();
-    std::printf("{\"jobs\": %u, \"ranks\": %u, \"full_checkpoint_s\": %.3f, \"full_checkpoint_bytes\": %zu, "
-                "\"steady_checkpoint_s\": %.4f, \"steady_checkpoint_bytes\": %zu, ",
-                jobs, ranks, full_s, full.bytes(), steady_s, steady.bytes());
+    if (failed || sync.backlog()) {
+      std::fprintf(stderr, "the steady checkpoint failed or did not fit one round\n");
+      return 1;
+    }
+    std::printf("{\"jobs\": %u, \"ranks\": %u, \"partitions\": %u, \"budget_mib\": %zu, "
+                "\"full_checkpoint_rounds\": %d, \"full_checkpoint_max_pause_ms\": %.1f, "
+                "\"full_checkpoint_durable_s\": %.3f, \"full_checkpoint_bytes\": %zu, "
+                "\"steady_checkpoint_pause_ms\": %.2f, \"steady_checkpoint_write_s\": %.4f, "
+                "\"steady_checkpoint_bytes\": %.0f, ",
+                jobs, ranks, partitions, budget_mib, full_rounds, full_pause_s * 1e3, full_s,
+                full_bytes, steady_pause_s * 1e3, steady_s,
+                metrics.checkpoint_bytes->Get());
   }
   // Recovery: open, restore every job, publish every snapshot.
   const auto t0 = Clock::now();

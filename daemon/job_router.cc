@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "daemon/job_state_keys.h"
 #include "daemon/kernel_stage.h"
 #include "operators/step_codec.h"
@@ -25,6 +27,39 @@ int64_t WallNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// A stored value that the checkpoint writer serialises (off the ingest thread).
+template <typename Message>
+class DeferredMessage : public DeferredValue {
+ public:
+  DeferredMessage(Message message, size_t estimated_bytes)
+      : message_(std::move(message)), estimated_bytes_(estimated_bytes) {}
+  void SerializeTo(std::string* out) const override { message_.SerializeToString(out); }
+  size_t EstimatedBytes() const override { return estimated_bytes_; }
+
+ private:
+  const Message message_;
+  const size_t estimated_bytes_;
+};
+
+// Adds one job's checkpoint to `out`, its values deferred.
+void AddJobCheckpoint(const std::string& name, JobCheckpoint jc, int32_t partition,
+                      rankwatch::Checkpoint* out) {
+  if (partition >= 0) jc.meta.set_kafka_partition(partition);
+  const size_t meta_bytes = jc.meta.ByteSizeLong();
+  out->PutDeferred(StateFamily::kWindows, JobMetaKey(name),
+                   std::make_shared<DeferredMessage<state::v1::JobMeta>>(std::move(jc.meta),
+                                                                         meta_bytes));
+  // Steps of one job are about the same size: one measured step estimates them all.
+  const size_t step_bytes = jc.new_steps.empty() ? 0 : jc.new_steps.front().ByteSizeLong();
+  for (state::v1::StoredStep& step : jc.new_steps) {
+    std::string key = JobStepKey(name, step.step());
+    out->PutDeferred(StateFamily::kWindows, std::move(key),
+                     std::make_shared<DeferredMessage<state::v1::StoredStep>>(std::move(step),
+                                                                              step_bytes));
+  }
+  out->DeleteRange(StateFamily::kWindows, JobStepKey(name, 0), JobStepKey(name, jc.keep_from_step));
 }
 
 }  // namespace
@@ -95,41 +130,62 @@ JobRouter::Job& JobRouter::Insert(const std::string& name, std::unique_ptr<JobPi
   return inserted;
 }
 
-void JobRouter::Checkpoint(rankwatch::Checkpoint* c, TimePoint now, int64_t wall_now_unix_ns,
-                           std::map<int32_t, rankwatch::Checkpoint>* by_partition) {
-  // With `by_partition` each job's writes go to a checkpoint of their own first, then to both.
-  rankwatch::Checkpoint own;
-  rankwatch::Checkpoint* out = by_partition != nullptr ? &own : c;
-  const auto done = [&](int32_t partition) {
-    if (by_partition == nullptr) return;
-    c->Append(own);
-    if (partition >= 0) (*by_partition)[partition].Append(own);
-    own = rankwatch::Checkpoint();
-  };
+bool JobRouter::Checkpoint(rankwatch::Checkpoint* c, TimePoint now, int64_t wall_now_unix_ns,
+                           std::map<int32_t, rankwatch::Checkpoint>* by_partition,
+                           size_t max_bytes) {
+  ++checkpoint_calls_;
+  // The groups with changes: partition -> its changed jobs (removed jobs are found below).
+  std::map<int32_t, std::vector<std::pair<const std::string*, Job*>>> changed;
   for (auto& [name, job] : jobs_) {
-    if (!job.unsaved && !job.alerts_unsaved) continue;
-    job.unsaved = false;
-    JobCheckpoint jc = job.pipeline->TakeCheckpoint(now, wall_now_unix_ns);
-    if (job.partition >= 0) jc.meta.set_kafka_partition(job.partition);
-    out->Put(StateFamily::kWindows, JobMetaKey(name), jc.meta.SerializeAsString());
-    for (const state::v1::StoredStep& step : jc.new_steps) {
-      out->Put(StateFamily::kWindows, JobStepKey(name, step.step()), step.SerializeAsString());
-    }
-    out->DeleteRange(StateFamily::kWindows, JobStepKey(name, 0), JobStepKey(name, jc.keep_from_step));
-    if (job.alerts_unsaved) {
-      job.alerts_unsaved = false;
-      out->Put(StateFamily::kWindows, JobAlertsKey(name), alerts_.ExportJob(name).SerializeAsString());
-    }
-    done(job.partition);
+    if (job.unsaved || job.alerts_unsaved) changed[job.partition].emplace_back(&name, &job);
   }
-  for (const auto& [name, partition] : removed_jobs_) {
-    out->Delete(StateFamily::kWindows, JobMetaKey(name));
-    out->Delete(StateFamily::kWindows, JobAlertsKey(name));
-    out->DeleteRange(StateFamily::kWindows, JobStepKey(name, 0), JobStepKey(name, UINT64_MAX));
-    done(partition);
+  for (const auto& removed : removed_jobs_) changed[removed.second];
+  std::vector<std::pair<uint64_t, int32_t>> order;  // (first seen changed, partition)
+  for (const auto& group : changed) {
+    order.emplace_back(changed_since_.try_emplace(group.first, checkpoint_calls_).first->second,
+                       group.first);
   }
-  removed_jobs_.clear();
-  for (const auto& [tp, next] : next_offsets_) c->SetOffset(tp.first, tp.second, next);
+  std::sort(order.begin(), order.end());
+
+  std::set<int32_t> collected;
+  const size_t bytes_before = c->bytes();
+  for (const auto& [since, partition] : order) {
+    if (c->bytes() - bytes_before >= max_bytes) break;
+    rankwatch::Checkpoint group;
+    // Removals first: a job removed and then back since the last checkpoint is stored anew.
+    for (auto it = removed_jobs_.begin(); it != removed_jobs_.end();) {
+      if (it->second != partition) {
+        ++it;
+        continue;
+      }
+      group.Delete(StateFamily::kWindows, JobMetaKey(it->first));
+      group.Delete(StateFamily::kWindows, JobAlertsKey(it->first));
+      group.DeleteRange(StateFamily::kWindows, JobStepKey(it->first, 0),
+                        JobStepKey(it->first, UINT64_MAX));
+      it = removed_jobs_.erase(it);
+    }
+    for (auto& [name, job] : changed[partition]) {
+      job->unsaved = false;
+      AddJobCheckpoint(*name, job->pipeline->TakeCheckpoint(now, wall_now_unix_ns),
+                       job->partition, &group);
+      if (job->alerts_unsaved) {
+        job->alerts_unsaved = false;
+        group.Put(StateFamily::kWindows, JobAlertsKey(*name),
+                  alerts_.ExportJob(*name).SerializeAsString());
+      }
+    }
+    if (by_partition != nullptr && partition >= 0) (*by_partition)[partition].Append(group);
+    c->Append(std::move(group));
+    collected.insert(partition);
+    changed_since_.erase(partition);
+  }
+  // A partition's offset goes with its changes, or alone when it has none left.
+  for (const auto& [tp, next] : next_offsets_) {
+    if (!changed.count(tp.second) || collected.count(tp.second)) {
+      c->SetOffset(tp.first, tp.second, next);
+    }
+  }
+  return collected.size() == changed.size();
 }
 
 absl::Status JobRouter::Restore(const StateStore& store, TimePoint now, int64_t wall_now_unix_ns) {

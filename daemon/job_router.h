@@ -5,6 +5,7 @@
 // Not thread-safe: owned by the ingest thread (the single owner of every job's state).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -53,12 +54,21 @@ class JobRouter {
   void HandleMessage(std::string_view payload, const std::string& topic, int32_t partition,
                      int64_t offset, TimePoint now, int64_t wall_now_unix_ns);
 
-  // Adds to `checkpoint` every job's changes since the previous call and the next offsets of
-  // every partition consumed. Stored steps that no window needs any more are deleted. With
+  // Adds to `checkpoint` the jobs' changes since the previous call and the next offsets of the
+  // partitions consumed. Stored steps that no window needs any more are deleted. Step and job
+  // values are deferred (serialised by whoever writes the checkpoint), so this is cheap. With
   // `by_partition`, each job's writes are also added there under its telemetry partition
   // (for the state changelog; jobs of an unknown partition are left out).
-  void Checkpoint(Checkpoint* checkpoint, TimePoint now, int64_t wall_now_unix_ns,
-                  std::map<int32_t, rankwatch::Checkpoint>* by_partition = nullptr);
+  //
+  // Changes are collected by telemetry partition: all changed and removed jobs of a partition
+  // together with its next offset (what keeps recovery exact); jobs of an unknown partition
+  // (-1) are one more group. Groups go oldest-changed first, and collection stops once
+  // `max_bytes` (estimated) were collected — after the group that crossed it, so at least one
+  // group goes each call. The other groups keep their changes and their offsets for a later
+  // call. Returns whether every change was collected.
+  bool Checkpoint(Checkpoint* checkpoint, TimePoint now, int64_t wall_now_unix_ns,
+                  std::map<int32_t, rankwatch::Checkpoint>* by_partition = nullptr,
+                  size_t max_bytes = SIZE_MAX);
 
   // Rebuilds every job stored in `store` (at start). Damaged state is an error.
   absl::Status Restore(const StateStore& store, TimePoint now, int64_t wall_now_unix_ns);
@@ -133,6 +143,10 @@ class JobRouter {
   // State to delete at the next checkpoint: job and its partition.
   std::vector<std::pair<std::string, int32_t>> removed_jobs_;
   int32_t current_partition_ = -1;  // of the message being handled
+  // Checkpoint calls so far, and per partition with uncollected changes the call that first
+  // saw them (the order budgeted checkpoints collect partitions in).
+  uint64_t checkpoint_calls_ = 0;
+  std::map<int32_t, uint64_t> changed_since_;
   AlertTracker alerts_;
   MetricCell* rejected_too_many_jobs_;
   KernelStage* kernel_ = nullptr;  // issue #6

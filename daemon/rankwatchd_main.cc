@@ -194,11 +194,13 @@ int Run(const DaemonConfig& config) {
     if (Clock::now() >= next_checkpoint) {
       checkpoint();
       next_checkpoint = Clock::now() + *checkpoint_interval;
+    } else {
+      sync.CatchUp(Clock::now(), wall_now());
     }
   }
 
   spdlog::info("stopping");
-  checkpoint();
+  sync.Shutdown(Clock::now(), wall_now());
   (*grpc_server)->SetServing(false);
   (*consumer)->Close();
   (*grpc_server)->Stop();

@@ -9,13 +9,26 @@ namespace rankwatch {
 
 StateSync::StateSync(std::string topic, StateStore* store, StateChangelog* changelog,
                      JobRouter* router, DaemonMetrics* metrics,
-                     std::function<void(const absl::Status&)> on_failure)
+                     std::function<void(const absl::Status&)> on_failure, StateSyncOptions options)
     : topic_(std::move(topic)),
       store_(store),
       changelog_(changelog),
       router_(router),
       metrics_(metrics),
-      on_failure_(std::move(on_failure)) {}
+      on_failure_(std::move(on_failure)),
+      options_(options),
+      writer_(
+          store, options.writer,
+          [metrics](const CheckpointCommitStats& stats) {
+            metrics->checkpoints->Add(1);
+            metrics->checkpoint_seconds->Set(stats.seconds);
+            metrics->checkpoint_bytes->Set(static_cast<double>(stats.bytes));
+            spdlog::debug("checkpoint written: {} bytes in {:.3f} ms{}", stats.bytes,
+                          stats.seconds * 1e3, stats.flushed ? " (memtables flushed)" : "");
+          },
+          [this](const absl::Status& s) { Fail(s); }) {}
+
+StateSync::~StateSync() { (void)writer_.Drain(); }
 
 absl::Status StateSync::RestoreAll(TimePoint now, int64_t wall_now_unix_ns) {
   absl::Status s = router_->Restore(*store_, now, wall_now_unix_ns);
@@ -26,8 +39,7 @@ absl::Status StateSync::RestoreAll(TimePoint now, int64_t wall_now_unix_ns) {
 void StateSync::ReportFailure(const absl::Status& status) { Fail(status); }
 
 void StateSync::Fail(const absl::Status& status) {
-  if (failed_) return;
-  failed_ = true;
+  if (failed_.exchange(true)) return;
   metrics_->state_errors->Add(1);
   metrics_->state_healthy->Set(0);
   spdlog::error("state checkpoint failed, checkpoints stop and health is NOT_SERVING: {}",
@@ -35,15 +47,42 @@ void StateSync::Fail(const absl::Status& status) {
   on_failure_(status);
 }
 
-void StateSync::Checkpoint(TimePoint now, int64_t wall_now_unix_ns) {
-  if (failed_) return;
+bool StateSync::Checkpoint(TimePoint now, int64_t wall_now_unix_ns) {
+  return Collect(now, wall_now_unix_ns, options_.checkpoint_max_bytes);
+}
+
+void StateSync::CatchUp(TimePoint now, int64_t wall_now_unix_ns) {
+  if (backlog_ && writer_.pending() == 0) Checkpoint(now, wall_now_unix_ns);
+}
+
+void StateSync::Shutdown(TimePoint now, int64_t wall_now_unix_ns) {
+  Collect(now, wall_now_unix_ns, SIZE_MAX);
+  WaitForWriter();
+}
+
+void StateSync::WaitForWriter() {
+  (void)writer_.Drain();  // an error was reported through on_error (Fail) already
+}
+
+bool StateSync::Collect(TimePoint now, int64_t wall_now_unix_ns, size_t max_bytes) {
+  if (failed_) return true;
   const TimePoint start = Clock::now();
   rankwatch::Checkpoint c;
   std::map<int32_t, rankwatch::Checkpoint> by_partition;
-  router_->Checkpoint(&c, now, wall_now_unix_ns, changelog_ != nullptr ? &by_partition : nullptr);
-  if (c.empty()) return;
-  if (absl::Status s = store_->Commit(c); !s.ok()) return Fail(s);
-  size_t changelog_bytes = 0;
+  const bool complete = router_->Checkpoint(&c, now, wall_now_unix_ns,
+                                            changelog_ != nullptr ? &by_partition : nullptr,
+                                            max_bytes);
+  backlog_ = !complete;
+  if (c.empty()) return complete;
+  // Each owned partition's changelog append, with what the ingest thread knows now; it runs
+  // on the writer thread after this checkpoint's commit.
+  struct Append {
+    int32_t partition;
+    rankwatch::Checkpoint delta;
+    int64_t next_offset;
+    std::vector<std::string> jobs;
+  };
+  std::vector<Append> appends;
   for (auto& [partition, delta] : by_partition) {
     if (!owned_.count(partition)) continue;  // consumed before a revocation: not ours to log
     std::optional<int64_t> next = router_->NextOffset(topic_, partition);
@@ -52,26 +91,38 @@ void StateSync::Checkpoint(TimePoint now, int64_t wall_now_unix_ns) {
       if (it == resumed_at_.end()) continue;
       next = it->second;  // nothing consumed since the assignment
     }
-    if (changelog_->NeedsSnapshot(partition)) {
-      rankwatch::Checkpoint full;
-      if (absl::Status s = FullState(partition, &full); !s.ok()) return Fail(s);
-      changelog_->Append(partition, full, *next, /*full=*/true);
-      changelog_bytes += full.bytes();
-    } else {
-      changelog_->Append(partition, delta, *next, /*full=*/false);
-      changelog_bytes += delta.bytes();
-    }
+    appends.push_back({partition, std::move(delta), *next, router_->JobsOf(partition)});
   }
-  metrics_->checkpoints->Add(1);
-  metrics_->checkpoint_seconds->Set(std::chrono::duration<double>(Clock::now() - start).count());
-  metrics_->checkpoint_bytes->Set(static_cast<double>(c.bytes()));
-  spdlog::debug("checkpoint: {} bytes ({} to the changelog) in {:.3f} ms", c.bytes(),
-                changelog_bytes,
-                std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  std::function<absl::Status()> after_commit;
+  if (!appends.empty()) {
+    after_commit = [this, appends = std::move(appends)]() mutable -> absl::Status {
+      size_t bytes = 0;
+      for (Append& a : appends) {
+        if (changelog_->NeedsSnapshot(a.partition)) {
+          rankwatch::Checkpoint full;
+          if (absl::Status s = FullState(a.jobs, &full); !s.ok()) return s;
+          changelog_->Append(a.partition, full, a.next_offset, /*full=*/true);
+          bytes += full.bytes();
+        } else {
+          a.delta.Materialize();
+          changelog_->Append(a.partition, a.delta, a.next_offset, /*full=*/false);
+          bytes += a.delta.bytes();
+        }
+      }
+      spdlog::debug("changelog: {} bytes appended", bytes);
+      return absl::OkStatus();
+    };
+  }
+  // An error is reported through the writer's on_error (Fail) already.
+  (void)writer_.Enqueue(std::move(c), std::move(after_commit));
+  metrics_->checkpoint_pause_seconds->Set(
+      std::chrono::duration<double>(Clock::now() - start).count());
+  return complete;
 }
 
-absl::Status StateSync::FullState(int32_t partition, rankwatch::Checkpoint* out) const {
-  for (const std::string& job : router_->JobsOf(partition)) {
+absl::Status StateSync::FullState(const std::vector<std::string>& jobs,
+                                  rankwatch::Checkpoint* out) const {
+  for (const std::string& job : jobs) {
     auto meta = store_->Get(StateFamily::kWindows, JobMetaKey(job));
     if (!meta.ok()) return meta.status();
     if (!*meta) continue;
@@ -162,6 +213,8 @@ std::optional<int64_t> StateSync::Assign(int32_t partition, TimePoint now,
 std::vector<std::optional<int64_t>> StateSync::OnAssigned(const std::vector<int32_t>& partitions,
                                                           TimePoint now,
                                                           int64_t wall_now_unix_ns) {
+  // The store and the changelog must be as of every checkpoint queued so far.
+  (void)writer_.Drain();
   std::vector<std::optional<int64_t>> offsets;
   for (int32_t p : partitions) offsets.push_back(Assign(p, now, wall_now_unix_ns));
   if (!assigned_once_) {
@@ -177,7 +230,9 @@ std::vector<std::optional<int64_t>> StateSync::OnAssigned(const std::vector<int3
 
 void StateSync::OnRevoked(const std::vector<int32_t>& partitions, TimePoint now,
                           int64_t wall_now_unix_ns) {
-  Checkpoint(now, wall_now_unix_ns);
+  // Everything, not a budget's worth: the partitions leave with all their changes.
+  Collect(now, wall_now_unix_ns, SIZE_MAX);
+  (void)writer_.Drain();
   if (changelog_ != nullptr) {
     if (absl::Status s = changelog_->Flush(std::chrono::seconds(10)); !s.ok()) {
       metrics_->state_errors->Add(1);

@@ -1,5 +1,7 @@
 #include "ingest/state_changelog.h"
 
+#include <cstdlib>
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -230,6 +232,10 @@ void StateChangelog::Append(int32_t partition, const Checkpoint& delta, int64_t 
   if (full) Produce(partition, MarkerKey('b', sequence), nullptr);
   size_t bytes = 0;
   for (const Checkpoint::Op& op : delta.ops()) {
+    if (op.deferred) {
+      spdlog::critical("StateChangelog::Append: checkpoint not materialised");
+      std::abort();
+    }
     bytes += op.key.size() + (op.value ? op.value->size() : 0);
     if (op.range_end) {
       Produce(partition, FamilyKey('r', op.family, op.key), &*op.range_end);

@@ -43,11 +43,17 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
   checkpoints = r->Counter("rankwatch_checkpoints_total", "State checkpoints written.", {})
                     ->WithLabels({});
   checkpoint_seconds = r->Gauge("rankwatch_checkpoint_seconds",
-                                "Duration of the last state checkpoint.", {})
+                                "Duration of the last state checkpoint's write on the checkpoint "
+                                "writer thread (serialisation, RocksDB write, fsync).", {})
                            ->WithLabels({});
   checkpoint_bytes = r->Gauge("rankwatch_checkpoint_bytes",
                               "Keys and values written by the last state checkpoint.", {})
                          ->WithLabels({});
+  checkpoint_pause_seconds =
+      r->Gauge("rankwatch_checkpoint_pause_seconds",
+               "Time the ingest thread spent collecting the last state checkpoint's changes, "
+               "including any wait for a writer that fell behind.", {})
+          ->WithLabels({});
   state_errors = r->Counter("rankwatch_state_errors_total",
                             "Failed state writes (the first one stops checkpointing).", {})
                      ->WithLabels({});

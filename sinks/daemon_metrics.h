@@ -34,11 +34,13 @@ class DaemonMetrics {
   MetricCell* ingest_lag_seconds;
   MetricCell* jobs;
   MetricCell* assigned_partitions;
-  // Durable state: 1 while checkpoints succeed; the last checkpoint's cost; failures.
+  // Durable state: 1 while checkpoints succeed; the last checkpoint's cost (writer thread) and
+  // the ingest thread's pause to collect it; failures. Set from the checkpoint writer thread.
   MetricCell* state_healthy;
   MetricCell* checkpoints;
   MetricCell* checkpoint_seconds;
   MetricCell* checkpoint_bytes;
+  MetricCell* checkpoint_pause_seconds;
   MetricCell* state_errors;
   // The live GPU-timeline families (issue #6), published by KernelStage.
   KernelMetrics kernel;

@@ -64,22 +64,51 @@ std::string_view StateFamilyName(StateFamily family) {
 
 void Checkpoint::Put(StateFamily family, std::string key, std::string value) {
   bytes_ += key.size() + value.size();
-  ops_.push_back({family, std::move(key), std::move(value), std::nullopt});
+  ops_.push_back({family, std::move(key), std::move(value), std::nullopt, nullptr});
+}
+
+void Checkpoint::PutDeferred(StateFamily family, std::string key,
+                             std::shared_ptr<const DeferredValue> value) {
+  bytes_ += key.size() + value->EstimatedBytes();
+  ops_.push_back({family, std::move(key), std::nullopt, std::nullopt, std::move(value)});
+}
+
+void Checkpoint::Materialize() {
+  for (Op& op : ops_) {
+    if (!op.deferred) continue;
+    bytes_ -= op.deferred->EstimatedBytes();
+    op.value.emplace();
+    op.deferred->SerializeTo(&*op.value);
+    bytes_ += op.value->size();
+    op.deferred.reset();
+  }
 }
 
 void Checkpoint::Delete(StateFamily family, std::string key) {
   bytes_ += key.size();
-  ops_.push_back({family, std::move(key), std::nullopt, std::nullopt});
+  ops_.push_back({family, std::move(key), std::nullopt, std::nullopt, nullptr});
 }
 
 void Checkpoint::DeleteRange(StateFamily family, std::string begin, std::string end) {
   bytes_ += begin.size() + end.size();
-  ops_.push_back({family, std::move(begin), std::nullopt, std::move(end)});
+  ops_.push_back({family, std::move(begin), std::nullopt, std::move(end), nullptr});
 }
 
 void Checkpoint::Append(const Checkpoint& other) {
   ops_.insert(ops_.end(), other.ops_.begin(), other.ops_.end());
   bytes_ += other.bytes_;
+}
+
+void Checkpoint::Append(Checkpoint&& other) {
+  if (ops_.empty()) {
+    ops_ = std::move(other.ops_);
+  } else {
+    ops_.insert(ops_.end(), std::make_move_iterator(other.ops_.begin()),
+                std::make_move_iterator(other.ops_.end()));
+  }
+  bytes_ += other.bytes_;
+  other.ops_.clear();
+  other.bytes_ = 0;
 }
 
 void Checkpoint::SetOffset(const std::string& topic, int32_t partition, int64_t next_offset) {
@@ -164,9 +193,14 @@ absl::Status StateStore::Commit(const Checkpoint& checkpoint) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!sticky_.ok()) return sticky_;
   rocksdb::WriteBatch batch;
+  std::string scratch;
   for (const Checkpoint::Op& op : checkpoint.ops()) {
     rocksdb::ColumnFamilyHandle* cf = families_[static_cast<int>(op.family)];
-    if (op.value) {
+    if (op.deferred) {
+      scratch.clear();
+      op.deferred->SerializeTo(&scratch);
+      batch.Put(cf, op.key, scratch);
+    } else if (op.value) {
       batch.Put(cf, op.key, *op.value);
     } else if (op.range_end) {
       batch.DeleteRange(cf, op.key, *op.range_end);

@@ -57,10 +57,24 @@ struct StateStoreOptions {
   std::shared_ptr<rocksdb::FileSystem> file_system;
 };
 
+// A value whose bytes are produced when the checkpoint is written, not when it is collected:
+// the ingest thread hands over the state (cheap), the checkpoint writer thread serialises it.
+// Implementations must be immutable once handed over (they may be serialised more than once,
+// e.g. for the store and for the changelog).
+class DeferredValue {
+ public:
+  virtual ~DeferredValue() = default;
+  virtual void SerializeTo(std::string* out) const = 0;
+  // An estimate of the serialised size, for checkpoint budgets; need not be exact.
+  virtual size_t EstimatedBytes() const = 0;
+};
+
 // One atomic unit of writes.
 class Checkpoint {
  public:
   void Put(StateFamily family, std::string key, std::string value);
+  // Puts `value`'s bytes, serialised when the checkpoint is written (see Materialize).
+  void PutDeferred(StateFamily family, std::string key, std::shared_ptr<const DeferredValue> value);
   void Delete(StateFamily family, std::string key);
   // Deletes every key in [begin, end) of `family`.
   void DeleteRange(StateFamily family, std::string begin, std::string end);
@@ -68,7 +82,12 @@ class Checkpoint {
   void SetOffset(const std::string& topic, int32_t partition, int64_t next_offset);
   // Appends every write of `other`, after this checkpoint's own.
   void Append(const Checkpoint& other);
+  void Append(Checkpoint&& other);
+  // Serialises every deferred value into its op's `value`; bytes() becomes exact. Readers of
+  // ops() other than StateStore::Commit require a materialised checkpoint.
+  void Materialize();
   bool empty() const { return ops_.empty(); }
+  // Keys and values written; an estimate until Materialize when values are deferred.
   size_t bytes() const { return bytes_; }
 
   struct Op {
@@ -76,6 +95,7 @@ class Checkpoint {
     std::string key;
     std::optional<std::string> value;  // nullopt = delete (of `key`, or up to `range_end`)
     std::optional<std::string> range_end;
+    std::shared_ptr<const DeferredValue> deferred;  // a put whose value is not serialised yet
   };
   // The writes, in order.
   const std::vector<Op>& ops() const { return ops_; }

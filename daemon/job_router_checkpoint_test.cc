@@ -1,0 +1,161 @@
+// JobRouter::Checkpoint with a byte budget: whole partitions (jobs and offset together), oldest
+// changes first, everything eventually.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "daemon/job_router.h"
+
+namespace rankwatch {
+namespace {
+
+std::string Encoded(const std::string& job, uint64_t step) {
+  v1::Batch b;
+  b.set_schema_version(1);
+  b.mutable_source()->set_training_job(job);
+  b.mutable_source()->set_rank(0);
+  b.mutable_source()->set_world_size(1);
+  v1::StepRecord* r = b.add_steps();
+  r->set_step(step);
+  r->set_forward_ns(30'000'000);
+  r->set_step_time_ns(100'000'000);
+  return b.SerializeAsString();
+}
+
+// What one checkpoint holds: jobs whose metadata it writes, and the partitions of its offsets.
+struct Contents {
+  std::set<std::string> jobs;
+  std::map<int32_t, int64_t> offsets;
+};
+
+Contents Read(Checkpoint c) {
+  c.Materialize();
+  Contents out;
+  for (const Checkpoint::Op& op : c.ops()) {
+    if (op.family == StateFamily::kWindows && op.value && op.key[0] == 'm') {
+      out.jobs.insert(op.key.substr(1));
+    }
+    if (op.family == StateFamily::kOffsets) {
+      out.offsets[std::stoi(op.key.substr(op.key.find('\0') + 1))] = std::stoll(*op.value);
+    }
+  }
+  return out;
+}
+
+class JobRouterCheckpointTest : public ::testing::Test {
+ protected:
+  JobRouterCheckpointTest() { options.pipeline.record_changes = true; }
+
+  // Jobs "p<partition>-<i>", two per partition 0..3, fed `steps` steps from `first`; and
+  // two jobs of an unknown partition.
+  void Feed(JobRouter& router, uint64_t first, uint64_t steps) {
+    for (uint64_t s = first; s < first + steps; ++s) {
+      for (int32_t p = 0; p < 4; ++p) {
+        for (int i = 0; i < 2; ++i) {
+          router.HandleMessage(Encoded("p" + std::to_string(p) + "-" + std::to_string(i), s),
+                               "t", p, next_offset[p]++, t0, 0);
+        }
+      }
+      router.HandleMessage(Encoded("unknown-0", s), t0, 0);
+      router.HandleMessage(Encoded("unknown-1", s), t0, 0);
+    }
+  }
+
+  static int32_t PartitionOf(const std::string& job) {
+    return job.starts_with("unknown") ? -1 : job[1] - '0';
+  }
+
+  MetricsRegistry registry;
+  DaemonMetrics metrics{&registry, "test"};
+  SnapshotStore snapshots;
+  JobRouterOptions options;
+  const TimePoint t0{};
+  std::map<int32_t, int64_t> next_offset;
+};
+
+TEST_F(JobRouterCheckpointTest, ABudgetCollectsWholePartitionsWithTheirOffsets) {
+  JobRouter router(options, &metrics, &snapshots);
+  Feed(router, 1, 5);
+  std::set<int32_t> seen;
+  for (int round = 0; round < 5; ++round) {
+    Checkpoint c;
+    const bool complete = router.Checkpoint(&c, t0, 0, nullptr, /*max_bytes=*/1);
+    EXPECT_EQ(complete, round == 4) << round;
+    const Contents got = Read(std::move(c));
+    // One group per round (the first one crosses a 1-byte budget): both of its jobs...
+    ASSERT_EQ(got.jobs.size(), 2u) << round;
+    const int32_t partition = PartitionOf(*got.jobs.begin());
+    EXPECT_EQ(PartitionOf(*got.jobs.rbegin()), partition);
+    EXPECT_TRUE(seen.insert(partition).second) << "partition " << partition << " twice";
+    // ...with its offset, and no offset of a partition whose changes wait.
+    std::map<int32_t, int64_t> expected;
+    for (int32_t p : seen) {
+      if (p >= 0) expected[p] = next_offset[p];
+    }
+    EXPECT_EQ(got.offsets, expected) << round;
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{-1, 0, 1, 2, 3}));
+  Checkpoint idle;
+  EXPECT_TRUE(router.Checkpoint(&idle, t0, 0, nullptr, 1));
+  EXPECT_TRUE(Read(std::move(idle)).jobs.empty());
+}
+
+TEST_F(JobRouterCheckpointTest, TheOldestChangesGoFirst) {
+  JobRouter router(options, &metrics, &snapshots);
+  Feed(router, 1, 3);
+  Checkpoint first;
+  router.Checkpoint(&first, t0, 0, nullptr, 1);
+  const int32_t done = PartitionOf(*Read(std::move(first)).jobs.begin());
+  Feed(router, 4, 1);  // every partition changes again, `done` included
+  std::vector<int32_t> order;
+  for (int round = 0; round < 5; ++round) {
+    Checkpoint c;
+    router.Checkpoint(&c, t0, 0, nullptr, 1);
+    order.push_back(PartitionOf(*Read(std::move(c)).jobs.begin()));
+  }
+  EXPECT_EQ(order.back(), done) << "the partition written first waited least";
+  EXPECT_EQ(std::set<int32_t>(order.begin(), order.end()), (std::set<int32_t>{-1, 0, 1, 2, 3}));
+}
+
+TEST_F(JobRouterCheckpointTest, SpreadCheckpointsRestoreEveryJobExactly) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "job_router_checkpoint_spread";
+  std::filesystem::remove_all(dir);
+  {
+    auto store = StateStore::Open({dir});
+    ASSERT_TRUE(store.ok());
+    JobRouter router(options, &metrics, &snapshots);
+    Feed(router, 1, 6);
+    // A budget of about one partition: several rounds, input arriving in between.
+    int rounds = 0;
+    for (uint64_t step = 7;; ++step, ++rounds) {
+      Checkpoint c;
+      const bool complete = router.Checkpoint(&c, t0, 0, nullptr, 1);
+      ASSERT_TRUE((*store)->Commit(c).ok());
+      if (complete && step > 9) break;
+      if (step <= 9) Feed(router, step, 1);
+      ASSERT_LT(rounds, 50);
+    }
+    EXPECT_GT(rounds, 4);
+    auto offsets = (*store)->Offsets();
+    ASSERT_TRUE(offsets.ok());
+    for (int32_t p = 0; p < 4; ++p) EXPECT_EQ((offsets->at({"t", p})), next_offset[p]) << p;
+  }
+  auto store = StateStore::Open({dir});
+  ASSERT_TRUE(store.ok());
+  MetricsRegistry r2;
+  DaemonMetrics m2(&r2, "test");
+  SnapshotStore restored_snapshots;
+  JobRouter restored(options, &m2, &restored_snapshots);
+  ASSERT_TRUE(restored.Restore(**store, t0, 0).ok());
+  EXPECT_EQ(restored.jobs(), 10u);
+  restored.Tick(t0);
+  auto snap = restored_snapshots.Get();
+  ASSERT_EQ(snap->size(), 10u);
+  // World size 1: every step is aligned as it arrives; 9 steps each.
+  for (const auto& [job, s] : *snap) EXPECT_EQ(s->aligned_steps, 9u) << job;
+}
+
+}  // namespace
+}  // namespace rankwatch

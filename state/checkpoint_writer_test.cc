@@ -1,0 +1,231 @@
+#include "state/checkpoint_writer.h"
+
+#include <gtest/gtest.h>
+#include <rocksdb/file_system.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+#include <vector>
+
+namespace rankwatch {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::filesystem::path FreshDir(const std::string& name) {
+  auto p = std::filesystem::path(::testing::TempDir()) / ("checkpoint_writer_" + name);
+  std::filesystem::remove_all(p);
+  return p;
+}
+
+// A value that counts how often (and on which thread) it was serialised.
+class CountingValue : public DeferredValue {
+ public:
+  CountingValue(std::string bytes, std::atomic<int>* serialised)
+      : bytes_(std::move(bytes)), serialised_(serialised) {}
+  void SerializeTo(std::string* out) const override {
+    ++*serialised_;
+    *out = bytes_;
+  }
+  size_t EstimatedBytes() const override { return 1; }
+
+ private:
+  std::string bytes_;
+  std::atomic<int>* serialised_;
+};
+
+TEST(CheckpointWriterTest, CommitsInOrderAndRunsEachAfterCommitStepAfterItsCommit) {
+  auto store = StateStore::Open({FreshDir("order")});
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<std::string> seen;  // writer thread only until Drain
+  std::atomic<int> commits{0};
+  std::atomic<int> serialised{0};
+  CheckpointWriter writer(store->get(), {}, [&](const CheckpointCommitStats&) { ++commits; }, {});
+  for (int i = 0; i < 50; ++i) {
+    Checkpoint c;
+    c.PutDeferred(StateFamily::kWindows, "key",
+                  std::make_shared<CountingValue>(std::to_string(i), &serialised));
+    c.SetOffset("t", 0, i + 1);
+    ASSERT_TRUE(writer
+                    .Enqueue(std::move(c),
+                             [&, i]() -> absl::Status {
+                               // The store is exactly as of this checkpoint's commit.
+                               auto v = (*store)->Get(StateFamily::kWindows, "key");
+                               seen.push_back(std::to_string(i) + "=" + **v);
+                               return absl::OkStatus();
+                             })
+                    .ok());
+  }
+  ASSERT_TRUE(writer.Drain().ok());
+  ASSERT_EQ(seen.size(), 50u);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(seen[i], std::to_string(i) + "=" + std::to_string(i));
+  EXPECT_EQ(commits.load(), 50);
+  EXPECT_EQ(serialised.load(), 50);
+  EXPECT_EQ(**(*store)->Get(StateFamily::kWindows, "key"), "49");
+  EXPECT_EQ((*store)->Offsets()->at({"t", 0}), 50);
+}
+
+TEST(CheckpointWriterTest, EnqueueBlocksWhileTheQueueIsFull) {
+  auto store = StateStore::Open({FreshDir("backpressure")});
+  ASSERT_TRUE(store.ok());
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  CheckpointWriterOptions options;
+  options.max_queued = 2;
+  CheckpointWriter writer(store->get(), options, {}, {});
+  const auto one = [] {
+    Checkpoint c;
+    c.Put(StateFamily::kWindows, "k", "v");
+    return c;
+  };
+  // The first is being written (held in its after_commit step), two more wait.
+  ASSERT_TRUE(writer.Enqueue(one(), [released] { released.wait(); return absl::OkStatus(); }).ok());
+  std::this_thread::sleep_for(50ms);  // let the writer take it off the queue
+  ASSERT_TRUE(writer.Enqueue(one()).ok());
+  ASSERT_TRUE(writer.Enqueue(one()).ok());
+  std::atomic<bool> fourth_queued{false};
+  std::thread producer([&] {
+    EXPECT_TRUE(writer.Enqueue(one()).ok());
+    fourth_queued = true;
+  });
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(fourth_queued.load()) << "Enqueue did not wait for the writer";
+  release.set_value();
+  producer.join();
+  EXPECT_TRUE(fourth_queued.load());
+  EXPECT_TRUE(writer.Drain().ok());
+}
+
+TEST(CheckpointWriterTest, DestructorDrainsTheQueue) {
+  const auto dir = FreshDir("drain");
+  {
+    auto store = StateStore::Open({dir});
+    ASSERT_TRUE(store.ok());
+    CheckpointWriter writer(store->get(), {}, {}, {});
+    for (int i = 0; i < 20; ++i) {
+      Checkpoint c;
+      c.Put(StateFamily::kWindows, "k" + std::to_string(i), "v");
+      c.SetOffset("t", 1, i + 1);
+      ASSERT_TRUE(writer.Enqueue(std::move(c)).ok());
+    }
+  }
+  auto store = StateStore::Open({dir});
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ((*store)->Offsets()->at({"t", 1}), 20);
+  EXPECT_TRUE((*store)->Get(StateFamily::kWindows, "k19")->has_value());
+}
+
+TEST(CheckpointWriterTest, FlushesTheMemtablesAfterEnoughBytes) {
+  auto store = StateStore::Open({FreshDir("flush")});
+  ASSERT_TRUE(store.ok());
+  std::vector<bool> flushed;
+  CheckpointWriterOptions options;
+  options.flush_after_bytes = 1000;
+  CheckpointWriter writer(store->get(), options,
+                          [&](const CheckpointCommitStats& s) { flushed.push_back(s.flushed); }, {});
+  for (int i = 0; i < 3; ++i) {
+    Checkpoint c;
+    c.Put(StateFamily::kWindows, "k" + std::to_string(i), std::string(600, 'x'));
+    ASSERT_TRUE(writer.Enqueue(std::move(c)).ok());
+  }
+  ASSERT_TRUE(writer.Drain().ok());
+  EXPECT_EQ(flushed, (std::vector<bool>{false, true, false}));
+}
+
+// Fails every write once armed, like a full or read-only disk.
+class FailingFile : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  FailingFile(std::unique_ptr<rocksdb::FSWritableFile>&& file, std::atomic<bool>* fail)
+      : FSWritableFileOwnerWrapper(std::move(file)), fail_(fail) {}
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
+                           rocksdb::IODebugContext* d) override {
+    if (*fail_) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+    return FSWritableFileOwnerWrapper::Append(data, o, d);
+  }
+  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
+                           const rocksdb::DataVerificationInfo& v, rocksdb::IODebugContext* d) override {
+    if (*fail_) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
+    return FSWritableFileOwnerWrapper::Append(data, o, v, d);
+  }
+
+ private:
+  std::atomic<bool>* fail_;
+};
+
+class FailingFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  FailingFileSystem() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "FailingFileSystem"; }
+  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                    rocksdb::IODebugContext* d) override {
+    rocksdb::IOStatus s = target()->NewWritableFile(f, o, r, d);
+    if (s.ok()) *r = std::make_unique<FailingFile>(std::move(*r), &fail);
+    return s;
+  }
+  std::atomic<bool> fail{false};
+};
+
+TEST(CheckpointWriterTest, AFailedWriteOnTheWriterThreadIsStickyAndReportedOnce) {
+  auto fs = std::make_shared<FailingFileSystem>();
+  StateStoreOptions store_options{FreshDir("sticky")};
+  store_options.file_system = fs;
+  auto store = StateStore::Open(store_options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::atomic<int> errors{0};
+  std::atomic<bool> error_on_writer_thread{false};
+  const std::thread::id producer = std::this_thread::get_id();
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  CheckpointWriter writer(store->get(), {}, {}, [&](const absl::Status& s) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    error_on_writer_thread = std::this_thread::get_id() != producer;
+    ++errors;
+  });
+  const auto put = [](const std::string& value) {
+    Checkpoint c;
+    c.Put(StateFamily::kWindows, "job", value);
+    return c;
+  };
+  ASSERT_TRUE(writer.Enqueue(put("last good")).ok());
+  ASSERT_TRUE(writer.Drain().ok());
+  // Hold the writer, queue a checkpoint that fails and one behind it, then let it go.
+  ASSERT_TRUE(writer.Enqueue(put("held"), [released] { released.wait(); return absl::OkStatus(); }).ok());
+  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(writer.Enqueue(put("lost")).ok());
+  ASSERT_TRUE(writer.Enqueue(put("after the loss")).ok());
+  fs->fail = true;
+  release.set_value();
+  const absl::Status s = writer.Drain();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_EQ(errors.load(), 1);
+  EXPECT_TRUE(error_on_writer_thread.load());
+  fs->fail = false;
+  // The disk recovers, but nothing is committed again.
+  EXPECT_EQ(writer.Enqueue(put("later")), s);
+  EXPECT_EQ(writer.health(), s);
+  EXPECT_EQ(*(*store)->Get(StateFamily::kWindows, "job"), "held");
+  EXPECT_EQ(errors.load(), 1);
+}
+
+TEST(CheckpointWriterTest, AFailedAfterCommitStepIsSticky) {
+  auto store = StateStore::Open({FreshDir("after_commit")});
+  ASSERT_TRUE(store.ok());
+  std::atomic<int> errors{0};
+  CheckpointWriter writer(store->get(), {}, {}, [&](const absl::Status&) { ++errors; });
+  Checkpoint a;
+  a.Put(StateFamily::kWindows, "a", "1");
+  ASSERT_TRUE(writer.Enqueue(std::move(a), [] { return absl::DataLossError("changelog"); }).ok());
+  EXPECT_EQ(writer.Drain().code(), absl::StatusCode::kDataLoss);
+  Checkpoint b;
+  b.Put(StateFamily::kWindows, "b", "1");
+  EXPECT_EQ(writer.Enqueue(std::move(b)).code(), absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(writer.Drain().ok());
+  EXPECT_FALSE((*store)->Get(StateFamily::kWindows, "b")->has_value());
+  EXPECT_EQ(errors.load(), 1);
+}
+
+}  // namespace
+}  // namespace rankwatch
