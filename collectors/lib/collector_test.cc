@@ -1,6 +1,8 @@
 #include "collectors/lib/collector.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
@@ -46,7 +48,10 @@ class MockKafka {
   std::vector<v1::Batch> ReadAll(std::chrono::milliseconds timeout) {
     if (consumer_ == nullptr) StartConsumer();
     std::vector<v1::Batch> out;
-    auto deadline = std::chrono::steady_clock::now() + timeout;
+    // The first message also waits for the consumer to join its group, which takes seconds
+    // on a loaded machine; after it, `timeout` of silence ends the read.
+    auto deadline = std::chrono::steady_clock::now() + std::max<std::chrono::milliseconds>(
+                                                          timeout, std::chrono::seconds(15));
     while (std::chrono::steady_clock::now() < deadline) {
       rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer_, 100);
       if (m == nullptr) continue;

@@ -9,8 +9,10 @@ python3-grpcio with stubs generated from the project's protos.
 - with TLS, plaintext clients and clients with a wrong CA (or no client certificate under
   mutual TLS) are refused, and the CLI says so in one line.
 """
+import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import unittest
@@ -23,6 +25,12 @@ from rankwatch.v1 import service_pb2, service_pb2_grpc
 from test_durability import FAST_GROUP
 
 WINDOW = ["--window-steps", "20"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def simulate(fleet, brokers, job, steps, *faults, seed=1):
@@ -63,9 +71,9 @@ class AlertsTest(unittest.TestCase):
     def tearDown(self):
         self.fleet.close()
 
-    def daemon(self, brokers, *extra, state_dir=None):
+    def daemon(self, brokers, *extra, state_dir=None, grpc_listen="127.0.0.1:0"):
         return self.fleet.start_daemon(brokers, extra=WINDOW + ["--config", self.config] + list(extra),
-                                       state_dir=state_dir)
+                                       state_dir=state_dir, grpc_listen=grpc_listen)
 
     def test_a_straggler_fires_naming_the_rank_and_resolves_when_the_fault_is_gone(self):
         brokers = self.fleet.start_broker()
@@ -113,8 +121,12 @@ class AlertsTest(unittest.TestCase):
     def test_resume_across_a_disconnect_and_a_sigkill_gets_every_alert_once_in_order(self):
         brokers = self.fleet.start_broker()
         state = os.path.join(self.fleet.workdir, "state")
-        daemon = self.daemon(brokers, state_dir=state)
+        # A fixed port, so that the CLI follower finds the restarted daemon where it was.
+        listen = "127.0.0.1:%d" % free_port()
+        daemon = self.daemon(brokers, state_dir=state, grpc_listen=listen)
         watcher = Watcher(daemon.endpoints["grpc"])
+        follower = self.fleet.start("alerts-follow", [os.path.join(BIN, "rankwatch"), "alerts", "--server", listen,
+                                                      "--follow", "--json"])
         sims = []
         for i in range(6):
             r1, r2 = i % 8, (i + 3) % 8
@@ -126,7 +138,7 @@ class AlertsTest(unittest.TestCase):
         wait_until(lambda: len(watcher.alerts) >= 6, 30, "alerts after the resume")
         daemon.stop(signal.SIGKILL)
         time.sleep(1)
-        daemon = self.daemon(brokers, state_dir=state)
+        daemon = self.daemon(brokers, state_dir=state, grpc_listen=listen)
         watcher.address = daemon.endpoints["grpc"]
         for sim in sims:
             self.assertEqual(sim.proc.wait(120), 0, sim.stderr())
@@ -142,6 +154,12 @@ class AlertsTest(unittest.TestCase):
         assert_lifecycle(self, stored)
         self.assertTrue(any(c == grpc.StatusCode.CANCELLED for c in watcher.breaks))
         self.assertGreaterEqual(len(watcher.breaks), 2)
+        # The CLI follower resumed by itself across the restart: the same alerts, once each.
+        wait_until(lambda: follower.stdout().count("\n") >= len(stored), 30, "the CLI follower")
+        follower.stop(signal.SIGINT)
+        printed = [json.loads(line) for line in follower.stdout().splitlines()]
+        self.assertEqual([int(a["sequence"]) for a in printed], [a.sequence for a in stored])
+        self.assertIn("resuming after", follower.stderr())
 
     def test_a_watcher_that_does_not_read_is_cut_off_and_the_others_see_everything(self):
         brokers = self.fleet.start_broker()
