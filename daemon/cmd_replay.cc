@@ -1,6 +1,7 @@
 // `rankwatch replay --brokers B --job J PATH...`: publishes vendor iteration traces (msprof,
-// MindSpore, torch_npu) as the step records of one training job, so the daemon diagnoses them
-// like any live job.
+// MindSpore, torch_npu) as the step records of one training job, or Kineto (PyTorch profiler)
+// traces as its kernel events (daemon/kineto_replay.h), so the daemon diagnoses them like any
+// live job.
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -10,8 +11,10 @@
 
 #include "collectors/kafka_publisher.h"
 #include "daemon/commands.h"
+#include "daemon/kineto_replay.h"
 #include "ingest/batch_decoder.h"
 #include "ingest/iteration_trace.h"
+#include "ingest/kineto_trace_reader.h"
 
 namespace rankwatch {
 namespace {
@@ -22,6 +25,8 @@ struct ReplayFlags {
   std::string job;
   uint32_t world_size = 0;
   uint32_t chunk_steps = 100;
+  uint32_t chunk_events = 20'000;
+  std::string format = "auto";  // auto, steps, kineto
   std::vector<std::string> paths;
 };
 
@@ -30,7 +35,63 @@ struct RankTrace {
   std::map<uint64_t, v1::StepRecord> steps;  // deduplicated by step number
 };
 
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int RunKinetoReplay(const ReplayFlags& f, const std::vector<std::filesystem::path>& files) {
+  PublisherOptions po;
+  po.brokers = f.brokers;
+  po.topic = f.topic;
+  po.client_id = "rankwatch-replay";
+  auto publisher = BatchPublisher::Connect(po, std::chrono::seconds(10));
+  if (!publisher.ok()) {
+    std::fprintf(stderr, "rankwatch replay: %s\n", std::string(publisher.status().message()).c_str());
+    return publisher.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  KinetoReplayOptions o;
+  o.training_job = f.job;
+  o.world_size = f.world_size;
+  o.max_events = f.chunk_events;
+  o.created_unix_ns = NowNs();
+  KinetoReplayStats stats;
+  std::string buffer;
+  absl::Status s = ReplayKinetoTraces(files, o, [&](const v1::Batch& b) {
+    b.SerializeToString(&buffer);
+    return (*publisher)->Publish(f.job, buffer);
+  }, &stats);
+  if (s.ok()) s = (*publisher)->Flush(std::chrono::seconds(60));
+  if (!s.ok()) {
+    std::fprintf(stderr, "rankwatch replay: %s\n", std::string(s.message()).c_str());
+    return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (stats.truncated_names > 0) {
+    spdlog::warn("replay: {} names longer than 4096 bytes were cut", stats.truncated_names);
+  }
+  std::printf("{\"files\": %zu, \"ranks\": %zu, \"world_size\": %u, \"kernel_events\": %llu, "
+              "\"steps\": %llu, \"unstepped_events\": %llu, \"messages\": %llu, \"failed\": %llu}\n",
+              stats.files, stats.ranks, stats.world_size, static_cast<unsigned long long>(stats.events),
+              static_cast<unsigned long long>(stats.steps), static_cast<unsigned long long>(stats.unstepped),
+              static_cast<unsigned long long>(stats.batches),
+              static_cast<unsigned long long>((*publisher)->failed()));
+  return (*publisher)->failed() == 0 ? 0 : 1;
+}
+
 int RunReplay(const ReplayFlags& f) {
+  if (f.format != "steps") {
+    // auto: Kineto when the paths hold no iteration trace but do hold *.json / *.json.gz.
+    const bool kineto = f.format == "kineto" || !FindIterationTraces(f.paths).ok();
+    if (kineto) {
+      auto kineto_files = FindKinetoTraces(f.paths);
+      if (!kineto_files.ok()) {
+        std::fprintf(stderr, "rankwatch replay: %s\n", std::string(kineto_files.status().message()).c_str());
+        return 1;
+      }
+      return RunKinetoReplay(f, *kineto_files);
+    }
+  }
   auto files = FindIterationTraces(f.paths);
   if (!files.ok()) {
     std::fprintf(stderr, "rankwatch replay: %s\n", std::string(files.status().message()).c_str());
@@ -131,7 +192,7 @@ int RunReplay(const ReplayFlags& f) {
 CommandRunner AddReplayCommand(CLI::App& app) {
   auto f = std::make_shared<ReplayFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "replay", "publish vendor iteration traces (msprof, MindSpore, torch_npu) as a job");
+      "replay", "publish vendor iteration traces (msprof, MindSpore, torch_npu) or Kineto traces as a job");
   cmd->add_option("--brokers", f->brokers, "Kafka bootstrap servers")->required();
   cmd->add_option("--topic", f->topic, "telemetry topic")->capture_default_str();
   cmd->add_option("--job", f->job, "training job id to publish as")->required();
@@ -140,9 +201,17 @@ CommandRunner AddReplayCommand(CLI::App& app) {
   cmd->add_option("--chunk-steps", f->chunk_steps, "steps per rank per Kafka message")
       ->capture_default_str()
       ->check(CLI::Range(1u, 10000u));
+  cmd->add_option("--format", f->format,
+                  "steps: iteration traces as step records; kineto: Kineto traces as kernel events; "
+                  "auto: kineto when no iteration trace is found")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "steps", "kineto"}));
+  cmd->add_option("--chunk-events", f->chunk_events, "kernel events per Kafka message (Kineto)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 200000u));
   cmd->add_option("paths", f->paths,
                   "trace files or directories (searched for step_trace_*.json, "
-                  "step_trace_raw_*_detail_time.csv, step_trace_time.csv)")
+                  "step_trace_raw_*_detail_time.csv, step_trace_time.csv; or Kineto *.json, *.json.gz)")
       ->required();
   return [cmd, f]() -> int { return cmd->parsed() ? RunReplay(*f) : -1; };
 }

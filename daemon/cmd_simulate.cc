@@ -235,7 +235,7 @@ CommandRunner AddSimulateCommand(CLI::App& app) {
       ->check(CLI::Range(0.0, 0.9));
   cmd->add_option("--seed", f->seed, "random seed")->capture_default_str();
   cmd->add_option("--fault", f->faults,
-                  "KIND:TARGET[:MAGNITUDE[:FROM_STEP]]; KIND slow-compute, slow-input, "
+                  "KIND:TARGET[:MAGNITUDE[:FROM_STEP[-UNTIL_STEP]]]; KIND slow-compute, slow-input, "
                   "input-bound, wait, memory-leak, memory-imbalance, memory-pressure, hang; "
                   "TARGET a rank, node<N> or all");
   cmd->add_option("--rate", f->rate,

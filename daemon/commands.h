@@ -15,5 +15,7 @@ CommandRunner AddDiagnoseCommand(CLI::App& app);
 CommandRunner AddReplayCommand(CLI::App& app);
 CommandRunner AddAgentCommand(CLI::App& app);
 CommandRunner AddAnalyzeCommand(CLI::App& app);
+CommandRunner AddAlertsCommand(CLI::App& app);
+CommandRunner AddTopCommand(CLI::App& app);
 
 }  // namespace rankwatch

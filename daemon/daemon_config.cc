@@ -106,6 +106,12 @@ absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* c) {
       {"checkpoint-interval",
        [&](const YAML::Node& n) { c->checkpoint_interval = n.as<std::string>(); }},
       {"changelog-topic", [&](const YAML::Node& n) { c->changelog_topic = n.as<std::string>(); }},
+      {"grpc-tls-cert", [&](const YAML::Node& n) { c->grpc_tls_cert = n.as<std::string>(); }},
+      {"grpc-tls-key", [&](const YAML::Node& n) { c->grpc_tls_key = n.as<std::string>(); }},
+      {"grpc-tls-client-ca",
+       [&](const YAML::Node& n) { c->grpc_tls_client_ca = n.as<std::string>(); }},
+      {"alert-subscriber-queue",
+       [&](const YAML::Node& n) { c->alert_subscriber_queue = n.as<int>(); }},
       {"log-level", [&](const YAML::Node& n) { c->log_level = n.as<std::string>(); }},
       {"kafka",
        [&](const YAML::Node& n) {

@@ -41,6 +41,11 @@ struct DaemonConfig {
   std::string changelog_topic;
   std::string job_ttl = "1h";                       // no input this long: the job is finished
   std::string job_retention = "1h";                 // finished jobs stay queryable this long
+  // gRPC TLS (all PEM files; none: plaintext). A client CA turns on mutual TLS.
+  std::string grpc_tls_cert;
+  std::string grpc_tls_key;
+  std::string grpc_tls_client_ca;
+  int alert_subscriber_queue = 1024;  // alerts a WatchAlerts subscriber may lag behind
   std::string log_level = "info";                   // trace, debug, info, warn, error
   KafkaProperties kafka;
   StepDiagnosisOptions step_diagnosis;      // `step-diagnosis:` section; hang-timeout above

@@ -3,14 +3,18 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/job_state_keys.h"
+#include "daemon/kernel_stage.h"
 #include "operators/step_codec.h"
+#include "sinks/diagnosis_proto.h"
 
 namespace rankwatch {
 
-JobRouter::JobRouter(JobRouterOptions options, DaemonMetrics* metrics, SnapshotStore* snapshots)
+JobRouter::JobRouter(JobRouterOptions options, DaemonMetrics* metrics, SnapshotStore* snapshots,
+                     AlertHub* alert_hub)
     : options_(std::move(options)),
       metrics_(metrics),
       snapshots_(snapshots),
+      alert_hub_(alert_hub),
       decoder_(options_.limits),
       alerts_(options_.alerts),
       rejected_too_many_jobs_(metrics->rejected_too_many_jobs) {}
@@ -64,7 +68,8 @@ void JobRouter::HandleMessage(std::string_view payload, TimePoint now, int64_t w
     metrics_->ingest_lag_seconds->Set(
         static_cast<double>(wall_now_unix_ns - batch_.created_unix_ns()) * 1e-9);
   }
-  Count(*job, job->pipeline->AddBatch(batch_, now));
+  Count(*job, job->pipeline->AddBatch(batch_, now), wall_now_unix_ns);
+  if (kernel_ != nullptr) kernel_->Add(batch_);
 }
 
 JobRouter::Job* JobRouter::FindOrCreate(const v1::SourceIdentity& source, TimePoint now) {
@@ -102,7 +107,7 @@ void JobRouter::Checkpoint(rankwatch::Checkpoint* c, TimePoint now, int64_t wall
     own = rankwatch::Checkpoint();
   };
   for (auto& [name, job] : jobs_) {
-    if (!job.unsaved) continue;
+    if (!job.unsaved && !job.alerts_unsaved) continue;
     job.unsaved = false;
     JobCheckpoint jc = job.pipeline->TakeCheckpoint(now, wall_now_unix_ns);
     if (job.partition >= 0) jc.meta.set_kafka_partition(job.partition);
@@ -111,10 +116,15 @@ void JobRouter::Checkpoint(rankwatch::Checkpoint* c, TimePoint now, int64_t wall
       out->Put(StateFamily::kWindows, JobStepKey(name, step.step()), step.SerializeAsString());
     }
     out->DeleteRange(StateFamily::kWindows, JobStepKey(name, 0), JobStepKey(name, jc.keep_from_step));
+    if (job.alerts_unsaved) {
+      job.alerts_unsaved = false;
+      out->Put(StateFamily::kWindows, JobAlertsKey(name), alerts_.ExportJob(name).SerializeAsString());
+    }
     done(job.partition);
   }
   for (const auto& [name, partition] : removed_jobs_) {
     out->Delete(StateFamily::kWindows, JobMetaKey(name));
+    out->Delete(StateFamily::kWindows, JobAlertsKey(name));
     out->DeleteRange(StateFamily::kWindows, JobStepKey(name, 0), JobStepKey(name, UINT64_MAX));
     done(partition);
   }
@@ -168,6 +178,22 @@ absl::Status JobRouter::RestoreJobs(const StateStore& store, TimePoint now,
     job.steps_aligned->Set(static_cast<double>(meta.aligned_steps()));
     job.steps_timed_out->Set(static_cast<double>(meta.timed_out_steps()));
     job.unsaved = false;
+    auto alerts = store.Get(StateFamily::kWindows, JobAlertsKey(meta.training_job()));
+    if (!alerts.ok()) return alerts.status();
+    if (*alerts) {
+      state::v1::AlertTrackerState tracker;
+      if (!tracker.ParseFromString(**alerts)) {
+        return absl::DataLossError("unreadable stored alerts of job '" + meta.training_job() + "'");
+      }
+      alerts_.RestoreJob(tracker);
+      if (alert_hub_ != nullptr) {
+        std::vector<std::string> firing;
+        for (const auto& a : tracker.alerts()) {
+          if (a.state() == static_cast<uint32_t>(AlertState::kFiring)) firing.push_back(a.id());
+        }
+        alert_hub_->SetFiring(meta.training_job(), std::move(firing));
+      }
+    }
     spdlog::debug("restored training job '{}': {} aligned steps, {} stored steps",
                   meta.training_job(), meta.aligned_steps(), steps.size());
   }
@@ -177,6 +203,8 @@ absl::Status JobRouter::RestoreJobs(const StateStore& store, TimePoint now,
 
 void JobRouter::Drop(std::map<std::string, Job, std::less<>>::iterator it) {
   alerts_.DropJob(it->first);
+  if (kernel_ != nullptr) kernel_->DropJob(it->first);
+  if (alert_hub_ != nullptr) alert_hub_->SetFiring(it->first, {});
   metrics_->RemoveJob(it->first);
   snapshots_->Remove(it->first);
   jobs_.erase(it);
@@ -219,7 +247,8 @@ std::optional<int64_t> JobRouter::NextOffset(const std::string& topic, int32_t p
   return it->second;
 }
 
-void JobRouter::Count(Job& job, const JobDelta& d) {
+void JobRouter::Count(Job& job, const JobDelta& d, int64_t wall_now_unix_ns) {
+  if (d.aligned) job.triggered_unix_ns = wall_now_unix_ns;
   if (d.late) metrics_->rejected_late->Add(d.late);
   if (d.duplicate) metrics_->rejected_duplicate->Add(d.duplicate);
   if (d.rank_out_of_range) metrics_->rejected_rank_out_of_range->Add(d.rank_out_of_range);
@@ -231,10 +260,14 @@ void JobRouter::Count(Job& job, const JobDelta& d) {
   }
 }
 
-void JobRouter::Publish(const std::vector<AlertEvent>& events, const std::string& job) {
+void JobRouter::Publish(const std::vector<AlertEvent>& events, const std::string& job,
+                        int64_t triggered) {
+  if (events.empty()) return;
+  std::vector<v1::Alert> published;
   for (const AlertEvent& e : events) {
     metrics_->CountAlert(e.kind, e.state);
-    if (e.state == AlertState::kPending) continue;
+    // Subscribers see an alert fire and resolve; one that never fired stays internal.
+    if (e.state == AlertState::kPending || (e.state == AlertState::kResolved && !e.fired)) continue;
     const std::string& note = e.evidence ? (e.kind == AlertKind::kMemoryCreep ||
                                                     e.kind == AlertKind::kMemoryPressure ||
                                                     e.kind == AlertKind::kMemoryImbalance
@@ -242,12 +275,25 @@ void JobRouter::Publish(const std::vector<AlertEvent>& events, const std::string
                                                 : e.evidence->step.note)
                                          : std::string();
     if (e.state == AlertState::kFiring) {
-      spdlog::warn("alert #{} firing: {} ({}): {}", e.sequence, e.id, SeverityName(e.severity), note);
+      spdlog::warn("alert firing: {} ({}): {}", e.id, SeverityName(e.severity), note);
     } else {
-      spdlog::info("alert #{} resolved: {}", e.sequence, e.id);
+      spdlog::info("alert resolved: {}", e.id);
     }
+    published.emplace_back();
+    ToProto(e, &published.back());
+    published.back().set_triggered_unix_ns(triggered);
   }
-  if (!events.empty()) metrics_->SetFiring(job, alerts_.Firing(job));
+  metrics_->SetFiring(job, alerts_.Firing(job));
+  auto it = jobs_.find(job);
+  if (it != jobs_.end()) it->second.alerts_unsaved = true;
+  if (alert_hub_ == nullptr) return;
+  // The job's lifecycle state is stored with its alerts, so a restart neither forgets a firing
+  // alert nor fires it again.
+  rankwatch::Checkpoint state;
+  state.Put(StateFamily::kWindows, JobAlertsKey(job), alerts_.ExportJob(job).SerializeAsString());
+  if (absl::Status s = alert_hub_->Append(std::move(published), state); !s.ok()) {
+    if (options_.on_storage_error) options_.on_storage_error(s);
+  }
 }
 
 void JobRouter::ExpireJobs(TimePoint now) {
@@ -263,7 +309,7 @@ void JobRouter::ExpireJobs(TimePoint now) {
     }
     if (job.expired && now - job.expired_at >= options_.job_retention) {
       spdlog::info("training job '{}' removed", it->first);
-      Publish(alerts_.ForgetJob(it->first, WallNowNs()), it->first);
+      Publish(alerts_.ForgetJob(it->first, WallNowNs()), it->first, WallNowNs());
       removed_jobs_.emplace_back(it->first, job.partition);
       Drop(it++);
     } else {
@@ -274,12 +320,13 @@ void JobRouter::ExpireJobs(TimePoint now) {
 
 void JobRouter::Tick(TimePoint now) {
   ExpireJobs(now);
+  if (kernel_ != nullptr) kernel_->Publish();
   std::vector<Job*> changed_jobs;
   std::vector<std::shared_ptr<const JobSnapshot>> changed;
   const int64_t wall = WallNowNs();
   for (auto& [name, job] : jobs_) {
     if (job.expired) continue;  // its last diagnosis is frozen
-    Count(job, job.pipeline->Tick(now));
+    Count(job, job.pipeline->Tick(now), WallNowNs());
     // Silent jobs are re-evaluated every second too: silence is itself a diagnosis (hang).
     if (!job.dirty && now - job.published_at < std::chrono::seconds(1)) continue;
     job.dirty = false;
@@ -292,7 +339,17 @@ void JobRouter::Tick(TimePoint now) {
   if (changed.empty()) return;
   for (const auto& s : changed) metrics_->PublishJob(*s);
   snapshots_->Update(changed);
-  for (const auto& s : changed) Publish(alerts_.Evaluate(s, wall), s->training_job);
+  for (const auto& s : changed) {
+    auto it = jobs_.find(s->training_job);
+    // The trigger is the newest step aligned since the job's previous evaluation; without one
+    // (silence: a hang, or a finished job's clean evaluations) the evaluation itself.
+    int64_t triggered = wall;
+    if (it != jobs_.end()) {
+      if (it->second.triggered_unix_ns > 0) triggered = it->second.triggered_unix_ns;
+      it->second.triggered_unix_ns = 0;
+    }
+    Publish(alerts_.Evaluate(s, wall), s->training_job, triggered);
+  }
   for (Job* job : changed_jobs) {
     job->steps_aligned->Add(job->unpublished_aligned);
     job->steps_timed_out->Add(job->unpublished_timed_out);

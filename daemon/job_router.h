@@ -17,11 +17,14 @@
 #include "absl/status/status.h"
 #include "ingest/batch_decoder.h"
 #include "operators/job_pipeline.h"
+#include "sinks/alert_hub.h"
 #include "sinks/daemon_metrics.h"
 #include "sinks/snapshot_store.h"
 #include "state/state_store.h"
 
 namespace rankwatch {
+
+class KernelStage;
 
 struct JobRouterOptions {
   JobPipelineOptions pipeline;
@@ -33,11 +36,15 @@ struct JobRouterOptions {
   Duration job_ttl = std::chrono::hours(1);
   Duration job_retention = std::chrono::hours(1);
   AlertOptions alerts;
+  // Called when storing alerts fails (the daemon reports it like a failed checkpoint).
+  std::function<void(const absl::Status&)> on_storage_error;
 };
 
 class JobRouter {
  public:
-  JobRouter(JobRouterOptions options, DaemonMetrics* metrics, SnapshotStore* snapshots);
+  // `alert_hub` (may be null) stores and publishes the alerts.
+  JobRouter(JobRouterOptions options, DaemonMetrics* metrics, SnapshotStore* snapshots,
+            AlertHub* alert_hub = nullptr);
 
   // Handles one Kafka message. `wall_now_unix_ns` is used for the lag metric only.
   void HandleMessage(std::string_view payload, TimePoint now, int64_t wall_now_unix_ns);
@@ -80,6 +87,10 @@ class JobRouter {
 
   size_t jobs() const { return jobs_.size(); }
 
+  // Also feeds every batch to `stage` (kernel events, issue #6), publishes it at Tick and drops
+  // its jobs with the router's. Null (the default): no kernel stage. The stage outlives the router.
+  void SetKernelStage(KernelStage* stage) { kernel_ = stage; }
+
  private:
   struct Job {
     std::unique_ptr<JobPipeline> pipeline;
@@ -96,6 +107,8 @@ class JobRouter {
     bool expired = false;
     TimePoint expired_at{};
     int32_t partition = -1;  // telemetry partition, -1 while unknown
+    bool alerts_unsaved = false;  // alert lifecycle changed since the last checkpoint
+    int64_t triggered_unix_ns = 0;  // wall clock of the newest step aligned since evaluation
   };
 
   Job* FindOrCreate(const v1::SourceIdentity& source, TimePoint now);
@@ -105,12 +118,13 @@ class JobRouter {
   absl::Status RestoreJobs(const StateStore& store, TimePoint now, int64_t wall_now_unix_ns,
                            const std::function<bool(const state::v1::JobMeta&)>& accept);
   void Drop(std::map<std::string, Job, std::less<>>::iterator it);
-  void Publish(const std::vector<AlertEvent>& events, const std::string& job);
-  void Count(Job& job, const JobDelta& delta);
+  void Publish(const std::vector<AlertEvent>& events, const std::string& job, int64_t triggered);
+  void Count(Job& job, const JobDelta& delta, int64_t wall_now_unix_ns);
 
   const JobRouterOptions options_;
   DaemonMetrics* metrics_;
   SnapshotStore* snapshots_;
+  AlertHub* alert_hub_;
   BatchDecoder decoder_;
   v1::Batch batch_;  // reused decode target
   std::string detail_;
@@ -121,6 +135,7 @@ class JobRouter {
   int32_t current_partition_ = -1;  // of the message being handled
   AlertTracker alerts_;
   MetricCell* rejected_too_many_jobs_;
+  KernelStage* kernel_ = nullptr;  // issue #6
 };
 
 }  // namespace rankwatch

@@ -1,6 +1,7 @@
 // The keys of a job's durable state in the `windows` column family:
 //   "m" job                        -> state::v1::JobMeta
 //   "s" job '\0' big-endian step   -> state::v1::StoredStep (in step order)
+//   "a" job                        -> state::v1::AlertTrackerState
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,8 @@
 namespace rankwatch {
 
 inline std::string JobMetaKey(const std::string& job) { return "m" + job; }
+
+inline std::string JobAlertsKey(const std::string& job) { return "a" + job; }
 
 inline std::string JobStepPrefix(const std::string& job) { return "s" + job + '\0'; }
 

@@ -1,5 +1,6 @@
 // rankwatch: the operator's tool. Subcommands: kafka (local broker), simulate (synthetic
-// fleet), replay (vendor iteration traces), diagnose (a job's diagnosis from rankwatchd), analyze (GPU timeline analyses of
+// fleet), replay (vendor iteration traces), diagnose (a job's diagnosis from rankwatchd), alerts and top (rankwatchd's alerts; a live
+// view of every job), analyze (GPU timeline analyses of
 // Kineto traces). Bad arguments exit with code 2.
 #include <spdlog/spdlog.h>
 
@@ -22,6 +23,8 @@ int main(int argc, char** argv) {
       rankwatch::AddReplayCommand(app),
       rankwatch::AddAgentCommand(app),
       rankwatch::AddAnalyzeCommand(app),
+      rankwatch::AddAlertsCommand(app),
+      rankwatch::AddTopCommand(app),
   };
   try {
     app.parse(argc, argv);

@@ -10,6 +10,7 @@
 
 #include "daemon/daemon_config.h"
 #include "daemon/job_router.h"
+#include "daemon/kernel_stage.h"
 #include "daemon/logging.h"
 #include "daemon/stop_signal.h"
 #include "ingest/embedded_broker.h"
@@ -84,13 +85,26 @@ int Run(const DaemonConfig& config) {
   MetricsRegistry registry;
   DaemonMetrics metrics(&registry, RANKWATCH_VERSION);
   SnapshotStore snapshots;
-  auto metrics_server = MetricsHttpServer::Start(*metrics_address, &registry);
+  KernelSnapshotStore kernel_snapshots;  // issue #6: served at /kernel
+  auto metrics_server = MetricsHttpServer::Start(*metrics_address, &registry, &kernel_snapshots);
   if (!metrics_server.ok()) return Fail(metrics_server.status());
-  auto grpc_server = GrpcServer::Start(*grpc_address, &snapshots);
-  if (!grpc_server.ok()) return Fail(grpc_server.status());
-
   auto store = StateStore::Open({(*state_dir)->path() / "store"});
   if (!store.ok()) return Fail(store.status());
+  if (config.alert_subscriber_queue < 1) {
+    return Fail(absl::InvalidArgumentError("alert-subscriber-queue must be >= 1"));
+  }
+  AlertHubOptions hub_options;
+  hub_options.subscriber_queue = static_cast<size_t>(config.alert_subscriber_queue);
+  AlertHub alert_hub(store->get(), hub_options,
+                     {metrics.alert_subscribers, metrics.alert_subscribers_dropped,
+                      metrics.alerts_delivered});
+  GrpcServerOptions grpc_options;
+  grpc_options.address = *grpc_address;
+  grpc_options.snapshots = &snapshots;
+  grpc_options.alerts = &alert_hub;
+  grpc_options.tls = {config.grpc_tls_cert, config.grpc_tls_key, config.grpc_tls_client_ca};
+  auto grpc_server = GrpcServer::Start(grpc_options);
+  if (!grpc_server.ok()) return Fail(grpc_server.status());
   std::unique_ptr<StateChangelog> changelog;
   if (!config.changelog_topic.empty()) {
     StateChangelogOptions changelog_options;
@@ -127,7 +141,13 @@ int Run(const DaemonConfig& config) {
     return Fail(absl::InvalidArgumentError("memory-diagnosis.window-steps must be >= 1"));
   }
   router_options.pipeline.memory_window.steps = static_cast<size_t>(config.memory_window_steps);
-  JobRouter router(router_options, &metrics, &snapshots);
+  KernelStage kernel_stage({}, &metrics.kernel, &kernel_snapshots);
+  StateSync* sync_ptr = nullptr;
+  router_options.on_storage_error = [&](const absl::Status& s) {
+    if (sync_ptr != nullptr) sync_ptr->ReportFailure(s);
+  };
+  JobRouter router(router_options, &metrics, &snapshots, &alert_hub);
+  router.SetKernelStage(&kernel_stage);
   const auto wall_now = [] {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
                std::chrono::system_clock::now().time_since_epoch())
@@ -136,7 +156,8 @@ int Run(const DaemonConfig& config) {
   // After a storage error nothing is committed again: health goes NOT_SERVING, the last good
   // diagnoses stay served.
   StateSync sync(config.topic, store->get(), changelog.get(), &router, &metrics,
-                 [&](const absl::Status&) { (*grpc_server)->SetServing(false); });
+                 [&](const absl::Status&) { (*grpc_server)->SetStateHealthy(false); });
+  sync_ptr = &sync;
   if (absl::Status s = sync.RestoreAll(Clock::now(), wall_now()); !s.ok()) {
     return Fail(absl::Status(s.code(), std::string(s.message()) + " (state in " +
                                            (*state_dir)->path().string() +
@@ -156,16 +177,14 @@ int Run(const DaemonConfig& config) {
   auto consumer = KafkaConsumer::Create(consumer_options);
   if (!consumer.ok()) return Fail(consumer.status());
 
-  constexpr auto kTick = std::chrono::milliseconds(100);
+  // Diagnoses (and alerts) are evaluated at most this long after the step that changes them.
+  constexpr auto kTick = std::chrono::milliseconds(20);
   auto next_tick = Clock::now();
   auto next_checkpoint = Clock::now() + *checkpoint_interval;
   while (!StopRequested()) {
-    const TimePoint poll_start = Clock::now();
-    const int64_t wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                std::chrono::system_clock::now().time_since_epoch())
-                                .count();
-    (*consumer)->Poll(std::chrono::milliseconds(50), 1000, [&](const KafkaMessage& m) {
-      router.HandleMessage(m.payload, config.topic, m.partition, m.offset, poll_start, wall_ns);
+    (*consumer)->Poll(std::chrono::milliseconds(20), 1000, [&](const KafkaMessage& m) {
+      router.HandleMessage(m.payload, config.topic, m.partition, m.offset, Clock::now(),
+                           wall_now());
     });
     if (const TimePoint now = Clock::now(); now >= next_tick) {
       router.Tick(now);
@@ -238,6 +257,15 @@ int main(int argc, char** argv) {
   app.add_option("--changelog-topic", config.changelog_topic,
                  "compacted Kafka topic with a copy of the state: set it (the same on every "
                  "instance) to run several instances in one group")
+      ->capture_default_str();
+  app.add_option("--grpc-tls-cert", config.grpc_tls_cert,
+                 "PEM certificate chain for gRPC over TLS (with --grpc-tls-key)");
+  app.add_option("--grpc-tls-key", config.grpc_tls_key, "PEM private key for gRPC over TLS");
+  app.add_option("--grpc-tls-client-ca", config.grpc_tls_client_ca,
+                 "PEM CA: gRPC clients must present a certificate it signed (mutual TLS)");
+  app.add_option("--alert-subscriber-queue", config.alert_subscriber_queue,
+                 "alerts a WatchAlerts subscriber may fall behind before it is disconnected "
+                 "(it can resume)")
       ->capture_default_str();
   app.add_option("--log-level", config.log_level, "trace, debug, info, warn, error")
       ->capture_default_str();

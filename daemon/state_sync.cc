@@ -23,6 +23,8 @@ absl::Status StateSync::RestoreAll(TimePoint now, int64_t wall_now_unix_ns) {
   return s;
 }
 
+void StateSync::ReportFailure(const absl::Status& status) { Fail(status); }
+
 void StateSync::Fail(const absl::Status& status) {
   if (failed_) return;
   failed_ = true;
@@ -74,6 +76,9 @@ absl::Status StateSync::FullState(int32_t partition, rankwatch::Checkpoint* out)
     if (!meta.ok()) return meta.status();
     if (!*meta) continue;
     out->Put(StateFamily::kWindows, JobMetaKey(job), **meta);
+    auto alerts = store_->Get(StateFamily::kWindows, JobAlertsKey(job));
+    if (!alerts.ok()) return alerts.status();
+    if (*alerts) out->Put(StateFamily::kWindows, JobAlertsKey(job), **alerts);
     absl::Status s = store_->ForEach(StateFamily::kWindows, JobStepPrefix(job),
                                      [&](std::string_view k, std::string_view v) {
                                        out->Put(StateFamily::kWindows, std::string(k),
@@ -101,6 +106,7 @@ absl::Status StateSync::Adopt(int32_t partition, const ChangelogPartition& from)
                                      }
                                      const std::string& job = meta.training_job();
                                      c.Delete(StateFamily::kWindows, JobMetaKey(job));
+                                     c.Delete(StateFamily::kWindows, JobAlertsKey(job));
                                      c.DeleteRange(StateFamily::kWindows, JobStepKey(job, 0),
                                                    JobStepKey(job, UINT64_MAX));
                                    });

@@ -52,6 +52,9 @@ class StateSync {
 
   bool failed() const { return failed_; }
 
+  // A write elsewhere (the alert log) failed: the same sticky failure as a checkpoint's.
+  void ReportFailure(const absl::Status& status);
+
  private:
   std::optional<int64_t> Assign(int32_t partition, TimePoint now, int64_t wall_now_unix_ns);
   // Replaces the local store's state of `partition` by the changelog's.

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -141,8 +142,19 @@ void KafkaConsumer::Close() {
 size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_messages,
                            const std::function<void(const KafkaMessage&)>& on_message) {
   std::vector<rd_kafka_message_t*> messages(max_messages);
-  const ssize_t n = rd_kafka_consume_batch_queue(queue_, static_cast<int>(timeout.count()),
-                                                 messages.data(), max_messages);
+  // A batch read waits for a full batch or the timeout, which would hold messages that have
+  // arrived for up to `timeout`: take what is there, and wait only when nothing is.
+  ssize_t n = rd_kafka_consume_batch_queue(queue_, 0, messages.data(), max_messages);
+  if (n == 0) {
+    if (rd_kafka_message_t* first = rd_kafka_consume_queue(queue_, static_cast<int>(timeout.count()))) {
+      messages[0] = first;
+      const ssize_t more = max_messages > 1
+                               ? rd_kafka_consume_batch_queue(queue_, 0, messages.data() + 1,
+                                                              max_messages - 1)
+                               : 0;
+      n = 1 + std::max<ssize_t>(more, 0);
+    }
+  }
   if (n < 0) {
     spdlog::warn("kafka consume: {}", rd_kafka_err2str(rd_kafka_last_error()));
     return 0;

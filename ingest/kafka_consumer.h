@@ -57,7 +57,8 @@ class KafkaConsumer {
   KafkaConsumer(const KafkaConsumer&) = delete;
   KafkaConsumer& operator=(const KafkaConsumer&) = delete;
 
-  // Waits up to `timeout` for up to `max_messages` messages and calls `on_message` for each,
+  // Takes up to `max_messages` messages that have arrived, waiting up to `timeout` only when
+  // none has, and calls `on_message` for each,
   // in partition order. Consumer errors are logged, not returned. Returns messages handled.
   size_t Poll(std::chrono::milliseconds timeout, size_t max_messages,
               const std::function<void(const KafkaMessage&)>& on_message);

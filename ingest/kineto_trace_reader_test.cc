@@ -92,6 +92,49 @@ TEST(KinetoTraceReader, MissingDistributedInfoAndStepsAreFine) {
   EXPECT_EQ(t->events.size(), 1u);
 }
 
+// Kineto writes baseTimeNanoseconds after traceEvents, as the last member, ended by the
+// document's closing brace (the hta-nccl-ddp-rank0 fixture does).
+TEST(KinetoTraceReader, ReadsTheLastMemberAfterTraceEvents) {
+  const std::string events = R"("traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{}}])";
+  for (const std::string& text : {
+           "{" + events + R"(,"baseTimeNanoseconds":1711964646000000000})",
+           "{\n  " + events + ",\n  \"traceName\": \"x\",\n  \"baseTimeNanoseconds\": 1711964646000000000\n}",
+           "{" + events + R"(, "baseTimeNanoseconds" : "1711964646000000000" } )" + "\n\n",
+           "{" + events + R"(,"distributedInfo":{"rank": 5},"baseTimeNanoseconds":1711964646000000000})",
+       }) {
+    auto t = ParseText(text);
+    ASSERT_TRUE(t.ok()) << t.status() << " in " << text;
+    EXPECT_EQ(t->base_time_unix_ns, 1711964646000000000) << text;
+    EXPECT_EQ(t->events.size(), 1u) << text;
+  }
+  auto t = ParseText("{" + events + R"(,"distributedInfo":{"rank": 5, "world_size": 8}})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->json_rank, 5u);
+  EXPECT_EQ(t->hta_rank, 5u);
+  EXPECT_EQ(t->world_size, 8u);
+}
+
+// The reader gets the file in 4 MiB pieces: the last member must survive a piece boundary
+// anywhere in it (in the key, at the colon, in the number, just before the closing brace).
+TEST(KinetoTraceReader, ReadsTheLastMemberAcrossAPieceBoundary) {
+  constexpr size_t kPiece = 4 << 20;
+  const std::string head = R"({"traceEvents":[{"ph":"X","cat":"kernel","name":")";
+  const std::string mid = R"(","ts":1,"dur":2,"args":{}}],)";
+  const std::string last = R"("baseTimeNanoseconds": 1711964646000000000)";
+  for (size_t cut : {size_t{0}, size_t{1}, size_t{10}, size_t{21}, size_t{22}, size_t{30},
+                     last.size() - 1, last.size()}) {
+    // The piece ends `cut` bytes into the last member.
+    const size_t pad = kPiece - head.size() - mid.size() - cut;
+    const std::string text = head + std::string(pad, 'n') + mid + last + "}";
+    ASSERT_EQ(text.substr(kPiece - cut, 1), last.substr(0, 1));
+    auto t = ParseText(text);
+    ASSERT_TRUE(t.ok()) << t.status() << " cut " << cut;
+    EXPECT_EQ(t->base_time_unix_ns, 1711964646000000000) << "cut " << cut;
+    ASSERT_EQ(t->events.size(), 1u);
+    EXPECT_EQ(t->str(t->events[0].name).size(), pad);
+  }
+}
+
 TEST(KinetoTraceReader, BadFilesNameTheFileAndTheReason) {
   auto missing = ReadKinetoTrace("/nonexistent/trace.json");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);

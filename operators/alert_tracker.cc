@@ -1,5 +1,6 @@
 #include "operators/alert_tracker.h"
 
+#include <algorithm>
 #include <set>
 
 namespace rankwatch {
@@ -80,6 +81,7 @@ std::string_view AlertStateName(AlertState state) {
 
 AlertEvent AlertTracker::Emit(Active& a, AlertState state, int64_t at) {
   a.last.state = state;
+  if (state == AlertState::kFiring) a.last.fired = true;
   a.last.sequence = next_sequence_++;
   a.last.at_unix_ns = at;
   return a.last;
@@ -140,6 +142,49 @@ std::vector<AlertEvent> AlertTracker::ForgetJob(const std::string& job, int64_t 
     it = active_.erase(it);
   }
   return events;
+}
+
+state::v1::AlertTrackerState AlertTracker::ExportJob(const std::string& job) const {
+  state::v1::AlertTrackerState out;
+  out.set_training_job(job);
+  for (auto it = active_.lower_bound({job, ""}); it != active_.end() && it->first.first == job; ++it) {
+    const Active& a = it->second;
+    state::v1::ActiveAlert* x = out.add_alerts();
+    x->set_id(a.last.id);
+    x->set_kind(static_cast<uint32_t>(a.last.kind));
+    x->set_subject(a.last.subject);
+    x->set_state(static_cast<uint32_t>(a.last.state));
+    x->set_severity(static_cast<uint32_t>(a.last.severity));
+    x->set_cause(static_cast<uint32_t>(a.last.cause));
+    x->set_at_unix_ns(a.last.at_unix_ns);
+    x->set_consecutive(a.consecutive);
+    x->set_clean(a.clean);
+    x->set_fired(a.last.fired);
+  }
+  return out;
+}
+
+void AlertTracker::RestoreJob(const state::v1::AlertTrackerState& state) {
+  const std::string& job = state.training_job();
+  DropJob(job);
+  for (const state::v1::ActiveAlert& x : state.alerts()) {
+    if (x.kind() > static_cast<uint32_t>(AlertKind::kWaitHeavy) ||
+        x.state() > static_cast<uint32_t>(AlertState::kResolved)) {
+      continue;  // written by a newer build: forget it rather than guess
+    }
+    Active& a = active_[{job, x.id().substr(std::min(x.id().size(), job.size() + 1))}];
+    a.last.id = x.id();
+    a.last.training_job = job;
+    a.last.kind = static_cast<AlertKind>(x.kind());
+    a.last.subject = x.subject();
+    a.last.state = static_cast<AlertState>(x.state());
+    a.last.severity = static_cast<Severity>(x.severity());
+    a.last.cause = static_cast<StragglerCause>(x.cause());
+    a.last.at_unix_ns = x.at_unix_ns();
+    a.last.fired = x.fired();
+    a.consecutive = x.consecutive();
+    a.clean = x.clean();
+  }
 }
 
 void AlertTracker::DropJob(const std::string& job) {

@@ -51,6 +51,7 @@ struct AlertEvent {
   Severity severity = Severity::kWarn;
   StragglerCause cause = StragglerCause::kNone;
   int64_t at_unix_ns = 0;
+  bool fired = false;  // this fingerprint reached firing (a resolved one that never did is noise)
   // The snapshot whose diagnosis raised (or last confirmed) the alert.
   std::shared_ptr<const JobSnapshot> evidence;
 };
@@ -70,6 +71,12 @@ class AlertTracker {
 
   // Forgets a job without events: its alerts moved to another daemon instance with it.
   void DropJob(const std::string& training_job);
+
+  // The lifecycle state of one job's active alerts (to store with the job), and its restore
+  // (after a restart, or on the instance the job moved to). Evidence is not stored: the next
+  // evaluation brings it.
+  state::v1::AlertTrackerState ExportJob(const std::string& training_job) const;
+  void RestoreJob(const state::v1::AlertTrackerState& state);
 
   // Firing alerts of one job, per kind.
   std::map<AlertKind, int> Firing(const std::string& training_job) const;

@@ -47,6 +47,26 @@ TEST(AlertTrackerTest, PendingThenFiringThenResolved) {
   EXPECT_EQ(t.active(), 0u);
 }
 
+TEST(AlertTrackerTest, ARestoredJobNeitherForgetsNorRefiresItsAlerts) {
+  AlertTracker before({.fire_after = 3, .resolve_after = 10});
+  for (int i = 0; i < 3; ++i) before.Evaluate(Straggler("j", 4), i);
+  before.Evaluate(Straggler("other", 1), 5);
+  const state::v1::AlertTrackerState saved = before.ExportJob("j");
+  ASSERT_EQ(saved.alerts_size(), 1);
+
+  AlertTracker after({.fire_after = 3, .resolve_after = 10});
+  after.RestoreJob(saved);
+  EXPECT_EQ(after.Firing("j").at(AlertKind::kStraggler), 1);
+  EXPECT_TRUE(after.Firing("other").empty());             // only the job that was restored
+  EXPECT_TRUE(after.Evaluate(Straggler("j", 4), 10).empty());  // still firing: no new event
+  for (int i = 0; i < 9; ++i) EXPECT_TRUE(after.Evaluate(Healthy("j"), 11 + i).empty());
+  auto e = after.Evaluate(Healthy("j"), 30);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].state, AlertState::kResolved);
+  EXPECT_TRUE(e[0].fired);
+  EXPECT_EQ(e[0].id, "j|straggler|rank:4");
+}
+
 TEST(AlertTrackerTest, AFlappingConditionNeverFiresTwiceWhileActive) {
   AlertTracker t({.fire_after = 1, .resolve_after = 3});
   EXPECT_EQ(t.Evaluate(Straggler("j", 2), 0).size(), 2u);  // pending and firing at once

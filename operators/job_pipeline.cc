@@ -110,6 +110,11 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   for (int p = 0; p < kPhaseCount; ++p) s.phases[p] = s.step.phases[p].stat;
   s.memory = DiagnoseMemory(*memory_window_, options_.memory);
   s.rank_nodes = rank_nodes_;
+  s.rank_totals = std::make_shared<const std::vector<StepWindow::RankTotals>>(window_->totals());
+  s.rank_peak_allocated =
+      std::make_shared<const std::vector<double>>(memory_window_->rank_peaks(MemoryKind::kAllocated));
+  s.rank_peak_reserved =
+      std::make_shared<const std::vector<double>>(memory_window_->rank_peaks(MemoryKind::kReserved));
   return s;
 }
 

@@ -57,6 +57,11 @@ struct JobSnapshot {
   StepDiagnosis step;
   MemoryDiagnosis memory;
   int64_t evaluated_unix_ns = 0;        // wall clock of the evaluation, set by the caller
+  // Each rank's phase sums and counts over the window (for per-rank detail), and its memory
+  // peaks over the memory window (0 = none reported), indexed by rank.
+  std::shared_ptr<const std::vector<StepWindow::RankTotals>> rank_totals;
+  std::shared_ptr<const std::vector<double>> rank_peak_allocated;
+  std::shared_ptr<const std::vector<double>> rank_peak_reserved;
   // Node of each rank ("" when unknown); shared with the pipeline, replaced when one changes.
   std::shared_ptr<const std::vector<std::string>> rank_nodes;
   // The node of `rank`, or "" when unknown.

@@ -2,7 +2,7 @@
 
 namespace rankwatch {
 
-DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) {
+DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : kernel(r) {
   r->Gauge("rankwatch_build_info", "Build of this daemon; always 1.", {"version"})
       ->WithLabels({version})
       ->Set(1);
@@ -51,6 +51,16 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) {
   state_errors = r->Counter("rankwatch_state_errors_total",
                             "Failed state writes (the first one stops checkpointing).", {})
                      ->WithLabels({});
+  alert_subscribers = r->Gauge("rankwatch_alert_subscribers",
+                               "Connected WatchAlerts subscribers.", {})
+                          ->WithLabels({});
+  alert_subscribers_dropped =
+      r->Counter("rankwatch_alert_subscribers_dropped_total",
+                 "Subscribers disconnected because their queue overflowed (they can resume).", {})
+          ->WithLabels({});
+  alerts_delivered = r->Counter("rankwatch_alerts_delivered_total",
+                                "Alerts handed to WatchAlerts subscribers.", {})
+                         ->WithLabels({});
   steps_aligned_ = r->Counter("rankwatch_steps_aligned_total",
                               "Steps aligned across the ranks of a job.", {"training_job"});
   steps_timed_out_ = r->Counter(
@@ -211,6 +221,7 @@ void DaemonMetrics::RemoveJob(const std::string& job) {
         memory_steps_to_full_}) {
     f->RemoveWhereFirstLabel(job);
   }
+  kernel.RemoveJob(job);
 }
 
 }  // namespace rankwatch

@@ -10,6 +10,7 @@
 #include "ingest/batch_decoder.h"
 #include "operators/alert_tracker.h"
 #include "operators/job_pipeline.h"
+#include "sinks/kernel_metrics.h"
 #include "sinks/metrics_registry.h"
 
 namespace rankwatch {
@@ -39,6 +40,13 @@ class DaemonMetrics {
   MetricCell* checkpoint_seconds;
   MetricCell* checkpoint_bytes;
   MetricCell* state_errors;
+  // The live GPU-timeline families (issue #6), published by KernelStage.
+  KernelMetrics kernel;
+  // Alert subscribers (WatchAlerts streams): connected now, disconnected as too slow, alerts
+  // handed to them.
+  MetricCell* alert_subscribers;
+  MetricCell* alert_subscribers_dropped;
+  MetricCell* alerts_delivered;
 
   // Per-job series.
   MetricCell* StepsAligned(const std::string& job);

@@ -149,4 +149,19 @@ void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out
   FillMemory(s, out->mutable_memory());
 }
 
+void ToProto(const AlertEvent& e, v1::Alert* out) {
+  out->set_id(e.id);
+  out->set_training_job(e.training_job);
+  out->set_kind(static_cast<v1::AlertKind>(static_cast<int>(e.kind) + 1));
+  out->set_subject(e.subject);
+  out->set_state(static_cast<v1::AlertState>(static_cast<int>(e.state) + 1));
+  out->set_severity(ToProto(e.severity));
+  out->set_cause(static_cast<v1::StragglerCause>(static_cast<int>(e.cause)));
+  out->set_scope(e.subject.rfind("rank:", 0) == 0   ? v1::SCOPE_RANK
+                 : e.subject.rfind("node:", 0) == 0 ? v1::SCOPE_NODE
+                                                    : v1::SCOPE_JOB);
+  out->set_at_unix_ns(e.at_unix_ns);
+  if (e.evidence) ToProto(*e.evidence, e.evidence->evaluated_unix_ns, out->mutable_evidence());
+}
+
 }  // namespace rankwatch

@@ -2,6 +2,7 @@
 // proto/rankwatch/v1/service.proto.
 #pragma once
 
+#include "operators/alert_tracker.h"
 #include "operators/job_pipeline.h"
 #include "rankwatch/v1/service.pb.h"
 
@@ -14,5 +15,8 @@ v1::Phase ToProto(Phase phase);
 
 // Fills `out` with the job's step-time and memory diagnoses and their evidence.
 void ToProto(const JobSnapshot& snapshot, int64_t evaluated_unix_ns, v1::Diagnosis* out);
+
+// Fills `out` with an alert event and the diagnosis that raised it (sequence not set).
+void ToProto(const AlertEvent& event, v1::Alert* out);
 
 }  // namespace rankwatch

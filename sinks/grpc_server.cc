@@ -5,6 +5,8 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
+#include <fstream>
+#include <sstream>
 
 #include "rankwatch/v1/service.grpc.pb.h"
 #include "sinks/diagnosis_proto.h"
@@ -12,9 +14,13 @@
 namespace rankwatch {
 namespace {
 
+constexpr char kServiceName[] = "rankwatch.v1.RankWatch";
+constexpr char kStateServiceName[] = "rankwatch.state";
+
 class RankWatchService final : public v1::RankWatch::Service {
  public:
-  explicit RankWatchService(const SnapshotStore* snapshots) : snapshots_(snapshots) {}
+  RankWatchService(const SnapshotStore* snapshots, AlertHub* alerts)
+      : snapshots_(snapshots), alerts_(alerts) {}
 
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
                         v1::ListJobsResponse* response) override {
@@ -29,6 +35,15 @@ class RankWatchService final : public v1::RankWatch::Service {
       j->set_last_record_unix_ns(s.last_record_unix_ns);
       j->set_step_label(ToProto(s.step.label));
       j->set_memory_label(ToProto(s.memory.label));
+      j->set_step_severity(ToProto(s.step.severity));
+      j->set_memory_severity(ToProto(s.memory.severity));
+      for (uint32_t r : s.step.culprit_ranks) j->add_culprit_ranks(r);
+      j->set_step_skew(s.phases[static_cast<int>(Phase::kStep)].skew);
+      j->set_wait_share(s.step.wait_share);
+      j->set_input_share(s.step.input_share);
+      if (alerts_ != nullptr) {
+        for (const std::string& id : alerts_->Firing(job)) j->add_firing_alerts(id);
+      }
     }
     return grpc::Status::OK;
   }
@@ -43,34 +58,142 @@ class RankWatchService final : public v1::RankWatch::Service {
     ToProto(*it->second, it->second->evaluated_unix_ns, response);
     return grpc::Status::OK;
   }
-  grpc::Status GetRankDetail(grpc::ServerContext*, const v1::GetRankDetailRequest*,
-                             v1::RankDetail*) override {
-    return {grpc::StatusCode::UNIMPLEMENTED, "rank detail arrives with issue #5"};
+
+  grpc::Status GetRankDetail(grpc::ServerContext*, const v1::GetRankDetailRequest* request,
+                             v1::RankDetail* response) override {
+    auto snapshots = snapshots_->Get();
+    auto it = snapshots->find(request->training_job());
+    if (it == snapshots->end()) {
+      return {grpc::StatusCode::NOT_FOUND, "no training job '" + request->training_job() + "'"};
+    }
+    const JobSnapshot& s = *it->second;
+    const uint32_t rank = request->rank();
+    if (rank >= s.world_size) {
+      return {grpc::StatusCode::OUT_OF_RANGE, "training job '" + s.training_job + "' has " +
+                                                  std::to_string(s.world_size) + " ranks"};
+    }
+    response->set_training_job(s.training_job);
+    response->set_rank(rank);
+    response->set_node(s.NodeOf(rank));
+    response->set_last_step(s.window_last_step);
+    response->set_window_steps(s.window_steps);
+    if (s.rank_totals && rank < s.rank_totals->size()) {
+      const auto& totals = (*s.rank_totals)[rank];
+      for (int p = 0; p < kPhaseCount; ++p) {
+        if (totals.count[p] == 0) continue;
+        const double mean = static_cast<double>(totals.sum_ns[p]) / totals.count[p] * 1e-9;
+        v1::RankPhase* phase = response->add_phases();
+        phase->set_phase(ToProto(static_cast<Phase>(p)));
+        phase->set_seconds(mean);
+        phase->set_excess_seconds(mean - s.phases[p].median_seconds);
+      }
+    }
+    if (s.rank_peak_allocated && rank < s.rank_peak_allocated->size()) {
+      response->set_peak_allocated_bytes((*s.rank_peak_allocated)[rank]);
+    }
+    if (s.rank_peak_reserved && rank < s.rank_peak_reserved->size()) {
+      response->set_peak_reserved_bytes((*s.rank_peak_reserved)[rank]);
+    }
+    return grpc::Status::OK;
   }
-  grpc::Status WatchAlerts(grpc::ServerContext*, const v1::WatchAlertsRequest*,
-                           grpc::ServerWriter<v1::Alert>*) override {
-    return {grpc::StatusCode::UNIMPLEMENTED, "alerts arrive with issue #5"};
+
+  grpc::Status WatchAlerts(grpc::ServerContext* context, const v1::WatchAlertsRequest* request,
+                           grpc::ServerWriter<v1::Alert>* writer) override {
+    if (alerts_ == nullptr) return {grpc::StatusCode::UNAVAILABLE, "alerts are not enabled"};
+    AlertFilter filter;
+    filter.training_job = request->training_job();
+    for (int k : request->kinds()) filter.kinds.insert(k);
+    filter.min_severity = request->min_severity();
+    // Subscribe first, so nothing falls between the stored backlog and the live alerts.
+    std::unique_ptr<AlertHub::Subscription> sub =
+        alerts_->Subscribe(filter, [context] { context->TryCancel(); });
+    uint64_t last_sent = request->after_sequence();
+    bool writing = true;
+    alerts_->Backlog(request->after_sequence(), sub->live_from(), filter,
+                     [&](std::shared_ptr<const v1::Alert> a) {
+                       if (writing && writer->Write(*a)) {
+                         last_sent = a->sequence();
+                       } else {
+                         writing = false;
+                       }
+                     });
+    if (!writing || context->IsCancelled()) return {grpc::StatusCode::CANCELLED, "client went away"};
+    if (request->backlog_only()) return grpc::Status::OK;
+    while (true) {
+      std::shared_ptr<const v1::Alert> alert;
+      switch (sub->Next(std::chrono::milliseconds(500), &alert)) {
+        case AlertHub::Subscription::Wait::kAlert:
+          if (alert->sequence() <= last_sent) break;
+          if (!writer->Write(*alert)) return {grpc::StatusCode::CANCELLED, "client went away"};
+          last_sent = alert->sequence();
+          break;
+        case AlertHub::Subscription::Wait::kTimeout:
+          if (context->IsCancelled()) return {grpc::StatusCode::CANCELLED, "client went away"};
+          break;
+        case AlertHub::Subscription::Wait::kOverflow:
+          return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  "subscriber too slow: resume with after_sequence=" + std::to_string(last_sent)};
+        case AlertHub::Subscription::Wait::kClosed:
+          return {grpc::StatusCode::UNAVAILABLE,
+                  "server shutting down: resume with after_sequence=" + std::to_string(last_sent)};
+      }
+    }
   }
 
  private:
   const SnapshotStore* snapshots_;
+  AlertHub* alerts_;
 };
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in || text.str().empty()) {
+    return absl::InvalidArgumentError(std::string("cannot read the gRPC TLS ") + what + " " + path);
+  }
+  return text.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const GrpcTlsOptions& tls) {
+  if (tls.cert_file.empty() && tls.key_file.empty() && tls.client_ca_file.empty()) {
+    return grpc::InsecureServerCredentials();
+  }
+  if (tls.cert_file.empty() || tls.key_file.empty()) {
+    return absl::InvalidArgumentError("gRPC TLS needs both a certificate and a key file");
+  }
+  auto cert = ReadPem(tls.cert_file, "certificate");
+  if (!cert.ok()) return cert.status();
+  auto key = ReadPem(tls.key_file, "key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!tls.client_ca_file.empty()) {
+    auto ca = ReadPem(tls.client_ca_file, "client CA");
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const ListenAddress& address,
-                                                              const SnapshotStore* snapshots) {
+absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOptions& options) {
+  auto credentials = Credentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   auto self = std::unique_ptr<GrpcServer>(new GrpcServer());
-  self->service_ = std::make_unique<RankWatchService>(snapshots);
+  self->service_ = std::make_unique<RankWatchService>(options.snapshots, options.alerts);
+  self->alerts_ = options.alerts;
   grpc::ServerBuilder builder;
   int port = 0;
+  const ListenAddress& address = options.address;
   const std::string host = address.host.find(':') != std::string::npos
                                ? "[" + address.host + "]"
                                : address.host;
-  builder.AddListeningPort(host + ":" + std::to_string(address.port),
-                           grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(host + ":" + std::to_string(address.port), *credentials, &port);
   builder.RegisterService(self->service_.get());
   self->server_ = builder.BuildAndStart();
   if (!self->server_ || port == 0) {
@@ -79,19 +202,31 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const ListenAddres
   self->address_ = address;
   self->address_.port = port;
   self->SetServing(true);
+  self->SetStateHealthy(true);
   return self;
 }
 
 GrpcServer::~GrpcServer() { Stop(); }
 
 void GrpcServer::SetServing(bool serving) {
+  if (!server_) return;
   if (auto* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(serving);
   }
 }
 
+void GrpcServer::SetStateHealthy(bool healthy) {
+  if (!server_) return;
+  if (auto* health = server_->GetHealthCheckService()) {
+    health->SetServingStatus("", healthy);
+    health->SetServingStatus(kStateServiceName, healthy);
+    health->SetServingStatus(kServiceName, true);
+  }
+}
+
 void GrpcServer::Stop() {
   if (!server_) return;
+  if (alerts_ != nullptr) alerts_->Close();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_->Wait();
   server_.reset();

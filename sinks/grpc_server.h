@@ -1,14 +1,22 @@
 // GrpcServer: the rankwatch.v1.RankWatch service plus gRPC health checking and server
-// reflection, on its own threads.
+// reflection, on its own threads, over plaintext or TLS (mutual TLS with a client CA).
 //
-// ListJobs and GetDiagnosis answer from the SnapshotStore. GetRankDetail and WatchAlerts return UNIMPLEMENTED until issue #5.
+// ListJobs, GetDiagnosis and GetRankDetail answer from the SnapshotStore; WatchAlerts streams
+// the AlertHub's stored alerts after the requested sequence and then live ones. A subscriber
+// that falls `subscriber_queue` alerts behind is disconnected with RESOURCE_EXHAUSTED and a
+// message saying where to resume; the pipeline never waits for it.
+//
+// Health, per service: "rankwatch.v1.RankWatch" is SERVING while queries are answered; the
+// overall service "" and "rankwatch.state" turn NOT_SERVING after a storage error.
 //
 // Thread-safe.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
+#include "sinks/alert_hub.h"
 #include "sinks/listen_address.h"
 #include "sinks/snapshot_store.h"
 
@@ -19,16 +27,31 @@ class Service;
 
 namespace rankwatch {
 
+struct GrpcTlsOptions {
+  std::string cert_file;       // server certificate chain (PEM); empty: plaintext
+  std::string key_file;        // its private key (PEM)
+  std::string client_ca_file;  // set: clients must present a certificate signed by this CA
+};
+
+struct GrpcServerOptions {
+  ListenAddress address;
+  const SnapshotStore* snapshots = nullptr;  // required
+  AlertHub* alerts = nullptr;                // null: WatchAlerts is UNAVAILABLE
+  GrpcTlsOptions tls;
+};
+
 class GrpcServer {
  public:
-  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const ListenAddress& address,
-                                                           const SnapshotStore* snapshots);
+  // Unreadable certificate files are InvalidArgument naming the file.
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const GrpcServerOptions& options);
   ~GrpcServer();
 
   const ListenAddress& address() const { return address_; }
-  // Sets every service's health to SERVING (true) or NOT_SERVING.
+  // Every service SERVING (true) or NOT_SERVING (shutdown).
   void SetServing(bool serving);
-  // Stops accepting calls and waits up to 2 s for running ones.
+  // After a storage error: "" and "rankwatch.state" NOT_SERVING; queries go on.
+  void SetStateHealthy(bool healthy);
+  // Stops accepting calls, ends alert streams, and waits up to 2 s for running calls.
   void Stop();
 
  private:
@@ -36,6 +59,7 @@ class GrpcServer {
 
   std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<grpc::Server> server_;
+  AlertHub* alerts_ = nullptr;
   ListenAddress address_;
 };
 

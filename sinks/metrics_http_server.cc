@@ -2,10 +2,12 @@
 
 #include <httplib.h>
 
+#include "sinks/kernel_json.h"
+
 namespace rankwatch {
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const ListenAddress& address, const MetricsRegistry* registry) {
+    const ListenAddress& address, const MetricsRegistry* registry, const KernelSnapshotStore* kernel) {
   auto self = std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer());
   self->server_ = std::make_unique<httplib::Server>();
   httplib::Server& s = *self->server_;
@@ -15,6 +17,23 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
+  if (kernel != nullptr) {
+    s.Get("/kernel", [kernel](const httplib::Request& req, httplib::Response& res) {
+      if (!req.has_param("training_job")) {
+        std::vector<std::string> jobs;
+        for (const auto& [job, snapshot] : *kernel->GetAll()) jobs.push_back(job);
+        res.set_content(KernelJobListJson(jobs), "application/json");
+        return;
+      }
+      auto snapshot = kernel->Get(req.get_param_value("training_job"));
+      if (snapshot == nullptr) {
+        res.status = 404;
+        res.set_content("{\"error\": \"no kernel events for this training job\"}\n", "application/json");
+        return;
+      }
+      res.set_content(KernelJobJson(*snapshot), "application/json");
+    });
+  }
   s.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("rankwatchd: metrics at /metrics\n", "text/plain");
   });

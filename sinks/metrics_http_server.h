@@ -1,5 +1,7 @@
 // MetricsHttpServer: serves the registry at GET /metrics (Prometheus text format) and a
-// liveness answer at GET /healthz, on its own threads.
+// liveness answer at GET /healthz, on its own threads. With a KernelSnapshotStore it also serves
+// each job's live kernel results as JSON at GET /kernel?training_job=J (GET /kernel lists the
+// jobs; an unknown job is 404).
 //
 // Thread-safe. Start once, Stop once (the destructor stops).
 #pragma once
@@ -9,6 +11,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "sinks/kernel_snapshot_store.h"
 #include "sinks/listen_address.h"
 #include "sinks/metrics_registry.h"
 
@@ -21,8 +24,9 @@ namespace rankwatch {
 class MetricsHttpServer {
  public:
   // Binds `address` (port 0 picks a free port) and starts serving `registry`.
-  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const ListenAddress& address,
-                                                                   const MetricsRegistry* registry);
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
+      const ListenAddress& address, const MetricsRegistry* registry,
+      const KernelSnapshotStore* kernel = nullptr);
   ~MetricsHttpServer();
 
   // The bound address, with the real port.

@@ -204,6 +204,31 @@ absl::Status StateStore::ForEach(
   return FromRocks(it->status(), "state scan failed");
 }
 
+absl::Status StateStore::Scan(StateFamily family, std::string_view from,
+                              const std::function<bool(std::string_view, std::string_view)>& fn) const {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), families_[static_cast<int>(family)]));
+  for (it->Seek(rocksdb::Slice(from.data(), from.size())); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    if (!fn(std::string_view(k.data(), k.size()),
+            std::string_view(it->value().data(), it->value().size()))) {
+      break;
+    }
+  }
+  return FromRocks(it->status(), "state scan failed");
+}
+
+absl::StatusOr<std::optional<std::string>> StateStore::LastKey(StateFamily family) const {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), families_[static_cast<int>(family)]));
+  it->SeekToLast();
+  if (!it->Valid()) {
+    if (absl::Status s = FromRocks(it->status(), "state scan failed"); !s.ok()) return s;
+    return std::optional<std::string>();
+  }
+  return std::optional<std::string>(it->key().ToString());
+}
+
 absl::StatusOr<std::map<std::pair<std::string, int32_t>, int64_t>> StateStore::Offsets() const {
   std::map<std::pair<std::string, int32_t>, int64_t> out;
   absl::Status bad;

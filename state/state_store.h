@@ -101,6 +101,14 @@ class StateStore {
   // Calls `fn(key, value)` for every key of `family` starting with `prefix`, in key order.
   absl::Status ForEach(StateFamily family, std::string_view prefix,
                        const std::function<void(std::string_view, std::string_view)>& fn) const;
+  // Calls `fn(key, value)` for every key of `family` from `from` on, in key order, until `fn`
+  // returns false.
+  absl::Status Scan(StateFamily family, std::string_view from,
+                    const std::function<bool(std::string_view, std::string_view)>& fn) const;
+
+  // The greatest key of `family`, or nullopt when it is empty.
+  absl::StatusOr<std::optional<std::string>> LastKey(StateFamily family) const;
+
   // Stored next offsets: (topic, partition) -> offset.
   absl::StatusOr<std::map<std::pair<std::string, int32_t>, int64_t>> Offsets() const;
 

@@ -56,7 +56,7 @@ absl::StatusOr<FaultSpec> ParseFaultSpec(std::string_view text) {
   const std::string quoted = "fault '" + std::string(text) + "': ";
   const std::vector<std::string_view> parts = Split(text, ':');
   if (parts.size() < 2 || parts.size() > 4) {
-    return absl::InvalidArgumentError(quoted + "expected KIND:TARGET[:MAGNITUDE[:FROM_STEP]]");
+    return absl::InvalidArgumentError(quoted + "expected KIND:TARGET[:MAGNITUDE[:FROM_STEP[-UNTIL_STEP]]]");
   }
   FaultSpec spec;
   const KindInfo* info = nullptr;
@@ -94,8 +94,16 @@ absl::StatusOr<FaultSpec> ParseFaultSpec(std::string_view text) {
       return absl::InvalidArgumentError(quoted + "MAGNITUDE must be a number >= 0");
     }
   }
-  if (parts.size() == 4 && !ParseNumber(parts[3], &spec.from_step)) {
-    return absl::InvalidArgumentError(quoted + "FROM_STEP must be a step number");
+  if (parts.size() == 4) {
+    const size_t dash = parts[3].find('-');
+    if (!ParseNumber(parts[3].substr(0, dash), &spec.from_step)) {
+      return absl::InvalidArgumentError(quoted + "FROM_STEP must be a step number");
+    }
+    if (dash != std::string::npos &&
+        (!ParseNumber(parts[3].substr(dash + 1), &spec.until_step) ||
+         spec.until_step <= spec.from_step)) {
+      return absl::InvalidArgumentError(quoted + "UNTIL_STEP must be a step number after FROM_STEP");
+    }
   }
   return spec;
 }

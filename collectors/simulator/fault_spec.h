@@ -1,5 +1,6 @@
 // FaultSpec: one fault the fleet simulator injects, parsed from the command line as
-// `KIND:TARGET[:MAGNITUDE[:FROM_STEP]]`, TARGET a rank number, `node<N>` or `all`.
+// `KIND:TARGET[:MAGNITUDE[:FROM_STEP[-UNTIL_STEP]]]`, TARGET a rank number, `node<N>` or
+// `all`; the fault holds for FROM_STEP <= step < UNTIL_STEP (no end by default).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,7 @@ struct FaultSpec {
   FaultTarget target;
   double magnitude = 0;
   uint64_t from_step = 0;
+  uint64_t until_step = UINT64_MAX;  // exclusive
 };
 
 // Parses a fault; errors are InvalidArgument with a message fit for the command line.

@@ -32,7 +32,7 @@ double FleetModel::Jitter(uint32_t rank, uint64_t step, uint32_t salt) const {
 }
 
 bool FleetModel::Targets(const FaultSpec& f, uint32_t rank, uint64_t step) const {
-  if (step < f.from_step) return false;
+  if (step < f.from_step || step >= f.until_step) return false;
   switch (f.target.kind) {
     case FaultTarget::Kind::kAll: return true;
     case FaultTarget::Kind::kRank: return f.target.index == rank;

@@ -1,0 +1,32 @@
+// How the `rankwatch` subcommands reach rankwatchd's gRPC service: the --server and TLS
+// flags, the channel, and gRPC errors turned into one readable line.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace rankwatch {
+
+struct GrpcClientFlags {
+  std::string server = "127.0.0.1:7466";
+  std::string tls_ca;    // PEM CA that signed the server's certificate: use TLS
+  std::string tls_cert;  // PEM client certificate (mutual TLS)
+  std::string tls_key;   // its key
+};
+
+// Registers --server, --tls-ca, --tls-cert, --tls-key on `cmd`.
+void AddGrpcClientFlags(CLI::App* cmd, GrpcClientFlags* flags);
+
+// A channel to the server; unreadable certificate files are InvalidArgument naming the file.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const GrpcClientFlags& flags);
+
+// "cannot reach rankwatchd at ADDR", "TLS handshake with ADDR failed (...)", or the server's
+// own message: one line, no gRPC internals.
+std::string Explain(const grpc::Status& status, const GrpcClientFlags& flags);
+
+}  // namespace rankwatch

@@ -1,0 +1,44 @@
+// Turns Kineto (PyTorch profiler) trace files into the telemetry batches of one training job,
+// as a collector streaming kernel events would send them: one source rank per trace (the rank
+// of its distributedInfo), each event tagged with its ProfilerStep (the step of the corrected
+// mode's windows: the launch's step for GPU ops), batches of bounded size, ranks interleaved
+// step by step, and a final batch per rank. Events outside every step are not sent (the live
+// path analyses per-step windows). Used by `rankwatch replay`.
+//
+// Not thread-safe; a plain function of its input files.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "rankwatch/v1/telemetry.pb.h"
+
+namespace rankwatch {
+
+struct KinetoReplayOptions {
+  std::string training_job;
+  uint32_t world_size = 0;          // default (0): the highest rank found + 1
+  size_t max_events = 20'000;       // kernel events per batch (default 20,000)
+  size_t max_bytes = 3u << 20;      // serialized bytes per batch, about (default 3 MiB < 4 MiB)
+  size_t max_string_bytes = 4096;   // longer names are cut (the daemon's limit)
+  int64_t created_unix_ns = 0;      // stamped on every batch
+};
+
+struct KinetoReplayStats {
+  size_t files = 0, ranks = 0;
+  uint32_t world_size = 0;
+  uint64_t events = 0, steps = 0, batches = 0, unstepped = 0, truncated_names = 0;
+};
+
+// Reads `files` and hands each batch to `publish`, in order; stops at the first error (a bad
+// file: InvalidArgument naming it; or `publish`'s error).
+absl::Status ReplayKinetoTraces(const std::vector<std::filesystem::path>& files,
+                                const KinetoReplayOptions& options,
+                                const std::function<absl::Status(const v1::Batch&)>& publish,
+                                KinetoReplayStats* stats);
+
+}  // namespace rankwatch

@@ -1,0 +1,121 @@
+#include "sinks/alert_hub.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace rankwatch {
+namespace {
+
+v1::Alert MakeAlert(const std::string& job, v1::AlertState state, v1::Severity severity) {
+  v1::Alert a;
+  a.set_id(job + "|straggler|rank:1");
+  a.set_training_job(job);
+  a.set_kind(v1::ALERT_STRAGGLER);
+  a.set_state(state);
+  a.set_severity(severity);
+  return a;
+}
+
+std::vector<uint64_t> Backlog(const AlertHub& hub, uint64_t after, uint64_t before,
+                              const AlertFilter& filter = {}) {
+  std::vector<uint64_t> out;
+  hub.Backlog(after, before, filter, [&](std::shared_ptr<const v1::Alert> a) { out.push_back(a->sequence()); });
+  return out;
+}
+
+class AlertHubTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("alert-hub-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    Reopen();
+  }
+  void TearDown() override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void Reopen() {
+    store_.reset();
+    auto s = StateStore::Open({dir_});
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_ = std::move(*s);
+  }
+  std::filesystem::path dir_;
+  std::unique_ptr<StateStore> store_;
+};
+
+TEST_F(AlertHubTest, SequencesAreConsecutiveAndContinueAfterARestart) {
+  {
+    AlertHub hub(store_.get(), {}, {});
+    ASSERT_TRUE(hub.Append({MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN),
+                            MakeAlert("b", v1::ALERT_FIRING, v1::SEVERITY_CRIT)}, {}).ok());
+    ASSERT_TRUE(hub.Append({MakeAlert("a", v1::ALERT_RESOLVED, v1::SEVERITY_WARN)}, {}).ok());
+    EXPECT_EQ(hub.last_sequence(), 3u);
+    EXPECT_EQ(hub.Firing("b"), std::vector<std::string>{"b|straggler|rank:1"});
+    EXPECT_TRUE(hub.Firing("a").empty());
+  }
+  Reopen();
+  AlertHub hub(store_.get(), {}, {});
+  EXPECT_EQ(hub.last_sequence(), 3u);
+  ASSERT_TRUE(hub.Append({MakeAlert("c", v1::ALERT_FIRING, v1::SEVERITY_WARN)}, {}).ok());
+  EXPECT_EQ(Backlog(hub, 0, 100), (std::vector<uint64_t>{1, 2, 3, 4}));  // from the store
+  EXPECT_EQ(Backlog(hub, 2, 4), (std::vector<uint64_t>{3}));
+  AlertFilter crit;
+  crit.min_severity = v1::SEVERITY_CRIT;
+  EXPECT_EQ(Backlog(hub, 0, 100, crit), (std::vector<uint64_t>{2}));
+  AlertFilter job_c;
+  job_c.training_job = "c";
+  EXPECT_EQ(Backlog(hub, 0, 100, job_c), (std::vector<uint64_t>{4}));
+}
+
+TEST_F(AlertHubTest, ASubscriberGetsLiveAlertsAfterItsBacklogPosition) {
+  AlertHub hub(store_.get(), {}, {});
+  ASSERT_TRUE(hub.Append({MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN)}, {}).ok());
+  auto sub = hub.Subscribe({});
+  EXPECT_EQ(sub->live_from(), 2u);
+  ASSERT_TRUE(hub.Append({MakeAlert("a", v1::ALERT_RESOLVED, v1::SEVERITY_WARN)}, {}).ok());
+  std::shared_ptr<const v1::Alert> a;
+  ASSERT_EQ(sub->Next(std::chrono::milliseconds(100), &a), AlertHub::Subscription::Wait::kAlert);
+  EXPECT_EQ(a->sequence(), 2u);
+  EXPECT_EQ(sub->Next(std::chrono::milliseconds(10), &a), AlertHub::Subscription::Wait::kTimeout);
+}
+
+TEST_F(AlertHubTest, AFullQueueOverflowsWithoutBlockingAndOthersGoOn) {
+  AlertHubOptions options;
+  options.subscriber_queue = 2;
+  MetricsRegistry registry;
+  MetricCell* dropped = registry.Counter("test_dropped_total", "test", {})->WithLabels({});
+  AlertHub hub(store_.get(), options, {nullptr, dropped, nullptr});
+  auto slow = hub.Subscribe({});
+  auto fast = hub.Subscribe({});
+  std::shared_ptr<const v1::Alert> a;
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(hub.Append({MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN)}, {}).ok());
+    ASSERT_EQ(fast->Next(std::chrono::milliseconds(100), &a), AlertHub::Subscription::Wait::kAlert);
+    EXPECT_EQ(a->sequence(), static_cast<uint64_t>(i + 1));
+  }
+  EXPECT_EQ(slow->Next(std::chrono::milliseconds(10), &a), AlertHub::Subscription::Wait::kOverflow);
+  EXPECT_EQ(dropped->Get(), 1);
+}
+
+TEST_F(AlertHubTest, OldAlertsBeyondTheRetentionAreDeleted) {
+  AlertHubOptions options;
+  options.log_retention = 3;
+  options.ring_capacity = 1;  // the backlog comes from the store
+  AlertHub hub(store_.get(), options, {});
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(hub.Append({MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN)}, {}).ok());
+  }
+  std::vector<uint64_t> got;
+  const bool complete = hub.Backlog(0, 100, {}, [&](std::shared_ptr<const v1::Alert> x) {
+    got.push_back(x->sequence());
+  });
+  EXPECT_EQ(got, (std::vector<uint64_t>{3, 4, 5}));
+  EXPECT_FALSE(complete);  // 1 and 2 are gone
+}
+
+}  // namespace
+}  // namespace rankwatch

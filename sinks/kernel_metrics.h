@@ -1,0 +1,44 @@
+// KernelMetrics: the Prometheus families of the live GPU-timeline analyses (issue #6), one
+// value set per job with bounded cardinality (no rank label except the outlier gauge's value):
+//
+//   rankwatch_gpu_time_ratio{training_job,category}        idle | compute | non_compute
+//   rankwatch_idle_time_ratio{training_job,reason}         host_wait | kernel_wait | other
+//   rankwatch_kernel_time_ratio{training_job,type}         COMPUTATION, COMMUNICATION, MEMORY and
+//                                                          their "X overlapping Y" combinations (≤ 7)
+//   rankwatch_comm_comp_overlap_ratio{training_job,stat}   median | min | max across ranks
+//   rankwatch_launch_delay_seconds{training_job,quantile}  0.5 | 0.9 | 0.99 | max
+//   rankwatch_kernel_outlier_rank{training_job,signal}     idle | communication: the rank apart
+//   rankwatch_kernel_outlier_share_ratio{training_job,signal}  that rank's share of GPU time
+//   rankwatch_kernel_steps_analyzed_total{training_job}
+//   rankwatch_kernel_events_dropped_total{training_job,reason}  late | unstepped | over_limit
+//
+// Thread-safe (see MetricsRegistry).
+#pragma once
+
+#include <string>
+
+#include "operators/kernel/kernel_job_summary.h"
+#include "sinks/metrics_registry.h"
+
+namespace rankwatch {
+
+class KernelMetrics {
+ public:
+  explicit KernelMetrics(MetricsRegistry* registry);
+
+  void Publish(const kernel::KernelJobSnapshot& snapshot);
+  void RemoveJob(const std::string& job);
+
+ private:
+  MetricFamily* gpu_time_;
+  MetricFamily* idle_time_;
+  MetricFamily* kernel_time_;
+  MetricFamily* overlap_;
+  MetricFamily* launch_delay_;
+  MetricFamily* outlier_rank_;
+  MetricFamily* outlier_share_;
+  MetricFamily* steps_;
+  MetricFamily* dropped_;
+};
+
+}  // namespace rankwatch
