@@ -103,6 +103,10 @@ absl::Status BatchPublisher::WaitUntilConnected(std::chrono::milliseconds timeou
   return absl::OkStatus();
 }
 
+int BatchPublisher::Poll(std::chrono::milliseconds timeout) {
+  return rd_kafka_poll(rk_, static_cast<int>(timeout.count()));
+}
+
 absl::Status BatchPublisher::Flush(std::chrono::milliseconds timeout) {
   rd_kafka_resp_err_t e = rd_kafka_flush(rk_, static_cast<int>(timeout.count()));
   if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {

@@ -23,12 +23,22 @@ typedef struct rd_kafka_s rd_kafka_t;
 
 namespace rankwatch {
 
+// The idempotent producer keeps at most 5 produce requests in flight per partition. While
+// that window is full (a broker that accepted the requests but does not answer: hung,
+// stopped, partitioned) librdkafka 2.0's broker thread spins on poll(0) for as long as any
+// further message waits in its queue, burning all the CPU it is given (4 training ranks on
+// 2 cores: 0.5-0.7 of a core together, and step time x1.9-2.1). A producer that runs beside training therefore
+// keeps fewer messages than this in librdkafka (queue_max_messages <= this) and holds any
+// backlog itself.
+constexpr int kIdempotentInflightWindow = 5;
+
 struct PublisherOptions {
   std::string brokers;                        // bootstrap list (required)
   std::string topic = "rankwatch.telemetry";  // default: rankwatch.telemetry
   std::string compression = "lz4";            // default: lz4 (none, gzip, snappy, lz4, zstd)
   int linger_ms = 5;                          // default: 5 ms of batching in librdkafka
   int queue_max_messages = 100'000;           // default: 100,000 messages buffered locally
+                                              // (see kIdempotentInflightWindow)
   enum class WhenFull { kBlock, kDropNewest } when_full = WhenFull::kBlock;
   std::string client_id = "rankwatch";
   KafkaProperties properties;                 // passed through to librdkafka
@@ -52,6 +62,10 @@ class BatchPublisher {
   // Fetches the topic's metadata from the brokers, so that the first batches do not wait for
   // the connection. Unavailable (naming the brokers) when none answers within `timeout`.
   absl::Status WaitUntilConnected(std::chrono::milliseconds timeout);
+
+  // Serves delivery reports, waiting up to `timeout` for the first one (0: does not wait).
+  // Returns the number of events served.
+  int Poll(std::chrono::milliseconds timeout);
 
   // Waits until every enqueued message is delivered or failed, up to `timeout`.
   absl::Status Flush(std::chrono::milliseconds timeout);

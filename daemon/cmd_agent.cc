@@ -51,7 +51,7 @@ int RunAgent(AgentFlags f) {
   po.brokers = f.brokers;
   po.topic = f.topic;
   po.client_id = "rankwatch-agent";
-  po.queue_max_messages = 1000;
+  po.queue_max_messages = kIdempotentInflightWindow - 1;  // no spinning while Kafka hangs
   po.when_full = PublisherOptions::WhenFull::kDropNewest;
   auto publisher = BatchPublisher::Create(po);  // never waits: Kafka may come later
   if (!publisher.ok()) {

@@ -1,5 +1,6 @@
 #include "collectors/lib/collector.h"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <time.h>
 #include <unistd.h>
@@ -72,6 +73,11 @@ absl::StatusOr<std::unique_ptr<Collector>> Collector::Create(CollectorIdentity i
       options.max_pending_bytes == 0 || options.kafka_queue_max_messages <= 0 ||
       options.kafka_queue_max_kbytes <= 0) {
     return absl::InvalidArgumentError("collector buffer sizes and intervals must be positive");
+  }
+  if (options.kafka_queue_max_messages > kIdempotentInflightWindow) {
+    return absl::InvalidArgumentError(
+        "kafka_queue_max_messages must be at most " + std::to_string(kIdempotentInflightWindow) +
+        " (librdkafka spins while more wait behind a hung broker)");
   }
   if (identity.pid == 0) identity.pid = static_cast<uint32_t>(getpid());
   auto publisher = BatchPublisher::Create(ToPublisherOptions(options));
@@ -230,7 +236,8 @@ void Collector::Produce() {
     inflight_sizes_.pop_front();
     ++completed_seen_;
   }
-  while (!pending_.empty()) {
+  const size_t window = static_cast<size_t>(options_.kafka_queue_max_messages);
+  while (!pending_.empty() && inflight_sizes_.size() < window) {
     const PendingBatch& front = pending_.front();
     absl::Status s = publisher_->Publish(identity_.training_job, front.payload);
     if (s.ok()) {
@@ -256,6 +263,16 @@ void Collector::Produce() {
   }
 }
 
+void Collector::DrainBacklog(std::chrono::steady_clock::time_point deadline) {
+  while (!pending_.empty()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return;
+    publisher_->Poll(left);  // returns at the first delivery report
+    Produce();
+  }
+}
+
 void Collector::UpdateBuffered() {
   const uint64_t bytes = pending_.bytes() + inflight_bytes_;
   buffered_bytes_.store(bytes, std::memory_order_relaxed);
@@ -267,6 +284,9 @@ void Collector::UpdateBuffered() {
 }
 
 void Collector::SenderLoop() {
+  // Named like librdkafka's threads ("rdk:..."), so that per-thread CPU (top -H, /proc) shows
+  // what the collector costs a training process.
+  pthread_setname_np(pthread_self(), "rw:sender");
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     wake_.wait_for(lock, std::chrono::milliseconds(options_.flush_interval_ms),
@@ -276,7 +296,11 @@ void Collector::SenderLoop() {
     lock.unlock();
     Drain(stopping && final);
     Produce();
-    (void)publisher_->Flush(std::chrono::milliseconds(0));  // serves delivery reports
+    if (!stopping) {
+      DrainBacklog(std::chrono::steady_clock::now() +
+                   std::chrono::milliseconds(options_.flush_interval_ms));
+    }
+    publisher_->Poll(std::chrono::milliseconds(0));  // serves delivery reports
     Produce();
     UpdateBuffered();
     if (pending_.empty() && inflight_sizes_.empty() && ring_.size() == 0) {

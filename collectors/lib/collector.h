@@ -6,9 +6,11 @@
 // Recording never blocks and never allocates on the step path: phase times are atomic adds
 // into the open step, and closing a step is one push into a fixed BoundedRing (drop-oldest
 // when the sender falls behind). When Kafka is slow or down, serialized batches wait in a
-// byte-bounded PendingBatches (drop-oldest) and librdkafka's bounded queue; everything
-// dropped is counted and reported in the next batch's `dropped_records`. The producer
-// reconnects by itself when the broker returns. memory_bound_bytes() states the total bound.
+// byte-bounded PendingBatches (drop-oldest); librdkafka holds only a few batches at a time
+// (kafka_queue_max_messages), so that its threads stay idle while the broker is away.
+// Everything dropped is counted and reported in the next batch's `dropped_records`. The
+// producer reconnects by itself when the broker returns, and a backlog then drains at the
+// broker's pace. memory_bound_bytes() states the total bound.
 //
 // Thread-safety: BeginStep/EndStep from one thread (the training loop); AddPhase,
 // RecordMemory, RecordKernels, stats() and Flush() from any thread.
@@ -54,7 +56,10 @@ struct CollectorOptions {
   size_t step_ring_capacity = 4096;           // default: 4,096 steps (rounded up to 2^n)
   size_t max_kernel_events = 65536;           // default: 65,536 kernel events buffered
   size_t max_pending_bytes = 4u << 20;        // default: 4 MiB of batches waiting for Kafka
-  int kafka_queue_max_messages = 256;         // default: 256 messages in librdkafka's queue
+  // Batches handed to librdkafka and not yet acknowledged; 1 to kIdempotentInflightWindow
+  // (5), because more makes librdkafka spin while a hung broker holds its in-flight window
+  // (collectors/kafka_publisher.h). The backlog waits in the pending bytes instead.
+  int kafka_queue_max_messages = 4;           // default: 4 batches in librdkafka's queue
   int kafka_queue_max_kbytes = 4096;          // default: 4 MiB in librdkafka's queue
   int message_timeout_ms = 300000;            // default: 5 min; older undelivered batches fail
   KafkaProperties properties;                 // passed through to librdkafka
@@ -127,6 +132,9 @@ class Collector {
   void Drain(bool final);
   // Hands pending batches to librdkafka until its queue is full. Sender thread only.
   void Produce();
+  // While batches are pending, waits (blocked, not spinning) for delivery reports and
+  // produces after each, until nothing is pending or `deadline`. Sender thread only.
+  void DrainBacklog(std::chrono::steady_clock::time_point deadline);
   void SealBatch(v1::Batch* batch, uint64_t records);
   void UpdateBuffered();
 

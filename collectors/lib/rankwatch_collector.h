@@ -46,7 +46,7 @@ typedef struct rw_options {
   int flush_interval_ms;        /* 0 = 200 */
   size_t step_ring_capacity;    /* 0 = 4096 steps */
   size_t max_pending_bytes;     /* 0 = 4 MiB */
-  int kafka_queue_max_messages; /* 0 = 256 */
+  int kafka_queue_max_messages; /* 0 = 4 (1 to 5: batches in librdkafka at once) */
   int kafka_queue_max_kbytes;   /* 0 = 4096 */
 } rw_options;
 

@@ -10,7 +10,8 @@ set, as torchrun does. rankwatchd then diagnoses the job: `rankwatch diagnose --
 The lines that concern rankwatch are marked `# rankwatch`. `--no-rankwatch` runs the same loop
 uninstrumented (for overhead comparisons). The `--fault-*` options inject the faults the
 acceptance tests (tests/collectors/) expect rankwatch to diagnose; a real job has none.
-At the end each rank prints one JSON line: rank, steps, median step seconds, collector stats.
+At the end each rank prints one JSON line: rank, steps, median step seconds, CPU seconds
+per step (all threads, after 10 warm-up steps), collector stats.
 """
 import argparse
 import json
@@ -125,16 +126,20 @@ def main():
             step_ends.append(time.time())
             last = now
             step += 1
+            if step == 10:
+                cpu_at_10 = time.process_time()  # every thread of this process, collector's too
             if step >= args.steps:
                 break
         epoch += 1
 
+    cpu_per_step = (time.process_time() - cpu_at_10) / (step - 10) if step > 10 else 0.0
     stats = rw.stats()
     rw.close()                                 # rankwatch: this rank ended cleanly
     dist.barrier()
     dist.destroy_process_group()
     print(json.dumps({"rank": rank, "steps": step, "median_step_s": statistics.median(step_seconds),
-                      "step_seconds": step_seconds, "step_end_unix": step_ends, "collector": stats}), flush=True)
+                      "step_seconds": step_seconds, "step_end_unix": step_ends, "cpu_s_per_step": cpu_per_step,
+                      "collector": stats}), flush=True)
 
 
 if __name__ == "__main__":

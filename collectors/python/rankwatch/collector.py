@@ -229,7 +229,7 @@ def init(job=None, brokers=None, rank=None, world_size=None, local_rank=None, no
     node: the host name. device: cuda:<current device> when CUDA is available, else cpu.
     enabled: False (or $RANKWATCH_DISABLE=1) returns a NullCollector. options: collector
     buffer settings (flush_interval_ms=200, step_ring_capacity=4096,
-    max_pending_bytes=4 MiB, kafka_queue_max_messages=256, kafka_queue_max_kbytes=4096,
+    max_pending_bytes=4 MiB, kafka_queue_max_messages=4 (at most 5), kafka_queue_max_kbytes=4096,
     properties={librdkafka property: value}). Never waits for Kafka.
     """
     global _current
