@@ -102,6 +102,7 @@ int Run(const DaemonConfig& config) {
   grpc_options.address = *grpc_address;
   grpc_options.snapshots = &snapshots;
   grpc_options.alerts = &alert_hub;
+  grpc_options.kernels = &kernel_snapshots;
   grpc_options.tls = {config.grpc_tls_cert, config.grpc_tls_key, config.grpc_tls_client_ca};
   auto grpc_server = GrpcServer::Start(grpc_options);
   if (!grpc_server.ok()) return Fail(grpc_server.status());

@@ -19,8 +19,9 @@ constexpr char kStateServiceName[] = "rankwatch.state";
 
 class RankWatchService final : public v1::RankWatch::Service {
  public:
-  RankWatchService(const SnapshotStore* snapshots, AlertHub* alerts)
-      : snapshots_(snapshots), alerts_(alerts) {}
+  RankWatchService(const SnapshotStore* snapshots, AlertHub* alerts,
+                   const KernelSnapshotStore* kernels)
+      : snapshots_(snapshots), alerts_(alerts), kernels_(kernels) {}
 
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
                         v1::ListJobsResponse* response) override {
@@ -94,6 +95,13 @@ class RankWatchService final : public v1::RankWatch::Service {
     if (s.rank_peak_reserved && rank < s.rank_peak_reserved->size()) {
       response->set_peak_reserved_bytes((*s.rank_peak_reserved)[rank]);
     }
+    if (kernels_ != nullptr) {
+      if (auto job = kernels_->Get(s.training_job)) {
+        if (const kernel::RankKernelSummary* r = job->Rank(rank)) {
+          FillKernel(*r, *job, response->mutable_kernel());
+        }
+      }
+    }
     return grpc::Status::OK;
   }
 
@@ -141,8 +149,34 @@ class RankWatchService final : public v1::RankWatch::Service {
   }
 
  private:
+  static void FillKernel(const kernel::RankKernelSummary& r, const kernel::KernelJobSnapshot& job,
+                         v1::RankKernel* out) {
+    const kernel::KernelStepSummary& t = r.total;
+    out->set_steps(r.steps);
+    out->set_first_step(r.first_step);
+    out->set_last_step(r.last_step);
+    out->set_gpu_ops(t.gpu_ops);
+    out->set_kernel_seconds(t.kernel_ns * 1e-9);
+    out->set_idle_seconds(t.idle_ns * 1e-9);
+    out->set_compute_seconds(t.compute_ns * 1e-9);
+    out->set_non_compute_seconds(t.non_compute_ns * 1e-9);
+    out->set_communication_seconds(t.comm_ns * 1e-9);
+    out->set_comm_overlap_seconds(t.comm_overlap_ns * 1e-9);
+    out->set_idle_share(r.idle_share);
+    out->set_communication_share(r.comm_share);
+    out->set_idle_host_wait_seconds(t.idle_us[0] * 1e-6);
+    out->set_idle_kernel_wait_seconds(t.idle_us[1] * 1e-6);
+    out->set_idle_other_seconds(t.idle_us[2] * 1e-6);
+    out->set_launches(t.launches);
+    if (t.launches > 0) out->set_launch_delay_max_seconds(t.delay_max_us * 1e-6);
+    for (const kernel::KernelOutlier& o : job.outliers) {
+      if (o.rank == r.rank) out->add_outliers(o.note);
+    }
+  }
+
   const SnapshotStore* snapshots_;
   AlertHub* alerts_;
+  const KernelSnapshotStore* kernels_;
 };
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
@@ -185,7 +219,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   auto self = std::unique_ptr<GrpcServer>(new GrpcServer());
-  self->service_ = std::make_unique<RankWatchService>(options.snapshots, options.alerts);
+  self->service_ =
+      std::make_unique<RankWatchService>(options.snapshots, options.alerts, options.kernels);
   self->alerts_ = options.alerts;
   grpc::ServerBuilder builder;
   int port = 0;

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "sinks/alert_hub.h"
+#include "sinks/kernel_snapshot_store.h"
 #include "sinks/listen_address.h"
 #include "sinks/snapshot_store.h"
 
@@ -37,6 +38,7 @@ struct GrpcServerOptions {
   ListenAddress address;
   const SnapshotStore* snapshots = nullptr;  // required
   AlertHub* alerts = nullptr;                // null: WatchAlerts is UNAVAILABLE
+  const KernelSnapshotStore* kernels = nullptr;  // per-rank GPU timelines (may be null)
   GrpcTlsOptions tls;
 };
 

@@ -9,7 +9,10 @@ import unittest
 import urllib.error
 import urllib.request
 
+import grpc
+
 from harness import BIN, Fleet, metric, parse_metrics, scrape, wait_until
+from rankwatch.v1 import service_pb2, service_pb2_grpc
 
 FIXTURES = os.environ.get("RANKWATCH_FIXTURES",
                           os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fixtures"))
@@ -84,6 +87,18 @@ class KernelLiveTest(unittest.TestCase):
             mine = [s for (rank, _), s in steps.items() if rank == r["rank"]]
             for k in ["gpu_ops", "kernel_time_us", "idle_time_us", "compute_time_us", "comm_time_us", "launches"]:
                 self.assertAlmostEqual(r["total"][k], sum(s[k] for s in mine), places=6, msg=k)
+
+        # The same per-rank totals over gRPC (GetRankDetail), in seconds.
+        stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(self.daemon.endpoints["grpc"]))
+        for rank in (0, 1):
+            mine = [s for (r, _), s in steps.items() if r == rank]
+            k = stub.GetRankDetail(service_pb2.GetRankDetailRequest(training_job="kineto2", rank=rank),
+                                   timeout=10).kernel
+            self.assertEqual(k.steps, 2)
+            self.assertEqual(k.gpu_ops, sum(s["gpu_ops"] for s in mine))
+            self.assertAlmostEqual(k.kernel_seconds, sum(s["kernel_time_us"] for s in mine) * 1e-6, places=9)
+            self.assertAlmostEqual(k.idle_seconds, sum(s["idle_time_us"] for s in mine) * 1e-6, places=9)
+            self.assertAlmostEqual(k.communication_seconds, sum(s["comm_time_us"] for s in mine) * 1e-6, places=9)
 
         # Job-level metrics: the aggregates of the same per-step numbers.
         kernel = sum(s["kernel_time_us"] for s in steps.values())
