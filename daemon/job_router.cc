@@ -164,17 +164,25 @@ bool JobRouter::Checkpoint(rankwatch::Checkpoint* c, TimePoint now, int64_t wall
                         JobStepKey(it->first, UINT64_MAX));
       it = removed_jobs_.erase(it);
     }
+    // A job's alert lifecycle state: the AlertHub writes it to the local store together with
+    // the alerts, in order (a checkpoint, written later by the writer thread, could otherwise
+    // put back an older state); checkpoints carry it only to the changelog.
+    rankwatch::Checkpoint alert_states;
+    rankwatch::Checkpoint* alerts_to = alert_hub_ != nullptr ? &alert_states : &group;
     for (auto& [name, job] : changed[partition]) {
       job->unsaved = false;
       AddJobCheckpoint(*name, job->pipeline->TakeCheckpoint(now, wall_now_unix_ns),
                        job->partition, &group);
       if (job->alerts_unsaved) {
         job->alerts_unsaved = false;
-        group.Put(StateFamily::kWindows, JobAlertsKey(*name),
-                  alerts_.ExportJob(*name).SerializeAsString());
+        alerts_to->Put(StateFamily::kWindows, JobAlertsKey(*name),
+                       alerts_.ExportJob(*name).SerializeAsString());
       }
     }
-    if (by_partition != nullptr && partition >= 0) (*by_partition)[partition].Append(group);
+    if (by_partition != nullptr && partition >= 0) {
+      (*by_partition)[partition].Append(group);
+      (*by_partition)[partition].Append(alert_states);
+    }
     c->Append(std::move(group));
     collected.insert(partition);
     changed_since_.erase(partition);
