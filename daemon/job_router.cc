@@ -393,10 +393,15 @@ void JobRouter::Tick(TimePoint now) {
     Count(job, job.pipeline->Tick(now), WallNowNs());
     // Silent jobs are re-evaluated every second too: silence is itself a diagnosis (hang).
     if (!job.dirty && now - job.published_at < std::chrono::seconds(1)) continue;
+    // A job whose evaluation is costly (thousands of ranks) is re-evaluated at most every ten
+    // times that cost, so that evaluating it takes at most ~10% of the ingest thread.
+    if (job.dirty && now - job.published_at < 10 * job.evaluation_cost) continue;
     job.dirty = false;
     job.published_at = now;
     changed_jobs.push_back(&job);
+    const TimePoint started = Clock::now();
     auto snapshot = std::make_shared<JobSnapshot>(job.pipeline->Snapshot(now));
+    job.evaluation_cost = Clock::now() - started;
     snapshot->evaluated_unix_ns = wall;
     changed.push_back(std::move(snapshot));
   }

@@ -113,6 +113,7 @@ class JobRouter {
     bool dirty = true;
     bool unsaved = true;  // changed since the last checkpoint
     TimePoint published_at{};
+    Duration evaluation_cost{};  // of the last snapshot (bounds how often it is re-evaluated)
     TimePoint last_input{};
     bool expired = false;
     TimePoint expired_at{};
