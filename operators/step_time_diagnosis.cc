@@ -92,38 +92,75 @@ Signals FullWindowSignals(const StepWindow& w, double sync_ratio) {
   return s;
 }
 
-// Per-rank medians over the newest `k` steps: dataloader and compute only. Values live in two
-// flat rank-major arrays of k slots (no allocation per rank: this runs for every evaluation).
-Signals OnsetSignals(const StepWindow& w, uint32_t k, double sync_ratio) {
+// The newest `k` steps (fast onset): per rank, its consistent excess, the least, over those
+// steps, by which its dataloader (compute) time exceeded that step's median rank; and the
+// typical burden, the medians over those steps of each step's median rank. A rank that became
+// slow exceeds the median in every step. Ranks that merely take turns being slow do not: under
+// CPU contention a rank's per-step compute varies by +-50 %, so per-rank medians of 8 steps of
+// equal ranks differ by 20 % while no rank is slower in all 8.
+struct OnsetSignals {
+  RankValues dl_excess, compute_excess;  // NaN where the rank has no value
+  double burden = 0;
+};
+
+OnsetSignals NewestSteps(const StepWindow& w, uint32_t k, double sync_ratio) {
   const uint32_t n = w.world_size();
   const auto& steps = w.steps();
   const size_t first = steps.size() > k ? steps.size() - k : 0;
-  std::vector<double> dl(size_t{n} * k), comp(size_t{n} * k);
-  std::vector<uint32_t> dl_n(n, 0), comp_n(n, 0);
-  for (size_t i = first; i < steps.size(); ++i) {
-    for (const StepWindow::Entry& e : steps[i].entries) {
-      std::array<double, kPhaseCount> v{};
-      for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(e.ns[p]) * 1e-9;
-      const size_t base = size_t{e.rank} * k;
-      if (e.Has(Phase::kDataloader)) dl[base + dl_n[e.rank]++] = v[P(Phase::kDataloader)];
-      if (e.present & kComputeMask) comp[base + comp_n[e.rank]++] = ComputeOf(v, e.present, sync_ratio);
+  OnsetSignals s;
+  s.dl_excess.assign(n, INFINITY);
+  s.compute_excess.assign(n, INFINITY);
+  // One step's values and their ranks, and a copy to select the median from.
+  std::vector<double> dl, comp, scratch;
+  std::vector<uint32_t> dl_rank, comp_rank;
+  std::vector<double> dl_medians, comp_medians;
+  auto excess_of_step = [&scratch](const std::vector<double>& values,
+                                   const std::vector<uint32_t>& ranks, RankValues& excess,
+                                   std::vector<double>& medians) {
+    if (values.empty()) return;
+    scratch.assign(values.begin(), values.end());
+    const double median = MedianInPlace(scratch);
+    medians.push_back(median);
+    for (size_t j = 0; j < values.size(); ++j) {
+      excess[ranks[j]] = std::min(excess[ranks[j]], values[j] - median);
     }
-  }
-  auto median_of = [k](std::vector<double>& values, uint32_t rank, uint32_t count) {
-    double* begin = values.data() + size_t{rank} * k;
-    const size_t mid = count / 2;
-    std::nth_element(begin, begin + mid, begin + count);
-    if (count % 2 == 1) return begin[mid];
-    return (*std::max_element(begin, begin + mid) + begin[mid]) / 2;
   };
-  Signals s;
-  s.phase[P(Phase::kDataloader)].assign(n, NAN);
-  s.compute.assign(n, NAN);
-  for (uint32_t r = 0; r < n; ++r) {
-    if (dl_n[r] > 0) s.phase[P(Phase::kDataloader)][r] = median_of(dl, r, dl_n[r]);
-    if (comp_n[r] > 0) s.compute[r] = median_of(comp, r, comp_n[r]);
+  for (size_t i = first; i < steps.size(); ++i) {
+    dl.clear(), comp.clear(), dl_rank.clear(), comp_rank.clear();
+    for (const StepWindow::Entry& e : steps[i].entries) {
+      if (e.Has(Phase::kDataloader)) {
+        dl.push_back(static_cast<double>(e.Get(Phase::kDataloader)) * 1e-9);
+        dl_rank.push_back(e.rank);
+      }
+      if (e.present & kComputeMask) {
+        std::array<double, kPhaseCount> v{};
+        for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(e.ns[p]) * 1e-9;
+        comp.push_back(ComputeOf(v, e.present, sync_ratio));
+        comp_rank.push_back(e.rank);
+      }
+    }
+    excess_of_step(dl, dl_rank, s.dl_excess, dl_medians);
+    excess_of_step(comp, comp_rank, s.compute_excess, comp_medians);
   }
+  for (RankValues* excess : {&s.dl_excess, &s.compute_excess}) {
+    for (double& x : *excess) x = std::isinf(x) ? NAN : x;
+  }
+  if (!dl_medians.empty()) s.burden += MedianInPlace(dl_medians);
+  if (!comp_medians.empty()) s.burden += MedianInPlace(comp_medians);
   return s;
+}
+
+// The rank with the largest excess (seconds per step) and that excess, at least 0.
+struct Excess {
+  uint32_t rank = 0;
+  double seconds = 0;
+};
+Excess Largest(const RankValues& excess) {
+  Excess best;
+  for (uint32_t r = 0; r < excess.size(); ++r) {
+    if (Known(excess[r]) && excess[r] > best.seconds) best = {r, excess[r]};
+  }
+  return best;
 }
 
 std::string_view NextStep(StepLabel label) {
@@ -263,12 +300,16 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::strin
   // is the typical local work: dataloader + compute, so waiting does not dilute the score.
   const SignalEvidence& dl = d.phases[P(Phase::kDataloader)];
   const double burden = median(Phase::kDataloader) + d.compute.stat.median_seconds;
-  Signals onset = OnsetSignals(w, o.onset_steps, sync_ratio);
-  const SignalEvidence onset_dl = Evidence(onset.phase[P(Phase::kDataloader)]);
-  const SignalEvidence onset_compute = Evidence(onset.compute);
-  const double onset_burden = onset_dl.stat.median_seconds + onset_compute.stat.median_seconds;
-  const double input_full = Score(dl, burden), input_onset = Score(onset_dl, onset_burden);
-  const double comp_full = Score(d.compute, burden), comp_onset = Score(onset_compute, onset_burden);
+  const OnsetSignals onset = NewestSteps(w, o.onset_steps, sync_ratio);
+  const double onset_burden = onset.burden;
+  const Excess onset_dl = Largest(onset.dl_excess), onset_compute = Largest(onset.compute_excess);
+  // Until the window holds twice the onset steps (or is full), its means are no steadier than
+  // the newest steps, so only a consistent excess names a straggler.
+  const bool full_counts = w.size() >= std::min<size_t>(2 * size_t{o.onset_steps}, w.capacity());
+  const double input_full = full_counts ? Score(dl, burden) : 0;
+  const double input_onset = onset_burden > 0 ? onset_dl.seconds / onset_burden : 0;
+  const double comp_full = full_counts ? Score(d.compute, burden) : 0;
+  const double comp_onset = onset_burden > 0 ? onset_compute.seconds / onset_burden : 0;
   d.input_score = std::max(input_full, input_onset);
   d.compute_score = std::max(comp_full, comp_onset);
   const bool input_hit = d.input_score >= o.straggler_warn;
@@ -278,20 +319,26 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::strin
     const bool by_compute = compute_hit && (!input_hit || d.compute_score >= d.input_score);
     const bool onset_won = by_compute ? comp_onset > comp_full : input_onset > input_full;
     d.from_onset_window = onset_won;
-    const RankValues& values = by_compute ? (onset_won ? onset.compute : full.compute)
-                                          : (onset_won ? onset.phase[P(Phase::kDataloader)]
-                                                       : full.phase[P(Phase::kDataloader)]);
-    const SignalEvidence& ev =
-        by_compute ? (onset_won ? onset_compute : d.compute) : (onset_won ? onset_dl : dl);
+    // Each rank's excess over the median rank (seconds per step) in the winning window.
+    RankValues excess;
+    uint32_t worst = 0;
+    if (onset_won) {
+      excess = by_compute ? onset.compute_excess : onset.dl_excess;
+      worst = (by_compute ? onset_compute : onset_dl).rank;
+    } else {
+      const SignalEvidence& ev = by_compute ? d.compute : dl;
+      excess = by_compute ? full.compute : full.phase[P(Phase::kDataloader)];
+      for (double& x : excess) x -= ev.stat.median_seconds;
+      worst = ev.stat.worst_rank;
+    }
     const double b = onset_won ? onset_burden : burden;
-    const uint32_t worst = ev.stat.worst_rank;
     // Scope: most ranks of the worst rank's node above the threshold -> the node.
     const std::string& node = worst < rank_nodes.size() ? rank_nodes[worst] : "";
     std::vector<uint32_t> node_ranks, node_hits;
-    for (uint32_t r = 0; r < values.size(); ++r) {
+    for (uint32_t r = 0; r < excess.size(); ++r) {
       if (node.empty() || r >= rank_nodes.size() || rank_nodes[r] != node) continue;
       node_ranks.push_back(r);
-      if (Known(values[r]) && (values[r] - ev.stat.median_seconds) / b >= o.straggler_warn) {
+      if (Known(excess[r]) && excess[r] / b >= o.straggler_warn) {
         node_hits.push_back(r);
       }
     }

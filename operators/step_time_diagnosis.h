@@ -49,9 +49,10 @@ struct StepDiagnosisOptions {
   double compute_share_warn = 0.85;
   double compute_share_crit = 0.92;
   double bound_max_skew = 0.06;          // "bound" diagnoses need skew at most this
-  // Fast onset (beyond): scores are also computed on per-rank medians of the newest
-  // `onset_steps` steps, so a new straggler is named within a few steps, while one slow
-  // step of a rank (a checkpoint, a GC pause) moves no median.
+  // Fast onset (beyond): scores are also computed on the newest `onset_steps` steps, from
+  // the least excess of a rank over the median rank in any of them, so a rank that became
+  // slow is named within a few steps, while one slow step of a rank (a checkpoint, a GC
+  // pause) or equal ranks taking turns being slow (CPU contention) name nobody.
   uint32_t onset_steps = 8;
   // Ranks whose step times differ by at most this skew run synchronised (data parallel).
   double sync_max_step_skew = 0.02;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "collectors/simulator/fleet_model.h"
 
 namespace rankwatch {
@@ -199,6 +201,98 @@ TEST(StepTimeDiagnosisTest, OneSlowStepOfOneRankIsNoStraggler) {
   const StepDiagnosis d = DiagnoseStepTime(w, nodes, {}, {});
   EXPECT_NE(d.label, StepLabel::kComputeStraggler) << d.note;
   EXPECT_LT(d.compute_score, 0.10);
+}
+
+// Per-step phases like those of the 4-rank gloo DDP job on 2 shared cores (tests/collectors):
+// equal ranks whose compute varies by +-50 % from step to step as they take turns on the CPU.
+// Rank `slow_input` (if any) spends 30 ms more in its dataloader, and the others wait for it in
+// the allreduce.
+std::vector<StepDiagnosis> ContendedDdpJob(int slow_input, uint64_t seed) {
+  constexpr uint32_t kRanks = 4;
+  StepWindow w(kRanks, {.steps = 100});
+  const std::vector<std::string> nodes(kRanks, "vm");
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  auto ms = [](double v) { return static_cast<uint64_t>(v * 1e6); };
+  std::vector<StepDiagnosis> out;
+  for (uint64_t s = 0; s < 300; ++s) {
+    std::vector<v1::StepRecord> recs(kRanks);
+    uint64_t step_ns = 0;  // synchronised: every rank's iteration ends with the allreduce
+    for (uint32_t r = 0; r < kRanks; ++r) {
+      v1::StepRecord& rec = recs[r];
+      rec.set_step(s);
+      const bool slow = static_cast<int>(r) == slow_input;
+      const double forward = u(rng) < 0.5 ? 4.4 : 8 + 5 * u(rng);
+      const double backward_compute = 3 + 9 * u(rng);
+      const double collective = (slow ? 2 : 32) + 8 * u(rng);
+      rec.set_dataloader_ns(ms((slow ? 35.7 : 5.6) + 0.5 * u(rng)));
+      rec.set_forward_ns(ms(forward));
+      rec.set_backward_ns(ms(backward_compute + collective));
+      rec.set_optimizer_ns(ms(0.2));
+      rec.set_collective_ns(ms(collective));
+      step_ns = std::max(step_ns, rec.dataloader_ns() + rec.forward_ns() + rec.backward_ns() +
+                                      rec.optimizer_ns() + ms(1));
+    }
+    AlignedStep a{s, kRanks, false, {}};
+    for (uint32_t r = 0; r < kRanks; ++r) {
+      recs[r].set_step_time_ns(step_ns);
+      a.samples.push_back(ToStepSample(recs[r], r));
+    }
+    w.Add(a);
+    out.push_back(DiagnoseStepTime(w, nodes, {}, {}));
+  }
+  return out;
+}
+
+TEST(StepTimeDiagnosisTest, EqualRanksTakingTurnsOnTheCpuAreNoStragglers) {
+  // Medians of 8 steps of such ranks differ by 20 % of the burden; no rank is slower in all 8.
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    const std::vector<StepDiagnosis> run = ContendedDdpJob(-1, seed);
+    for (size_t s = 8; s < run.size(); ++s) {
+      EXPECT_EQ(run[s].label, StepLabel::kBalanced)
+          << "seed " << seed << " step " << s << ": " << run[s].note;
+    }
+  }
+}
+
+TEST(StepTimeDiagnosisTest, SlowInputAmongContendedRanksIsAnInputStragglerOnly) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    const std::vector<StepDiagnosis> run = ContendedDdpJob(1, seed);
+    for (size_t s = 8; s < run.size(); ++s) {
+      EXPECT_EQ(run[s].label, StepLabel::kInputStraggler)
+          << "seed " << seed << " step " << s << ": " << run[s].note;
+      EXPECT_EQ(run[s].culprit_ranks, std::vector<uint32_t>{1});
+    }
+  }
+}
+
+TEST(StepTimeDiagnosisTest, ARankSlowEveryThirdStepIsAStragglerOnceTheWindowIsLongEnough) {
+  // Rank 5 doubles its forward every third step (no step of the newest 8 is slow in all):
+  // the window mean names it once the window holds twice the onset steps.
+  constexpr uint32_t kRanks = 8;
+  StepWindow w(kRanks, {.steps = 100});
+  const std::vector<std::string> nodes(kRanks, "n");
+  for (uint64_t s = 0; s < 20; ++s) {
+    AlignedStep a{s, kRanks, false, {}};
+    for (uint32_t r = 0; r < kRanks; ++r) {
+      v1::StepRecord rec;
+      rec.set_step(s);
+      rec.set_dataloader_ns(2'000'000);
+      rec.set_forward_ns(r == 5 && s % 3 == 0 ? 20'000'000 : 10'000'000);
+      rec.set_backward_ns(10'000'000);
+      rec.set_step_time_ns(45'000'000);
+      a.samples.push_back(ToStepSample(rec, r));
+    }
+    w.Add(a);
+    const StepDiagnosis d = DiagnoseStepTime(w, nodes, {}, {});
+    if (s + 1 < 16) {
+      EXPECT_NE(d.label, StepLabel::kComputeStraggler) << "step " << s << ": " << d.note;
+    } else {
+      EXPECT_EQ(d.label, StepLabel::kComputeStraggler) << "step " << s << ": " << d.note;
+      EXPECT_EQ(d.culprit_ranks, std::vector<uint32_t>{5});
+      EXPECT_FALSE(d.from_onset_window);
+    }
+  }
 }
 
 TEST(StepTimeDiagnosisTest, SilenceBeyondTheTimeoutIsAHangWithSuspects) {

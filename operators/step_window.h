@@ -35,6 +35,7 @@ class StepWindow {
   void Add(const AlignedStep& step);
 
   size_t size() const { return steps_.size(); }
+  size_t capacity() const { return options_.steps; }  // K
   bool empty() const { return steps_.empty(); }
   uint32_t world_size() const { return world_size_; }
   uint64_t first_step() const { return steps_.front().step; }
