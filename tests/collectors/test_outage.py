@@ -19,7 +19,7 @@ import grpc
 
 from harness import Fleet, metric, parse_metrics, scrape, wait_until
 from rankwatch.v1 import service_pb2, service_pb2_grpc
-from torch_job import TorchJob, torch_available
+from torch_job import DIAGNOSED_JOB_ARGS, TorchJob, torch_available
 
 OUTAGE_S = float(os.environ.get("RANKWATCH_OUTAGE_S", "30"))
 # Small collector buffers, so that the outage overflows them and dropping is exercised.
@@ -63,7 +63,7 @@ class BrokerOutageTest(unittest.TestCase):
                                  training_job=job) or 0
         # Enough steps to run >= 10 s past the outage at up to 50 steps/s (this job makes 15-35).
         steps = int(100 + (OUTAGE_S + 15) * 50)
-        run = TorchJob(fleet.workdir, job, brokers, steps, "--collector-option",
+        run = TorchJob(fleet.workdir, job, brokers, steps, *DIAGNOSED_JOB_ARGS, "--collector-option",
                        "max_pending_bytes=%d" % PENDING_BYTES, "--collector-option",
                        "kafka_queue_max_kbytes=%d" % KAFKA_QUEUE_KBYTES, "--collector-option",
                        "flush_interval_ms=100")
@@ -112,17 +112,26 @@ class BrokerOutageTest(unittest.TestCase):
             self.assertGreater(c["batches_dropped"], 0, c)
             self.assertEqual(c["steps_recorded"], steps)
 
-        # Diagnosis resumed: steps recorded after the outage aligned and the job is diagnosed.
+        # Diagnosis resumed: a whole window of steps recorded after the outage aligned, and the
+        # job, which has no fault, is diagnosed balanced from them.
+        resumed_from = max(next(i for i, t in enumerate(r["step_end_unix"]) if t > outage[1] + 1)
+                           for r in ranks)
         wait_until(lambda: aligned() > before_outage + 100, 90, "steps after the outage to align")
         last = []
         def diagnosed():
             d = stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job=job), timeout=10)
-            last[:] = [service_pb2.StepDiagnosisLabel.Name(d.step.label), d.step.note]
-            return d if d.step.label == service_pb2.STEP_BALANCED else None
+            last[:] = [service_pb2.StepDiagnosisLabel.Name(d.step.label), d.step.window.first_step,
+                       d.step.window.last_step, d.step.note]
+            return d if d.step.window.last_step == steps - 1 else None
         try:
-            wait_until(diagnosed, 60, "a balanced diagnosis after the outage", interval=1)
+            d = wait_until(diagnosed, 60, "a diagnosis of the job's last step", interval=1)
         except AssertionError as e:
             raise AssertionError("%s; last diagnosis: %s" % (e, last)) from None
+        print("diagnosis of steps %d-%d (the outage ended before step %d): %s, %s" % (
+            d.step.window.first_step, d.step.window.last_step, resumed_from,
+            service_pb2.StepDiagnosisLabel.Name(d.step.label), d.step.note))
+        self.assertGreaterEqual(d.step.window.first_step, resumed_from)
+        self.assertEqual(d.step.label, service_pb2.STEP_BALANCED, d.step.note)
         self.assertLess(max(collector_cores), MAX_COLLECTOR_CORES,
                         "the collector's threads used CPU while the broker hung: %s" % collector_cores)
         self.assertLess(max(ratios), 1.25, "steps slowed down during the outage: %s" % ratios)

@@ -13,6 +13,15 @@ EXAMPLE = os.environ.get("RANKWATCH_EXAMPLE",
 PYTHON_DIR = os.environ.get("RANKWATCH_PYTHON_DIR", os.path.join(HERE, "../../build/python"))
 
 
+# For jobs whose diagnosis a test asserts. 4 CPU-bound ranks on 2 shared cores queue for the
+# CPU: equal ranks then differ in compute by up to 10 % for a whole run, and a slowed rank
+# computes alone while the others wait, which hides half its slowdown. Per-step device time
+# (12 ms, simulated with sleeps: the host thread of a GPU job waits for its kernels the same
+# way), a narrower model and a 6 ms input pipeline keep the job under one core, the input share
+# at ~0.2 and the compute share at ~0.8 (a balanced job, neither input- nor compute-bound).
+DIAGNOSED_JOB_ARGS = ("--device-ms", "12", "--width", "64", "--input-ms", "6")
+
+
 def torch_available():
     r = subprocess.run(["/usr/bin/python3", "-c", "import torch, torch.distributed"],
                        capture_output=True)

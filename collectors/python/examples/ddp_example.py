@@ -37,10 +37,14 @@ def parse_args():
     p.add_argument("--width", type=int, default=128, help="width of the model's wide activation")
     p.add_argument("--input-ms", type=float, default=5.0,
                    help="per-batch input pipeline cost (decode/IO), simulated with a sleep")
+    p.add_argument("--device-ms", type=float, default=0.0,
+                   help="per-step accelerator time, simulated with sleeps, half in forward and half "
+                        "in backward, as the host thread of a GPU job waits for its kernels")
     p.add_argument("--no-rankwatch", action="store_true", help="run without the collector")
     p.add_argument("--fault-slow-compute-rank", type=int, default=-1)
     p.add_argument("--fault-slow-compute", type=float, default=0.3,
-                   help="extra compute time of that rank, as a fraction of its own compute")
+                   help="extra compute time of that rank, as a fraction of its own compute "
+                        "(spent at the end of its backward pass)")
     p.add_argument("--fault-slow-input-rank", type=int, default=-1)
     p.add_argument("--fault-slow-input-ms", type=float, default=30.0)
     p.add_argument("--fault-keep-losses", action="store_true",
@@ -62,27 +66,51 @@ class SlowInput:
         return torch.stack(xs), torch.stack(ys)
 
 
+class SleepInBackward(torch.autograd.Function):
+    """Identity whose backward sleeps when the gradient reaches it (accelerator time)."""
+
+    @staticmethod
+    def forward(ctx, x, seconds):
+        ctx.seconds = seconds
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(ctx.seconds)
+        return grad, None
+
+
 class Net(nn.Module):
     """Small in parameters and FLOPs, wide in activations (batch x 64 x width floats kept for
-    backward), so that a leaked graph is visible in memory without slow matrix products."""
+    backward), so that a leaked graph is visible in memory without slow matrix products.
+    `device_seconds` per step stand for accelerator time (see --device-ms)."""
 
-    def __init__(self, width, slow_fraction=0.0):
+    def __init__(self, width, slow_fraction=0.0, device_seconds=0.0):
         super().__init__()
         self.inp = nn.Linear(16, 64)
         self.scale = nn.Parameter(torch.randn(64, width) * 0.1)
         self.out = nn.Linear(64, 1)
         self.slow_fraction = slow_fraction
+        self.device_seconds = device_seconds
         self.forward_seconds = []
 
     def forward(self, x):
         t0 = time.perf_counter()
         h = torch.relu(self.inp(x))
+        if self.slow_fraction > 0 and len(self.forward_seconds) > 3:
+            # The slow rank's extra time: fraction x (forward + backward; backward costs about
+            # as much as forward here), spent when the gradient reaches h, at the end of the
+            # backward pass. Its CPU work thus runs at the same time as the other ranks', as in
+            # a job with one accelerator per rank; extra time spent earlier would let it
+            # compute alone on a machine whose cores the ranks share, hiding half of it.
+            extra = self.slow_fraction * 2 * statistics.median(self.forward_seconds[-20:])
+            h = SleepInBackward.apply(h, extra)
         wide = torch.tanh(h.unsqueeze(-1) * self.scale)
         out = self.out(wide.mean(-1))
+        if self.device_seconds > 0:
+            time.sleep(self.device_seconds / 2)
+            out = SleepInBackward.apply(out, self.device_seconds / 2)
         self.forward_seconds.append(time.perf_counter() - t0)
-        if self.slow_fraction > 0 and len(self.forward_seconds) > 3:
-            # Backward costs about as much as forward here: fraction x (forward + backward).
-            time.sleep(self.slow_fraction * 2 * statistics.median(self.forward_seconds[-20:]))
         return out
 
 
@@ -101,7 +129,7 @@ def main():
     loader = DataLoader(data, batch_size=args.batch, sampler=DistributedSampler(data, seed=0),
                         collate_fn=SlowInput(input_ms), drop_last=True)
     slow = args.fault_slow_compute if rank == args.fault_slow_compute_rank else 0.0
-    model = DDP(Net(args.width, slow))
+    model = DDP(Net(args.width, slow, args.device_ms / 1000.0))
     rw.instrument_ddp(model)          # rankwatch: allreduce latency (comm hook)
     rw.instrument_module(model)       # rankwatch: forward and backward
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
