@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/kineto_replay.h"
+#include "collectors/kineto_replay.h"
 #include "ingest/batch_decoder.h"
 #include "operators/kernel/kernel_accumulator.h"
 

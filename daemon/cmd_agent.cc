@@ -28,6 +28,7 @@ struct AgentFlags {
   double interval_s = 1.0;
   double duration_s = 0;
   std::string metrics_listen = "127.0.0.1:9467";
+  double trace_timeout_s = 30;
 };
 
 int64_t UnixNowNs() {
@@ -67,12 +68,16 @@ int RunAgent(AgentFlags f) {
                                            {"result"});
   MetricFamily* traces = registry.Counter("rankwatch_agent_trace_files_total",
                                           "trace files found, by outcome", {"result"});
+  MetricFamily* kernel_events = registry.Counter(
+      "rankwatch_agent_trace_kernel_events_total",
+      "kernel events published from Kineto trace files", {});
   MetricFamily* gpus = registry.Gauge("rankwatch_agent_gpus", "GPUs seen through NVML", {});
   auto server = MetricsHttpServer::Start(*listen, &registry);
   if (!server.ok()) {
     std::fprintf(stderr, "rankwatch agent: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
+  f.agent.trace_publish_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.trace_timeout_s * 1000));
   NodeAgent agent(f.agent, publisher->get());
   std::printf("{\"metrics\": \"%s\"}\n", (*server)->address().ToString().c_str());
   std::fflush(stdout);
@@ -90,6 +95,7 @@ int RunAgent(AgentFlags f) {
     batches->WithLabels({"failed"})->Set((*publisher)->failed());
     traces->WithLabels({"published"})->Set(c.trace_files_published.load());
     traces->WithLabels({"failed"})->Set(c.trace_files_failed.load());
+    kernel_events->WithLabels({})->Set(c.trace_kernel_events.load());
     gpus->WithLabels({})->Set(agent.gpu_count());
   };
   while (true) {
@@ -107,13 +113,15 @@ int RunAgent(AgentFlags f) {
   const NodeAgentCounters& c = agent.counters();
   std::printf(
       "{\"samples\": %llu, \"batches_sent\": %llu, \"batches_dropped\": %llu, "
-      "\"delivered\": %llu, \"failed\": %llu, \"trace_files\": %llu}\n",
+      "\"delivered\": %llu, \"failed\": %llu, \"trace_files\": %llu, "
+      "\"trace_kernel_events\": %llu}\n",
       static_cast<unsigned long long>(c.samples.load()),
       static_cast<unsigned long long>(c.batches_sent.load()),
       static_cast<unsigned long long>(c.batches_dropped.load()),
       static_cast<unsigned long long>((*publisher)->delivered()),
       static_cast<unsigned long long>((*publisher)->failed()),
-      static_cast<unsigned long long>(c.trace_files_published.load()));
+      static_cast<unsigned long long>(c.trace_files_published.load()),
+      static_cast<unsigned long long>(c.trace_kernel_events.load()));
   std::fflush(stdout);
   if (!flushed.ok()) spdlog::warn("agent: {}", std::string(flushed.message()));
   return 0;
@@ -149,6 +157,10 @@ CommandRunner AddAgentCommand(CLI::App& app) {
                   "watch this directory for new Kineto / Ascend trace files");
   cmd->add_flag("--include-existing", f->agent.include_existing_traces,
                 "also publish the traces already in --trace-dir at start");
+  cmd->add_option("--trace-publish-timeout", f->trace_timeout_s,
+                  "seconds one trace file's batches may wait for Kafka in all")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
   cmd->add_option("--nvml-library", f->agent.nvml_library, "NVML shared library")
       ->capture_default_str();
   cmd->add_option("--metrics-listen", f->metrics_listen,

@@ -1,6 +1,6 @@
 // `rankwatch replay --brokers B --job J PATH...`: publishes vendor iteration traces (msprof,
 // MindSpore, torch_npu) as the step records of one training job, or Kineto (PyTorch profiler)
-// traces as its kernel events (daemon/kineto_replay.h), so the daemon diagnoses them like any
+// traces as its kernel events (collectors/kineto_replay.h), so the daemon diagnoses them like any
 // live job.
 #include <spdlog/spdlog.h>
 
@@ -11,7 +11,7 @@
 
 #include "collectors/kafka_publisher.h"
 #include "daemon/commands.h"
-#include "daemon/kineto_replay.h"
+#include "collectors/kineto_replay.h"
 #include "ingest/batch_decoder.h"
 #include "ingest/iteration_trace.h"
 #include "ingest/kineto_trace_reader.h"
@@ -52,6 +52,7 @@ int RunKinetoReplay(const ReplayFlags& f, const std::vector<std::filesystem::pat
     return publisher.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   KinetoReplayOptions o;
+  o.collector = "rankwatch-replay/" RANKWATCH_VERSION;
   o.training_job = f.job;
   o.world_size = f.world_size;
   o.max_events = f.chunk_events;

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include "collectors/kineto_replay.h"
 #include "ingest/batch_decoder.h"
 #include "ingest/iteration_trace.h"
 
@@ -65,16 +66,7 @@ void NodeAgent::Tick(int64_t unix_ns) {
 
 void NodeAgent::PublishTrace(const FoundTrace& trace, int64_t unix_ns) {
   if (trace.kind == TraceKind::kKineto) {
-    v1::Batch b = NewBatch(options_.rank, unix_ns);
-    b.mutable_trace()->set_source_format("kineto");
-    b.mutable_trace()->set_file(trace.file.string());
-    if (Publish(&b)) {
-      counters_.trace_files_published.fetch_add(1, std::memory_order_relaxed);
-      spdlog::info("agent: published Kineto trace {} ({} bytes, file reference)",
-                   trace.file.string(), trace.bytes);
-    } else {
-      counters_.trace_files_failed.fetch_add(1, std::memory_order_relaxed);
-    }
+    PublishKinetoTrace(trace, unix_ns);
     return;
   }
   auto it = ReadIterationTrace(trace.file);
@@ -103,6 +95,48 @@ void NodeAgent::PublishTrace(const FoundTrace& trace, int64_t unix_ns) {
       .fetch_add(1, std::memory_order_relaxed);
   spdlog::info("agent: published {} ({} steps of rank {})", trace.file.string(),
                it->steps.size(), it->rank);
+}
+
+void NodeAgent::PublishKinetoTrace(const FoundTrace& trace, int64_t unix_ns) {
+  KinetoReplayOptions o;
+  o.training_job = options_.training_job;
+  o.world_size = options_.world_size;
+  o.node = options_.node;
+  o.collector = "rankwatch-agent/" RANKWATCH_VERSION;
+  o.final = false;  // the job goes on: only this file's steps are complete
+  o.created_unix_ns = unix_ns;
+  const auto deadline = std::chrono::steady_clock::now() + options_.trace_publish_timeout;
+  KinetoReplayStats stats;
+  const absl::Status s = ReplayKinetoTraces({trace.file}, o, [&](const v1::Batch& batch) {
+    v1::Batch b = batch;
+    b.set_sequence(sequence_++);
+    b.SerializeToString(&buffer_);
+    while (true) {
+      absl::Status sent = publisher_->Publish(options_.training_job, buffer_);
+      if (sent.ok()) {
+        counters_.batches_sent.fetch_add(1, std::memory_order_relaxed);
+        return sent;
+      }
+      if (!absl::IsResourceExhausted(sent)) return sent;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return absl::DeadlineExceededError(
+            "Kafka took no batch for " +
+            std::to_string(options_.trace_publish_timeout.count() / 1000) + " s");
+      }
+      (void)publisher_->Flush(std::chrono::milliseconds(50));  // room frees as batches deliver
+    }
+  }, &stats);
+  counters_.trace_kernel_events.fetch_add(stats.events, std::memory_order_relaxed);
+  if (!s.ok()) {
+    counters_.trace_files_failed.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("agent: cannot publish {}: {} ({} batches with {} kernel events sent)",
+                 trace.file.string(), std::string(s.message()), stats.batches, stats.events);
+    return;
+  }
+  counters_.trace_files_published.fetch_add(1, std::memory_order_relaxed);
+  spdlog::info("agent: published {}: {} steps, {} kernel events in {} batches ({} events "
+               "outside every step left out)",
+               trace.file.string(), stats.steps, stats.events, stats.batches, stats.unstepped);
 }
 
 }  // namespace rankwatch

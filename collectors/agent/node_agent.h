@@ -2,15 +2,19 @@
 // training processes (ProcSampler) and the GPUs when NVML is present (NvmlProbe), and
 // publishes new profiler traces found by a TraceWatcher: Ascend iteration traces as the step
 // records of their rank (read with ingest/iteration_trace.h, as `rankwatch replay` does) and
-// Kineto traces, for now, as a file-arrival batch (`trace.source_format` "kineto",
-// `trace.file` the path, no kernel events) until a Kineto reader publishes their kernels.
+// Kineto traces as the kernel events of the rank in their distributedInfo, step by step
+// (collectors/kineto_replay.h, as `rankwatch replay` does, without marking the rank final).
 //
-// Publishing never blocks: when librdkafka's queue is full the batch is dropped and counted.
+// System samples never wait: when librdkafka's queue is full the batch is dropped and
+// counted. A trace file's batches wait for room instead (a trace is worth more than a sample
+// and comes in many batches), for at most `trace_publish_timeout` per file; then the file
+// counts as failed. Samples pause while a trace is published.
 //
 // Not thread-safe: Tick() from one thread; counters() from any thread.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,6 +37,8 @@ struct NodeAgentOptions {
   bool include_existing_traces = false;  // default: traces already there are not published
   ProcSamplerOptions proc;
   std::string nvml_library = "libnvidia-ml.so.1";  // default: libnvidia-ml.so.1
+  // How long one trace file's batches may wait for Kafka in all. Default: 30 s.
+  std::chrono::milliseconds trace_publish_timeout{30'000};
 };
 
 struct NodeAgentCounters {
@@ -42,6 +48,7 @@ struct NodeAgentCounters {
   std::atomic<uint64_t> trace_files_published{0};
   std::atomic<uint64_t> trace_files_failed{0};  // unreadable or unpublishable traces
   std::atomic<uint64_t> trace_steps{0};         // step records read from iteration traces
+  std::atomic<uint64_t> trace_kernel_events{0};  // kernel events published from Kineto traces
 };
 
 class NodeAgent {
@@ -59,6 +66,7 @@ class NodeAgent {
   v1::Batch NewBatch(uint32_t rank, int64_t unix_ns);
   bool Publish(v1::Batch* batch);
   void PublishTrace(const FoundTrace& trace, int64_t unix_ns);
+  void PublishKinetoTrace(const FoundTrace& trace, int64_t unix_ns);
 
   const NodeAgentOptions options_;
   BatchPublisher* publisher_;

@@ -66,7 +66,7 @@ KernelDelta KernelAccumulator::Add(const v1::Batch& batch) {
     r.open.erase(it);
     ++d.steps_closed;
   }
-  if (batch.final()) {
+  if (batch.final() || batch.trace().end_of_file()) {
     for (auto& [s, o] : r.open) Close(rank_id, r, s, o);
     d.steps_closed += static_cast<uint32_t>(r.open.size());
     r.open.clear();

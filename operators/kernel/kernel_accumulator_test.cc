@@ -233,6 +233,33 @@ TEST(KernelAccumulator, ClosesTheOldestOpenStepAndCountsLateAndUnsteppedEvents) 
   EXPECT_EQ(s.events_unstepped, 1u);
 }
 
+TEST(KernelAccumulator, TheEndOfATraceFileClosesItsStepsAndTheRankGoesOn) {
+  KernelAccumulator acc("j", {});
+  auto batch = [](int64_t step, bool end_of_file) {
+    v1::Batch b;
+    b.mutable_source()->set_rank(0);
+    b.mutable_source()->set_world_size(1);
+    b.add_strings("");
+    b.add_strings("k");
+    b.add_strings("kernel");
+    v1::KernelEvent* e = b.add_kernels();
+    e->set_name(1);
+    e->set_category(2);
+    e->set_stream(7);
+    e->set_ts_ns(step * 1000);
+    e->set_dur_ns(10);
+    e->set_step(step);
+    b.mutable_trace()->set_end_of_file(end_of_file);
+    return b;
+  };
+  EXPECT_EQ(acc.Add(batch(5, false)).steps_closed, 0u);
+  EXPECT_EQ(acc.Add(batch(6, true)).steps_closed, 2u);  // the file ended: steps 5 and 6
+  // A later file of the same rank: its steps open and close the same way.
+  EXPECT_EQ(acc.Add(batch(9, true)).steps_closed, 1u);
+  EXPECT_EQ(acc.Snapshot().ranks[0].steps, 3u);
+  EXPECT_EQ(acc.Snapshot().events_late, 0u);
+}
+
 KernelStepSummary Step(uint32_t rank, int64_t kernel, int64_t idle, int64_t comm) {
   KernelStepSummary s;
   s.rank = rank;

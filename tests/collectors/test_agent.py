@@ -1,6 +1,8 @@
 """Acceptance of issue #7, item 4: `rankwatch agent` runs without NVML for
 RANKWATCH_AGENT_S seconds (default 60; CI may set less) and publishes system samples the
-daemon accepts; a trace file dropped into the watched directory is published exactly once."""
+daemon accepts; a trace file dropped into the watched directory is published exactly once. A
+real Kineto trace (a fixture) is published as its kernel events: the daemon's per-step GPU
+analyses of it equal `rankwatch analyze` on the same file."""
 import json
 import os
 import shutil
@@ -9,6 +11,7 @@ import time
 import unittest
 
 from harness import BIN, Fleet, metric, parse_metrics, wait_until
+from test_kernel_live import FIXTURES, analyze, assert_same_steps, kernel_json
 
 AGENT_S = float(os.environ.get("RANKWATCH_AGENT_S", "60"))
 
@@ -52,11 +55,27 @@ class AgentTest(unittest.TestCase):
                                    result="published")
         wait_until(lambda: published() == 1, 20, "the trace file published")
 
+        # A real trace of rank 0 (2 profiled steps): its kernel events reach the daemon's live
+        # GPU analyses, step by step, equal to `rankwatch analyze` of the file.
+        fixture = os.path.join(FIXTURES, "kineto", "hta-trace-filter-2rank", "sampled_rank-0.json.gz")
+        shutil.copy(fixture, os.path.join(traces, "rank0.1700000000001.pt.trace.json.gz"))
+        wait_until(lambda: published() == 2, 30, "the Kineto trace published")
+        expected = {(s["rank"], s["step"]): s for s in analyze(fixture)["steps"]}
+        self.assertEqual(len(expected), 2)
+        live = wait_until(lambda: (lambda j: j if j and j["steps_analyzed"] == 2 else None)(
+            kernel_json(daemon, "node-agent-test")), 30, "2 analysed (rank, step) windows")
+        self.assertEqual(live["events"]["late"], 0)
+        got = {(s["rank"], s["step"]): s for r in live["ranks"] for s in r["recent_steps"]}
+        assert_same_steps(self, got, expected)
+        kernel_events = metric(scrape_address(address), "rankwatch_agent_trace_kernel_events_total")
+        self.assertEqual(kernel_events, live["events"]["accepted"])
+
         code = agent.proc.wait(timeout=AGENT_S + 30)
         self.assertEqual(code, 0, agent.stderr())
         summary = json.loads(agent.stdout().strip().splitlines()[-1])
         print("agent summary:", summary)
-        self.assertEqual(summary["trace_files"], 1)  # once, although it stayed there
+        self.assertEqual(summary["trace_files"], 2)  # each once, although they stayed there
+        self.assertEqual(summary["trace_kernel_events"], kernel_events)
         self.assertGreaterEqual(summary["samples"], AGENT_S / 0.5 * 0.8)
         self.assertEqual(summary["batches_dropped"], 0)
         self.assertEqual(summary["failed"], 0)

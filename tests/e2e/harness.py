@@ -120,9 +120,12 @@ class Fleet:
         p = self.start("rankwatchd", args + list(extra))
         endpoints_file = os.path.join(state, "endpoints.json")
         started = time.time()
+        def endpoints_pid():
+            with open(endpoints_file) as f:
+                return json.load(f).get("pid")
         # A restart in the same state dir finds the previous endpoints file: wait for a new one.
         wait_until(lambda: (os.path.exists(endpoints_file) and os.path.getmtime(endpoints_file) >= started - 1
-                            and json.load(open(endpoints_file)).get("pid") == p.proc.pid)
+                            and endpoints_pid() == p.proc.pid)
                    or p.proc.poll() is not None, 20, "rankwatchd endpoints")
         if p.proc.poll() is not None:
             raise AssertionError("rankwatchd exited: " + p.stderr())

@@ -29,6 +29,16 @@ def analyze(path):
     return json.loads(r.stdout)
 
 
+def assert_same_steps(test, got, expected):
+    """`got` and `expected`: {(rank, step): per-step numbers}, as analyze's JSON prints them."""
+    test.assertEqual(sorted(got), sorted(expected))
+    for key, want in expected.items():
+        for k in KEYS:
+            test.assertEqual(got[key][k], want[k], "%s %s" % (key, k))
+        for k in IDLE_KEYS:
+            test.assertEqual(got[key]["idle"][k], want["idle"][k], "%s idle %s" % (key, k))
+
+
 def kernel_json(daemon, job):
     url = "http://%s/kernel?training_job=%s" % (daemon.endpoints["metrics"], job)
     try:
@@ -75,12 +85,7 @@ class KernelLiveTest(unittest.TestCase):
         self.assertEqual(live["events"]["unstepped"], 0)
         self.assertEqual(live["events"]["accepted"], out["kernel_events"])
         got = {(s["rank"], s["step"]): s for r in live["ranks"] for s in r["recent_steps"]}
-        self.assertEqual(sorted(got), sorted(steps))
-        for key, want in steps.items():
-            for k in KEYS:
-                self.assertEqual(got[key][k], want[k], "%s %s" % (key, k))
-            for k in IDLE_KEYS:
-                self.assertEqual(got[key]["idle"][k], want["idle"][k], "%s idle %s" % (key, k))
+        assert_same_steps(self, got, steps)
 
         # Per rank: the window totals are the sums over the rank's steps.
         for r in live["ranks"]:

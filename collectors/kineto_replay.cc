@@ -1,4 +1,4 @@
-#include "daemon/kineto_replay.h"
+#include "collectors/kineto_replay.h"
 
 #include <spdlog/spdlog.h>
 
@@ -37,7 +37,8 @@ class RankBatcher {
     src->set_rank(t_.rank);
     src->set_world_size(world_);
     src->set_device("cuda");
-    src->set_collector("rankwatch-replay/" RANKWATCH_VERSION);
+    src->set_node(o_.node);
+    src->set_collector(o_.collector);
     v1::KernelTraceInfo* info = b->mutable_trace();
     info->set_source_format("kineto");
     info->set_base_time_unix_ns(meta_.base_time_unix_ns.value_or(0));
@@ -75,7 +76,8 @@ class RankBatcher {
     }
     if (step_ == steps_.size() || (step_ + 1 == steps_.size() && pos_ == steps_[step_].events.size())) {
       step_ = steps_.size();
-      b->set_final(true);
+      b->set_final(o_.final);
+      info->set_end_of_file(true);
       done_ = true;
     }
     return true;

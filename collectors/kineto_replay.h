@@ -2,8 +2,10 @@
 // as a collector streaming kernel events would send them: one source rank per trace (the rank
 // of its distributedInfo), each event tagged with its ProfilerStep (the step of the corrected
 // mode's windows: the launch's step for GPU ops), batches of bounded size, ranks interleaved
-// step by step, and a final batch per rank. Events outside every step are not sent (the live
-// path analyses per-step windows). Used by `rankwatch replay`.
+// step by step. The last batch of each rank ends the file (`trace.end_of_file`: the daemon
+// closes its steps) and, for a replay of a finished job, is final. Events outside every step
+// are not sent (the live path analyses per-step windows). Used by `rankwatch replay` and by
+// the node agent for the traces a profiler writes while the job runs.
 //
 // Not thread-safe; a plain function of its input files.
 #pragma once
@@ -26,6 +28,11 @@ struct KinetoReplayOptions {
   size_t max_bytes = 3u << 20;      // serialized bytes per batch, about (default 3 MiB < 4 MiB)
   size_t max_string_bytes = 4096;   // longer names are cut (the daemon's limit)
   int64_t created_unix_ns = 0;      // stamped on every batch
+  std::string node;                 // default: none
+  std::string collector = "rankwatch-replay";  // the batches' `source.collector`
+  // The last batch of each rank is `final` (the job ended). Default: true; false for traces of
+  // a job that goes on (the node agent).
+  bool final = true;
 };
 
 struct KinetoReplayStats {
