@@ -105,6 +105,8 @@ absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* c) {
       {"job-retention", [&](const YAML::Node& n) { c->job_retention = n.as<std::string>(); }},
       {"checkpoint-interval",
        [&](const YAML::Node& n) { c->checkpoint_interval = n.as<std::string>(); }},
+      {"checkpoint-budget-mib",
+       [&](const YAML::Node& n) { c->checkpoint_budget_mib = n.as<int>(); }},
       {"changelog-topic", [&](const YAML::Node& n) { c->changelog_topic = n.as<std::string>(); }},
       {"grpc-tls-cert", [&](const YAML::Node& n) { c->grpc_tls_cert = n.as<std::string>(); }},
       {"grpc-tls-key", [&](const YAML::Node& n) { c->grpc_tls_key = n.as<std::string>(); }},

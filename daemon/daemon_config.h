@@ -36,6 +36,9 @@ struct DaemonConfig {
   std::string align_timeout = "10s";
   std::string hang_timeout = "30s";                 // floor of max(5 x median step, this)
   std::string checkpoint_interval = "1s";           // durable state written this often
+  // Estimated changes one periodic checkpoint collects on the ingest thread (whole
+  // partitions); the rest follows in the next rounds. Default: 16 MiB.
+  int checkpoint_budget_mib = 16;
   // Compacted topic holding a copy of the state, so partitions can move between instances of
   // one group. Empty (default): none, for a single instance.
   std::string changelog_topic;

@@ -24,12 +24,14 @@ TEST(DaemonConfigTest, ReadsEveryKey) {
                                      "grpc-listen: 127.0.0.1:2\n"
                                      "window-steps: 50\n"
                                      "align-timeout: 500ms\n"
+                                     "checkpoint-budget-mib: 64\n"
                                      "kafka:\n"
                                      "  security.protocol: SASL_SSL\n");
   ASSERT_TRUE(LoadDaemonConfigFile(path, &c).ok());
   EXPECT_EQ(c.brokers, "k1:9092,k2:9092");
   EXPECT_EQ(c.window_steps, 50);
   EXPECT_EQ(c.align_timeout, "500ms");
+  EXPECT_EQ(c.checkpoint_budget_mib, 64);
   EXPECT_EQ(c.kafka.at("security.protocol"), "SASL_SSL");
   EXPECT_EQ(c.log_level, "info");  // untouched default
 }

@@ -90,6 +90,9 @@ int Run(const DaemonConfig& config) {
   if (!metrics_server.ok()) return Fail(metrics_server.status());
   auto store = StateStore::Open({(*state_dir)->path() / "store"});
   if (!store.ok()) return Fail(store.status());
+  if (config.checkpoint_budget_mib < 1 || config.checkpoint_budget_mib > 65536) {
+    return Fail(absl::InvalidArgumentError("checkpoint-budget-mib must be in 1..65536"));
+  }
   if (config.alert_subscriber_queue < 1) {
     return Fail(absl::InvalidArgumentError("alert-subscriber-queue must be >= 1"));
   }
@@ -156,8 +159,11 @@ int Run(const DaemonConfig& config) {
   };
   // After a storage error nothing is committed again: health goes NOT_SERVING, the last good
   // diagnoses stay served.
+  StateSyncOptions sync_options;
+  sync_options.checkpoint_max_bytes = static_cast<size_t>(config.checkpoint_budget_mib) << 20;
   StateSync sync(config.topic, store->get(), changelog.get(), &router, &metrics,
-                 [&](const absl::Status&) { (*grpc_server)->SetStateHealthy(false); });
+                 [&](const absl::Status&) { (*grpc_server)->SetStateHealthy(false); },
+                 sync_options);
   sync_ptr = &sync;
   if (absl::Status s = sync.RestoreAll(Clock::now(), wall_now()); !s.ok()) {
     return Fail(absl::Status(s.code(), std::string(s.message()) + " (state in " +
@@ -256,6 +262,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--checkpoint-interval", config.checkpoint_interval,
                  "write durable state (and the offsets it covers) this often")
+      ->capture_default_str();
+  app.add_option("--checkpoint-budget-mib", config.checkpoint_budget_mib,
+                 "changes (MiB, estimated) one checkpoint collects on the ingest thread; a "
+                 "larger backlog is written over the next rounds")
       ->capture_default_str();
   app.add_option("--changelog-topic", config.changelog_topic,
                  "compacted Kafka topic with a copy of the state: set it (the same on every "
