@@ -59,6 +59,12 @@ int Run(const DaemonConfig& config) {
   auto job_retention = ParseDuration(config.job_retention);
   if (!job_retention.ok()) return Fail(job_retention.status());
   if (config.window_steps < 1) return Fail(absl::InvalidArgumentError("window-steps must be >= 1"));
+  if (config.checkpoint_budget_mib < 1 || config.checkpoint_budget_mib > 65536) {
+    return Fail(absl::InvalidArgumentError("checkpoint-budget-mib must be in 1..65536"));
+  }
+  if (config.alert_subscriber_queue < 1) {
+    return Fail(absl::InvalidArgumentError("alert-subscriber-queue must be >= 1"));
+  }
   auto metrics_address = ParseListenAddress(config.metrics_listen);
   if (!metrics_address.ok()) return Fail(metrics_address.status());
   auto grpc_address = ParseListenAddress(config.grpc_listen);
@@ -90,12 +96,6 @@ int Run(const DaemonConfig& config) {
   if (!metrics_server.ok()) return Fail(metrics_server.status());
   auto store = StateStore::Open({(*state_dir)->path() / "store"});
   if (!store.ok()) return Fail(store.status());
-  if (config.checkpoint_budget_mib < 1 || config.checkpoint_budget_mib > 65536) {
-    return Fail(absl::InvalidArgumentError("checkpoint-budget-mib must be in 1..65536"));
-  }
-  if (config.alert_subscriber_queue < 1) {
-    return Fail(absl::InvalidArgumentError("alert-subscriber-queue must be >= 1"));
-  }
   AlertHubOptions hub_options;
   hub_options.subscriber_queue = static_cast<size_t>(config.alert_subscriber_queue);
   AlertHub alert_hub(store->get(), hub_options,
