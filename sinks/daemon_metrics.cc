@@ -104,6 +104,16 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
       "Top 3 ranks per signal (dataloader, compute) by per-step time above the median rank; "
       "the only per-rank series (at most 6 per job).",
       {"training_job", "signal", "rank", "node"});
+  straggler_culprit_ = r->Gauge(
+      "rankwatch_straggler_culprit_ranks",
+      "While a job's step diagnosis is a straggler: the culprit's ranks (1 for one rank, the "
+      "slow ranks of a node), with the scope (rank or node) and the culprit's node.",
+      {"training_job", "scope", "node"});
+  last_record_ = r->Gauge(
+      "rankwatch_job_last_record_timestamp_seconds",
+      "Unix time at which the newest step record of a job ended (time() minus it: how stale "
+      "the job's input is).",
+      {"training_job"});
   alerts_firing_ = r->Gauge("rankwatch_alerts_firing",
                             "Alerts currently firing, per job and kind.", {"training_job", "kind"});
   alerts_total_ = r->Counter("rankwatch_alerts_total",
@@ -167,6 +177,15 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
   };
   top("dataloader", d.phases[static_cast<int>(Phase::kDataloader)]);
   top("compute", d.compute);
+  straggler_culprit_->RemoveWhereFirstLabel(job);
+  if (d.scope != CulpritScope::kNone && !d.culprit_ranks.empty()) {
+    straggler_culprit_
+        ->WithLabels({job, d.scope == CulpritScope::kNode ? "node" : "rank", d.culprit_node})
+        ->Set(static_cast<double>(d.culprit_ranks.size()));
+  }
+  if (s.last_record_unix_ns > 0) {
+    last_record_->WithLabels({job})->Set(static_cast<double>(s.last_record_unix_ns) * 1e-9);
+  }
   PublishMemory(s);
   if (!s.has_window) return;
   for (int p = 0; p < kPhaseCount; ++p) {
@@ -222,7 +241,7 @@ void DaemonMetrics::RemoveJob(const std::string& job) {
   for (MetricFamily* f :
        {steps_aligned_, steps_timed_out_, phase_seconds_, phase_skew_, ranks_, window_steps_,
         step_diagnosis_, step_severity_, share_ratio_, straggler_score_, worst_rank_, rank_excess_,
-        alerts_firing_,
+        straggler_culprit_, last_record_, alerts_firing_,
         memory_diagnosis_, memory_severity_, memory_peak_, memory_pressure_, memory_creep_,
         memory_steps_to_full_}) {
     f->RemoveWhereFirstLabel(job);

@@ -74,6 +74,8 @@ class DaemonMetrics {
   MetricFamily* straggler_score_;
   MetricFamily* worst_rank_;
   MetricFamily* rank_excess_;
+  MetricFamily* straggler_culprit_;
+  MetricFamily* last_record_;
   MetricFamily* alerts_firing_;
   MetricFamily* alerts_total_;
   MetricFamily* memory_diagnosis_;

@@ -69,6 +69,10 @@ class PipelineTest(unittest.TestCase):
         self.assertEqual(metric(s, "rankwatch_step_diagnosis", training_job="ddp", diagnosis="balanced"), 0)
         self.assertEqual(metric(s, "rankwatch_step_worst_rank", training_job="ddp", phase="compute"), 5)
         self.assertGreaterEqual(metric(s, "rankwatch_straggler_score", training_job="ddp", kind="compute"), 0.2)
+        self.assertEqual(metric(s, "rankwatch_straggler_culprit_ranks", training_job="ddp", scope="rank",
+                                node="node-0"), 1)
+        last = metric(s, "rankwatch_job_last_record_timestamp_seconds", training_job="ddp")
+        self.assertLess(abs(time.time() - last), 600)  # the simulator stamps records with wall time
         stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(self.daemon.endpoints["grpc"]))
         d = stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job="ddp"), timeout=10)
         self.assertEqual(d.step.label, service_pb2.STEP_COMPUTE_STRAGGLER)

@@ -41,6 +41,12 @@ class ScenarioTest(unittest.TestCase):
             self.assertEqual(d.step.culprit_node, node)
         if scope is not None:
             self.assertEqual(d.step.scope, scope)
+            self.assertEqual(metric(s, "rankwatch_straggler_culprit_ranks", training_job=d.training_job,
+                                    scope=service_pb2.Scope.Name(scope).replace("SCOPE_", "").lower(),
+                                    node=d.step.culprit_node), len(d.step.culprit_ranks))
+        elif "STRAGGLER" not in label:
+            self.assertFalse([x for x in s if x[0] == "rankwatch_straggler_culprit_ranks"
+                              and x[1].get("training_job") == d.training_job])
 
     def test_balanced(self):
         self.assert_step(self.run_fleet("s-balanced", 16, 60, "--sync", "none", "--fault", "wait:all:0.08"),
