@@ -9,6 +9,13 @@ CPU time (every thread, the collector's included) per step: on a shared machine 
 less noisy than wall time. benchmarks/collector_step_cost.py isolates the per-step cost.
 
     benchmarks/collector_overhead.py --build build --runs 8 --steps 200
+    benchmarks/collector_overhead.py --build build --runs 8 --steps 200 \
+        --job-args="--device-ms 12 --width 64 --input-ms 6"
+
+The example's defaults make 4 CPU-bound ranks on this 2-core machine: every microsecond of
+CPU the collector (or the local broker) takes becomes step time. --job-args passes options to
+the example; the second line is the tests' GPU-like job (device time simulated with sleeps),
+under one core, as training with one accelerator per rank is.
 """
 import argparse
 import json
@@ -28,6 +35,7 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--runs", type=int, default=8, help="pairs of runs (with, without)")
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--job-args", default="", help="options for the example, e.g. \"--device-ms 12\"")
     args = p.parse_args()
     os.environ.setdefault("RANKWATCH_PYTHON_DIR", os.path.join(args.build, "python"))
     import torch_job  # noqa: E402 (needs RANKWATCH_PYTHON_DIR)
@@ -42,7 +50,7 @@ def main():
     try:
         for i in range(args.runs):
             for mode in ("without", "with") if i % 2 == 0 else ("with", "without"):
-                extra = ["--no-rankwatch"] if mode == "without" else []
+                extra = args.job_args.split() + (["--no-rankwatch"] if mode == "without" else [])
                 ranks = torch_job.TorchJob(workdir, "overhead-%d-%s" % (i, mode), brokers, args.steps,
                                            *extra).wait(timeout=args.steps * 2 + 120)
                 # Per run: the median over ranks of each rank's median step (after 10 warm-up).
@@ -64,7 +72,8 @@ def main():
                 "pair_ratios_median": round(statistics.median(pairs), 4),
                 "pair_ratios_min_max": [round(pairs[0], 4), round(pairs[-1], 4)]}
 
-    print(json.dumps({"runs": args.runs, "steps": args.steps, "step_time": summary(medians),
+    print(json.dumps({"runs": args.runs, "steps": args.steps, "job_args": args.job_args,
+                      "step_time": summary(medians),
                       "cpu_per_step": summary(cpus)}))
 
 

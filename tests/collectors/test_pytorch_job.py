@@ -56,7 +56,7 @@ class PyTorchJobTest(unittest.TestCase):
         d, _ = self.run_job("torch-slow-compute", STEPS, *DIAGNOSED_JOB_ARGS, "--fault-slow-compute-rank", "2",
                             "--fault-slow-compute", "0.3")
         self.assert_step(d, "STEP_COMPUTE_STRAGGLER", culprits=[2])
-        # As measured, rank 2's compute (forward + backward + optimizer - allreduce) is 21-28 %
+        # As measured, rank 2's compute (forward + backward + optimizer - collective) is 17-29 %
         # above the median rank's (30 % of its own compute added; the others' compute, queued
         # for 2 shared cores, is longer than rank 2's own was).
         compute = next(p for p in d.step.phases if p.phase == service_pb2.PHASE_COMPUTE)
@@ -64,7 +64,7 @@ class PyTorchJobTest(unittest.TestCase):
             compute.worst_seconds * 1e3, compute.median_seconds * 1e3, compute.skew * 100,
             d.step.scores.compute))
         self.assertEqual(compute.worst_rank, 2)
-        self.assertGreater(compute.skew, 0.15)
+        self.assertGreater(compute.skew, 0.12)
 
     def test_rank_1_slow_dataloader_is_an_input_straggler(self):
         d, _ = self.run_job("torch-slow-input", STEPS, *DIAGNOSED_JOB_ARGS,

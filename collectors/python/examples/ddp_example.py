@@ -130,7 +130,7 @@ def main():
                         collate_fn=SlowInput(input_ms), drop_last=True)
     slow = args.fault_slow_compute if rank == args.fault_slow_compute_rank else 0.0
     model = DDP(Net(args.width, slow, args.device_ms / 1000.0))
-    rw.instrument_ddp(model)          # rankwatch: allreduce latency (comm hook)
+    rw.instrument_ddp(model)          # rankwatch: gradient synchronisation (collective)
     rw.instrument_module(model)       # rankwatch: forward and backward
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     rw.instrument_optimizer(optimizer)  # rankwatch: optimizer.step

@@ -4,7 +4,7 @@
     rw = rankwatch.init(job="resnet-42", brokers="kafka:9092")
     model = rw.instrument_module(model)           # forward / backward timing (hooks)
     rw.instrument_optimizer(optimizer)            # optimizer.step timing
-    rw.instrument_ddp(ddp_model)                  # allreduce latency (a DDP comm hook)
+    rw.instrument_ddp(ddp_model)                  # gradient synchronisation (collective)
     for batch in rw.dataloader(loader):           # dataloader fetch timing
         with rw.step():
             ...

@@ -1,5 +1,5 @@
 """PyTorch instrumentation on top of the native collector: dataloader fetches, a module's
-forward and backward, optimizer.step, and DDP allreduce latency. Works with torch >= 1.13
+forward and backward, optimizer.step, and DDP's gradient synchronisation. Works with torch >= 1.13
 (Debian 12's python3-torch): only long-standing hook APIs are used."""
 from rankwatch import _native
 
@@ -38,14 +38,28 @@ def _first_grad_tensor(output):
     return None
 
 
-def instrument_module(native, module):
-    """Forward: pre-hook to hook. Backward: from the moment the output's gradient arrives
-    until the end of the whole backward pass. The end is an autograd-engine final callback
-    queued from a final callback, so it runs after DDP's own (which waits for the allreduce),
-    and the backward phase includes the gradient synchronisation, as in a plain loop timing
-    loss.backward()."""
+def instrument_module(native, module, compute=False, sync=False):
+    """Hooks `module` once; later calls only add what they ask for.
+
+    compute: forward (pre-hook to hook) and backward, from the moment the output's gradient
+    arrives until the end of the whole backward pass, DDP's gradient synchronisation included
+    (as a plain loop timing loss.backward()).
+    sync: the collective phase, the part of backward spent waiting for the gradient allreduce
+    after the local backward computation ended (the exposed synchronisation, where waiting for
+    slower ranks shows).
+
+    Both ends are autograd-engine final callbacks queued when the output's gradient arrives:
+    the first runs when the backward graph has been computed, before DDP's own (which waits
+    for the allreduce); it queues the second, which runs after DDP's. No comm hook and no
+    per-parameter hook is needed: two Python callbacks per step."""
     from torch.autograd import Variable
-    state = {"t0": 0}
+    state = getattr(module, "_rankwatch_hooks", None)
+    if state is not None:
+        state["compute"] = state["compute"] or compute
+        state["sync"] = state["sync"] or sync
+        return
+    state = {"t0": 0, "compute": compute, "sync": sync}
+    module._rankwatch_hooks = state
     engine = Variable._execution_engine
 
     def pre_hook(mod, inputs):
@@ -53,18 +67,28 @@ def instrument_module(native, module):
 
     def hook(mod, inputs, output):
         t1 = now_ns()
-        native.add_phase(_FORWARD, state["t0"], t1)
+        if state["compute"]:
+            native.add_phase(_FORWARD, state["t0"], t1)
         tensor = _first_grad_tensor(output)
         if tensor is None:
             return None
 
         def grad_hook(grad):
             b0 = now_ns()
+            computed = [0]
 
             def end_backward():
-                native.add_phase(_BACKWARD, b0, now_ns())
+                t = now_ns()
+                if state["compute"]:
+                    native.add_phase(_BACKWARD, b0, t)
+                if state["sync"]:
+                    native.add_phase(_COLLECTIVE, computed[0], t)
 
-            engine.queue_callback(lambda: engine.queue_callback(end_backward))
+            def graph_computed():
+                computed[0] = now_ns()
+                engine.queue_callback(end_backward)
+
+            engine.queue_callback(graph_computed)
             return None
 
         tensor.register_hook(grad_hook)
@@ -88,6 +112,8 @@ def instrument_optimizer(native, optimizer):
 
 
 def register_timed_allreduce(native, ddp_model, process_group=None):
+    """A DDP comm hook (allreduce, averaging) timing each bucket's allreduce, waiting included.
+    Costs ~140 us a step (the hook and its completion callback run in Python)."""
     import torch.distributed as dist
 
     def timed_allreduce(group, bucket):
