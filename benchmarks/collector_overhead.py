@@ -35,6 +35,7 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--runs", type=int, default=8, help="pairs of runs (with, without)")
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--world", type=int, default=4, help="ranks (processes) of the job")
     p.add_argument("--job-args", default="", help="options for the example, e.g. \"--device-ms 12\"")
     args = p.parse_args()
     os.environ.setdefault("RANKWATCH_PYTHON_DIR", os.path.join(args.build, "python"))
@@ -52,7 +53,7 @@ def main():
             for mode in ("without", "with") if i % 2 == 0 else ("with", "without"):
                 extra = args.job_args.split() + (["--no-rankwatch"] if mode == "without" else [])
                 ranks = torch_job.TorchJob(workdir, "overhead-%d-%s" % (i, mode), brokers, args.steps,
-                                           *extra).wait(timeout=args.steps * 2 + 120)
+                                           *extra, world=args.world).wait(timeout=args.steps * 2 + 120)
                 # Per run: the median over ranks of each rank's median step (after 10 warm-up).
                 m = statistics.median(statistics.median(r["step_seconds"][10:]) for r in ranks)
                 cpu = statistics.mean(r["cpu_s_per_step"] for r in ranks)
@@ -72,7 +73,7 @@ def main():
                 "pair_ratios_median": round(statistics.median(pairs), 4),
                 "pair_ratios_min_max": [round(pairs[0], 4), round(pairs[-1], 4)]}
 
-    print(json.dumps({"runs": args.runs, "steps": args.steps, "job_args": args.job_args,
+    print(json.dumps({"runs": args.runs, "steps": args.steps, "world": args.world, "job_args": args.job_args,
                       "step_time": summary(medians),
                       "cpu_per_step": summary(cpus)}))
 
