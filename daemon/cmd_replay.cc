@@ -41,12 +41,18 @@ int64_t NowNs() {
       .count();
 }
 
-int RunKinetoReplay(const ReplayFlags& f, const std::vector<std::filesystem::path>& files) {
+// A producer that blocks when its queue is full (a replay must not lose data), connected
+// within 10 s: InvalidArgument for a bad configuration, Unavailable when no broker answers.
+absl::StatusOr<std::unique_ptr<BatchPublisher>> ConnectPublisher(const ReplayFlags& f) {
   PublisherOptions po;
   po.brokers = f.brokers;
   po.topic = f.topic;
   po.client_id = "rankwatch-replay";
-  auto publisher = BatchPublisher::Connect(po, std::chrono::seconds(10));
+  return BatchPublisher::Connect(po, std::chrono::seconds(10));
+}
+
+int RunKinetoReplay(const ReplayFlags& f, const std::vector<std::filesystem::path>& files) {
+  auto publisher = ConnectPublisher(f);
   if (!publisher.ok()) {
     std::fprintf(stderr, "rankwatch replay: %s\n", std::string(publisher.status().message()).c_str());
     return publisher.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
@@ -124,11 +130,7 @@ int RunReplay(const ReplayFlags& f) {
                  ranks.size(), world);
   }
 
-  PublisherOptions po;
-  po.brokers = f.brokers;
-  po.topic = f.topic;
-  po.client_id = "rankwatch-replay";
-  auto publisher = BatchPublisher::Connect(po, std::chrono::seconds(10));
+  auto publisher = ConnectPublisher(f);
   if (!publisher.ok()) {
     std::fprintf(stderr, "rankwatch replay: %s\n", std::string(publisher.status().message()).c_str());
     return publisher.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

@@ -20,9 +20,8 @@ import unittest
 import grpc
 
 from alert_client import Watcher, stored_alerts
-from harness import BIN, Fleet, metric, parse_metrics, scrape, wait_until
+from harness import BIN, Fleet, fast_group_config, metric, parse_metrics, scrape, wait_until
 from rankwatch.v1 import service_pb2, service_pb2_grpc
-from test_durability import FAST_GROUP
 
 WINDOW = ["--window-steps", "20"]
 
@@ -64,9 +63,7 @@ def assert_lifecycle(test, alerts):
 class AlertsTest(unittest.TestCase):
     def setUp(self):
         self.fleet = Fleet()
-        self.config = os.path.join(self.fleet.workdir, "fast-group.yaml")
-        with open(self.config, "w") as f:
-            f.write(FAST_GROUP)
+        self.config = fast_group_config(self.fleet)
 
     def tearDown(self):
         self.fleet.close()

@@ -11,11 +11,10 @@ import unittest
 
 import grpc
 
-from harness import BIN, Fleet, metric, parse_metrics, scrape, wait_until
+from harness import BIN, Fleet, fast_group_config, metric, parse_metrics, scrape, wait_until
 from rankwatch.v1 import service_pb2, service_pb2_grpc
 
 # Short group timeouts so that a restarted instance rejoins quickly (the mock broker accepts them).
-FAST_GROUP = "kafka:\n  session.timeout.ms: \"6000\"\n  heartbeat.interval.ms: \"500\"\n"
 
 
 def health(address):
@@ -32,9 +31,7 @@ def diagnosis(daemon, job):
 class DurabilityTest(unittest.TestCase):
     def setUp(self):
         self.fleet = Fleet()
-        self.config = os.path.join(self.fleet.workdir, "fast-group.yaml")
-        with open(self.config, "w") as f:
-            f.write(FAST_GROUP)
+        self.config = fast_group_config(self.fleet)
 
     def tearDown(self):
         self.fleet.close()

@@ -8,8 +8,8 @@ import signal
 import time
 import unittest
 
-from harness import BIN, Fleet, metric, parse_metrics, scrape, wait_until
-from test_durability import FAST_GROUP, diagnosis
+from harness import BIN, Fleet, fast_group_config, metric, parse_metrics, scrape, wait_until
+from test_durability import diagnosis
 
 JOBS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"]
 STEPS = 1500
@@ -25,9 +25,7 @@ def aligned(daemon, job):
 class ScaleOutTest(unittest.TestCase):
     def setUp(self):
         self.fleet = Fleet()
-        self.config = os.path.join(self.fleet.workdir, "fast-group.yaml")
-        with open(self.config, "w") as f:
-            f.write(FAST_GROUP)
+        self.config = fast_group_config(self.fleet)
 
     def tearDown(self):
         self.fleet.close()
