@@ -65,6 +65,14 @@ PYBIND11_MODULE(_native, m) {
       .def("begin_step",
            [](Collector& c, uint64_t step) { c.BeginStep(step, Collector::NowNs()); })
       .def("end_step", [](Collector& c) { c.EndStep(Collector::NowNs()); })
+      .def(
+          "end_step_with_peak_rss",
+          [](Collector& c, rankwatch::ProcessPeakMemory& peak) {
+            // One call at the end of a CPU rank's step: its peak RSS, then the step's end.
+            c.RecordMemory(peak.TakePeakBytes(), 0, 0);
+            c.EndStep(Collector::NowNs());
+          },
+          py::arg("peak"))
       .def("add_phase",
            [](Collector& c, int phase, uint64_t begin_ns, uint64_t end_ns) {
              if (phase < 0 || phase >= rankwatch::kStepPhaseCount) {
@@ -122,5 +130,6 @@ PYBIND11_MODULE(_native, m) {
       .def(py::init<>())
       .def("take_peak_bytes", &rankwatch::ProcessPeakMemory::TakePeakBytes,
            "peak RSS (bytes) since the previous call")
-      .def_property_readonly("resets", &rankwatch::ProcessPeakMemory::resets);
+      .def_property_readonly("resets", &rankwatch::ProcessPeakMemory::resets)
+      .def_property_readonly("status_reads", &rankwatch::ProcessPeakMemory::status_reads);
 }

@@ -28,12 +28,15 @@ class PyTorchJobTest(unittest.TestCase):
 
     def run_job(self, job, steps, *args):
         ranks = TorchJob(self.fleet.workdir, job, self.brokers, steps, *args).wait(timeout=240)
+        recorded = sum(ranks[0]["recorded"])
         for r in ranks:
             self.assertEqual(r["steps"], steps)
+            self.assertEqual(r["recorded"], ranks[0]["recorded"])
+            self.assertEqual(r["collector"]["steps_recorded"], recorded)
             self.assertEqual(r["collector"]["records_dropped"], 0, r["collector"])
             self.assertEqual(r["collector"]["batches_failed"], 0, r["collector"])
         wait_until(lambda: metric(parse_metrics(scrape(self.daemon)), "rankwatch_steps_aligned_total",
-                                  training_job=job) == steps, 60, "%s: every step aligned" % job)
+                                  training_job=job) == recorded, 60, "%s: every recorded step aligned" % job)
         d = self.stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job=job), timeout=10)
         return d, ranks
 
@@ -51,6 +54,14 @@ class PyTorchJobTest(unittest.TestCase):
         for phase in ("dataloader", "forward", "backward", "optimizer", "collective"):
             self.assertGreater(metric(s, "rankwatch_step_phase_seconds", training_job="torch-balanced",
                                       phase=phase, stat="median"), 0, phase)
+
+    def test_steps_run_with_the_collector_paused_are_not_recorded(self):
+        # rw.pause() for a random half of the steps (the same on every rank): the daemon gets
+        # the other half, numbered without gaps, and still finds the job balanced.
+        d, ranks = self.run_job("torch-paused", STEPS, *DIAGNOSED_JOB_ARGS, "--pause-random", "7")
+        self.assertLess(sum(ranks[0]["recorded"]), STEPS)
+        self.assertGreater(sum(ranks[0]["recorded"]), STEPS // 4)
+        self.assert_step(d, "STEP_BALANCED")
 
     def test_rank_2_slow_compute_is_a_compute_straggler(self):
         d, _ = self.run_job("torch-slow-compute", STEPS, *DIAGNOSED_JOB_ARGS, "--fault-slow-compute-rank", "2",

@@ -11,11 +11,13 @@ The lines that concern rankwatch are marked `# rankwatch`. `--no-rankwatch` runs
 uninstrumented (for overhead comparisons). The `--fault-*` options inject the faults the
 acceptance tests (tests/collectors/) expect rankwatch to diagnose; a real job has none.
 At the end each rank prints one JSON line: rank, steps, median step seconds, CPU seconds
-per step (all threads, after 10 warm-up steps), collector stats.
+per step (all threads, after 10 warm-up steps), collector stats, and whether each step was
+recorded (--pause-random).
 """
 import argparse
 import json
 import os
+import random
 import statistics
 import time
 
@@ -41,6 +43,10 @@ def parse_args():
                    help="per-step accelerator time, simulated with sleeps, half in forward and half "
                         "in backward, as the host thread of a GPU job waits for its kernels")
     p.add_argument("--no-rankwatch", action="store_true", help="run without the collector")
+    p.add_argument("--pause-random", type=int, default=None, metavar="SEED",
+                   help="pause the collector (rw.pause()) for a random half of the steps, the "
+                        "same steps on every rank (for overhead measurements within one run: "
+                        "benchmarks/collector_overhead.py --interleave)")
     p.add_argument("--fault-slow-compute-rank", type=int, default=-1)
     p.add_argument("--fault-slow-compute", type=float, default=0.3,
                    help="extra compute time of that rank, as a fraction of its own compute "
@@ -136,12 +142,14 @@ def main():
     rw.instrument_optimizer(optimizer)  # rankwatch: optimizer.step
     loss_fn = nn.MSELoss()
     kept = []
+    coin = random.Random(args.pause_random)
 
-    step, step_seconds, step_ends, epoch = 0, [], [], 0
+    step, step_seconds, step_ends, recorded, epoch = 0, [], [], [], 0
     last = time.perf_counter()
     while step < args.steps:
         loader.sampler.set_epoch(epoch)
         for x, y in rw.dataloader(loader):  # rankwatch: dataloader fetches
+            recorded.append(not rw.paused)
             with rw.step():                  # rankwatch: one training step
                 loss = loss_fn(model(x), y)
                 optimizer.zero_grad(set_to_none=True)
@@ -154,6 +162,9 @@ def main():
             step_ends.append(time.time())
             last = now
             step += 1
+            if args.pause_random is not None:  # same seed, same steps on every rank
+                (rw.pause if coin.random() < 0.5 else rw.resume)()
+                last = time.perf_counter()  # the switch itself counts for neither side
             if step == 10:
                 cpu_at_10 = time.process_time()  # every thread of this process, collector's too
             if step >= args.steps:
@@ -167,7 +178,7 @@ def main():
     dist.destroy_process_group()
     print(json.dumps({"rank": rank, "steps": step, "median_step_s": statistics.median(step_seconds),
                       "step_seconds": step_seconds, "step_end_unix": step_ends, "cpu_s_per_step": cpu_per_step,
-                      "collector": stats}), flush=True)
+                      "recorded": recorded, "collector": stats}), flush=True)
 
 
 if __name__ == "__main__":

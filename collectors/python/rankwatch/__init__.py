@@ -8,6 +8,8 @@
     for batch in rw.dataloader(loader):           # dataloader fetch timing
         with rw.step():
             ...
+    with rw.pause():                              # evaluation: nothing recorded, hooks off
+        evaluate(model)
     rw.close()                                     # tells rankwatchd the rank ended cleanly
 
 Recording is a few atomic operations in the C++ library (rankwatch._native); a background
@@ -16,8 +18,11 @@ telemetry is dropped and counted, never the training step delayed.
 
 Memory peaks per step: from torch.cuda (max_memory_allocated / max_memory_reserved and the
 device's total memory, peaks reset every step) when the rank uses a GPU; otherwise the
-process's peak resident set size (VmHWM, reset every step through /proc/self/clear_refs; where
-that is not permitted, the lifetime peak), reported as `peak_allocated` with no capacity.
+process's peak resident set size (the kernel's high-water mark, reset every step through
+/proc/self/clear_refs; where that is not permitted, the lifetime peak), reported as
+`peak_allocated` with no capacity. It is read with getrusage (under 1 us) where that can be
+told apart from the floor exec leaves in it, else from /proc/self/status (3-16 us; every step
+of a process started by a bigger one; see collectors/lib/process_memory.h).
 """
 # Let rankwatch.v1 (the generated protobuf modules, e.g. build/gen_py) live beside this package.
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)

@@ -1,5 +1,6 @@
 """The Python face of the collector: init(), step and phase scopes, and the helpers that
 instrument a PyTorch training loop (see rankwatch/torch_hooks.py)."""
+import functools
 import os
 import time
 
@@ -36,32 +37,39 @@ class _Phase:
 
 
 class _Step:
-    __slots__ = ("_collector", "_step")
+    __slots__ = ("_begin", "_end", "_step")
 
     def __init__(self, collector, step):
-        self._collector, self._step = collector, step
+        self._begin, self._end, self._step = collector._native.begin_step, collector._end_step, step
 
     def __enter__(self):
-        self._collector._begin_step(self._step)
+        self._begin(self._step)
         return self
 
     def __exit__(self, *exc):
-        self._collector._end_step()
+        self._end()
         return False
 
 
 class _MemoryProbe:
     """Per-step memory peaks: torch.cuda on a GPU rank, else the process's peak RSS."""
 
-    def __init__(self, device):
+    def __init__(self, native, device):
         self._cuda = None
         if device.startswith("cuda"):
             import torch
             self._cuda = torch.cuda
             self._capacity = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
             torch.cuda.reset_peak_memory_stats()
+
+            def end_step():
+                native.record_memory(*self.take())
+                native.end_step()
+            self.end_step = end_step
         else:
             self._rss = _native.ProcessPeakMemory()
+            # One native call ends a CPU rank's step: peak RSS read, recorded, step ended.
+            self.end_step = functools.partial(native.end_step_with_peak_rss, self._rss)
 
     def take(self):
         """(peak_allocated, peak_reserved, capacity) since the previous call; 0 = unknown."""
@@ -81,14 +89,19 @@ class Collector:
         self.local_rank, self.node, self.device = local_rank, node, device
         self._native = _native.Collector(job, rank, world_size, node, local_rank, os.getpid(), device,
                                          brokers, **options)
-        self._memory = _MemoryProbe(device) if memory else None
+        self._memory = _MemoryProbe(self._native, device) if memory else None
+        self._end_step = self._memory.end_step if memory else self._native.end_step
         self._next_step = 0
         self._closed = False
-        self._phases = {name: _Phase(self._native, p) for name, p in PHASES.items()}
+        self._gate = _hooks.Gate()
+        self._attachments = []
 
     # --- scopes ---------------------------------------------------------------------------
     def step(self, step=None):
-        """Context manager around one training iteration. Steps count from 0 unless given."""
+        """Context manager around one training iteration. Steps count from 0 unless given;
+        paused steps are not counted."""
+        if not self._gate.open:
+            return _NULL_SCOPE
         if step is None:
             step = self._next_step
         self._next_step = step + 1
@@ -98,45 +111,73 @@ class Collector:
         """Context manager adding the time inside to `name` (dataloader, forward, backward,
         optimizer, collective, forward_backward) of the open step (or the next one). Scopes of
         one name must not nest; use separate objects per thread (phase_timer)."""
-        return _Phase(self._native, PHASES[name])
+        return _Phase(self._native, PHASES[name]) if self._gate.open else _NULL_SCOPE
 
-    def phase_timer(self, name):
-        """A fresh phase scope object, safe to use from another thread."""
-        return _Phase(self._native, PHASES[name])
+    phase_timer = phase  # a fresh scope object each call: safe to use from another thread
 
     def add_phase(self, name, begin_ns, end_ns):
         """Adds [begin_ns, end_ns) (rankwatch.collector.now_ns clock) to a phase."""
-        self._native.add_phase(PHASES[name], begin_ns, end_ns)
+        if self._gate.open:
+            self._native.add_phase(PHASES[name], begin_ns, end_ns)
 
     def record_memory(self, peak_allocated, peak_reserved=0, capacity=0):
-        self._native.record_memory(int(peak_allocated), int(peak_reserved), int(capacity))
+        if self._gate.open:
+            self._native.record_memory(int(peak_allocated), int(peak_reserved), int(capacity))
 
     def record_kernels(self, events):
         """events: iterable of (name, category, ts_ns, dur_ns, stream, correlation, step)."""
-        self._native.record_kernels(list(events))
+        if self._gate.open:
+            self._native.record_kernels(list(events))
 
-    def _begin_step(self, step):
-        self._native.begin_step(step)
+    # --- pausing --------------------------------------------------------------------------
+    def pause(self):
+        """Stops recording until resume(): the hooks come off the modules, optimizer.step is
+        unwrapped, step() and phase() scopes do nothing and do not count steps (the next
+        recorded step follows the last one). For evaluation loops, whose forward passes would
+        otherwise count as training, and for overhead measurements. Returns a context manager
+        that resumes, `with rw.pause(): evaluate(model)`, unless it was paused already (then
+        the outer pause decides)."""
+        if not self._gate.open:
+            return _NULL_SCOPE
+        self._gate.open = False
+        for a in self._attachments:
+            a.off()
+        return _Resume(self)
 
-    def _end_step(self):
+    def resume(self):
+        """Records again after pause()."""
+        if self._gate.open:
+            return
+        self._gate.open = True
+        for a in self._attachments:
+            a.on()
         if self._memory is not None:
-            self._native.record_memory(*self._memory.take())
-        self._native.end_step()
+            self._memory.take()  # the peak since the last step is the paused stretch's, no step's
+
+    @property
+    def paused(self):
+        return not self._gate.open
+
+    def _attach(self, attachment):
+        if attachment is not None:
+            self._attachments.append(attachment)
+            if not self._gate.open:
+                attachment.off()
 
     # --- PyTorch helpers (rankwatch/torch_hooks.py) ---------------------------------------
     def dataloader(self, iterable):
         """Yields from `iterable`, timing each fetch as the next step's dataloader phase."""
-        return _hooks.timed_iter(self._native, iterable)
+        return _hooks.timed_iter(self._native, iterable, self._gate)
 
     def instrument_module(self, module):
         """Times `module`'s forward (hooks) and backward (from its output's gradient to the end
         of the backward pass, DDP's gradient synchronisation included). Returns `module`."""
-        _hooks.instrument_module(self._native, module, compute=True)
+        self._attach(_hooks.instrument_module(self._native, module, compute=True))
         return module
 
     def instrument_optimizer(self, optimizer):
         """Times optimizer.step(). Returns `optimizer`."""
-        _hooks.instrument_optimizer(self._native, optimizer)
+        self._attach(_hooks.instrument_optimizer(self._native, optimizer))
         return optimizer
 
     def instrument_ddp(self, ddp_model, process_group=None, comm_hook=False):
@@ -147,9 +188,9 @@ class Collector:
         timing each bucket's allreduce (replacing any other; ~140 us a step). Returns
         `ddp_model`."""
         if comm_hook:
-            _hooks.register_timed_allreduce(self._native, ddp_model, process_group)
+            _hooks.register_timed_allreduce(self._native, ddp_model, self._gate, process_group)
         else:
-            _hooks.instrument_module(self._native, ddp_model, sync=True)
+            self._attach(_hooks.instrument_module(self._native, ddp_model, sync=True))
         return ddp_model
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -213,6 +254,28 @@ class NullCollector(Collector):
 
     def close(self, final=True, timeout_s=10.0):
         return True
+
+    def pause(self):
+        return _NULL_SCOPE
+
+    def resume(self):
+        pass
+
+    paused = False
+
+
+class _Resume:
+    __slots__ = ("_collector",)
+
+    def __init__(self, collector):
+        self._collector = collector
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._collector.resume()
+        return False
 
 
 class _NullScope:

@@ -9,9 +9,42 @@ _OPTIMIZER, _COLLECTIVE = _native.PHASE_OPTIMIZER, _native.PHASE_COLLECTIVE
 _DATALOADER = _native.PHASE_DATALOADER
 
 
-def timed_iter(native, iterable):
+class Gate:
+    """Whether the collector records (Collector.pause / resume); the dataloader wrapper reads
+    it on every fetch. Hooks are removed while paused, not gated."""
+    __slots__ = ("open",)
+
+    def __init__(self):
+        self.open = True
+
+
+class Attachment:
+    """Instrumentation that pause() takes off and resume() puts back: `attach()` installs it
+    and returns the function that removes it."""
+
+    def __init__(self, attach):
+        self._attach, self._detach = attach, None
+
+    def on(self):
+        if self._detach is None:
+            self._detach = self._attach()
+
+    def off(self):
+        if self._detach is not None:
+            self._detach()
+            self._detach = None
+
+
+def timed_iter(native, iterable, gate):
     it = iter(iterable)
     while True:
+        if not gate.open:
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            yield item
+            continue
         t0 = now_ns()
         try:
             item = next(it)
@@ -21,25 +54,25 @@ def timed_iter(native, iterable):
         yield item
 
 
-def _first_grad_tensor(output):
-    import torch
-    if isinstance(output, torch.Tensor):
+def _first_grad_tensor(output, tensor_type):
+    if isinstance(output, tensor_type):
         return output if output.requires_grad else None
     if isinstance(output, (list, tuple)):
         for o in output:
-            t = _first_grad_tensor(o)
+            t = _first_grad_tensor(o, tensor_type)
             if t is not None:
                 return t
     if isinstance(output, dict):
         for o in output.values():
-            t = _first_grad_tensor(o)
+            t = _first_grad_tensor(o, tensor_type)
             if t is not None:
                 return t
     return None
 
 
 def instrument_module(native, module, compute=False, sync=False):
-    """Hooks `module` once; later calls only add what they ask for.
+    """Hooks `module` once; later calls only add what they ask for. Returns the Attachment of
+    its hooks the first time, None after.
 
     compute: forward (pre-hook to hook) and backward, from the moment the output's gradient
     arrives until the end of the whole backward pass, DDP's gradient synchronisation included
@@ -52,15 +85,16 @@ def instrument_module(native, module, compute=False, sync=False):
     the first runs when the backward graph has been computed, before DDP's own (which waits
     for the allreduce); it queues the second, which runs after DDP's. No comm hook and no
     per-parameter hook is needed: two Python callbacks per step."""
+    from torch import Tensor
     from torch.autograd import Variable
     state = getattr(module, "_rankwatch_hooks", None)
     if state is not None:
         state["compute"] = state["compute"] or compute
         state["sync"] = state["sync"] or sync
-        return
+        return None
     state = {"t0": 0, "compute": compute, "sync": sync}
     module._rankwatch_hooks = state
-    engine = Variable._execution_engine
+    queue_callback, add_phase = Variable._execution_engine.queue_callback, native.add_phase
 
     def pre_hook(mod, inputs):
         state["t0"] = now_ns()
@@ -68,8 +102,8 @@ def instrument_module(native, module, compute=False, sync=False):
     def hook(mod, inputs, output):
         t1 = now_ns()
         if state["compute"]:
-            native.add_phase(_FORWARD, state["t0"], t1)
-        tensor = _first_grad_tensor(output)
+            add_phase(_FORWARD, state["t0"], t1)
+        tensor = _first_grad_tensor(output, Tensor)
         if tensor is None:
             return None
 
@@ -80,26 +114,37 @@ def instrument_module(native, module, compute=False, sync=False):
             def end_backward():
                 t = now_ns()
                 if state["compute"]:
-                    native.add_phase(_BACKWARD, b0, t)
+                    add_phase(_BACKWARD, b0, t)
                 if state["sync"]:
-                    native.add_phase(_COLLECTIVE, computed[0], t)
+                    add_phase(_COLLECTIVE, computed[0], t)
 
             def graph_computed():
                 computed[0] = now_ns()
-                engine.queue_callback(end_backward)
+                queue_callback(end_backward)
 
-            engine.queue_callback(graph_computed)
+            queue_callback(graph_computed)
             return None
 
         tensor.register_hook(grad_hook)
         return None
 
-    module.register_forward_pre_hook(pre_hook)
-    module.register_forward_hook(hook)
+    def attach():
+        handles = (module.register_forward_pre_hook(pre_hook), module.register_forward_hook(hook))
+        return lambda: [h.remove() for h in handles]
+
+    hooks = Attachment(attach)
+    hooks.on()
+    return hooks
 
 
 def instrument_optimizer(native, optimizer):
+    """Wraps optimizer.step (an instance attribute over the class's) once. Returns its
+    Attachment the first time, None after."""
+    if getattr(optimizer, "_rankwatch_timed", False):
+        return None
+    optimizer._rankwatch_timed = True
     step = optimizer.step
+    before = optimizer.__dict__.get("step")
 
     def timed_step(*args, **kwargs):
         t0 = now_ns()
@@ -108,12 +153,25 @@ def instrument_optimizer(native, optimizer):
         finally:
             native.add_phase(_OPTIMIZER, t0, now_ns())
 
-    optimizer.step = timed_step
+    def attach():
+        optimizer.step = timed_step
+
+        def detach():
+            if before is None:
+                del optimizer.step
+            else:
+                optimizer.step = before
+        return detach
+
+    wrapper = Attachment(attach)
+    wrapper.on()
+    return wrapper
 
 
-def register_timed_allreduce(native, ddp_model, process_group=None):
+def register_timed_allreduce(native, ddp_model, gate, process_group=None):
     """A DDP comm hook (allreduce, averaging) timing each bucket's allreduce, waiting included.
-    Costs ~140 us a step (the hook and its completion callback run in Python)."""
+    Costs ~140 us a step (the hook and its completion callback run in Python). DDP cannot
+    unregister a comm hook: while `gate` is closed it still averages, without timing."""
     import torch.distributed as dist
 
     def timed_allreduce(group, bucket):
@@ -123,7 +181,8 @@ def register_timed_allreduce(native, ddp_model, process_group=None):
         fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
 
         def done(f):
-            native.add_phase(_COLLECTIVE, t0, now_ns())
+            if gate.open:
+                native.add_phase(_COLLECTIVE, t0, now_ns())
             return f.value()[0]
 
         return fut.then(done)
