@@ -137,18 +137,34 @@ void Collector::RecordMemory(uint64_t peak_allocated, uint64_t peak_reserved, ui
 }
 
 void Collector::RecordKernels(const std::vector<KernelEventInput>& events) {
-  std::lock_guard<std::mutex> lock(kernels_mu_);
-  for (const KernelEventInput& e : events) {
-    if (kernels_.size() >= options_.max_kernel_events) {
-      kernels_.pop_front();
-      ++kernels_dropped_;
+  const size_t half = options_.max_kernel_events / 2;
+  bool crossed_half;
+  {
+    std::lock_guard<std::mutex> lock(kernels_mu_);
+    const size_t before = kernels_.size();
+    for (const KernelEventInput& e : events) {
+      if (kernels_.size() >= options_.max_kernel_events) {
+        kernels_.pop_front();
+        ++kernels_dropped_;
+      }
+      kernels_.push_back(e);
+      KernelEventInput& k = kernels_.back();
+      if (k.name.size() > kMaxKernelString) k.name.resize(kMaxKernelString);
+      if (k.category.size() > kMaxKernelString) k.category.resize(kMaxKernelString);
     }
-    kernels_.push_back(e);
-    KernelEventInput& k = kernels_.back();
-    if (k.name.size() > kMaxKernelString) k.name.resize(kMaxKernelString);
-    if (k.category.size() > kMaxKernelString) k.category.resize(kMaxKernelString);
+    crossed_half = before < half && kernels_.size() >= half;
   }
   kernels_recorded_.fetch_add(events.size(), std::memory_order_relaxed);
+  // Half full: ship now rather than at the next interval, which may be too late for the rest.
+  if (crossed_half) RequestFlush();
+}
+
+void Collector::RequestFlush() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    flush_requested_ = true;
+  }
+  wake_.notify_one();
 }
 
 void Collector::SealBatch(v1::Batch* b, uint64_t records) {
@@ -315,11 +331,7 @@ absl::Status Collector::Flush(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const uint64_t start = idle_generation_.load(std::memory_order_acquire);
   while (std::chrono::steady_clock::now() < deadline && !closed_.load()) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      flush_requested_ = true;
-    }
-    wake_.notify_one();
+    RequestFlush();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     // Two idle rounds after the request: the second began after everything queued now.
     if (idle_generation_.load(std::memory_order_acquire) >= start + 2) return absl::OkStatus();

@@ -196,6 +196,40 @@ TEST(CollectorTest, KernelEventsAreInternedIntoTheBatch) {
   EXPECT_EQ(b.trace().source_format(), "collector");
 }
 
+// Kernel events that half fill their buffer are shipped at once, not at the next interval
+// (here a minute away), so a long interval does not turn a burst of kernels into drops.
+TEST(CollectorTest, AHalfFullKernelBufferShipsBeforeTheInterval) {
+  MockKafka kafka;
+  CollectorOptions o;
+  o.brokers = kafka.bootstrap();
+  o.flush_interval_ms = 60'000;
+  o.max_kernel_events = 64;
+  auto c = Collector::Create(Identity(), o);
+  ASSERT_TRUE(c.ok());
+  auto gemms = [](size_t n) {
+    std::vector<KernelEventInput> events(n);
+    for (KernelEventInput& e : events) {
+      e.name = "gemm";
+      e.category = "kernel";
+    }
+    return events;
+  };
+  (*c)->RecordKernels(gemms(24));  // 24 of 64: below half
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ((*c)->stats().batches_produced, 0u) << "shipped before the buffer was half full";
+  (*c)->RecordKernels(gemms(16));  // 40 of 64
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((*c)->stats().batches_produced == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ((*c)->stats().batches_produced, 1u);
+  int kernels = 0;
+  for (const v1::Batch& b : kafka.ReadAll(std::chrono::milliseconds(300))) kernels += b.kernels_size();
+  EXPECT_EQ(kernels, 40);
+  EXPECT_EQ((*c)->stats().records_dropped, 0u);
+  ASSERT_TRUE((*c)->Close(true, std::chrono::seconds(10)).ok());
+}
+
 // The broker goes away: recording stays fast, memory stays bounded, drops are counted and
 // reported, and delivery resumes by itself when the broker returns.
 TEST(CollectorTest, BrokerDownNeverBlocksBoundsMemoryAndRecovers) {

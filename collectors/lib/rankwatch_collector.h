@@ -43,7 +43,7 @@ typedef struct rw_identity {
 typedef struct rw_options {
   const char* brokers;          /* Kafka bootstrap servers (required) */
   const char* topic;            /* NULL = "rankwatch.telemetry" */
-  int flush_interval_ms;        /* 0 = 200 */
+  int flush_interval_ms;        /* 0 = 1000 */
   size_t step_ring_capacity;    /* 0 = 4096 steps */
   size_t max_pending_bytes;     /* 0 = 4 MiB */
   int kafka_queue_max_messages; /* 0 = 4 (1 to 5: batches in librdkafka at once) */

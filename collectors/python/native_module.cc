@@ -58,7 +58,7 @@ PYBIND11_MODULE(_native, m) {
       .def(py::init(&MakeCollector), py::arg("training_job"), py::arg("rank"),
            py::arg("world_size"), py::arg("node"), py::arg("local_rank"), py::arg("pid"),
            py::arg("device"), py::arg("brokers"), py::arg("topic") = "rankwatch.telemetry",
-           py::arg("flush_interval_ms") = 200, py::arg("step_ring_capacity") = 4096,
+           py::arg("flush_interval_ms") = 1000, py::arg("step_ring_capacity") = 4096,
            py::arg("max_pending_bytes") = 4u << 20, py::arg("kafka_queue_max_messages") = 4,
            py::arg("kafka_queue_max_kbytes") = 4096,
            py::arg("properties") = std::map<std::string, std::string>{})
