@@ -1,6 +1,8 @@
 """The `rankwatch` Python package on its own (one process, a real `rankwatch kafka`): pause()
 takes every hook off and resume() puts it back, and paused steps are neither recorded nor
 counted. The 4-rank jobs of test_pytorch_job check the same through the daemon."""
+import os
+import time
 import unittest
 
 from harness import Fleet
@@ -77,6 +79,15 @@ class PauseTest(unittest.TestCase):
         self.assertTrue(rw.flush(timeout_s=10))
         stats = rw.stats()
         self.assertEqual(stats["records_dropped"], 0, stats)
+        # The collector's own CPU: its threads are named so that /proc tells them apart.
+        names = set()
+        for tid in os.listdir("/proc/self/task"):
+            with open("/proc/self/task/%s/comm" % tid) as f:
+                names.add(f.read().strip())
+        self.assertIn("rw:sender", names)
+        self.assertTrue(any(n.startswith("rdk:") for n in names), names)
+        self.assertGreaterEqual(stats["threads_cpu_s"], 0.0)
+        self.assertLessEqual(stats["threads_cpu_s"], time.process_time())
 
     def test_a_disabled_collector_can_be_paused_too(self):
         import rankwatch

@@ -195,7 +195,14 @@ class Collector:
 
     # --- lifecycle --------------------------------------------------------------------------
     def stats(self):
-        return self._native.stats()
+        """The library's counters (steps, records, drops, bytes, ...) and `threads_cpu_s`: CPU
+        seconds used so far by the collector's threads (its sender and librdkafka's), from
+        /proc/self/task; absent where /proc is not readable."""
+        d = self._native.stats()
+        cpu = _threads_cpu_s(("rw:", "rdk:"))
+        if cpu is not None:
+            d["threads_cpu_s"] = cpu
+        return d
 
     def flush(self, timeout_s=10.0):
         return self._native.flush(int(timeout_s * 1000))
@@ -264,6 +271,26 @@ class NullCollector(Collector):
     paused = False
 
 
+def _threads_cpu_s(prefixes):
+    """CPU seconds (user + system) of this process's threads whose names start with one of
+    `prefixes`; None when /proc/self/task cannot be read."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    ticks = 0
+    for tid in tids:
+        try:
+            with open("/proc/self/task/%s/stat" % tid) as f:
+                stat = f.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if name.startswith(prefixes):
+            ticks += int(rest[11]) + int(rest[12])  # utime, stime (fields 14 and 15)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 class _Resume:
     __slots__ = ("_collector",)
 
@@ -298,7 +325,8 @@ def init(job=None, brokers=None, rank=None, world_size=None, local_rank=None, no
     torch.distributed when initialised, else $RANK / $WORLD_SIZE / $LOCAL_RANK (0 / 1 / 0).
     node: the host name. device: cuda:<current device> when CUDA is available, else cpu.
     enabled: False (or $RANKWATCH_DISABLE=1) returns a NullCollector. options: collector
-    buffer settings (flush_interval_ms=200, step_ring_capacity=4096,
+    buffer settings (flush_interval_ms=1000, sooner when kernel events half fill their buffer;
+    step_ring_capacity=4096,
     max_pending_bytes=4 MiB, kafka_queue_max_messages=4 (at most 5), kafka_queue_max_kbytes=4096,
     properties={librdkafka property: value}). Never waits for Kafka.
     """
