@@ -26,8 +26,9 @@ class PyTorchJobTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.fleet.close()
 
-    def run_job(self, job, steps, *args):
-        ranks = TorchJob(self.fleet.workdir, job, self.brokers, steps, *args).wait(timeout=240)
+    def run_job(self, job, steps, *args, steady_malloc=True):
+        ranks = TorchJob(self.fleet.workdir, job, self.brokers, steps, *args,
+                         steady_malloc=steady_malloc).wait(timeout=240)
         recorded = sum(ranks[0]["recorded"])
         for r in ranks:
             self.assertEqual(r["steps"], steps)
@@ -85,7 +86,10 @@ class PyTorchJobTest(unittest.TestCase):
     def test_kept_losses_are_a_memory_creep(self):
         # batch 512 x 64 x width 128 floats: each kept graph holds 16 MiB of activations; the
         # creep needs >= 512 MiB between the head and the tail of the window (spec section 4).
-        d, _ = self.run_job("torch-leak", 60, "--fault-keep-losses", "--batch", "512")
+        # glibc's own thresholds here: with the fixed ones (torch_job.STEADY_MALLOC) each rank's
+        # heap keeps what it freed, and the ranks' peak RSS came out uneven enough to read as
+        # memory_imbalance in 1 run of 3.
+        d, _ = self.run_job("torch-leak", 60, "--fault-keep-losses", "--batch", "512", steady_malloc=False)
         self.assertEqual(service_pb2.MemoryDiagnosisLabel.Name(d.memory.label), "MEMORY_CREEP", d.memory.note)
 
 

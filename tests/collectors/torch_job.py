@@ -21,6 +21,16 @@ PYTHON_DIR = os.environ.get("RANKWATCH_PYTHON_DIR", os.path.join(HERE, "../../bu
 # at ~0.2 and the compute share at ~0.8 (a balanced job, neither input- nor compute-bound).
 DIAGNOSED_JOB_ARGS = ("--device-ms", "12", "--width", "64", "--input-ms", "6")
 
+# glibc's malloc gives tensors of a few MiB fresh pages from mmap, or trims them off its heap,
+# whenever its adaptive thresholds say so: in a run of this job, half the backward passes of a
+# rank took 500-2,000 minor page faults, each ~15 us on this VM, adding 7-25 ms to a 7 ms
+# local backward at random, in bursts that lasted for some ranks' whole run (measured with
+# getrusage(RUSAGE_THREAD) around the backward pass). That is real compute time and rankwatch
+# rightly reports it, but it drowned the faults the tests inject (a balanced job came out a
+# compute straggler 1 run in 2). Fixed thresholds keep freed memory for reuse: no faults after
+# the first steps. A CPU training job that sees the same can set this too.
+STEADY_MALLOC = "glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824"
+
 
 def torch_available():
     r = subprocess.run(["/usr/bin/python3", "-c", "import torch, torch.distributed"],
@@ -37,13 +47,15 @@ def free_port():
 class TorchJob:
     """The ranks of one training job; `wait()` returns each rank's final JSON line."""
 
-    def __init__(self, workdir, job, brokers, steps, *args, world=4):
+    def __init__(self, workdir, job, brokers, steps, *args, world=4, steady_malloc=True):
         port = free_port()
         self.job, self.procs, self.files = job, [], []
         for rank in range(world):
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
                        PYTHONPATH=PYTHON_DIR)
+            if steady_malloc:
+                env["GLIBC_TUNABLES"] = STEADY_MALLOC
             out = open(os.path.join(workdir, "%s-rank%d.out" % (job, rank)), "w+")
             err = open(os.path.join(workdir, "%s-rank%d.err" % (job, rank)), "w+")
             self.files.append((out, err))
