@@ -106,7 +106,7 @@ def main():
 
 def threads_us_per_step(ranks):
     """CPU of the collector's own threads (sender, librdkafka) per step and rank, µs; None
-    without the collector."""
+    without the collector. /proc counts in 10-ms ticks: a run of a few seconds reads 0."""
     cpu = [r["collector"]["threads_cpu_s"] / r["steps"] for r in ranks if "threads_cpu_s" in r["collector"]]
     return statistics.mean(cpu) * 1e6 if cpu else None
 
