@@ -20,8 +20,13 @@ choice keeps bursts of slow steps and the epoch's period from favouring either; 
 differ by a few per cent on this 2-core machine. The collector's threads stay up while it is
 paused (they use ~0 CPU with nothing to send).
 
+--steady-malloc runs the job with glibc's malloc thresholds fixed (tests/collectors/torch_job.py):
+without, bursts of page faults make the example's steps 35 ms instead of 24 and spread
+separate runs by -6 ... +11 %; with, by -2 ... +3 %.
+
     benchmarks/collector_overhead.py --build build --runs 8 --steps 200
     benchmarks/collector_overhead.py --build build --runs 12 --steps 1000 --interleave
+    benchmarks/collector_overhead.py --build build --runs 12 --steps 1000 --interleave --steady-malloc
     benchmarks/collector_overhead.py --build build --runs 8 --steps 200 \
         --job-args="--device-ms 12 --width 64 --input-ms 6"
 
@@ -135,11 +140,12 @@ def interleaved(args, workdir, brokers):
         blocks += [steps[b:b + BLOCK] for b in range(0, len(steps), BLOCK)]
         ratios.append(pooled_ratio([steps], statistics.median))
         threads = threads_us_per_step(ranks)
-        thread_us.append(threads)
-        print("run %d: median step %+.2f %% with the collector (means %+.2f %%), %d of %d steps recorded, "
-              "collector threads %.1f us/step per rank" % (
-                  i, ratios[-1] * 100, pooled_ratio([steps], statistics.mean) * 100, sum(r for _, r in steps),
-                  len(steps), threads), flush=True)
+        if threads is not None:
+            thread_us.append(threads)
+        print("run %d: median step %+.2f %% with the collector (means %+.2f %%), %d of %d steps recorded%s" % (
+            i, ratios[-1] * 100, pooled_ratio([steps], statistics.mean) * 100, sum(r for _, r in steps),
+            len(steps), "" if threads is None else ", collector threads %.1f us/step per rank" % threads),
+            flush=True)
     ratios.sort()
     # 95 % interval of the pooled ratio: a bootstrap over blocks of consecutive steps.
     rng = random.Random(0)
@@ -157,7 +163,7 @@ def interleaved(args, workdir, brokers):
                       "run_ratios_min_max": [round(ratios[0], 4), round(ratios[-1], 4)],
                       # Not in the ratios above: paused steps too are sent while the threads
                       # ship the recorded ones (per step and rank, every step of the run).
-                      "collector_threads_us_per_step": round(statistics.median(thread_us), 1)}))
+                      "collector_threads_us_per_step": round(statistics.median(thread_us), 1) if thread_us else None}))
 
 
 if __name__ == "__main__":
