@@ -72,7 +72,6 @@ class RankBatcher {
       k->set_process_rank(-1);
       k->set_step(s.step);
       bytes += 48;  // about the encoded size of the fields above
-      ++stats_->events;
     }
     if (step_ == steps_.size() || (step_ + 1 == steps_.size() && pos_ == steps_[step_].events.size())) {
       step_ = steps_.size();
@@ -168,8 +167,9 @@ absl::Status ReplayKinetoTraces(const std::vector<std::filesystem::path>& files,
     for (auto& batcher : batchers) {
       if (!batcher->Next(&b)) continue;
       more = true;
-      ++stats->batches;
       if (auto s = publish(b); !s.ok()) return s;
+      ++stats->batches;
+      stats->events += b.kernels_size();
     }
   }
   return absl::OkStatus();

@@ -38,6 +38,7 @@ struct KinetoReplayOptions {
 struct KinetoReplayStats {
   size_t files = 0, ranks = 0;
   uint32_t world_size = 0;
+  // events and batches: those `publish` took (a failed publish stops the replay)
   uint64_t events = 0, steps = 0, batches = 0, unstepped = 0, truncated_names = 0;
 };
 

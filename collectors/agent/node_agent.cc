@@ -78,7 +78,9 @@ void NodeAgent::PublishTrace(const FoundTrace& trace, int64_t unix_ns) {
                          : std::string(it.status().message()));
     return;
   }
-  bool ok = true;
+  const auto deadline = std::chrono::steady_clock::now() + options_.trace_publish_timeout;
+  absl::Status status;
+  size_t batches = 0;
   for (size_t i = 0; i < it->steps.size() || i == 0; i += kMaxStepsPerBatch) {
     v1::Batch b = NewBatch(it->rank, unix_ns);
     b.mutable_source()->set_device(it->device);
@@ -87,14 +89,41 @@ void NodeAgent::PublishTrace(const FoundTrace& trace, int64_t unix_ns) {
     for (size_t j = i; j < std::min(it->steps.size(), i + kMaxStepsPerBatch); ++j) {
       *b.add_steps() = it->steps[j];
     }
-    ok = Publish(&b) && ok;
+    status = PublishWaiting(&b, deadline);
+    if (!status.ok()) break;
+    ++batches;
     if (it->steps.empty()) break;
   }
+  if (!status.ok()) {
+    counters_.trace_files_failed.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("agent: cannot publish {}: {} ({} batches sent)", trace.file.string(),
+                 std::string(status.message()), batches);
+    return;
+  }
   counters_.trace_steps.fetch_add(it->steps.size(), std::memory_order_relaxed);
-  (ok ? counters_.trace_files_published : counters_.trace_files_failed)
-      .fetch_add(1, std::memory_order_relaxed);
+  counters_.trace_files_published.fetch_add(1, std::memory_order_relaxed);
   spdlog::info("agent: published {} ({} steps of rank {})", trace.file.string(),
                it->steps.size(), it->rank);
+}
+
+absl::Status NodeAgent::PublishWaiting(v1::Batch* b,
+                                       std::chrono::steady_clock::time_point deadline) {
+  b->set_sequence(sequence_++);
+  b->SerializeToString(&buffer_);
+  while (true) {
+    absl::Status sent = publisher_->Publish(options_.training_job, buffer_);
+    if (sent.ok()) {
+      counters_.batches_sent.fetch_add(1, std::memory_order_relaxed);
+      return sent;
+    }
+    if (!absl::IsResourceExhausted(sent)) return sent;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return absl::DeadlineExceededError(
+          "Kafka took no batch within the trace publish timeout (" +
+          std::to_string(options_.trace_publish_timeout.count()) + " ms)");
+    }
+    (void)publisher_->Flush(std::chrono::milliseconds(50));  // room frees as batches deliver
+  }
 }
 
 void NodeAgent::PublishKinetoTrace(const FoundTrace& trace, int64_t unix_ns) {
@@ -109,22 +138,7 @@ void NodeAgent::PublishKinetoTrace(const FoundTrace& trace, int64_t unix_ns) {
   KinetoReplayStats stats;
   const absl::Status s = ReplayKinetoTraces({trace.file}, o, [&](const v1::Batch& batch) {
     v1::Batch b = batch;
-    b.set_sequence(sequence_++);
-    b.SerializeToString(&buffer_);
-    while (true) {
-      absl::Status sent = publisher_->Publish(options_.training_job, buffer_);
-      if (sent.ok()) {
-        counters_.batches_sent.fetch_add(1, std::memory_order_relaxed);
-        return sent;
-      }
-      if (!absl::IsResourceExhausted(sent)) return sent;
-      if (std::chrono::steady_clock::now() >= deadline) {
-        return absl::DeadlineExceededError(
-            "Kafka took no batch for " +
-            std::to_string(options_.trace_publish_timeout.count() / 1000) + " s");
-      }
-      (void)publisher_->Flush(std::chrono::milliseconds(50));  // room frees as batches deliver
-    }
+    return PublishWaiting(&b, deadline);
   }, &stats);
   counters_.trace_kernel_events.fetch_add(stats.events, std::memory_order_relaxed);
   if (!s.ok()) {

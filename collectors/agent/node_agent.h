@@ -65,6 +65,9 @@ class NodeAgent {
  private:
   v1::Batch NewBatch(uint32_t rank, int64_t unix_ns);
   bool Publish(v1::Batch* batch);
+  // A trace file's batch: waits for room in the producer's queue until `deadline`
+  // (DeadlineExceeded then; other refusals as the publisher says).
+  absl::Status PublishWaiting(v1::Batch* batch, std::chrono::steady_clock::time_point deadline);
   void PublishTrace(const FoundTrace& trace, int64_t unix_ns);
   void PublishKinetoTrace(const FoundTrace& trace, int64_t unix_ns);
 
