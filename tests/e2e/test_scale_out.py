@@ -39,7 +39,7 @@ class ScaleOutTest(unittest.TestCase):
         changelog = ["--changelog-topic", "rankwatch.telemetry.changelog"]
         reference = self.daemon(brokers, "reference")
         first = self.daemon(brokers, "scaled", *changelog)
-        victim = self.daemon(brokers, "scaled", *changelog)
+        second = self.daemon(brokers, "scaled", *changelog)
         sims = []
         for i, job in enumerate(JOBS):
             faults = ["--fault", "slow-compute:%d:0.3:300" % (i % 4)] if i % 2 == 0 else \
@@ -52,13 +52,18 @@ class ScaleOutTest(unittest.TestCase):
         # A third instance joins: the group hands it partitions, which move with their state.
         third = self.daemon(brokers, "scaled", *changelog)
         time.sleep(2)
-        victim_jobs = metric(parse_metrics(scrape(victim)), "rankwatch_jobs")
+        # The victim: one of the first two that owns jobs now. The assignor may leave an
+        # instance only partition 3, to which none of the jobs hashes.
+        owned = lambda d: metric(parse_metrics(scrape(d)), "rankwatch_jobs") or 0
+        victim = wait_until(lambda: next((d for d in (second, first) if owned(d) > 0), None), 30,
+                            "one of the first two instances to own jobs")
+        victim_jobs = owned(victim)
         # The victim's jobs never were on another instance: only the changelog has their state.
         victim.stop(signal.SIGKILL)
         for sim in sims:
             self.assertEqual(sim.proc.wait(120), 0, sim.stderr())
 
-        survivors = [first, third]
+        survivors = [d for d in (first, second, third) if d is not victim]
 
         def owner(job):
             for d in survivors:
