@@ -91,6 +91,11 @@ std::vector<AlertEvent> AlertTracker::Evaluate(std::shared_ptr<const JobSnapshot
                                                int64_t now) {
   std::vector<AlertEvent> events;
   const std::string& job = snapshot->training_job;
+  if (auto r = replayed_before_.find(job); r != replayed_before_.end()) {
+    if (snapshot->window_steps > 0 && snapshot->window_last_step < r->second) return events;
+    replayed_before_.erase(r);
+  }
+  if (snapshot->window_steps > 0) evaluated_through_[job] = snapshot->window_last_step;
   std::set<std::string> seen;
   for (const Candidate& c : CandidatesOf(*snapshot)) {
     const std::string rest = std::string(AlertKindName(c.kind)) + "|" + c.subject;
@@ -141,12 +146,17 @@ std::vector<AlertEvent> AlertTracker::ForgetJob(const std::string& job, int64_t 
     events.push_back(Emit(it->second, AlertState::kResolved, now));
     it = active_.erase(it);
   }
+  evaluated_through_.erase(job);
+  replayed_before_.erase(job);
   return events;
 }
 
 state::v1::AlertTrackerState AlertTracker::ExportJob(const std::string& job) const {
   state::v1::AlertTrackerState out;
   out.set_training_job(job);
+  if (auto e = evaluated_through_.find(job); e != evaluated_through_.end()) {
+    out.set_evaluated_through_step(e->second);
+  }
   for (auto it = active_.lower_bound({job, ""}); it != active_.end() && it->first.first == job; ++it) {
     const Active& a = it->second;
     state::v1::ActiveAlert* x = out.add_alerts();
@@ -167,6 +177,10 @@ state::v1::AlertTrackerState AlertTracker::ExportJob(const std::string& job) con
 void AlertTracker::RestoreJob(const state::v1::AlertTrackerState& state) {
   const std::string& job = state.training_job();
   DropJob(job);
+  if (state.evaluated_through_step() > 0) {
+    evaluated_through_[job] = state.evaluated_through_step();
+    replayed_before_[job] = state.evaluated_through_step();
+  }
   for (const state::v1::ActiveAlert& x : state.alerts()) {
     if (x.kind() > static_cast<uint32_t>(AlertKind::kWaitHeavy) ||
         x.state() > static_cast<uint32_t>(AlertState::kResolved)) {
@@ -189,6 +203,8 @@ void AlertTracker::RestoreJob(const state::v1::AlertTrackerState& state) {
 
 void AlertTracker::DropJob(const std::string& job) {
   active_.erase(active_.lower_bound({job, ""}), active_.lower_bound({job + '\0', ""}));
+  evaluated_through_.erase(job);
+  replayed_before_.erase(job);
 }
 
 std::map<AlertKind, int> AlertTracker::Firing(const std::string& job) const {

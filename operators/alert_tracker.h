@@ -74,7 +74,10 @@ class AlertTracker {
 
   // The lifecycle state of one job's active alerts (to store with the job), and its restore
   // (after a restart, or on the instance the job moved to). Evidence is not stored: the next
-  // evaluation brings it.
+  // evaluation brings it. The state also names the last step evaluated: after a restore,
+  // snapshots whose window ends before it (the input replayed from an older checkpoint, whose
+  // transitions are already in the alert log) are not evaluated again, so a replay neither
+  // fires again an alert that resolved before the restart nor counts its evaluations twice.
   state::v1::AlertTrackerState ExportJob(const std::string& training_job) const;
   void RestoreJob(const state::v1::AlertTrackerState& state);
 
@@ -97,6 +100,10 @@ class AlertTracker {
   uint64_t next_sequence_;
   // By (job, "kind|subject"): one job's alerts are contiguous whatever its name contains.
   std::map<std::pair<std::string, std::string>, Active> active_;
+  // Per job: the last step of the window last evaluated (jobs with a nonempty window).
+  std::map<std::string, uint64_t> evaluated_through_;
+  // Per restored job, until an evaluation reaches it: the step evaluated through before.
+  std::map<std::string, uint64_t> replayed_before_;
 };
 
 }  // namespace rankwatch

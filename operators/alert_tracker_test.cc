@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace rankwatch {
 namespace {
 
@@ -65,6 +67,59 @@ TEST(AlertTrackerTest, ARestoredJobNeitherForgetsNorRefiresItsAlerts) {
   EXPECT_EQ(e[0].state, AlertState::kResolved);
   EXPECT_TRUE(e[0].fired);
   EXPECT_EQ(e[0].id, "j|straggler|rank:4");
+}
+
+// A snapshot whose window ends at `last_step`.
+std::shared_ptr<const JobSnapshot> At(std::shared_ptr<const JobSnapshot> s, uint64_t last_step) {
+  auto copy = std::make_shared<JobSnapshot>(*s);
+  copy->window_last_step = last_step;
+  copy->window_steps = static_cast<uint32_t>(std::min<uint64_t>(last_step + 1, 20));
+  return copy;
+}
+
+TEST(AlertTrackerTest, StepsReplayedAfterARestoreAreNotEvaluatedAgain) {
+  // Before the restart: a straggler over steps 10-12 fires, clean steps 13-22 resolve it; the
+  // state is stored with the resolution (evaluated through step 22).
+  AlertTracker before({.fire_after = 3, .resolve_after = 10});
+  for (uint64_t step = 10; step <= 12; ++step) before.Evaluate(At(Straggler("j", 4), step), 1);
+  for (uint64_t step = 13; step <= 22; ++step) before.Evaluate(At(Healthy("j"), step), 2);
+  EXPECT_EQ(before.active(), 0u);
+  const state::v1::AlertTrackerState saved = before.ExportJob("j");
+  EXPECT_EQ(saved.evaluated_through_step(), 22u);
+
+  // After it: the job's windows come back from an older checkpoint, and its input from step 9
+  // on is read again. The straggler steps are not a new alert...
+  AlertTracker after({.fire_after = 3, .resolve_after = 10}, 100);
+  after.RestoreJob(saved);
+  for (uint64_t step = 9; step <= 12; ++step) {
+    EXPECT_TRUE(after.Evaluate(At(Straggler("j", 4), step), 3).empty()) << step;
+  }
+  for (uint64_t step = 13; step < 22; ++step) EXPECT_TRUE(after.Evaluate(At(Healthy("j"), step), 4).empty());
+  EXPECT_EQ(after.active(), 0u);
+  // ...while new steps are evaluated as usual: from step 22 on (the last one evaluated before
+  // is evaluated again, as a silent job's evaluations are).
+  EXPECT_TRUE(after.Evaluate(At(Healthy("j"), 22), 5).empty());
+  auto e = after.Evaluate(At(Straggler("j", 6), 23), 6);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].state, AlertState::kPending);
+  EXPECT_EQ(e[0].id, "j|straggler|rank:6");
+  EXPECT_EQ(e[0].sequence, 100u);
+  // Once the replay is over, the job's windows never skip again (a job whose steps start over).
+  EXPECT_EQ(after.Evaluate(At(Straggler("j", 6), 1), 7).size(), 0u);  // counts: 2nd evaluation
+  EXPECT_EQ(after.Evaluate(At(Straggler("j", 6), 2), 8).size(), 1u);  // 3rd: firing
+}
+
+TEST(AlertTrackerTest, AStateWithoutAStepReplaysNothing) {
+  // A state written before evaluated_through_step existed (or of a job never evaluated with a
+  // window): every evaluation after the restore counts, as before.
+  AlertTracker before({.fire_after = 3, .resolve_after = 10});
+  for (int i = 0; i < 3; ++i) before.Evaluate(Straggler("j", 4), i);
+  const state::v1::AlertTrackerState saved = before.ExportJob("j");
+  EXPECT_EQ(saved.evaluated_through_step(), 0u);
+  AlertTracker after({.fire_after = 3, .resolve_after = 10});
+  after.RestoreJob(saved);
+  for (int i = 0; i < 9; ++i) EXPECT_TRUE(after.Evaluate(At(Healthy("j"), 5), 11 + i).empty());
+  EXPECT_EQ(after.Evaluate(At(Healthy("j"), 5), 30).size(), 1u);  // resolved
 }
 
 TEST(AlertTrackerTest, AFlappingConditionNeverFiresTwiceWhileActive) {
