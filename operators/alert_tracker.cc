@@ -92,6 +92,8 @@ std::vector<AlertEvent> AlertTracker::Evaluate(std::shared_ptr<const JobSnapshot
   std::vector<AlertEvent> events;
   const std::string& job = snapshot->training_job;
   if (auto r = replayed_before_.find(job); r != replayed_before_.end()) {
+    // Silent re-evaluations of the restored window too: a restarted daemon may wait seconds
+    // for its partitions before the replay starts.
     if (snapshot->window_steps > 0 && snapshot->window_last_step < r->second) return events;
     replayed_before_.erase(r);
   }

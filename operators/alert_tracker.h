@@ -78,6 +78,8 @@ class AlertTracker {
   // snapshots whose window ends before it (the input replayed from an older checkpoint, whose
   // transitions are already in the alert log) are not evaluated again, so a replay neither
   // fires again an alert that resolved before the restart nor counts its evaluations twice.
+  // Should the input between the checkpoint and that step be gone (Kafka's retention), the
+  // job's alerts stay as restored until its steps pass that step, or the job is removed.
   state::v1::AlertTrackerState ExportJob(const std::string& training_job) const;
   void RestoreJob(const state::v1::AlertTrackerState& state);
 

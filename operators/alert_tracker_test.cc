@@ -109,6 +109,22 @@ TEST(AlertTrackerTest, StepsReplayedAfterARestoreAreNotEvaluatedAgain) {
   EXPECT_EQ(after.Evaluate(At(Straggler("j", 6), 2), 8).size(), 1u);  // 3rd: firing
 }
 
+TEST(AlertTrackerTest, TheRestoredWindowIsNotEvaluatedWhileTheReplayWaits) {
+  // A restarted daemon re-evaluates its restored jobs (every second while they are silent)
+  // before the consumer group gives it their partitions: those evaluations do not count
+  // either, and the replay that follows fires nothing again.
+  AlertTracker before({.fire_after = 3, .resolve_after = 10});
+  for (uint64_t step = 10; step <= 12; ++step) before.Evaluate(At(Straggler("j", 4), step), 1);
+  for (uint64_t step = 13; step <= 22; ++step) before.Evaluate(At(Healthy("j"), step), 2);
+  AlertTracker after({.fire_after = 3, .resolve_after = 10});
+  after.RestoreJob(before.ExportJob("j"));
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(after.Evaluate(At(Straggler("j", 4), 10), 3 + i).empty());
+  for (uint64_t step = 11; step <= 21; ++step) {
+    EXPECT_TRUE(after.Evaluate(At(step <= 12 ? Straggler("j", 4) : Healthy("j"), step), 9).empty());
+  }
+  EXPECT_EQ(after.active(), 0u);
+}
+
 TEST(AlertTrackerTest, AStateWithoutAStepReplaysNothing) {
   // A state written before evaluated_through_step existed (or of a job never evaluated with a
   // window): every evaluation after the restore counts, as before.
