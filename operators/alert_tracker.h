@@ -79,7 +79,7 @@ class AlertTracker {
   // transitions are already in the alert log) are not evaluated again, so a replay neither
   // fires again an alert that resolved before the restart nor counts its evaluations twice.
   // Should the input between the checkpoint and that step be gone (Kafka's retention), the
-  // job's alerts stay as restored until its steps pass that step, or the job is removed.
+  // job's alerts stay as restored until its steps reach that step, or the job is removed.
   state::v1::AlertTrackerState ExportJob(const std::string& training_job) const;
   void RestoreJob(const state::v1::AlertTrackerState& state);
 
