@@ -14,7 +14,7 @@ import subprocess
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT = os.path.join(HERE, "..", "..", "shared", "fixtures", "kineto", "hta-negative-queue-rank0", "rank0.json.gz")
+DEFAULT = os.path.join(HERE, "..", "tests", "fixtures", "kineto", "hta-negative-queue-rank0", "rank0.json.gz")
 
 
 def measure(cmd):

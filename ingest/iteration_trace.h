@@ -1,5 +1,5 @@
 // Iteration traces of vendor profilers, read as step records (a bounded source for
-// `rankwatch replay`). Formats and quirks: ../shared/spec/formats.md.
+// `rankwatch replay`). Formats and quirks: docs/spec/formats.md.
 //
 //   msprof timeline `step_trace_<dev>_<model>_<iter>.json` (Chrome-trace array; rank from the
 //     device directory's info.json.<dev>): step = Iteration ID; dataloader = Data_aug Bound

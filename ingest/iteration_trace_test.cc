@@ -1,4 +1,4 @@
-// Reads the real vendor fixtures in ../shared/fixtures and checks values computed by hand
+// Reads the real vendor fixtures in tests/fixtures and checks values computed by hand
 // from the files.
 #include "ingest/iteration_trace.h"
 

@@ -1,6 +1,6 @@
 // Reads a Kineto (PyTorch profiler) Chrome trace, `.json` or `.json.gz`, into compact events:
 // the complete events (those with `dur` and `cat`) with the args the kernel analyses use,
-// names and categories interned. Definitions and quirks: ../shared/spec/kernel-analysis.md
+// names and categories interned. Definitions and quirks: docs/spec/kernel-analysis.md
 // sections 1.1, 1.2 and 13.
 //
 // Timestamps are kept exactly as written, in integer nanoseconds (Kineto writes µs with at most

@@ -1,6 +1,6 @@
 // The input of the kernel-timeline operators: one complete event of a rank's GPU/CPU timeline
 // (a Kineto `ph:"X"` event, or a streamed v1::KernelEvent) with the fields the analyses of
-// ../shared/spec/kernel-analysis.md use, and the table its string ids point into.
+// docs/spec/kernel-analysis.md use, and the table its string ids point into.
 //
 // Plain values; not thread-safe to mutate. Times are integer nanoseconds on the trace's clock.
 #pragma once

@@ -23,7 +23,7 @@ PROMETHEUS = "/usr/bin/prometheus"
 JOB = "deploy-live"
 GPU_JOB = "deploy-live-gpu"  # the Kineto fixture replayed: kernel events for the GPU panels
 FIXTURES = os.environ.get("RANKWATCH_FIXTURES",
-                          os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fixtures"))
+                          os.path.join(os.path.dirname(__file__), "..", "fixtures"))
 DEADLINE_S = 50  # for the data each check needs to show up
 
 

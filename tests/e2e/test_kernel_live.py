@@ -15,7 +15,7 @@ from harness import BIN, Fleet, metric, parse_metrics, scrape, wait_until
 from rankwatch.v1 import service_pb2, service_pb2_grpc
 
 FIXTURES = os.environ.get("RANKWATCH_FIXTURES",
-                          os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "fixtures"))
+                          os.path.join(os.path.dirname(__file__), "..", "fixtures"))
 TWO_RANKS = os.path.join(FIXTURES, "kineto", "hta-trace-filter-2rank")
 # The per-step quantities `rankwatch analyze --format json` prints.
 KEYS = ["gpu_ops", "kernel_time_us", "idle_time_us", "compute_time_us", "non_compute_time_us", "comm_time_us",

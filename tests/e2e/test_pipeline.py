@@ -267,7 +267,7 @@ class LifecycleTest(unittest.TestCase):
         self.assertGreater(d.step.hang.seconds_since_last_aligned, 1.0)
 
     def test_vendor_iteration_traces_replay_into_aligned_steps(self):
-        fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../shared/fixtures")
+        fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../fixtures")
         daemon = self.fleet.start_daemon(brokers=None, extra=["--align-timeout", "1s"])
         brokers = daemon.endpoints["brokers"]
         rw = os.path.join(BIN, "rankwatch")
