@@ -17,7 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "ingest/kafka_config.h"
+#include "wire/kafka_properties.h"
 
 typedef struct rd_kafka_s rd_kafka_t;
 

@@ -17,7 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "ingest/kafka_config.h"
+#include "wire/kafka_properties.h"
 #include "operators/memory_diagnosis.h"
 #include "operators/step_time_diagnosis.h"
 #include "operators/time.h"

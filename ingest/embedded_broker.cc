@@ -3,7 +3,7 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
-#include "ingest/kafka_config.h"
+#include "wire/kafka_properties.h"
 
 namespace rankwatch {
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "ingest/kafka_config.h"
+#include "wire/kafka_properties.h"
 
 namespace rankwatch {
 

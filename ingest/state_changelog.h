@@ -29,7 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "ingest/kafka_config.h"
+#include "wire/kafka_properties.h"
 #include "state/state_store.h"
 
 namespace rankwatch {

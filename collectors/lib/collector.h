@@ -33,7 +33,7 @@
 #include "collectors/lib/bounded_ring.h"
 #include "collectors/lib/pending_batches.h"
 #include "collectors/lib/step_sample.h"
-#include "ingest/kafka_config.h"
+#include "wire/kafka_properties.h"
 
 namespace rankwatch {
 

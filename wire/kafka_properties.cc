@@ -1,4 +1,4 @@
-#include "ingest/kafka_config.h"
+#include "wire/kafka_properties.h"
 
 #include <spdlog/spdlog.h>
 
