@@ -5,9 +5,9 @@
 #include <map>
 
 #include "absl/container/flat_hash_map.h"
-#include "ingest/batch_decoder.h"
 #include "ingest/kineto_trace_reader.h"
 #include "operators/kernel/step_events.h"
+#include "wire/schema.h"
 
 namespace rankwatch {
 namespace {

@@ -1,6 +1,7 @@
 // BatchDecoder: turns the bytes of one Kafka message into a validated telemetry `Batch`, or
 // says why not. Bad input is normal (ARCHITECTURE.md): every rejection has a reason that the
-// daemon counts, and nothing here throws or aborts on input.
+// daemon counts, and nothing here throws or aborts on input. The version and limits it checks
+// are the wire contract in wire/schema.h.
 //
 // Thread-compatible: const methods may run concurrently on distinct output batches.
 #pragma once
@@ -11,11 +12,9 @@
 #include <string_view>
 
 #include "rankwatch/v1/telemetry.pb.h"
+#include "wire/schema.h"
 
 namespace rankwatch {
-
-// The schema major version this build writes and the newest it reads.
-inline constexpr uint32_t kSchemaVersion = 1;
 
 enum class RejectReason {
   kNone = 0,
@@ -32,20 +31,6 @@ inline constexpr int kRejectReasonCount = 9;
 
 // Metric label value ("oversized", "malformed", ...).
 std::string_view RejectReasonName(RejectReason reason);
-
-// Limits from proto/rankwatch/v1/telemetry.proto, each with its default.
-struct BatchLimits {
-  size_t max_bytes = 4u << 20;                 // 4 MiB
-  size_t max_steps = 100'000;
-  size_t max_kernels = 1'000'000;
-  size_t max_samples = 10'000;
-  size_t max_strings = 1'000'000;
-  size_t max_string_bytes = 4096;
-  size_t max_job_id_bytes = 256;
-  uint32_t max_world_size = 1u << 20;
-  uint64_t max_duration_ns = 86'400ull * 1'000'000'000ull;  // one day
-  uint64_t max_step = 1ull << 62;
-};
 
 class BatchDecoder {
  public:

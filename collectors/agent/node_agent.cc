@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include "collectors/kineto_replay.h"
-#include "ingest/batch_decoder.h"
 #include "ingest/iteration_trace.h"
+#include "wire/schema.h"
 
 #ifndef RANKWATCH_VERSION
 #define RANKWATCH_VERSION "0"
@@ -15,6 +15,7 @@ namespace rankwatch {
 
 namespace {
 constexpr int kMaxStepsPerBatch = 10000;
+static_assert(static_cast<size_t>(kMaxStepsPerBatch) <= BatchLimits{}.max_steps);
 }
 
 NodeAgent::NodeAgent(NodeAgentOptions options, BatchPublisher* publisher)

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "ingest/batch_decoder.h"
+#include "wire/schema.h"
 
 #ifndef RANKWATCH_VERSION
 #define RANKWATCH_VERSION "0"
@@ -20,6 +20,10 @@ namespace {
 constexpr size_t kMaxBatchSteps = 4096;
 constexpr size_t kMaxBatchKernels = 50000;
 constexpr size_t kMaxKernelString = 256;  // longer kernel names are truncated
+// Each cap is within the wire's limit of the same kind, so that no batch is rejected for it.
+static_assert(kMaxBatchSteps <= BatchLimits{}.max_steps);
+static_assert(kMaxBatchKernels <= BatchLimits{}.max_kernels);
+static_assert(kMaxKernelString <= BatchLimits{}.max_string_bytes);
 
 int64_t UnixNowNs() {
   timespec ts;
