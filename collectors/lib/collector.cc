@@ -111,7 +111,7 @@ void Collector::BeginStep(uint64_t step, uint64_t now_ns) {
 void Collector::EndStep(uint64_t now_ns) {
   if (!step_open_) return;
   step_open_ = false;
-  StepSample s;
+  TimedStep s;
   s.step = step_;
   s.step_time_ns = now_ns > step_begin_ns_ ? now_ns - step_begin_ns_ : 0;
   s.end_unix_ns = UnixNowNs();
@@ -199,7 +199,7 @@ void Collector::SealBatch(v1::Batch* b, uint64_t records) {
 
 void Collector::Drain(bool final) {
   v1::Batch b;
-  StepSample s;
+  TimedStep s;
   while (ring_.TryPop(&s)) {
     s.ToProto(b.add_steps());
     if (static_cast<size_t>(b.steps_size()) >= kMaxBatchSteps) {
@@ -389,7 +389,7 @@ CollectorStats Collector::stats() const {
 }
 
 uint64_t Collector::memory_bound_bytes() const {
-  const uint64_t ring = ring_.capacity() * (sizeof(StepSample) + sizeof(size_t));
+  const uint64_t ring = ring_.capacity() * (sizeof(TimedStep) + sizeof(size_t));
   const uint64_t kernels =
       options_.max_kernel_events * (sizeof(KernelEventInput) + 2 * kMaxKernelString);
   return ring + kernels + options_.max_pending_bytes +

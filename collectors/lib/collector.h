@@ -32,7 +32,7 @@
 #include "collectors/kafka_publisher.h"
 #include "collectors/lib/bounded_ring.h"
 #include "collectors/lib/pending_batches.h"
-#include "collectors/lib/step_sample.h"
+#include "collectors/lib/timed_step.h"
 #include "wire/kafka_properties.h"
 
 namespace rankwatch {
@@ -154,7 +154,7 @@ class Collector {
   uint64_t step_ = 0;
   uint64_t step_begin_ns_ = 0;
 
-  BoundedRing<StepSample> ring_;
+  BoundedRing<TimedStep> ring_;
   std::atomic<uint64_t> steps_recorded_{0};
 
   mutable std::mutex kernels_mu_;

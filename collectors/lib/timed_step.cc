@@ -1,8 +1,8 @@
-#include "collectors/lib/step_sample.h"
+#include "collectors/lib/timed_step.h"
 
 namespace rankwatch {
 
-void StepSample::ToProto(v1::StepRecord* out) const {
+void TimedStep::ToProto(v1::StepRecord* out) const {
   out->Clear();
   out->set_step(step);
   out->set_step_time_ns(step_time_ns);

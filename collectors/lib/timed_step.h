@@ -1,6 +1,7 @@
-// StepSample: one rank's measurements of one training step as plain data, the unit the
-// training thread hands to the sender thread through a BoundedRing. Converts to the wire's
-// v1::StepRecord (spec/step-diagnosis.md section 1).
+// TimedStep: one closed training step of one rank as the collector timed it, the plain-data
+// unit the training thread hands to the sender thread through a BoundedRing. Converts to the
+// wire's v1::StepRecord (spec/step-diagnosis.md section 1). Not the daemon's StepSample
+// (operators/step_sample.h): phases here are numbered as the C API numbers them.
 //
 // Plain value type; not shared.
 #pragma once
@@ -22,7 +23,7 @@ enum class StepPhase : uint8_t {
 };
 inline constexpr int kStepPhaseCount = 6;
 
-struct StepSample {
+struct TimedStep {
   uint64_t step = 0;
   uint64_t step_time_ns = 0;
   int64_t end_unix_ns = 0;
