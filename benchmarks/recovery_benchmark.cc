@@ -26,8 +26,9 @@
 #include <thread>
 
 #include "collectors/simulator/fleet_model.h"
-#include "daemon/job_router.h"
-#include "daemon/state_sync.h"
+#include "runtime/job_router.h"
+#include "runtime/task_manager.h"
+#include "state/checkpoint_writer.h"
 #include "ingest/batch_decoder.h"
 
 #include <spdlog/spdlog.h>
@@ -58,7 +59,7 @@ void Feed(JobRouter& router, FleetModel& model, const std::string& job, uint32_t
       *pending[r].add_steps() = rec[r];
       if (pending[r].steps_size() == 20 || s + 1 == first + steps) {
         pending[r].SerializeToString(&bytes);
-        router.HandleMessage(bytes, "rankwatch.telemetry", partition, (*offset)++, now, 0);
+        router.HandleMessage(bytes, partition, (*offset)++, now, 0);
         pending[r].clear_steps();
       }
     }
@@ -71,7 +72,7 @@ void Feed(JobRouter& router, FleetModel& model, const std::string& job, uint32_t
 int main(int argc, char** argv) {
   using namespace rankwatch;
   uint32_t jobs = 100, ranks = 1024, partitions = 6;
-  size_t budget_mib = StateSyncOptions().checkpoint_max_bytes >> 20;
+  size_t budget_mib = TaskManagerOptions().checkpoint_max_bytes >> 20;
   std::filesystem::path dir = std::filesystem::temp_directory_path() / "rankwatch-recovery-bench";
   bool crash = false, steady = false;
   for (int i = 1; i < argc; ++i) {
@@ -92,7 +93,8 @@ int main(int argc, char** argv) {
   DaemonMetrics metrics(&registry, "bench");
   SnapshotStore snapshots;
   JobRouterOptions options;
-  options.pipeline.record_changes = true;
+  options.task.pipeline.record_changes = true;
+  options.topic = "rankwatch.telemetry";
   const TimePoint now{};
   const int64_t wall = 1'795'000'000'000'000'000;
 
@@ -106,7 +108,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", std::string(store.status().message()).c_str());
       return 1;
     }
-    JobRouter router(options, &metrics, &snapshots);
+    JobRouter router(options, {&metrics, &snapshots});
     std::fprintf(stderr, "recovery_benchmark: building %u jobs x %u ranks x 100 steps...\n", jobs, ranks);
     for (uint32_t j = 0; j < jobs; ++j) {
       FleetOptions o;
@@ -118,10 +120,18 @@ int main(int argc, char** argv) {
            static_cast<int32_t>(j % partitions), &offsets[j % partitions]);
     }
     bool failed = false;
-    StateSyncOptions sync_options;
+    StateHealth health(&metrics, [&](const absl::Status&) { failed = true; });
+    CheckpointWriter writer(
+        store->get(), {},
+        [&](const CheckpointCommitStats& stats) {
+          metrics.checkpoints->Add(1);
+          metrics.checkpoint_bytes->Set(static_cast<double>(stats.bytes));
+        },
+        [&](const absl::Status& s) { health.Fail(s); });
+    TaskManagerOptions sync_options;
     sync_options.checkpoint_max_bytes = budget_mib << 20;
-    StateSync sync("rankwatch.telemetry", store->get(), nullptr, &router, &metrics,
-                   [&](const absl::Status&) { failed = true; }, sync_options);
+    TaskManager sync("rankwatch.telemetry", store->get(), &writer, nullptr, &router, &metrics,
+                     &health, sync_options);
     // The first full checkpoint, as the daemon's loop writes it: one budgeted round, then a
     // catch-up round whenever the writer is idle. The pause is each call's time on this thread.
     double full_pause_s = 0;
@@ -136,11 +146,11 @@ int main(int argc, char** argv) {
       timed([&] { sync.CatchUp(now, wall); });  // a no-op while the writer is busy
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    sync.WaitForWriter();  // until all of it is durable
+    (void)writer.Drain();  // until all of it is durable
     const double full_s = Seconds(Clock::now() - t0).count();
     const int full_rounds = static_cast<int>(metrics.checkpoints->Get());
     size_t full_bytes = 0;
-    if (!(*store)->ForEach(StateFamily::kWindows, "", [&](std::string_view k, std::string_view v) {
+    if (!(*store)->ForEach(StateFamily::kJobs, "", [&](std::string_view k, std::string_view v) {
           full_bytes += k.size() + v.size();
         }).ok()) {
       return 1;
@@ -154,7 +164,7 @@ int main(int argc, char** argv) {
     t0 = Clock::now();
     sync.Checkpoint(now, wall);
     const double steady_pause_s = Seconds(Clock::now() - t0).count();
-    sync.WaitForWriter();
+    (void)writer.Drain();
     const double steady_s = Seconds(Clock::now() - t0).count();
     if (failed || sync.backlog()) {
       std::fprintf(stderr, "the steady checkpoint failed or did not fit one round\n");
@@ -176,12 +186,12 @@ int main(int argc, char** argv) {
   MetricsRegistry registry2;
   DaemonMetrics metrics2(&registry2, "bench");
   SnapshotStore snapshots2;
-  JobRouter restored(options, &metrics2, &snapshots2);
+  JobRouter restored(options, {&metrics2, &snapshots2});
   if (auto s = restored.Restore(**store, now, wall); !s.ok()) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
     return 1;
   }
-  restored.Tick(now);
+  restored.Tick(now, wall);
   const double recovery_s = Seconds(Clock::now() - t0).count();
   const auto published = snapshots2.Get()->size();
   std::printf("\"after\": \"%s\", \"recovery_s\": %.3f, \"jobs_serving\": %zu}\n",

@@ -7,7 +7,7 @@
 //   align-timeout: 10s
 //   kafka:                      # passed through to librdkafka
 //     security.protocol: SASL_SSL
-//   step-diagnosis:             # thresholds of spec/step-diagnosis.md section 3
+//   step-diagnosis:             # thresholds of docs/spec/step-diagnosis.md section 3
 //     straggler-warn: 0.10
 //   memory-diagnosis:           # section 4
 //     window-steps: 100

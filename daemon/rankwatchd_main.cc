@@ -3,24 +3,26 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 
+#include "common/logging.h"
+#include "common/stop_signal.h"
 #include "daemon/daemon_config.h"
-#include "daemon/job_router.h"
-#include "daemon/kernel_stage.h"
-#include "daemon/logging.h"
-#include "daemon/stop_signal.h"
 #include "ingest/embedded_broker.h"
 #include "ingest/kafka_consumer.h"
+#include "runtime/job_router.h"
+#include "runtime/state_health.h"
+#include "runtime/task_manager.h"
 #include "sinks/grpc_server.h"
 #include "sinks/metrics_http_server.h"
+#include "state/checkpoint_writer.h"
+#include "state/state_changelog.h"
 #include "state/state_dir.h"
 #include "state/state_store.h"
-#include "daemon/state_sync.h"
-#include "ingest/state_changelog.h"
 
 #ifndef RANKWATCH_VERSION
 #define RANKWATCH_VERSION "dev"
@@ -28,6 +30,12 @@
 
 namespace rankwatch {
 namespace {
+
+int64_t WallNowUnixNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 int Fail(const absl::Status& s) {
   spdlog::error("{}", std::string(s.message()));
@@ -96,9 +104,27 @@ int Run(const DaemonConfig& config) {
   if (!metrics_server.ok()) return Fail(metrics_server.status());
   auto store = StateStore::Open({(*state_dir)->path() / "store"});
   if (!store.ok()) return Fail(store.status());
+  // After a storage error nothing is committed again: health goes NOT_SERVING, the last good
+  // diagnoses stay served. (The gRPC server starts below; it is set before anything is written.)
+  std::atomic<GrpcServer*> grpc_for_health{nullptr};
+  StateHealth health(&metrics, [&](const absl::Status&) {
+    if (GrpcServer* g = grpc_for_health.load()) g->SetStateHealthy(false);
+  });
+  // Every write of the daemon's state — checkpoints and the alert log — goes through this
+  // thread, in order.
+  CheckpointWriter writer(
+      store->get(), {},
+      [&metrics](const CheckpointCommitStats& stats) {
+        metrics.checkpoints->Add(1);
+        metrics.checkpoint_seconds->Set(stats.seconds);
+        metrics.checkpoint_bytes->Set(static_cast<double>(stats.bytes));
+        spdlog::debug("checkpoint written: {} bytes in {:.3f} ms{}", stats.bytes,
+                      stats.seconds * 1e3, stats.flushed ? " (memtables flushed)" : "");
+      },
+      [&health](const absl::Status& s) { health.Fail(s); });
   AlertHubOptions hub_options;
   hub_options.subscriber_queue = static_cast<size_t>(config.alert_subscriber_queue);
-  AlertHub alert_hub(store->get(), hub_options,
+  AlertHub alert_hub(store->get(), &writer, hub_options,
                      {metrics.alert_subscribers, metrics.alert_subscribers_dropped,
                       metrics.alerts_delivered});
   GrpcServerOptions grpc_options;
@@ -109,6 +135,8 @@ int Run(const DaemonConfig& config) {
   grpc_options.tls = {config.grpc_tls_cert, config.grpc_tls_key, config.grpc_tls_client_ca};
   auto grpc_server = GrpcServer::Start(grpc_options);
   if (!grpc_server.ok()) return Fail(grpc_server.status());
+  grpc_for_health = grpc_server->get();
+  if (health.failed()) (*grpc_server)->SetStateHealthy(false);
   std::unique_ptr<StateChangelog> changelog;
   if (!config.changelog_topic.empty()) {
     StateChangelogOptions changelog_options;
@@ -133,53 +161,39 @@ int Run(const DaemonConfig& config) {
                RANKWATCH_VERSION, metrics_at, grpc_at, brokers, config.topic);
 
   JobRouterOptions router_options;
-  router_options.pipeline.record_changes = true;
-  router_options.job_ttl = *job_ttl;
-  router_options.job_retention = *job_retention;
-  router_options.pipeline.align.align_timeout = *align_timeout;
-  router_options.pipeline.window.steps = static_cast<size_t>(config.window_steps);
-  router_options.pipeline.diagnosis = config.step_diagnosis;
-  router_options.pipeline.diagnosis.hang_timeout_min = *hang_timeout;
-  router_options.pipeline.memory = config.memory_diagnosis;
+  router_options.topic = config.topic;
+  PartitionTaskOptions& task_options = router_options.task;
+  task_options.pipeline.record_changes = true;
+  task_options.job_ttl = *job_ttl;
+  task_options.job_retention = *job_retention;
+  task_options.pipeline.align.align_timeout = *align_timeout;
+  task_options.pipeline.window.steps = static_cast<size_t>(config.window_steps);
+  task_options.pipeline.diagnosis = config.step_diagnosis;
+  task_options.pipeline.diagnosis.hang_timeout_min = *hang_timeout;
+  task_options.pipeline.memory = config.memory_diagnosis;
   if (config.memory_window_steps < 1) {
     return Fail(absl::InvalidArgumentError("memory-diagnosis.window-steps must be >= 1"));
   }
-  router_options.pipeline.memory_window.steps = static_cast<size_t>(config.memory_window_steps);
-  KernelStage kernel_stage({}, &metrics.kernel, &kernel_snapshots);
-  StateSync* sync_ptr = nullptr;
-  router_options.on_storage_error = [&](const absl::Status& s) {
-    if (sync_ptr != nullptr) sync_ptr->ReportFailure(s);
-  };
-  JobRouter router(router_options, &metrics, &snapshots, &alert_hub);
-  router.SetKernelStage(&kernel_stage);
-  const auto wall_now = [] {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-        .count();
-  };
-  // After a storage error nothing is committed again: health goes NOT_SERVING, the last good
-  // diagnoses stay served.
-  StateSyncOptions sync_options;
-  sync_options.checkpoint_max_bytes = static_cast<size_t>(config.checkpoint_budget_mib) << 20;
-  StateSync sync(config.topic, store->get(), changelog.get(), &router, &metrics,
-                 [&](const absl::Status&) { (*grpc_server)->SetStateHealthy(false); },
-                 sync_options);
-  sync_ptr = &sync;
-  if (absl::Status s = sync.RestoreAll(Clock::now(), wall_now()); !s.ok()) {
+  task_options.pipeline.memory_window.steps = static_cast<size_t>(config.memory_window_steps);
+  JobRouter router(router_options, {&metrics, &snapshots, &alert_hub, &kernel_snapshots});
+  TaskManagerOptions manager_options;
+  manager_options.checkpoint_max_bytes = static_cast<size_t>(config.checkpoint_budget_mib) << 20;
+  TaskManager tasks(config.topic, store->get(), &writer, changelog.get(), &router, &metrics,
+                    &health, manager_options);
+  if (absl::Status s = tasks.RestoreAll(Clock::now(), WallNowUnixNs()); !s.ok()) {
     return Fail(absl::Status(s.code(), std::string(s.message()) + " (state in " +
                                            (*state_dir)->path().string() +
                                            "; remove --state-dir to start clean)"));
   }
-  router.Tick(Clock::now());
-  const auto checkpoint = [&] { sync.Checkpoint(Clock::now(), wall_now()); };
+  router.Tick(Clock::now(), WallNowUnixNs());
 
   KafkaConsumerOptions consumer_options{brokers, config.topic, config.group, config.kafka};
   consumer_options.on_assigned = [&](const std::string& topic, const std::vector<int32_t>& ids) {
     if (topic != config.topic) return std::vector<std::optional<int64_t>>(ids.size());
-    return sync.OnAssigned(ids, Clock::now(), wall_now());
+    return tasks.OnAssigned(ids, Clock::now(), WallNowUnixNs());
   };
   consumer_options.on_revoked = [&](const std::string& topic, const std::vector<int32_t>& ids) {
-    if (topic == config.topic) sync.OnRevoked(ids, Clock::now(), wall_now());
+    if (topic == config.topic) tasks.OnRevoked(ids, Clock::now(), WallNowUnixNs());
   };
   auto consumer = KafkaConsumer::Create(consumer_options);
   if (!consumer.ok()) return Fail(consumer.status());
@@ -190,24 +204,23 @@ int Run(const DaemonConfig& config) {
   auto next_checkpoint = Clock::now() + *checkpoint_interval;
   while (!StopRequested()) {
     (*consumer)->Poll(std::chrono::milliseconds(20), 1000, [&](const KafkaMessage& m) {
-      router.HandleMessage(m.payload, config.topic, m.partition, m.offset, Clock::now(),
-                           wall_now());
+      router.HandleMessage(m.payload, m.partition, m.offset, Clock::now(), WallNowUnixNs());
     });
     if (const TimePoint now = Clock::now(); now >= next_tick) {
-      router.Tick(now);
+      router.Tick(now, WallNowUnixNs());
       metrics.assigned_partitions->Set((*consumer)->assigned_partitions());
       next_tick = now + kTick;
     }
     if (Clock::now() >= next_checkpoint) {
-      checkpoint();
+      tasks.Checkpoint(Clock::now(), WallNowUnixNs());
       next_checkpoint = Clock::now() + *checkpoint_interval;
     } else {
-      sync.CatchUp(Clock::now(), wall_now());
+      tasks.CatchUp(Clock::now(), WallNowUnixNs());
     }
   }
 
   spdlog::info("stopping");
-  sync.Shutdown(Clock::now(), wall_now());
+  tasks.Shutdown(Clock::now(), WallNowUnixNs());
   (*grpc_server)->SetServing(false);
   (*consumer)->Close();
   (*grpc_server)->Stop();

@@ -2,23 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "state/job_state_store.h"
+
 namespace rankwatch {
-
-std::string AlertKey(uint64_t sequence) {
-  std::string key;
-  for (int shift = 56; shift >= 0; shift -= 8) key.push_back(static_cast<char>((sequence >> shift) & 0xff));
-  return key;
-}
-
-namespace {
-
-uint64_t SequenceOf(std::string_view key) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < 8 && i < key.size(); ++i) v = (v << 8) | static_cast<uint8_t>(key[i]);
-  return v;
-}
-
-}  // namespace
 
 bool AlertFilter::Matches(const v1::Alert& alert) const {
   if (!training_job.empty() && alert.training_job() != training_job) return false;
@@ -26,8 +12,9 @@ bool AlertFilter::Matches(const v1::Alert& alert) const {
   return alert.severity() >= min_severity;
 }
 
-AlertHub::AlertHub(StateStore* store, AlertHubOptions options, AlertHubMetrics metrics)
-    : store_(store), options_(options), metrics_(metrics) {
+AlertHub::AlertHub(const StateStore* store, CheckpointWriter* writer, AlertHubOptions options,
+                   AlertHubMetrics metrics)
+    : store_(store), writer_(writer), options_(options), metrics_(metrics) {
   reaper_ = std::thread([this] {
     std::unique_lock<std::mutex> lock(mu_);
     while (!closed_) {
@@ -43,11 +30,12 @@ AlertHub::AlertHub(StateStore* store, AlertHubOptions options, AlertHubMetrics m
     }
   });
   if (store_ == nullptr) return;
-  auto last = store_->LastKey(StateFamily::kAlerts);
+  auto last = job_state::LastAlertSequence(*store_);
   if (!last.ok()) {
     spdlog::error("reading the alert log: {}", std::string(last.status().message()));
-  } else if (*last) {
-    next_sequence_ = SequenceOf(**last) + 1;
+  } else if (*last > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    next_sequence_ = next_to_assign_ = *last + 1;
     spdlog::info("alert log: sequences continue at {}", next_sequence_);
   }
 }
@@ -57,27 +45,37 @@ AlertHub::~AlertHub() {
   reaper_.join();
 }
 
-absl::Status AlertHub::Append(std::vector<v1::Alert> alerts, const Checkpoint& extra) {
-  if (alerts.empty() && extra.empty()) return absl::OkStatus();
-  uint64_t first;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    first = next_sequence_;
-  }
-  // Only the ingest thread appends, so the sequences read above stay ours.
-  Checkpoint c;
-  c.Append(extra);
+void AlertHub::Append(std::vector<v1::Alert> alerts, Checkpoint extra) {
+  if (alerts.empty() && extra.empty()) return;
+  const uint64_t first = next_to_assign_;
+  Checkpoint c = std::move(extra);
   for (size_t i = 0; i < alerts.size(); ++i) {
     alerts[i].set_sequence(first + i);
-    c.Put(StateFamily::kAlerts, AlertKey(first + i), alerts[i].SerializeAsString());
+    job_state::PutAlert(alerts[i], &c);
   }
-  const uint64_t end = first + alerts.size();
-  if (end > options_.log_retention + 1) {
-    c.DeleteRange(StateFamily::kAlerts, AlertKey(0), AlertKey(end - options_.log_retention));
+  next_to_assign_ = first + alerts.size();
+  if (next_to_assign_ > options_.log_retention + 1) {
+    job_state::TrimAlertLog(next_to_assign_ - options_.log_retention, &c);
   }
-  absl::Status status = store_ != nullptr ? store_->Commit(c) : absl::OkStatus();
+  if (writer_ == nullptr) {
+    Publish(std::move(alerts));
+    return;
+  }
+  // Published whatever the outcome: a failed write loses the alerts to resumption only.
+  writer_->EnqueueNoWait(std::move(c),
+                         [this, alerts = std::move(alerts)](const absl::Status&) mutable {
+                           Publish(std::move(alerts));
+                         });
+}
+
+absl::Status AlertHub::Flush() {
+  return writer_ != nullptr ? writer_->Drain() : absl::OkStatus();
+}
+
+void AlertHub::Publish(std::vector<v1::Alert> alerts) {
+  if (alerts.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  next_sequence_ = end;
+  next_sequence_ = alerts.back().sequence() + 1;
   for (v1::Alert& a : alerts) {
     auto alert = std::make_shared<const v1::Alert>(std::move(a));
     std::set<std::string>& firing = firing_[alert->training_job()];
@@ -102,7 +100,6 @@ absl::Status AlertHub::Append(std::vector<v1::Alert> alerts, const Checkpoint& e
     }
   }
   changed_.notify_all();
-  return status;
 }
 
 std::vector<std::string> AlertHub::Firing(const std::string& training_job) const {
@@ -181,9 +178,8 @@ bool AlertHub::Backlog(uint64_t after, uint64_t before, const AlertFilter& filte
   if (store_ == nullptr) return false;
   bool complete = true;
   bool first = true;
-  absl::Status s = store_->Scan(StateFamily::kAlerts, AlertKey(after + 1),
-                                [&](std::string_view key, std::string_view value) {
-                                  const uint64_t seq = SequenceOf(key);
+  absl::Status s = job_state::ScanAlerts(*store_, after + 1,
+                                [&](uint64_t seq, std::string_view value) {
                                   if (seq >= before) return false;
                                   if (first && seq > after + 1) complete = false;
                                   first = false;

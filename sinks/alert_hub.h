@@ -1,8 +1,10 @@
-// AlertHub: the daemon's alert log and its subscribers (issue #5).
+// AlertHub: the daemon's alert log and its subscribers.
 //
-// Append stores alerts durably (the `alerts` column family, keyed by sequence) and only then
-// publishes them: to a ring of recent alerts, to the per-job list of firing alerts, and to
-// every subscriber whose filter matches. Sequence numbers are assigned here: consecutive,
+// Append stores alerts durably (the alert log of state/job_state_store.h, written by the
+// CheckpointWriter thread like every other state, so the ingest thread never waits for an
+// fsync) and only once they are stored publishes them: to a ring of recent alerts, to the
+// per-job list of firing alerts, and to every subscriber whose filter matches. Sequence numbers
+// are assigned here, daemon-wide (one sequence per daemon instance): consecutive,
 // starting after the newest stored alert, so a subscriber that saw sequence N resumes with
 // `after_sequence = N` and gets every later alert exactly once, in order, across its own
 // reconnects and daemon restarts (within the log's retention).
@@ -12,7 +14,8 @@
 // is stuck (its writer blocked on a client that does not read) is cancelled through its
 // `cancel` callback after `stuck_after`, by the hub's reaper thread.
 //
-// Thread-safe: Append runs on the ingest thread, subscribers on gRPC threads.
+// Thread-safe: Append runs on the ingest thread, publication on the checkpoint writer's thread,
+// subscribers on gRPC threads.
 #pragma once
 
 #include <chrono>
@@ -29,9 +32,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "rankwatch/v1/service.pb.h"
 #include "sinks/metrics_registry.h"
+#include "state/checkpoint_writer.h"
 #include "state/state_store.h"
 
 namespace rankwatch {
@@ -59,14 +64,21 @@ struct AlertHubMetrics {
 
 class AlertHub {
  public:
-  // `store` may be null (alerts are then only live). Reads the newest stored sequence.
-  AlertHub(StateStore* store, AlertHubOptions options, AlertHubMetrics metrics);
+  // `store` (read: the backlog and the newest stored sequence) and `writer` (which writes to
+  // it) may both be null: alerts are then only live. Both outlive the hub.
+  AlertHub(const StateStore* store, CheckpointWriter* writer, AlertHubOptions options,
+           AlertHubMetrics metrics);
   ~AlertHub();
 
-  // Assigns sequence numbers to `alerts`, stores them together with `extra` (other state that
-  // must change with them) in one write, then publishes them. A storage error is returned;
-  // the alerts are still published live (and are lost to resumption).
-  absl::Status Append(std::vector<v1::Alert> alerts, const Checkpoint& extra);
+  // Assigns sequence numbers to `alerts` and queues them, together with `extra` (other state
+  // that must change with them), as one write; once it is committed they are published. Never
+  // waits for the disk. A storage error is the writer's (its on_error reports it); the alerts
+  // are then still published live, and are lost to resumption. Call from one thread only.
+  void Append(std::vector<v1::Alert> alerts, Checkpoint extra);
+
+  // Waits until every alert appended so far is stored (or failed) and published. Returns the
+  // writer's health.
+  absl::Status Flush();
 
   // Ids of the firing alerts of `training_job`.
   std::vector<std::string> Firing(const std::string& training_job) const;
@@ -110,20 +122,22 @@ class AlertHub {
   uint64_t last_sequence() const;
 
  private:
-  StateStore* store_;
+  // Publishes stored alerts (on the writer thread, in sequence order).
+  void Publish(std::vector<v1::Alert> alerts);
+
+  const StateStore* store_;
+  CheckpointWriter* writer_;
   const AlertHubOptions options_;
   AlertHubMetrics metrics_;
+  uint64_t next_to_assign_ = 1;  // the appending thread only
   mutable std::mutex mu_;
   std::condition_variable changed_;
-  uint64_t next_sequence_ = 1;                            // guarded by mu_
-  std::deque<std::shared_ptr<const v1::Alert>> ring_;    // guarded by mu_
-  std::set<Subscription*> subscribers_;                   // guarded by mu_
-  std::map<std::string, std::set<std::string>> firing_;  // guarded by mu_
-  bool closed_ = false;                                   // guarded by mu_
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;  // the next to publish
+  std::deque<std::shared_ptr<const v1::Alert>> ring_ ABSL_GUARDED_BY(mu_);
+  std::set<Subscription*> subscribers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::set<std::string>> firing_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;
 };
-
-// The store key of the alert with `sequence` (big-endian, so keys sort by sequence).
-std::string AlertKey(uint64_t sequence);
 
 }  // namespace rankwatch

@@ -1,8 +1,11 @@
 #include "sinks/alert_hub.h"
 
+#include "state/job_state_store.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <future>
 
 namespace rankwatch {
 namespace {
@@ -34,33 +37,43 @@ class AlertHubTest : public ::testing::Test {
     Reopen();
   }
   void TearDown() override {
+    writer_.reset();
     store_.reset();
     std::filesystem::remove_all(dir_);
   }
   void Reopen() {
+    writer_.reset();
     store_.reset();
     auto s = StateStore::Open({dir_});
     ASSERT_TRUE(s.ok()) << s.status();
     store_ = std::move(*s);
+    writer_ = std::make_unique<CheckpointWriter>(store_.get(), CheckpointWriterOptions{}, nullptr,
+                                                 nullptr);
+  }
+  // Appends `alerts` and waits until they are stored and published.
+  static absl::Status Store(AlertHub& hub, std::vector<v1::Alert> alerts) {
+    hub.Append(std::move(alerts), {});
+    return hub.Flush();
   }
   std::filesystem::path dir_;
   std::unique_ptr<StateStore> store_;
+  std::unique_ptr<CheckpointWriter> writer_;
 };
 
 TEST_F(AlertHubTest, SequencesAreConsecutiveAndContinueAfterARestart) {
   {
-    AlertHub hub(store_.get(), {}, {});
-    ASSERT_TRUE(hub.Append({MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN),
-                            MakeAlert("b", v1::ALERT_FIRING, v1::SEVERITY_CRIT)}, {}).ok());
-    ASSERT_TRUE(hub.Append({MakeAlert("a", v1::ALERT_RESOLVED, v1::SEVERITY_WARN)}, {}).ok());
+    AlertHub hub(store_.get(), writer_.get(), {}, {});
+    ASSERT_TRUE(Store(hub, {MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN),
+                            MakeAlert("b", v1::ALERT_FIRING, v1::SEVERITY_CRIT)}).ok());
+    ASSERT_TRUE(Store(hub, {MakeAlert("a", v1::ALERT_RESOLVED, v1::SEVERITY_WARN)}).ok());
     EXPECT_EQ(hub.last_sequence(), 3u);
     EXPECT_EQ(hub.Firing("b"), std::vector<std::string>{"b|straggler|rank:1"});
     EXPECT_TRUE(hub.Firing("a").empty());
   }
   Reopen();
-  AlertHub hub(store_.get(), {}, {});
+  AlertHub hub(store_.get(), writer_.get(), {}, {});
   EXPECT_EQ(hub.last_sequence(), 3u);
-  ASSERT_TRUE(hub.Append({MakeAlert("c", v1::ALERT_FIRING, v1::SEVERITY_WARN)}, {}).ok());
+  ASSERT_TRUE(Store(hub, {MakeAlert("c", v1::ALERT_FIRING, v1::SEVERITY_WARN)}).ok());
   EXPECT_EQ(Backlog(hub, 0, 100), (std::vector<uint64_t>{1, 2, 3, 4}));  // from the store
   EXPECT_EQ(Backlog(hub, 2, 4), (std::vector<uint64_t>{3}));
   AlertFilter crit;
@@ -72,11 +85,11 @@ TEST_F(AlertHubTest, SequencesAreConsecutiveAndContinueAfterARestart) {
 }
 
 TEST_F(AlertHubTest, ASubscriberGetsLiveAlertsAfterItsBacklogPosition) {
-  AlertHub hub(store_.get(), {}, {});
-  ASSERT_TRUE(hub.Append({MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN)}, {}).ok());
+  AlertHub hub(store_.get(), writer_.get(), {}, {});
+  ASSERT_TRUE(Store(hub, {MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN)}).ok());
   auto sub = hub.Subscribe({});
   EXPECT_EQ(sub->live_from(), 2u);
-  ASSERT_TRUE(hub.Append({MakeAlert("a", v1::ALERT_RESOLVED, v1::SEVERITY_WARN)}, {}).ok());
+  ASSERT_TRUE(Store(hub, {MakeAlert("a", v1::ALERT_RESOLVED, v1::SEVERITY_WARN)}).ok());
   std::shared_ptr<const v1::Alert> a;
   ASSERT_EQ(sub->Next(std::chrono::milliseconds(100), &a), AlertHub::Subscription::Wait::kAlert);
   EXPECT_EQ(a->sequence(), 2u);
@@ -88,12 +101,12 @@ TEST_F(AlertHubTest, AFullQueueOverflowsWithoutBlockingAndOthersGoOn) {
   options.subscriber_queue = 2;
   MetricsRegistry registry;
   MetricCell* dropped = registry.Counter("test_dropped_total", "test", {})->WithLabels({});
-  AlertHub hub(store_.get(), options, {nullptr, dropped, nullptr});
+  AlertHub hub(store_.get(), writer_.get(), options, {nullptr, dropped, nullptr});
   auto slow = hub.Subscribe({});
   auto fast = hub.Subscribe({});
   std::shared_ptr<const v1::Alert> a;
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(hub.Append({MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN)}, {}).ok());
+    ASSERT_TRUE(Store(hub, {MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN)}).ok());
     ASSERT_EQ(fast->Next(std::chrono::milliseconds(100), &a), AlertHub::Subscription::Wait::kAlert);
     EXPECT_EQ(a->sequence(), static_cast<uint64_t>(i + 1));
   }
@@ -105,9 +118,9 @@ TEST_F(AlertHubTest, OldAlertsBeyondTheRetentionAreDeleted) {
   AlertHubOptions options;
   options.log_retention = 3;
   options.ring_capacity = 1;  // the backlog comes from the store
-  AlertHub hub(store_.get(), options, {});
+  AlertHub hub(store_.get(), writer_.get(), options, {});
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(hub.Append({MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN)}, {}).ok());
+    ASSERT_TRUE(Store(hub, {MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN)}).ok());
   }
   std::vector<uint64_t> got;
   const bool complete = hub.Backlog(0, 100, {}, [&](std::shared_ptr<const v1::Alert> x) {
@@ -115,6 +128,33 @@ TEST_F(AlertHubTest, OldAlertsBeyondTheRetentionAreDeleted) {
   });
   EXPECT_EQ(got, (std::vector<uint64_t>{3, 4, 5}));
   EXPECT_FALSE(complete);  // 1 and 2 are gone
+}
+
+TEST_F(AlertHubTest, AppendNeverWaitsForTheDiskAndPublishesOnlyWhatIsStored) {
+  AlertHub hub(store_.get(), writer_.get(), {}, {});
+  auto sub = hub.Subscribe({});
+  // A checkpoint whose write does not finish until released holds the writer.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  Checkpoint slow;
+  slow.Put(StateFamily::kMetadata, "slow", "write");
+  ASSERT_TRUE(writer_->Enqueue(std::move(slow), [released] {
+    released.wait();
+    return absl::OkStatus();
+  }).ok());
+  // Far more appends than the writer's queue admits: none of them waits.
+  for (int i = 0; i < 1000; ++i) hub.Append({MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN)}, {});
+  std::shared_ptr<const v1::Alert> a;
+  EXPECT_EQ(sub->Next(std::chrono::milliseconds(50), &a), AlertHub::Subscription::Wait::kTimeout);
+  EXPECT_EQ(hub.last_sequence(), 0u);  // nothing published before it is stored
+  release.set_value();
+  ASSERT_TRUE(hub.Flush().ok());
+  EXPECT_EQ(hub.last_sequence(), 1000u);
+  ASSERT_EQ(sub->Next(std::chrono::milliseconds(100), &a), AlertHub::Subscription::Wait::kAlert);
+  EXPECT_EQ(a->sequence(), 1u);
+  auto stored = job_state::LastAlertSequence(*store_);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(*stored, 1000u);
 }
 
 }  // namespace

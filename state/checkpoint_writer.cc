@@ -34,6 +34,20 @@ absl::Status CheckpointWriter::Enqueue(Checkpoint checkpoint,
   return absl::OkStatus();
 }
 
+void CheckpointWriter::EnqueueNoWait(Checkpoint checkpoint,
+                                     std::function<void(const absl::Status&)> then) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!sticky_.ok()) {
+    const absl::Status sticky = sticky_;
+    lock.unlock();
+    if (then) then(sticky);
+    return;
+  }
+  queue_.push_back({std::move(checkpoint), nullptr, std::move(then)});
+  lock.unlock();
+  changed_.notify_all();
+}
+
 absl::Status CheckpointWriter::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
   changed_.wait(lock, [&] { return queue_.empty() && !busy_; });
@@ -62,7 +76,9 @@ void CheckpointWriter::Run() {
       busy_ = true;
       if (!sticky_.ok()) {
         busy_ = false;  // dropped: nothing may land after a failed checkpoint
+        const absl::Status sticky = sticky_;
         lock.unlock();
+        if (item.then) item.then(sticky);
         changed_.notify_all();
         continue;
       }
@@ -70,16 +86,22 @@ void CheckpointWriter::Run() {
     changed_.notify_all();  // a slot is free
     CheckpointCommitStats stats;
     const absl::Status s = Write(item, &stats);
+    std::function<void(const absl::Status&)> then = std::move(item.then);
     item = Item();  // free the checkpoint's memory before reporting
+    std::deque<Item> dropped;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!s.ok()) {
         sticky_ = s;
-        queue_.clear();
+        dropped.swap(queue_);
       }
     }
     if (s.ok() && on_commit_) on_commit_(stats);
     if (!s.ok() && on_error_) on_error_(s);
+    if (then) then(s);
+    for (Item& d : dropped) {
+      if (d.then) d.then(s);
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;

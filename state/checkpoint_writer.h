@@ -1,6 +1,8 @@
 // CheckpointWriter: commits checkpoints to a StateStore on a thread of its own, so that the
 // serialisation of deferred values, the RocksDB write and its fsync never pause the thread that
-// collects them (the daemon's ingest thread, issue #4). Owned by that thread's owner (StateSync).
+// collects them (the daemon's ingest thread). Every write of the daemon's state goes through it:
+// checkpoints (runtime/task_manager.h) and the alert log (sinks/alert_hub.h), so they land in
+// the order they were made.
 //
 // Order: checkpoints are committed whole and in the order they were enqueued. After a commit,
 // its `after_commit` step runs on the writer thread before the next checkpoint is written, so
@@ -8,7 +10,8 @@
 //
 // Back-pressure: at most `max_queued` checkpoints wait behind the one being written; Enqueue
 // blocks while that many wait, so a producer that outruns the disk slows to the disk's pace
-// instead of piling checkpoints up in memory.
+// instead of piling checkpoints up in memory. EnqueueNoWait admits small writes past that
+// bound (the alert log: the ingest thread never waits for it).
 //
 // Errors are sticky, as in StateStore: after the first failed commit, after_commit step or
 // flush, the writer drops every checkpoint still queued or enqueued later, `on_error` runs once
@@ -65,6 +68,12 @@ class CheckpointWriter {
   // the sticky error, without queueing, once the writer failed.
   absl::Status Enqueue(Checkpoint checkpoint, std::function<absl::Status()> after_commit = {});
 
+  // Queues `checkpoint` without waiting for room. `then` runs exactly once with the outcome: on
+  // the writer thread with OK after the commit, or with the error when the commit failed or the
+  // checkpoint was dropped after an earlier failure — on the calling thread, before this
+  // returns, when the writer had failed already.
+  void EnqueueNoWait(Checkpoint checkpoint, std::function<void(const absl::Status&)> then);
+
   // Waits until every checkpoint enqueued so far is committed (with its after_commit step) or
   // dropped. Returns health().
   absl::Status Drain();
@@ -79,6 +88,7 @@ class CheckpointWriter {
   struct Item {
     Checkpoint checkpoint;
     std::function<absl::Status()> after_commit;
+    std::function<void(const absl::Status&)> then;  // EnqueueNoWait's outcome callback
   };
   void Run();
   absl::Status Write(Item& item, CheckpointCommitStats* stats);

@@ -8,6 +8,9 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <mutex>
+#include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -47,14 +50,14 @@ TEST(CheckpointWriterTest, CommitsInOrderAndRunsEachAfterCommitStepAfterItsCommi
   CheckpointWriter writer(store->get(), {}, [&](const CheckpointCommitStats&) { ++commits; }, {});
   for (int i = 0; i < 50; ++i) {
     Checkpoint c;
-    c.PutDeferred(StateFamily::kWindows, "key",
+    c.PutDeferred(StateFamily::kJobs, "key",
                   std::make_shared<CountingValue>(std::to_string(i), &serialised));
     c.SetOffset("t", 0, i + 1);
     ASSERT_TRUE(writer
                     .Enqueue(std::move(c),
                              [&, i]() -> absl::Status {
                                // The store is exactly as of this checkpoint's commit.
-                               auto v = (*store)->Get(StateFamily::kWindows, "key");
+                               auto v = (*store)->Get(StateFamily::kJobs, "key");
                                seen.push_back(std::to_string(i) + "=" + **v);
                                return absl::OkStatus();
                              })
@@ -65,7 +68,7 @@ TEST(CheckpointWriterTest, CommitsInOrderAndRunsEachAfterCommitStepAfterItsCommi
   for (int i = 0; i < 50; ++i) EXPECT_EQ(seen[i], std::to_string(i) + "=" + std::to_string(i));
   EXPECT_EQ(commits.load(), 50);
   EXPECT_EQ(serialised.load(), 50);
-  EXPECT_EQ(**(*store)->Get(StateFamily::kWindows, "key"), "49");
+  EXPECT_EQ(**(*store)->Get(StateFamily::kJobs, "key"), "49");
   EXPECT_EQ((*store)->Offsets()->at({"t", 0}), 50);
 }
 
@@ -79,7 +82,7 @@ TEST(CheckpointWriterTest, EnqueueBlocksWhileTheQueueIsFull) {
   CheckpointWriter writer(store->get(), options, {}, {});
   const auto one = [] {
     Checkpoint c;
-    c.Put(StateFamily::kWindows, "k", "v");
+    c.Put(StateFamily::kJobs, "k", "v");
     return c;
   };
   // The first is being written (held in its after_commit step), two more wait.
@@ -108,7 +111,7 @@ TEST(CheckpointWriterTest, DestructorDrainsTheQueue) {
     CheckpointWriter writer(store->get(), {}, {}, {});
     for (int i = 0; i < 20; ++i) {
       Checkpoint c;
-      c.Put(StateFamily::kWindows, "k" + std::to_string(i), "v");
+      c.Put(StateFamily::kJobs, "k" + std::to_string(i), "v");
       c.SetOffset("t", 1, i + 1);
       ASSERT_TRUE(writer.Enqueue(std::move(c)).ok());
     }
@@ -116,7 +119,7 @@ TEST(CheckpointWriterTest, DestructorDrainsTheQueue) {
   auto store = StateStore::Open({dir});
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->Offsets()->at({"t", 1}), 20);
-  EXPECT_TRUE((*store)->Get(StateFamily::kWindows, "k19")->has_value());
+  EXPECT_TRUE((*store)->Get(StateFamily::kJobs, "k19")->has_value());
 }
 
 TEST(CheckpointWriterTest, FlushesTheMemtablesAfterEnoughBytes) {
@@ -129,7 +132,7 @@ TEST(CheckpointWriterTest, FlushesTheMemtablesAfterEnoughBytes) {
                           [&](const CheckpointCommitStats& s) { flushed.push_back(s.flushed); }, {});
   for (int i = 0; i < 3; ++i) {
     Checkpoint c;
-    c.Put(StateFamily::kWindows, "k" + std::to_string(i), std::string(600, 'x'));
+    c.Put(StateFamily::kJobs, "k" + std::to_string(i), std::string(600, 'x'));
     ASSERT_TRUE(writer.Enqueue(std::move(c)).ok());
   }
   ASSERT_TRUE(writer.Drain().ok());
@@ -154,7 +157,7 @@ TEST(CheckpointWriterTest, AFailedWriteOnTheWriterThreadIsStickyAndReportedOnce)
   });
   const auto put = [](const std::string& value) {
     Checkpoint c;
-    c.Put(StateFamily::kWindows, "job", value);
+    c.Put(StateFamily::kJobs, "job", value);
     return c;
   };
   ASSERT_TRUE(writer.Enqueue(put("last good")).ok());
@@ -174,7 +177,7 @@ TEST(CheckpointWriterTest, AFailedWriteOnTheWriterThreadIsStickyAndReportedOnce)
   // The disk recovers, but nothing is committed again.
   EXPECT_EQ(writer.Enqueue(put("later")), s);
   EXPECT_EQ(writer.health(), s);
-  EXPECT_EQ(*(*store)->Get(StateFamily::kWindows, "job"), "held");
+  EXPECT_EQ(*(*store)->Get(StateFamily::kJobs, "job"), "held");
   EXPECT_EQ(errors.load(), 1);
 }
 
@@ -184,15 +187,63 @@ TEST(CheckpointWriterTest, AFailedAfterCommitStepIsSticky) {
   std::atomic<int> errors{0};
   CheckpointWriter writer(store->get(), {}, {}, [&](const absl::Status&) { ++errors; });
   Checkpoint a;
-  a.Put(StateFamily::kWindows, "a", "1");
+  a.Put(StateFamily::kJobs, "a", "1");
   ASSERT_TRUE(writer.Enqueue(std::move(a), [] { return absl::DataLossError("changelog"); }).ok());
   EXPECT_EQ(writer.Drain().code(), absl::StatusCode::kDataLoss);
   Checkpoint b;
-  b.Put(StateFamily::kWindows, "b", "1");
+  b.Put(StateFamily::kJobs, "b", "1");
   EXPECT_EQ(writer.Enqueue(std::move(b)).code(), absl::StatusCode::kDataLoss);
   EXPECT_FALSE(writer.Drain().ok());
-  EXPECT_FALSE((*store)->Get(StateFamily::kWindows, "b")->has_value());
+  EXPECT_FALSE((*store)->Get(StateFamily::kJobs, "b")->has_value());
   EXPECT_EQ(errors.load(), 1);
+}
+
+TEST(CheckpointWriterTest, EnqueueNoWaitPassesTheBoundAndReportsEveryOutcomeOnce) {
+  auto fs = std::make_shared<FailingFileSystem>();
+  StateStoreOptions store_options{FreshDir("no_wait")};
+  store_options.file_system = fs;
+  auto store = StateStore::Open(store_options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  CheckpointWriter writer(store->get(), {}, {}, {});
+  const auto put = [](const std::string& key) {
+    Checkpoint c;
+    c.Put(StateFamily::kAlerts, key, "v");
+    return c;
+  };
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  ASSERT_TRUE(writer.Enqueue(put("held"), [released] { released.wait(); return absl::OkStatus(); }).ok());
+  std::mutex mu;
+  std::vector<std::pair<std::string, absl::StatusCode>> outcomes;
+  const auto record = [&](const std::string& key) {
+    return [&, key](const absl::Status& s) {
+      std::lock_guard<std::mutex> lock(mu);
+      outcomes.emplace_back(key, s.code());
+    };
+  };
+  // Ten writes past a bound of two, from this thread, none of which waits.
+  for (int i = 0; i < 10; ++i) writer.EnqueueNoWait(put("ok" + std::to_string(i)), record("ok"));
+  release.set_value();
+  ASSERT_TRUE(writer.Drain().ok());
+  // A write that fails, one dropped behind it, and one after the failure.
+  std::promise<void> hold;
+  std::shared_future<void> held = hold.get_future().share();
+  ASSERT_TRUE(writer.Enqueue(put("gate"), [held] { held.wait(); return absl::OkStatus(); }).ok());
+  writer.EnqueueNoWait(put("fails"), record("fails"));
+  writer.EnqueueNoWait(put("dropped"), record("dropped"));
+  fs->fail = true;
+  hold.set_value();
+  EXPECT_FALSE(writer.Drain().ok());
+  fs->fail = false;
+  writer.EnqueueNoWait(put("after"), record("after"));  // reported before it returns
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(outcomes.size(), 13u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(outcomes[i], std::make_pair(std::string("ok"), absl::StatusCode::kOk));
+  EXPECT_EQ(outcomes[10], std::make_pair(std::string("fails"), absl::StatusCode::kUnavailable));
+  EXPECT_EQ(outcomes[11], std::make_pair(std::string("dropped"), absl::StatusCode::kUnavailable));
+  EXPECT_EQ(outcomes[12], std::make_pair(std::string("after"), absl::StatusCode::kUnavailable));
+  EXPECT_TRUE((*store)->Get(StateFamily::kAlerts, "ok9")->has_value());
+  EXPECT_FALSE((*store)->Get(StateFamily::kAlerts, "dropped")->has_value());
 }
 
 }  // namespace

@@ -55,10 +55,10 @@ std::string_view StateFamilyName(StateFamily family) {
   switch (family) {
     case StateFamily::kMetadata: return "metadata";
     case StateFamily::kOffsets: return "offsets";
-    case StateFamily::kPendingSteps: return "pending_steps";
-    case StateFamily::kWindows: return "windows";
+    case StateFamily::kJobs: return "windows";  // its name in stores of earlier builds
     case StateFamily::kAlerts: return "alerts";
   }
+  if (static_cast<int>(family) == 2) return "pending_steps";  // reserved (see the enum)
   return "unknown";
 }
 

@@ -9,6 +9,7 @@
 // Thread-safe: RocksDB is; the sticky status is guarded by a mutex.
 #pragma once
 
+#include "absl/base/thread_annotations.h"
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -33,14 +34,17 @@ class FileSystem;
 
 namespace rankwatch {
 
-// The kinds of durable state, one RocksDB column family each.
+// The kinds of durable state, one RocksDB column family each. The values are part of the
+// changelog's record keys: never renumber them.
 enum class StateFamily : uint8_t {
-  kMetadata = 0,   // schema version, daemon identity
-  kOffsets,        // consumed offset per (topic, partition)
-  kPendingSteps,   // steps waiting for ranks
-  kWindows,        // rolling windows of each job
-  kAlerts,         // alert log
+  kMetadata = 0,  // schema version, daemon identity
+  kOffsets = 1,   // consumed offset per (topic, partition)
+  // 2 is reserved: a family ("pending_steps") that earlier builds created and never wrote. It
+  // is still opened, so their stores open.
+  kJobs = 3,    // each job's metadata, window steps and alert state (state/job_state_store.h)
+  kAlerts = 4,  // the alert log (state/job_state_store.h)
 };
+// Column families, the reserved one included.
 inline constexpr int kStateFamilyCount = 5;
 std::string_view StateFamilyName(StateFamily family);
 
@@ -149,7 +153,7 @@ class StateStore {
   bool sync_ = true;
   bool flush_on_close_ = true;
   mutable std::mutex mu_;
-  absl::Status sticky_;  // guarded by mu_
+  absl::Status sticky_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rankwatch

@@ -23,20 +23,20 @@ TEST(StateStoreTest, CheckpointsAreDurableAcrossReopen) {
     auto store = StateStore::Open({dir});
     ASSERT_TRUE(store.ok()) << store.status();
     Checkpoint c;
-    c.Put(StateFamily::kWindows, "job-a/0", "window bytes");
-    c.Put(StateFamily::kPendingSteps, "job-a/17", "pending");
+    c.Put(StateFamily::kJobs, "job-a/0", "window bytes");
+    c.Put(StateFamily::kAlerts, "job-a/17", "pending");
     c.SetOffset("rankwatch.telemetry", 3, 1234);
     c.SetOffset("rankwatch.telemetry", 10, 7);
     ASSERT_TRUE((*store)->Commit(c).ok());
     Checkpoint d;
-    d.Delete(StateFamily::kPendingSteps, "job-a/17");
+    d.Delete(StateFamily::kAlerts, "job-a/17");
     d.SetOffset("rankwatch.telemetry", 3, 1300);
     ASSERT_TRUE((*store)->Commit(d).ok());
   }
   auto store = StateStore::Open({dir});
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ(*(*store)->Get(StateFamily::kWindows, "job-a/0"), "window bytes");
-  EXPECT_FALSE((*store)->Get(StateFamily::kPendingSteps, "job-a/17")->has_value());
+  EXPECT_EQ(*(*store)->Get(StateFamily::kJobs, "job-a/0"), "window bytes");
+  EXPECT_FALSE((*store)->Get(StateFamily::kAlerts, "job-a/17")->has_value());
   // Families are separate key spaces.
   EXPECT_FALSE((*store)->Get(StateFamily::kAlerts, "job-a/0")->has_value());
   auto offsets = (*store)->Offsets();
@@ -50,20 +50,20 @@ TEST(StateStoreTest, ForEachScansAPrefixInKeyOrder) {
   auto store = StateStore::Open({FreshDir("scan")});
   ASSERT_TRUE(store.ok());
   Checkpoint c;
-  c.Put(StateFamily::kWindows, "b/2", "x");
-  c.Put(StateFamily::kWindows, "a/1", "y");
-  c.Put(StateFamily::kWindows, "b/1", "z");
+  c.Put(StateFamily::kJobs, "b/2", "x");
+  c.Put(StateFamily::kJobs, "a/1", "y");
+  c.Put(StateFamily::kJobs, "b/1", "z");
   ASSERT_TRUE((*store)->Commit(c).ok());
   std::vector<std::string> keys;
-  ASSERT_TRUE((*store)->ForEach(StateFamily::kWindows, "b/", [&](std::string_view k, std::string_view) {
+  ASSERT_TRUE((*store)->ForEach(StateFamily::kJobs, "b/", [&](std::string_view k, std::string_view) {
     keys.emplace_back(k);
   }).ok());
   EXPECT_EQ(keys, (std::vector<std::string>{"b/1", "b/2"}));
   Checkpoint d;
-  d.DeleteRange(StateFamily::kWindows, "b/", "b/2");
+  d.DeleteRange(StateFamily::kJobs, "b/", "b/2");
   ASSERT_TRUE((*store)->Commit(d).ok());
   keys.clear();
-  ASSERT_TRUE((*store)->ForEach(StateFamily::kWindows, "", [&](std::string_view k, std::string_view) {
+  ASSERT_TRUE((*store)->ForEach(StateFamily::kJobs, "", [&](std::string_view k, std::string_view) {
     keys.emplace_back(k);
   }).ok());
   EXPECT_EQ(keys, (std::vector<std::string>{"a/1", "b/2"}));
@@ -105,24 +105,24 @@ TEST(StateStoreTest, AFailedWriteIsStickyAndReadsStillWork) {
   auto store = StateStore::Open(options);
   ASSERT_TRUE(store.ok()) << store.status();
   Checkpoint good;
-  good.Put(StateFamily::kWindows, "job", "last good");
+  good.Put(StateFamily::kJobs, "job", "last good");
   ASSERT_TRUE((*store)->Commit(good).ok());
   EXPECT_TRUE((*store)->health().ok());
 
   fs->fail = true;
   Checkpoint bad;
-  bad.Put(StateFamily::kWindows, "job", "lost");
+  bad.Put(StateFamily::kJobs, "job", "lost");
   const absl::Status first = (*store)->Commit(bad);
   ASSERT_FALSE(first.ok());
   EXPECT_EQ(first.code(), absl::StatusCode::kUnavailable) << first;
   // The disk recovers, but the store does not pretend nothing happened.
   fs->fail = false;
   Checkpoint later;
-  later.Put(StateFamily::kWindows, "job", "later");
+  later.Put(StateFamily::kJobs, "job", "later");
   EXPECT_EQ((*store)->Commit(later), first);
   EXPECT_EQ((*store)->health(), first);
   // The last good state can still be read.
-  EXPECT_EQ(*(*store)->Get(StateFamily::kWindows, "job"), "last good");
+  EXPECT_EQ(*(*store)->Get(StateFamily::kJobs, "job"), "last good");
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "daemon/grpc_client.h"
+#include "cli/grpc_client.h"
 
 #include <grpc/support/log.h>
 

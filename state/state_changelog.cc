@@ -1,4 +1,4 @@
-#include "ingest/state_changelog.h"
+#include "state/state_changelog.h"
 
 #include <cstdlib>
 

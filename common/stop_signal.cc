@@ -1,4 +1,4 @@
-#include "daemon/stop_signal.h"
+#include "common/stop_signal.h"
 
 #include <csignal>
 #include <thread>

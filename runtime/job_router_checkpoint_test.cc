@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "daemon/job_router.h"
+#include "runtime/job_router.h"
 
 namespace rankwatch {
 namespace {
@@ -34,7 +34,7 @@ Contents Read(Checkpoint c) {
   c.Materialize();
   Contents out;
   for (const Checkpoint::Op& op : c.ops()) {
-    if (op.family == StateFamily::kWindows && op.value && op.key[0] == 'm') {
+    if (op.family == StateFamily::kJobs && op.value && op.key[0] == 'm') {
       out.jobs.insert(op.key.substr(1));
     }
     if (op.family == StateFamily::kOffsets) {
@@ -46,7 +46,10 @@ Contents Read(Checkpoint c) {
 
 class JobRouterCheckpointTest : public ::testing::Test {
  protected:
-  JobRouterCheckpointTest() { options.pipeline.record_changes = true; }
+  JobRouterCheckpointTest() {
+    options.task.pipeline.record_changes = true;
+    options.topic = "t";
+  }
 
   // Jobs "p<partition>-<i>", two per partition 0..3, fed `steps` steps from `first`; and
   // two jobs of an unknown partition.
@@ -55,7 +58,7 @@ class JobRouterCheckpointTest : public ::testing::Test {
       for (int32_t p = 0; p < 4; ++p) {
         for (int i = 0; i < 2; ++i) {
           router.HandleMessage(Encoded("p" + std::to_string(p) + "-" + std::to_string(i), s),
-                               "t", p, next_offset[p]++, t0, 0);
+                               p, next_offset[p]++, t0, 0);
         }
       }
       router.HandleMessage(Encoded("unknown-0", s), t0, 0);
@@ -76,7 +79,7 @@ class JobRouterCheckpointTest : public ::testing::Test {
 };
 
 TEST_F(JobRouterCheckpointTest, ABudgetCollectsWholePartitionsWithTheirOffsets) {
-  JobRouter router(options, &metrics, &snapshots);
+  JobRouter router(options, {&metrics, &snapshots});
   Feed(router, 1, 5);
   std::set<int32_t> seen;
   for (int round = 0; round < 5; ++round) {
@@ -103,7 +106,7 @@ TEST_F(JobRouterCheckpointTest, ABudgetCollectsWholePartitionsWithTheirOffsets) 
 }
 
 TEST_F(JobRouterCheckpointTest, TheOldestChangesGoFirst) {
-  JobRouter router(options, &metrics, &snapshots);
+  JobRouter router(options, {&metrics, &snapshots});
   Feed(router, 1, 3);
   Checkpoint first;
   router.Checkpoint(&first, t0, 0, nullptr, 1);
@@ -125,7 +128,7 @@ TEST_F(JobRouterCheckpointTest, SpreadCheckpointsRestoreEveryJobExactly) {
   {
     auto store = StateStore::Open({dir});
     ASSERT_TRUE(store.ok());
-    JobRouter router(options, &metrics, &snapshots);
+    JobRouter router(options, {&metrics, &snapshots});
     Feed(router, 1, 6);
     // A budget of about one partition: several rounds, input arriving in between.
     int rounds = 0;
@@ -147,10 +150,10 @@ TEST_F(JobRouterCheckpointTest, SpreadCheckpointsRestoreEveryJobExactly) {
   MetricsRegistry r2;
   DaemonMetrics m2(&r2, "test");
   SnapshotStore restored_snapshots;
-  JobRouter restored(options, &m2, &restored_snapshots);
+  JobRouter restored(options, {&m2, &restored_snapshots});
   ASSERT_TRUE(restored.Restore(**store, t0, 0).ok());
   EXPECT_EQ(restored.jobs(), 10u);
-  restored.Tick(t0);
+  restored.Tick(t0, 0);
   auto snap = restored_snapshots.Get();
   ASSERT_EQ(snap->size(), 10u);
   // World size 1: every step is aligned as it arrives; 9 steps each.

@@ -10,8 +10,8 @@
 #include "collectors/kafka_publisher.h"
 #include "collectors/simulator/fleet_model.h"
 #include "operators/time.h"
-#include "daemon/commands.h"
-#include "daemon/stop_signal.h"
+#include "cli/commands.h"
+#include "common/stop_signal.h"
 #include "ingest/batch_decoder.h"
 
 namespace rankwatch {

@@ -15,7 +15,9 @@
 // the value, 'b' = a full snapshot starts, 'c' = commit (value: 8-byte big-endian next offset,
 // 8-byte sequence, 1 byte full flag).
 //
-// Not thread-safe: owned by the ingest thread.
+// Not thread-safe: one thread at a time. In rankwatchd (runtime/task_manager.h) Append and
+// NeedsSnapshot run on the checkpoint writer thread, right after the commit they cover; Read,
+// Release and Flush run on the ingest thread, and only while the writer is drained.
 #pragma once
 
 #include <librdkafka/rdkafka.h>

@@ -6,8 +6,8 @@
 #include <fstream>
 #include <memory>
 
-#include "daemon/commands.h"
-#include "daemon/stop_signal.h"
+#include "cli/commands.h"
+#include "common/stop_signal.h"
 #include "ingest/embedded_broker.h"
 
 namespace rankwatch {

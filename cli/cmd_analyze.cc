@@ -1,5 +1,5 @@
 // `rankwatch analyze PATH... [--compat hta] [--format text|json|csv] [--out DIR]`: the GPU
-// timeline analyses of spec/kernel-analysis.md on Kineto trace files, offline, with the same
+// timeline analyses of docs/spec/kernel-analysis.md on Kineto trace files, offline, with the same
 // operators the daemon runs live. Text: a readable report per rank (and per step in the
 // corrected mode); csv: one file per analysis, as HTA's data frames; json: the per-rank numbers.
 #include <algorithm>
@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "daemon/analyze_csv.h"
-#include "daemon/commands.h"
+#include "cli/analyze_csv.h"
+#include "cli/commands.h"
 #include "ingest/kineto_trace_reader.h"
 #include "operators/kernel/kernel_report.h"
 #include "operators/kernel/straggler_heuristic.h"

@@ -1,4 +1,4 @@
-#include "ingest/state_changelog.h"
+#include "state/state_changelog.h"
 
 #include <gtest/gtest.h>
 
@@ -28,7 +28,7 @@ class StateChangelogTest : public ::testing::Test {
 };
 
 std::string Value(const ChangelogPartition& p, const std::string& key) {
-  auto it = p.values.find({StateFamily::kWindows, key});
+  auto it = p.values.find({StateFamily::kJobs, key});
   return it == p.values.end() ? "<none>" : it->second;
 }
 
@@ -43,18 +43,18 @@ TEST_F(StateChangelogTest, ReadsBackASnapshotAndTheDeltasAfterIt) {
   auto writer = Open();
   ASSERT_TRUE(writer->NeedsSnapshot(1));
   Checkpoint full;
-  full.Put(StateFamily::kWindows, "mA", "meta-1");
-  full.Put(StateFamily::kWindows, "sA1", "step-1");
-  full.Put(StateFamily::kWindows, "sA2", "step-2");
+  full.Put(StateFamily::kJobs, "mA", "meta-1");
+  full.Put(StateFamily::kJobs, "sA1", "step-1");
+  full.Put(StateFamily::kJobs, "sA2", "step-2");
   writer->Append(1, full, 10, /*full=*/true);
   EXPECT_FALSE(writer->NeedsSnapshot(1));
   Checkpoint delta;
-  delta.Put(StateFamily::kWindows, "mA", "meta-2");
-  delta.Put(StateFamily::kWindows, "sA3", "step-3");
-  delta.DeleteRange(StateFamily::kWindows, "sA0", "sA2");
+  delta.Put(StateFamily::kJobs, "mA", "meta-2");
+  delta.Put(StateFamily::kJobs, "sA3", "step-3");
+  delta.DeleteRange(StateFamily::kJobs, "sA0", "sA2");
   writer->Append(1, delta, 25, false);
   Checkpoint other;
-  other.Put(StateFamily::kWindows, "mB", "other partition");
+  other.Put(StateFamily::kJobs, "mB", "other partition");
   writer->Append(0, other, 3, true);
   ASSERT_TRUE(writer->Flush(std::chrono::seconds(10)).ok());
 
@@ -75,18 +75,18 @@ TEST_F(StateChangelogTest, ReadsBackASnapshotAndTheDeltasAfterIt) {
 TEST_F(StateChangelogTest, ANewOwnerContinuesTheSequenceAndASnapshotReplacesEverything) {
   auto first = Open();
   Checkpoint full;
-  full.Put(StateFamily::kWindows, "mA", "from the first owner");
-  full.Put(StateFamily::kWindows, "mGone", "removed later");
+  full.Put(StateFamily::kJobs, "mA", "from the first owner");
+  full.Put(StateFamily::kJobs, "mGone", "removed later");
   first->Append(0, full, 5, true);
   ASSERT_TRUE(first->Flush(std::chrono::seconds(10)).ok());
 
   auto second = Open();
   ASSERT_TRUE(second->Read(0).ok());
   Checkpoint state;
-  state.Put(StateFamily::kWindows, "mA", "from the second owner");
+  state.Put(StateFamily::kJobs, "mA", "from the second owner");
   second->Append(0, state, 9, true);
   Checkpoint delta;
-  delta.Put(StateFamily::kWindows, "mC", "new job");
+  delta.Put(StateFamily::kJobs, "mC", "new job");
   second->Append(0, delta, 12, false);
   ASSERT_TRUE(second->Flush(std::chrono::seconds(10)).ok());
 
@@ -102,10 +102,10 @@ TEST_F(StateChangelogTest, ANewOwnerContinuesTheSequenceAndASnapshotReplacesEver
 TEST_F(StateChangelogTest, SnapshotsAgainAfterEnoughDeltaBytes) {
   auto writer = Open(2, /*snapshot_after=*/1000);
   Checkpoint full;
-  full.Put(StateFamily::kWindows, "m", std::string(100, 'x'));
+  full.Put(StateFamily::kJobs, "m", std::string(100, 'x'));
   writer->Append(0, full, 1, true);
   Checkpoint delta;
-  delta.Put(StateFamily::kWindows, "m", std::string(600, 'y'));
+  delta.Put(StateFamily::kJobs, "m", std::string(600, 'y'));
   writer->Append(0, delta, 2, false);
   EXPECT_FALSE(writer->NeedsSnapshot(0));
   writer->Append(0, delta, 3, false);

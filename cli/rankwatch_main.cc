@@ -6,9 +6,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "daemon/commands.h"
-#include "daemon/logging.h"
-#include "daemon/stop_signal.h"
+#include "cli/commands.h"
+#include "common/logging.h"
+#include "common/stop_signal.h"
 
 int main(int argc, char** argv) {
   rankwatch::InstallStopSignalHandlers();

@@ -1,4 +1,4 @@
-#include "daemon/logging.h"
+#include "common/logging.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>

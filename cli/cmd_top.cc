@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <thread>
 
-#include "daemon/commands.h"
-#include "daemon/grpc_client.h"
-#include "daemon/stop_signal.h"
+#include "cli/commands.h"
+#include "cli/grpc_client.h"
+#include "common/stop_signal.h"
 #include "rankwatch/v1/service.grpc.pb.h"
 
 namespace rankwatch {

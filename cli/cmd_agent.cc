@@ -12,8 +12,8 @@
 
 #include "collectors/agent/node_agent.h"
 #include "collectors/kafka_publisher.h"
-#include "daemon/commands.h"
-#include "daemon/stop_signal.h"
+#include "cli/commands.h"
+#include "common/stop_signal.h"
 #include "sinks/listen_address.h"
 #include "sinks/metrics_http_server.h"
 #include "sinks/metrics_registry.h"

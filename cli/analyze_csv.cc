@@ -1,4 +1,4 @@
-#include "daemon/analyze_csv.h"
+#include "cli/analyze_csv.h"
 
 #include <algorithm>
 #include <charconv>

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "daemon/commands.h"
+#include "cli/commands.h"
 #include "rankwatch/v1/service.grpc.pb.h"
 
 namespace rankwatch {

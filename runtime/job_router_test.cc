@@ -1,4 +1,4 @@
-#include "daemon/job_router.h"
+#include "runtime/job_router.h"
 
 #include <gtest/gtest.h>
 
@@ -29,10 +29,10 @@ class JobRouterTest : public ::testing::Test {
 };
 
 TEST_F(JobRouterTest, RoutesJobsCountsEventsAndPublishesSnapshots) {
-  JobRouter router({}, &metrics, &snapshots);
+  JobRouter router({}, {&metrics, &snapshots});
   for (uint32_t r = 0; r < 2; ++r) router.HandleMessage(Encoded("a", r, 2, 1), t0, 0);
   router.HandleMessage(Encoded("b", 0, 3, 1), t0, 0);
-  router.Tick(t0);
+  router.Tick(t0, 0);
   EXPECT_EQ(router.jobs(), 2u);
   EXPECT_EQ(metrics.events_steps->Get(), 3);
   EXPECT_EQ(metrics.StepsAligned("a")->Get(), 1);
@@ -49,12 +49,12 @@ TEST_F(JobRouterTest, RoutesJobsCountsEventsAndPublishesSnapshots) {
 }
 
 TEST_F(JobRouterTest, CountsRejectionsByReasonAndKeepsGoing) {
-  JobRouter router({}, &metrics, &snapshots);
+  JobRouter router({}, {&metrics, &snapshots});
   router.HandleMessage("not a batch at all", t0, 0);
   router.HandleMessage("", t0, 0);
   router.HandleMessage(Encoded("a", 0, 1, 1), t0, 0);
   router.HandleMessage(Encoded("a", 0, 1, 1), t0, 0);  // redelivered
-  router.Tick(t0);
+  router.Tick(t0, 0);
   EXPECT_EQ(metrics.rejected_by_reason[static_cast<int>(RejectReason::kMalformed)]->Get(), 1);
   EXPECT_EQ(metrics.rejected_by_reason[static_cast<int>(RejectReason::kSchemaVersion)]->Get(), 1);
   EXPECT_EQ(metrics.rejected_duplicate->Get(), 1);
@@ -62,41 +62,41 @@ TEST_F(JobRouterTest, CountsRejectionsByReasonAndKeepsGoing) {
 }
 
 TEST_F(JobRouterTest, StepCountsAppearOnlyWithTheirSnapshot) {
-  JobRouter router({}, &metrics, &snapshots);
+  JobRouter router({}, {&metrics, &snapshots});
   router.HandleMessage(Encoded("a", 0, 1, 1), t0, 0);
   EXPECT_EQ(metrics.StepsAligned("a")->Get(), 0);
   EXPECT_TRUE(snapshots.Get()->empty());
-  router.Tick(t0);
+  router.Tick(t0, 0);
   EXPECT_EQ(metrics.StepsAligned("a")->Get(), 1);
   EXPECT_EQ(snapshots.Get()->at("a")->aligned_steps, 1u);
 }
 
 TEST_F(JobRouterTest, SilentJobsExpireStayQueryableThenGo) {
   JobRouterOptions o;
-  o.job_ttl = std::chrono::minutes(60);
-  o.job_retention = std::chrono::minutes(30);
-  JobRouter router(o, &metrics, &snapshots);
+  o.task.job_ttl = std::chrono::minutes(60);
+  o.task.job_retention = std::chrono::minutes(30);
+  JobRouter router(o, {&metrics, &snapshots});
   router.HandleMessage(Encoded("old", 0, 1, 1), t0, 0);
   router.HandleMessage(Encoded("busy", 0, 1, 1), t0, 0);
-  router.Tick(t0);
+  router.Tick(t0, 0);
   const auto minutes = [&](int m) { return t0 + std::chrono::minutes(m); };
   router.HandleMessage(Encoded("busy", 0, 1, 2), minutes(50), 0);
-  router.Tick(minutes(59));
+  router.Tick(minutes(59), 0);
   EXPECT_EQ(router.jobs(), 2u);
-  router.Tick(minutes(61));  // "old" expired: frozen but queryable
+  router.Tick(minutes(61), 0);  // "old" expired: frozen but queryable
   EXPECT_EQ(router.jobs(), 2u);
   ASSERT_EQ(snapshots.Get()->count("old"), 1u);
   EXPECT_NE(registry.Render().find("training_job=\"old\""), std::string::npos);
-  router.Tick(minutes(92));  // retention over: gone, with its metrics
+  router.Tick(minutes(92), 0);  // retention over: gone, with its metrics
   EXPECT_EQ(router.jobs(), 1u);
   EXPECT_EQ(snapshots.Get()->count("old"), 0u);
   EXPECT_EQ(snapshots.Get()->count("busy"), 1u);
   EXPECT_EQ(registry.Render().find("training_job=\"old\""), std::string::npos);
   EXPECT_EQ(metrics.jobs->Get(), 1);
   // Input brings an expired (not yet removed) job back.
-  router.Tick(minutes(111));  // "busy" expires (last input at 50)
+  router.Tick(minutes(111), 0);  // "busy" expires (last input at 50)
   router.HandleMessage(Encoded("busy", 0, 1, 3), minutes(112), 0);
-  router.Tick(minutes(150));
+  router.Tick(minutes(150), 0);
   EXPECT_EQ(router.jobs(), 1u);
 }
 
@@ -104,23 +104,24 @@ TEST_F(JobRouterTest, CheckpointsRestoreJobsAndForgetRemovedOnes) {
   const auto dir = std::filesystem::path(::testing::TempDir()) / "job_router_store";
   std::filesystem::remove_all(dir);
   JobRouterOptions o;
-  o.pipeline.record_changes = true;
-  o.job_ttl = std::chrono::minutes(10);
-  o.job_retention = std::chrono::minutes(10);
+  o.topic = "t";
+  o.task.pipeline.record_changes = true;
+  o.task.job_ttl = std::chrono::minutes(10);
+  o.task.job_retention = std::chrono::minutes(10);
   {
     auto store = StateStore::Open({dir});
     ASSERT_TRUE(store.ok());
-    JobRouter router(o, &metrics, &snapshots);
+    JobRouter router(o, {&metrics, &snapshots});
     for (uint64_t step = 1; step <= 3; ++step) {
-      router.HandleMessage(Encoded("kept", 0, 1, step), "t", 0, static_cast<int64_t>(step), t0, 0);
+      router.HandleMessage(Encoded("kept", 0, 1, step), 0, static_cast<int64_t>(step), t0, 0);
     }
-    router.HandleMessage(Encoded("gone", 0, 1, 1), "t", 1, 0, t0, 0);
+    router.HandleMessage(Encoded("gone", 0, 1, 1), 1, 0, t0, 0);
     Checkpoint c;
     router.Checkpoint(&c, t0, 0);
     ASSERT_TRUE((*store)->Commit(c).ok());
-    router.HandleMessage(Encoded("kept", 0, 1, 4), "t", 0, 4, t0 + std::chrono::minutes(15), 0);
-    router.Tick(t0 + std::chrono::minutes(15));  // "gone" expires
-    router.Tick(t0 + std::chrono::minutes(26));  // ...and is removed
+    router.HandleMessage(Encoded("kept", 0, 1, 4), 0, 4, t0 + std::chrono::minutes(15), 0);
+    router.Tick(t0 + std::chrono::minutes(15), 0);  // "gone" expires
+    router.Tick(t0 + std::chrono::minutes(26), 0);  // ...and is removed
     Checkpoint d;
     router.Checkpoint(&d, t0 + std::chrono::minutes(26), 0);
     ASSERT_TRUE((*store)->Commit(d).ok());
@@ -133,10 +134,10 @@ TEST_F(JobRouterTest, CheckpointsRestoreJobsAndForgetRemovedOnes) {
   SnapshotStore restored_snapshots;
   MetricsRegistry r2;
   DaemonMetrics m2(&r2, "test");
-  JobRouter restored(o, &m2, &restored_snapshots);
+  JobRouter restored(o, {&m2, &restored_snapshots});
   ASSERT_TRUE(restored.Restore(**store, t0, 0).ok());
   EXPECT_EQ(restored.jobs(), 1u);
-  restored.Tick(t0);
+  restored.Tick(t0, 0);
   ASSERT_EQ(restored_snapshots.Get()->count("kept"), 1u);
   EXPECT_EQ(restored_snapshots.Get()->at("kept")->aligned_steps, 4u);
   EXPECT_EQ(m2.StepsAligned("kept")->Get(), 4);
@@ -145,7 +146,7 @@ TEST_F(JobRouterTest, CheckpointsRestoreJobsAndForgetRemovedOnes) {
 TEST_F(JobRouterTest, RefusesJobsBeyondTheLimit) {
   JobRouterOptions o;
   o.max_jobs = 1;
-  JobRouter router(o, &metrics, &snapshots);
+  JobRouter router(o, {&metrics, &snapshots});
   router.HandleMessage(Encoded("a", 0, 1, 1), t0, 0);
   router.HandleMessage(Encoded("b", 0, 1, 1), t0, 0);
   EXPECT_EQ(router.jobs(), 1u);

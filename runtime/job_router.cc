@@ -1,0 +1,201 @@
+#include "runtime/job_router.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "state/job_state_store.h"
+
+namespace rankwatch {
+
+JobRouter::JobRouter(JobRouterOptions options, TaskSinks sinks)
+    : options_(std::move(options)),
+      sinks_(sinks),
+      decoder_(options_.limits),
+      rejected_too_many_jobs_(sinks.metrics->rejected_too_many_jobs) {}
+
+JobRouter::~JobRouter() = default;
+
+PartitionTask& JobRouter::TaskOf(int32_t partition) {
+  std::unique_ptr<PartitionTask>& task = tasks_[partition];
+  if (task == nullptr) task = std::make_unique<PartitionTask>(partition, &options_.task, &sinks_);
+  return *task;
+}
+
+void JobRouter::HandleMessage(std::string_view payload, int32_t partition, int64_t offset,
+                              TimePoint now, int64_t wall_now_unix_ns) {
+  const RejectReason reason = decoder_.Decode(payload, &batch_, &detail_);
+  if (reason == RejectReason::kNone) {
+    Route(partition, now, wall_now_unix_ns);
+  } else {
+    sinks_.metrics->rejected_by_reason[static_cast<int>(reason)]->Add(1);
+    spdlog::debug("rejected a message ({}): {}", RejectReasonName(reason), detail_);
+  }
+  // Rejected messages count too: they are consumed, and never read again.
+  TaskOf(partition).Consumed(offset);
+}
+
+void JobRouter::HandleMessage(std::string_view payload, TimePoint now, int64_t wall_now_unix_ns) {
+  const RejectReason reason = decoder_.Decode(payload, &batch_, &detail_);
+  if (reason != RejectReason::kNone) {
+    sinks_.metrics->rejected_by_reason[static_cast<int>(reason)]->Add(1);
+    spdlog::debug("rejected a message ({}): {}", RejectReasonName(reason), detail_);
+    return;
+  }
+  Route(-1, now, wall_now_unix_ns);
+}
+
+void JobRouter::Route(int32_t partition, TimePoint now, int64_t wall_now_unix_ns) {
+  const std::string& name = batch_.source().training_job();
+  auto known = job_partition_.find(name);
+  if (known == job_partition_.end() && job_partition_.size() >= options_.max_jobs) {
+    rejected_too_many_jobs_->Add(1);
+    return;
+  }
+  // A message without a partition goes to the job's task, wherever that is.
+  if (partition < 0 && known != job_partition_.end()) partition = known->second;
+  PartitionTask& task = TaskOf(partition);
+  if (known != job_partition_.end() && known->second != partition) {
+    // The job's records arrive on another partition now (or it was restored without one):
+    // its state moves to that partition's task.
+    if (auto it = tasks_.find(known->second); it != tasks_.end()) it->second->MoveJob(name, &task);
+  }
+  task.Add(batch_, /*may_create=*/true, now, wall_now_unix_ns);
+  job_partition_.insert_or_assign(name, partition);
+  sinks_.metrics->jobs->Set(static_cast<double>(job_partition_.size()));
+  DaemonMetrics* m = sinks_.metrics;
+  m->events_batches->Add(1);
+  m->events_steps->Add(batch_.steps_size());
+  m->events_kernels->Add(batch_.kernels_size());
+  m->events_samples->Add(batch_.samples_size());
+  if (batch_.created_unix_ns() > 0) {
+    m->ingest_lag_seconds->Set(static_cast<double>(wall_now_unix_ns - batch_.created_unix_ns()) *
+                               1e-9);
+  }
+}
+
+void JobRouter::Tick(TimePoint now, int64_t wall_now_unix_ns) {
+  TickOutput out;
+  for (auto& [partition, task] : tasks_) {
+    task->Evaluate(now, wall_now_unix_ns, &out);
+    for (const std::string& name : task->TakeRemoved()) job_partition_.erase(name);
+  }
+  sinks_.metrics->jobs->Set(static_cast<double>(job_partition_.size()));
+  if (!out.snapshots.empty()) {
+    for (const auto& s : out.snapshots) sinks_.metrics->PublishJob(*s);
+    sinks_.snapshots->Update(out.snapshots);
+  }
+  for (auto& [partition, task] : tasks_) task->RaiseAlerts(wall_now_unix_ns, &out);
+  // Every alert of the tick in one write; the ingest thread never waits for it.
+  if (sinks_.alert_hub != nullptr && (!out.alerts.empty() || !out.alert_states.empty())) {
+    sinks_.alert_hub->Append(std::move(out.alerts), std::move(out.alert_states));
+  }
+}
+
+bool JobRouter::Checkpoint(rankwatch::Checkpoint* c, TimePoint now, int64_t wall_now_unix_ns,
+                           std::map<int32_t, rankwatch::Checkpoint>* by_partition,
+                           size_t max_bytes) {
+  ++checkpoint_calls_;
+  std::vector<std::pair<uint64_t, int32_t>> order;  // (first seen changed, partition)
+  for (const auto& [partition, task] : tasks_) {
+    if (!task->changed()) continue;
+    order.emplace_back(changed_since_.try_emplace(partition, checkpoint_calls_).first->second,
+                       partition);
+  }
+  std::sort(order.begin(), order.end());
+  size_t collected = 0;
+  const size_t bytes_before = c->bytes();
+  for (const auto& [since, partition] : order) {
+    if (c->bytes() - bytes_before >= max_bytes) break;
+    rankwatch::Checkpoint part;
+    tasks_[partition]->Checkpoint(now, wall_now_unix_ns, &part);
+    if (by_partition != nullptr && partition >= 0 && !part.empty()) {
+      (*by_partition)[partition].Append(part);
+    }
+    c->Append(std::move(part));
+    changed_since_.erase(partition);
+    ++collected;
+  }
+  // A partition's offset goes with its changes, or alone when it has none left.
+  for (const auto& [partition, task] : tasks_) {
+    if (partition < 0 || changed_since_.count(partition)) continue;
+    if (auto next = task->next_offset()) c->SetOffset(options_.topic, partition, *next);
+  }
+  return collected == order.size();
+}
+
+absl::Status JobRouter::Restore(const StateStore& store, TimePoint now, int64_t wall_now_unix_ns) {
+  auto stored = job_state::ReadJobs(store);
+  if (!stored.ok()) return stored.status();
+  std::map<int32_t, std::vector<job_state::StoredJob>> by_partition;
+  for (job_state::StoredJob& job : *stored) {
+    const int32_t p = job.meta.has_kafka_partition() ? job.meta.kafka_partition() : -1;
+    by_partition[p].push_back(std::move(job));
+  }
+  for (auto& [partition, jobs] : by_partition) {
+    for (const auto& job : jobs) job_partition_[job.meta.training_job()] = partition;
+    if (absl::Status s = TaskOf(partition).Restore(std::move(jobs), now, wall_now_unix_ns);
+        !s.ok()) {
+      return s;
+    }
+  }
+  sinks_.metrics->jobs->Set(static_cast<double>(job_partition_.size()));
+  if (!stored->empty()) {
+    spdlog::info("restored {} training jobs from the state store", stored->size());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRouter::RestorePartition(const StateStore& store, int32_t partition,
+                                         TimePoint now, int64_t wall_now_unix_ns) {
+  ReleasePartition(partition);
+  auto stored = job_state::ReadJobs(store, partition);
+  if (!stored.ok()) return stored.status();
+  for (const auto& job : *stored) {
+    const std::string& name = job.meta.training_job();
+    auto it = job_partition_.find(name);
+    if (it != job_partition_.end()) {
+      // Restored at start under another partition that this instance does not own: the stored
+      // state of this partition wins.
+      if (auto t = tasks_.find(it->second); t != tasks_.end()) t->second->Forget(name);
+    }
+    job_partition_[name] = partition;
+  }
+  PartitionTask& task = TaskOf(partition);
+  const size_t restored = stored->size();
+  absl::Status s = task.Restore(std::move(*stored), now, wall_now_unix_ns);
+  sinks_.metrics->jobs->Set(static_cast<double>(job_partition_.size()));
+  if (s.ok() && restored > 0) {
+    spdlog::info("partition {}: restored {} training jobs", partition, restored);
+  }
+  return s;
+}
+
+void JobRouter::ReleasePartition(int32_t partition) {
+  auto it = tasks_.find(partition);
+  if (it == tasks_.end()) return;
+  for (const std::string& name : it->second->JobNames()) job_partition_.erase(name);
+  it->second->Release();
+  tasks_.erase(it);
+  changed_since_.erase(partition);
+  sinks_.metrics->jobs->Set(static_cast<double>(job_partition_.size()));
+}
+
+std::vector<std::string> JobRouter::JobsOf(int32_t partition) const {
+  auto it = tasks_.find(partition);
+  return it == tasks_.end() ? std::vector<std::string>() : it->second->JobNames();
+}
+
+std::set<int32_t> JobRouter::Partitions() const {
+  std::set<int32_t> out;
+  for (const auto& [partition, task] : tasks_) out.insert(partition);
+  return out;
+}
+
+std::optional<int64_t> JobRouter::CoveredOffset(int32_t partition) const {
+  auto it = tasks_.find(partition);
+  if (it == tasks_.end()) return std::nullopt;
+  return it->second->covered_offset();
+}
+
+}  // namespace rankwatch

@@ -1,0 +1,110 @@
+// JobRouter: the daemon's ingest stage without Kafka. It decodes and validates each message,
+// dispatches its records to the PartitionTask of the message's partition (which owns the job's
+// state), counts everything in the daemon metrics, and every tick publishes what the tasks
+// evaluated: snapshots to the SnapshotStore and the metrics, then alerts to the AlertHub (one
+// write per tick). Checkpoints are collected task by task (whole partitions: jobs and offset
+// together), within a byte budget.
+//
+// Not thread-safe: owned by the ingest thread (the single owner of every task). Time comes in
+// as arguments.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "ingest/batch_decoder.h"
+#include "runtime/partition_task.h"
+#include "sinks/daemon_metrics.h"
+#include "sinks/snapshot_store.h"
+#include "state/state_store.h"
+
+namespace rankwatch {
+
+struct JobRouterOptions {
+  PartitionTaskOptions task;
+  BatchLimits limits;
+  size_t max_jobs = 10'000;  // default: 10,000; batches of further jobs are rejected
+  std::string topic;         // the telemetry topic (names offsets in checkpoints)
+};
+
+class JobRouter {
+ public:
+  // `sinks.metrics` and `sinks.snapshots` are required; the rest may be null. All outlive the
+  // router.
+  JobRouter(JobRouterOptions options, TaskSinks sinks);
+  ~JobRouter();
+
+  // Handles one message that came without a partition (tools, tests): its jobs belong to the
+  // task of partition -1. `wall_now_unix_ns` is used for the lag metric and alert times.
+  void HandleMessage(std::string_view payload, TimePoint now, int64_t wall_now_unix_ns);
+  // Handles the message at `offset` of telemetry `partition`: its jobs belong to that
+  // partition's task, and the next offset to consume there becomes part of its state.
+  void HandleMessage(std::string_view payload, int32_t partition, int64_t offset, TimePoint now,
+                     int64_t wall_now_unix_ns);
+
+  // Expires jobs, closes alignment timeouts, evaluates the jobs that changed, and publishes
+  // their snapshots (first to the SnapshotStore, then to the metrics) and their alerts.
+  void Tick(TimePoint now, int64_t wall_now_unix_ns);
+
+  // Adds to `checkpoint` the changes of the tasks that changed, whole tasks oldest-changed
+  // first, until `max_bytes` (estimated) were collected — after the task that crossed it, so at
+  // least one goes each call; the others keep their changes for a later call. With
+  // `by_partition`, each task's part is also added there (for the state changelog; the task of
+  // partition -1 is left out). Returns whether every change was collected.
+  bool Checkpoint(rankwatch::Checkpoint* checkpoint, TimePoint now, int64_t wall_now_unix_ns,
+                  std::map<int32_t, rankwatch::Checkpoint>* by_partition = nullptr,
+                  size_t max_bytes = SIZE_MAX);
+
+  // Rebuilds every job stored in `store` into the tasks of their partitions (at start).
+  // Damaged state is an error.
+  absl::Status Restore(const StateStore& store, TimePoint now, int64_t wall_now_unix_ns);
+
+  // Rebuilds the task of `partition` from `store`, replacing the one in memory (the partition
+  // was assigned to this instance). Damaged state is an error.
+  absl::Status RestorePartition(const StateStore& store, int32_t partition, TimePoint now,
+                                int64_t wall_now_unix_ns);
+
+  // The state of `partition`'s task covers its input up to `offset` (where consumption
+  // resumes), until a message there is consumed.
+  void ResumedAt(int32_t partition, int64_t offset) { TaskOf(partition).set_resumed_at(offset); }
+
+  // Drops the task of `partition`: its jobs leave memory, metrics and snapshots; their stored
+  // state stays (another instance owns the partition now). Checkpoint first.
+  void ReleasePartition(int32_t partition);
+
+  // The jobs of `partition`'s task.
+  std::vector<std::string> JobsOf(int32_t partition) const;
+  // Partitions with a task (-1 for messages without one).
+  std::set<int32_t> Partitions() const;
+  // The offset the state of `partition` covers: the next to consume, or where it resumed.
+  std::optional<int64_t> CoveredOffset(int32_t partition) const;
+
+  size_t jobs() const { return job_partition_.size(); }
+
+ private:
+  PartitionTask& TaskOf(int32_t partition);
+  void Route(int32_t partition, TimePoint now, int64_t wall_now_unix_ns);
+
+  const JobRouterOptions options_;
+  const TaskSinks sinks_;
+  BatchDecoder decoder_;
+  v1::Batch batch_;  // reused decode target
+  std::string detail_;
+  std::map<int32_t, std::unique_ptr<PartitionTask>> tasks_;
+  std::map<std::string, int32_t, std::less<>> job_partition_;  // every job's task
+  // Checkpoint calls so far, and per task with uncollected changes the call that first saw
+  // them (the order budgeted checkpoints collect tasks in).
+  uint64_t checkpoint_calls_ = 0;
+  std::map<int32_t, uint64_t> changed_since_;
+  MetricCell* rejected_too_many_jobs_;
+};
+
+}  // namespace rankwatch

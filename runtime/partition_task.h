@@ -1,0 +1,166 @@
+// PartitionTask: the unit of state and ownership in rankwatchd, as a Kafka Streams task. There
+// is one per telemetry partition this instance consumes (and one, partition -1, for messages
+// handed in without a partition: tools and tests). A task owns the jobs whose records arrive on
+// its partition — each job's operator pipeline (operators/job_pipeline.h), its alert lifecycle
+// state (operators/alert_tracker.h) and its kernel accumulator (operators/kernel/) — and the
+// next offset to consume there. It is checkpointed and restored as one unit: a task's checkpoint
+// holds every changed job of it together with its offset, which keeps recovery exact (a
+// restarted or new owner resumes at the offset the restored jobs cover).
+//
+// Kernel accumulators are kept in memory only: after a restore the GPU-timeline results start
+// again from the batches consumed since.
+//
+// Not thread-safe: owned by the ingest thread, through JobRouter. Time comes in as arguments;
+// only `options.stopwatch` is read, to measure how long evaluations take.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "operators/alert_tracker.h"
+#include "operators/job_pipeline.h"
+#include "operators/kernel/kernel_accumulator.h"
+#include "operators/time.h"
+#include "sinks/alert_hub.h"
+#include "sinks/daemon_metrics.h"
+#include "sinks/kernel_snapshot_store.h"
+#include "sinks/snapshot_store.h"
+#include "state/job_state_store.h"
+#include "state/state_store.h"
+
+namespace rankwatch {
+
+struct PartitionTaskOptions {
+  JobPipelineOptions pipeline;
+  AlertOptions alerts;
+  kernel::KernelAccumulatorOptions kernel;
+  // A job without input for this long is finished: its last diagnosis is frozen and stays
+  // queryable for `job_retention`, then the job, its metrics and its state are removed.
+  // Defaults: 1 h each. Input for an expired job brings it back.
+  Duration job_ttl = std::chrono::hours(1);
+  Duration job_retention = std::chrono::hours(1);
+  // Measures how long a job's evaluation takes (a job evaluated at a cost is re-evaluated at
+  // most every ten times that cost). Default: the steady clock.
+  TimePoint (*stopwatch)() = &Clock::now;
+};
+
+// Where tasks publish. Every pointer outlives the tasks; metrics and snapshots are required.
+struct TaskSinks {
+  DaemonMetrics* metrics = nullptr;
+  SnapshotStore* snapshots = nullptr;
+  AlertHub* alert_hub = nullptr;                   // null: alerts are not stored or published
+  KernelSnapshotStore* kernel_snapshots = nullptr;  // null: kernel results are not served
+};
+
+// What the tasks' evaluations of one tick produced, published by the router: new snapshots
+// first (to the metrics and the SnapshotStore), then the alerts (stored, then published by
+// the AlertHub together with the lifecycle state of their jobs).
+struct TickOutput {
+  std::vector<std::shared_ptr<const JobSnapshot>> snapshots;
+  std::vector<v1::Alert> alerts;
+  Checkpoint alert_states;
+};
+
+class PartitionTask {
+ public:
+  // `options` and `sinks` outlive the task.
+  PartitionTask(int32_t partition, const PartitionTaskOptions* options, const TaskSinks* sinks);
+  ~PartitionTask();
+  PartitionTask(const PartitionTask&) = delete;
+  PartitionTask& operator=(const PartitionTask&) = delete;
+
+  int32_t partition() const { return partition_; }
+
+  // Whether the task owns `job`.
+  bool Has(const std::string& job) const { return jobs_.count(job) > 0; }
+
+  // Adds a validated batch to its job (created when new) and counts its deltas. Returns false
+  // (and does nothing) when the job is new and `may_create` is false.
+  bool Add(const v1::Batch& batch, bool may_create, TimePoint now, int64_t wall_now_unix_ns);
+
+  // The message at `offset` was consumed (accepted or not): the next offset to consume is
+  // part of the task's state from now on.
+  void Consumed(int64_t offset);
+  std::optional<int64_t> next_offset() const { return next_offset_; }
+  // The offset a restored state covers, until something is consumed.
+  void set_resumed_at(int64_t offset) { resumed_at_ = offset; }
+  // The offset the task's state covers: the next one to consume, or where it resumed.
+  std::optional<int64_t> covered_offset() const {
+    return next_offset_ ? next_offset_ : resumed_at_;
+  }
+
+  // Moves `job` with everything it has in memory to task `to` (its records arrive on another
+  // partition now). Its metrics stay; its stored metadata names the new partition at the next
+  // checkpoint. A no-op when the task does not own it.
+  void MoveJob(const std::string& job, PartitionTask* to);
+
+  // Forgets `job` in memory only (metrics and snapshots stay: another task restores it).
+  void Forget(const std::string& job);
+
+  // Expires silent jobs, removes those past their retention (their alerts resolve), closes
+  // alignment timeouts and evaluates the jobs that changed (re-evaluating silent ones every
+  // second: silence is itself a diagnosis). New snapshots go to `out->snapshots`; kernel
+  // results are published.
+  void Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput* out);
+
+  // After the router published the snapshots of the last Evaluate: evaluates their alerts
+  // (into `out`) and counts their aligned steps, so a scrape never sees a step count ahead of
+  // the statistics of those steps.
+  void RaiseAlerts(int64_t wall_now_unix_ns, TickOutput* out);
+
+  // Whether something changed since the last checkpoint.
+  bool changed() const;
+
+  // Adds every change since the previous call to `out` — changed jobs, removed jobs, alert
+  // lifecycle state. They cover the input up to next_offset(), which the caller stores in the
+  // same write. Values are deferred (serialised by whoever writes the checkpoint), so this is
+  // cheap.
+  void Checkpoint(TimePoint now, int64_t wall_now_unix_ns, rankwatch::Checkpoint* out);
+
+  // Rebuilds stored jobs into the task (at start, or when the partition is assigned).
+  absl::Status Restore(std::vector<job_state::StoredJob> jobs, TimePoint now,
+                       int64_t wall_now_unix_ns);
+
+  // Forgets every job (the partition moved to another instance): their metrics, snapshots,
+  // kernel results and firing alerts go; their stored state stays.
+  void Release();
+
+  // Jobs removed (retention over) since the last call: the router drops them from its index.
+  std::vector<std::string> TakeRemoved() { return std::exchange(just_removed_, {}); }
+
+  std::vector<std::string> JobNames() const;
+  size_t jobs() const { return jobs_.size(); }
+  const AlertTracker& alerts() const { return alerts_; }
+
+ private:
+  struct Job;
+  Job& Insert(const std::string& name, std::unique_ptr<JobPipeline> pipeline, TimePoint now);
+  void Count(Job& job, const JobDelta& delta, int64_t wall_now_unix_ns);
+  void Expire(TimePoint now, int64_t wall_now_unix_ns, TickOutput* out);
+  // Forgets a job in memory and in the sinks (not its stored state).
+  void Drop(std::map<std::string, std::unique_ptr<Job>, std::less<>>::iterator it);
+  void ToAlerts(const std::vector<AlertEvent>& events, const std::string& job, int64_t triggered,
+                TickOutput* out);
+
+  const int32_t partition_;
+  const PartitionTaskOptions* options_;
+  const TaskSinks* sinks_;
+  std::map<std::string, std::unique_ptr<Job>, std::less<>> jobs_;
+  AlertTracker alerts_;
+  std::optional<int64_t> next_offset_;
+  std::optional<int64_t> resumed_at_;
+  bool offset_unsaved_ = false;
+  std::vector<std::string> removed_;       // state to delete at the next checkpoint
+  std::vector<std::string> just_removed_;  // removed since the last TakeRemoved
+  // Evaluated by the last Evaluate, for RaiseAlerts: (job, its new snapshot).
+  std::vector<std::pair<Job*, std::shared_ptr<const JobSnapshot>>> evaluated_;
+};
+
+}  // namespace rankwatch

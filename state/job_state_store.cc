@@ -1,0 +1,192 @@
+#include "state/job_state_store.h"
+
+#include <memory>
+#include <utility>
+
+namespace rankwatch::job_state {
+namespace {
+
+constexpr char kMetaPrefix = 'm';
+constexpr char kStepPrefix = 's';
+constexpr char kAlertsPrefix = 'a';
+
+void AppendBigEndian(uint64_t v, std::string* out) {
+  for (int shift = 56; shift >= 0; shift -= 8) out->push_back(static_cast<char>((v >> shift) & 0xff));
+}
+
+uint64_t ReadBigEndian(std::string_view bytes) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8 && i < bytes.size(); ++i) v = (v << 8) | static_cast<uint8_t>(bytes[i]);
+  return v;
+}
+
+std::string MetaKey(const std::string& job) { return kMetaPrefix + job; }
+std::string AlertsKey(const std::string& job) { return kAlertsPrefix + job; }
+std::string StepPrefix(const std::string& job) { return kStepPrefix + job + '\0'; }
+std::string StepKey(const std::string& job, uint64_t step) {
+  std::string key = StepPrefix(job);
+  AppendBigEndian(step, &key);
+  return key;
+}
+std::string AlertKey(uint64_t sequence) {
+  std::string key;
+  AppendBigEndian(sequence, &key);
+  return key;
+}
+
+// A stored value that the checkpoint writer serialises (off the thread that collects it).
+template <typename Message>
+class DeferredMessage : public DeferredValue {
+ public:
+  DeferredMessage(Message message, size_t estimated_bytes)
+      : message_(std::move(message)), estimated_bytes_(estimated_bytes) {}
+  void SerializeTo(std::string* out) const override { message_.SerializeToString(out); }
+  size_t EstimatedBytes() const override { return estimated_bytes_; }
+
+ private:
+  const Message message_;
+  const size_t estimated_bytes_;
+};
+
+// Reads the metadata of every stored job `accept` selects.
+absl::StatusOr<std::vector<state::v1::JobMeta>> ReadMetas(
+    const StateStore& store, const std::function<bool(const state::v1::JobMeta&)>& accept) {
+  std::vector<state::v1::JobMeta> metas;
+  absl::Status bad;
+  absl::Status s = store.ForEach(StateFamily::kJobs, std::string_view(&kMetaPrefix, 1),
+                                 [&](std::string_view, std::string_view v) {
+                                   state::v1::JobMeta meta;
+                                   if (!meta.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+                                     bad = absl::DataLossError("unreadable stored job metadata");
+                                     return;
+                                   }
+                                   if (accept(meta)) metas.push_back(std::move(meta));
+                                 });
+  if (!s.ok()) return s;
+  if (!bad.ok()) return bad;
+  return metas;
+}
+
+bool InPartition(const state::v1::JobMeta& meta, int32_t partition) {
+  return meta.has_kafka_partition() && meta.kafka_partition() == partition;
+}
+
+}  // namespace
+
+void PutJob(const std::string& job, state::v1::JobMeta meta,
+            std::vector<state::v1::StoredStep> new_steps, uint64_t keep_from_step,
+            Checkpoint* out) {
+  const size_t meta_bytes = meta.ByteSizeLong();
+  out->PutDeferred(StateFamily::kJobs, MetaKey(job),
+                   std::make_shared<DeferredMessage<state::v1::JobMeta>>(std::move(meta),
+                                                                         meta_bytes));
+  // Steps of one job are about the same size: one measured step estimates them all.
+  const size_t step_bytes = new_steps.empty() ? 0 : new_steps.front().ByteSizeLong();
+  for (state::v1::StoredStep& step : new_steps) {
+    std::string key = StepKey(job, step.step());
+    out->PutDeferred(StateFamily::kJobs, std::move(key),
+                     std::make_shared<DeferredMessage<state::v1::StoredStep>>(std::move(step),
+                                                                              step_bytes));
+  }
+  out->DeleteRange(StateFamily::kJobs, StepKey(job, 0), StepKey(job, keep_from_step));
+}
+
+void PutJobAlerts(const std::string& job, const state::v1::AlertTrackerState& alerts,
+                  Checkpoint* out) {
+  out->Put(StateFamily::kJobs, AlertsKey(job), alerts.SerializeAsString());
+}
+
+void DeleteJob(const std::string& job, Checkpoint* out) {
+  out->Delete(StateFamily::kJobs, MetaKey(job));
+  out->Delete(StateFamily::kJobs, AlertsKey(job));
+  out->DeleteRange(StateFamily::kJobs, StepKey(job, 0), StepKey(job, UINT64_MAX));
+}
+
+absl::StatusOr<std::vector<StoredJob>> ReadJobs(const StateStore& store,
+                                                std::optional<int32_t> partition) {
+  auto metas = ReadMetas(store, [&](const state::v1::JobMeta& meta) {
+    return !partition || InPartition(meta, *partition);
+  });
+  if (!metas.ok()) return metas.status();
+  std::vector<StoredJob> jobs;
+  jobs.reserve(metas->size());
+  for (state::v1::JobMeta& meta : *metas) {
+    StoredJob job;
+    const std::string name = meta.training_job();
+    job.meta = std::move(meta);
+    absl::Status bad;
+    absl::Status s = store.ForEach(StateFamily::kJobs, StepPrefix(name),
+                                   [&](std::string_view, std::string_view v) {
+                                     job.steps.emplace_back();
+                                     if (!job.steps.back().ParseFromArray(
+                                             v.data(), static_cast<int>(v.size()))) {
+                                       bad = absl::DataLossError("unreadable stored step of job '" +
+                                                                 name + "'");
+                                     }
+                                   });
+    if (!s.ok()) return s;
+    if (!bad.ok()) return bad;
+    auto alerts = store.Get(StateFamily::kJobs, AlertsKey(name));
+    if (!alerts.ok()) return alerts.status();
+    if (*alerts) {
+      job.alerts.emplace();
+      if (!job.alerts->ParseFromString(**alerts)) {
+        return absl::DataLossError("unreadable stored alerts of job '" + name + "'");
+      }
+    }
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+absl::Status CopyJobs(const StateStore& store, const std::vector<std::string>& jobs,
+                      Checkpoint* out) {
+  for (const std::string& job : jobs) {
+    auto meta = store.Get(StateFamily::kJobs, MetaKey(job));
+    if (!meta.ok()) return meta.status();
+    if (!*meta) continue;
+    out->Put(StateFamily::kJobs, MetaKey(job), **meta);
+    auto alerts = store.Get(StateFamily::kJobs, AlertsKey(job));
+    if (!alerts.ok()) return alerts.status();
+    if (*alerts) out->Put(StateFamily::kJobs, AlertsKey(job), **alerts);
+    absl::Status s = store.ForEach(StateFamily::kJobs, StepPrefix(job),
+                                   [&](std::string_view k, std::string_view v) {
+                                     out->Put(StateFamily::kJobs, std::string(k), std::string(v));
+                                   });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeletePartition(const StateStore& store, int32_t partition, Checkpoint* out) {
+  auto metas = ReadMetas(store, [&](const state::v1::JobMeta& meta) {
+    return InPartition(meta, partition);
+  });
+  if (!metas.ok()) return metas.status();
+  for (const state::v1::JobMeta& meta : *metas) DeleteJob(meta.training_job(), out);
+  return absl::OkStatus();
+}
+
+void PutAlert(const v1::Alert& alert, Checkpoint* out) {
+  out->Put(StateFamily::kAlerts, AlertKey(alert.sequence()), alert.SerializeAsString());
+}
+
+void TrimAlertLog(uint64_t first_kept, Checkpoint* out) {
+  out->DeleteRange(StateFamily::kAlerts, AlertKey(0), AlertKey(first_kept));
+}
+
+absl::StatusOr<uint64_t> LastAlertSequence(const StateStore& store) {
+  auto last = store.LastKey(StateFamily::kAlerts);
+  if (!last.ok()) return last.status();
+  return *last ? ReadBigEndian(**last) : 0;
+}
+
+absl::Status ScanAlerts(const StateStore& store, uint64_t from,
+                        const std::function<bool(uint64_t, std::string_view)>& fn) {
+  return store.Scan(StateFamily::kAlerts, AlertKey(from),
+                    [&](std::string_view key, std::string_view value) {
+                      return fn(ReadBigEndian(key), value);
+                    });
+}
+
+}  // namespace rankwatch::job_state
