@@ -17,7 +17,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
-os.environ.setdefault("RANKWATCH_BIN", os.path.join(ROOT, "build", "daemon"))
+os.environ.setdefault("RANKWATCH_BIN", os.path.join(ROOT, "build", "bin"))
 sys.path.insert(0, os.path.join(ROOT, "build", "gen_py"))
 
 from alert_client import Watcher, stored_alerts  # noqa: E402

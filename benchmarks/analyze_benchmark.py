@@ -3,7 +3,7 @@
 acceptance 3). Prints the median wall time of --runs runs and the peak RSS of each, against the
 targets: analyze <= 2x zcat's time, analyze's peak RSS < 2x the decompressed size.
 
-  benchmarks/analyze_benchmark.py [--bin build/daemon/rankwatch] [--runs 7] [FILE]
+  benchmarks/analyze_benchmark.py [--bin build/bin/rankwatch] [--runs 7] [FILE]
 """
 import argparse
 import gzip
@@ -35,7 +35,7 @@ def measure(cmd):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("file", nargs="?", default=DEFAULT)
-    ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "daemon", "rankwatch"))
+    ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "bin", "rankwatch"))
     ap.add_argument("--runs", type=int, default=7)
     args = ap.parse_args()
     with gzip.open(args.file) as f:

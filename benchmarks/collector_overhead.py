@@ -65,7 +65,7 @@ def main():
     torch_job.PYTHON_DIR = os.environ["RANKWATCH_PYTHON_DIR"]
 
     workdir = tempfile.mkdtemp(prefix="rankwatch-overhead-")
-    broker = subprocess.Popen([os.path.join(args.build, "daemon", "rankwatch"), "kafka"],
+    broker = subprocess.Popen([os.path.join(args.build, "bin", "rankwatch"), "kafka"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     brokers = broker.stdout.readline().strip()
     medians = {"with": [], "without": []}

@@ -63,7 +63,7 @@ def main():
     import rankwatch
     from ddp_example import Net, SlowInput
 
-    broker = subprocess.Popen([os.path.join(args.build, "daemon", "rankwatch"), "kafka"],
+    broker = subprocess.Popen([os.path.join(args.build, "bin", "rankwatch"), "kafka"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     brokers = broker.stdout.readline().strip()
     torch.set_num_threads(1)

@@ -14,7 +14,7 @@ Baseline in the same run: the simulator alone at full speed into a broker with n
 Prints one JSON line per run and a summary line.
 
 Usage: benchmarks/e2e_throughput.py [--rates 250000,400000,600000] [--runs 3]
-       [--ranks 256] [--seconds 8] [--bin build/daemon]
+       [--ranks 256] [--seconds 8] [--bin build/bin]
 """
 import argparse
 import json
@@ -88,7 +88,7 @@ def main():
     p.add_argument("--seconds", type=float, default=8, help="offered load duration per run")
     p.add_argument("--partitions", type=int, default=6)
     p.add_argument("--timeout", type=float, default=120)
-    p.add_argument("--bin", default=None, help="folder with rankwatch and rankwatchd (default build/daemon)")
+    p.add_argument("--bin", default=None, help="folder with rankwatch and rankwatchd (default build/bin)")
     args = p.parse_args()
     if args.bin:
         harness.BIN = args.bin

@@ -25,7 +25,7 @@ done
 if [[ -z "${RANKWATCH_BIN:-}" ]]; then
   scripts/deps.sh
   scripts/build.sh
-  RANKWATCH_BIN=build/daemon
+  RANKWATCH_BIN=build/bin
 fi
 RANKS=${DEMO_RANKS:-32}
 STEP_MS=${DEMO_STEP_MS:-100}

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import unittest
 
-BIN = os.environ.get("RANKWATCH_BIN", "../../build/daemon/rankwatch")
+BIN = os.environ.get("RANKWATCH_BIN", "../../build/bin/rankwatch")
 FIX = os.path.join(os.environ.get("RANKWATCH_FIXTURES", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")), "kineto")
 TWO_RANK = os.path.join(FIX, "hta-trace-filter-2rank")
 EXPECTED = os.path.join(TWO_RANK, "expected-hta")

@@ -18,7 +18,7 @@ import deploy_files
 
 DEPLOY = deploy_files.DEPLOY
 K8S = os.path.join(DEPLOY, "kubernetes")
-BIN = os.environ.get("RANKWATCH_BIN", os.path.join(deploy_files.ROOT, "build/daemon"))
+BIN = os.environ.get("RANKWATCH_BIN", os.path.join(deploy_files.ROOT, "build/bin"))
 sys.path.insert(0, K8S)
 import generate  # noqa: E402
 

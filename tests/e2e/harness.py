@@ -14,7 +14,7 @@ import tempfile
 import time
 import urllib.request
 
-BIN = os.environ.get("RANKWATCH_BIN", os.path.join(os.path.dirname(__file__), "../../build/daemon"))
+BIN = os.environ.get("RANKWATCH_BIN", os.path.join(os.path.dirname(__file__), "../../build/bin"))
 
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
