@@ -1,12 +1,13 @@
-// AlertTracker: turns diagnoses into alerts with a lifecycle (spec/step-diagnosis.md §6):
+// AlertTracker: turns diagnoses into alerts with a lifecycle (docs/spec/step-diagnosis.md §6):
 // `pending` when a condition is first seen, `firing` once it held for `fire_after` consecutive
 // evaluations, `resolved` after `resolve_after` consecutive clean ones. One alert per
 // (job, kind, subject) fingerprint — the subject is the culprit rank or node, or the job — and
-// an active fingerprint never fires twice. Every event carries a daemon-wide, strictly
-// increasing sequence number.
+// an active fingerprint never fires twice. Every event carries this tracker's own strictly
+// increasing sequence number, which only orders its events; the sequence subscribers see is
+// the AlertHub's (sinks/alert_hub.h), assigned when the alerts are stored.
 //
-// Pure: a function of the snapshots it is given. Not thread-safe: owned by the ingest thread.
-// (Issue #5 persists the events before publishing them and streams them over gRPC.)
+// Pure: a function of the snapshots it is given. Not thread-safe: one tracker per
+// PartitionTask (runtime/partition_task.h), owned by the ingest thread.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,8 @@
 // then the rolling window — and the read-only snapshot the sinks publish.
 //
 // Pure: given the same batches and the same `now` values it produces the same snapshots.
-// Not thread-safe: owned by the job's worker thread; snapshots are immutable copies.
+// Not thread-safe: owned by the PartitionTask of the job's partition (runtime/partition_task.h),
+// on the daemon's ingest thread; snapshots are immutable copies, read from any thread.
 #pragma once
 
 #include <cstdint>

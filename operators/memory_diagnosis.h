@@ -1,4 +1,4 @@
-// Step-memory diagnosis (spec/step-diagnosis.md section 4): high pressure, imbalance across
+// Step-memory diagnosis (docs/spec/step-diagnosis.md section 4): high pressure, imbalance across
 // ranks, and memory creep (early, then confirmed) from the per-step device-memory peaks of a
 // job, live — with the creep rate and the steps left until the device is full.
 //

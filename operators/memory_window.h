@@ -1,5 +1,5 @@
 // MemoryWindow: the device-memory peaks of one job's last K aligned steps that carried memory
-// (spec/step-diagnosis.md section 4): per step, the worst and median over ranks, and per rank
+// (docs/spec/step-diagnosis.md section 4): per step, the worst and median over ranks, and per rank
 // the peak over the window, for allocated and reserved memory.
 //
 // Each rank's values live in a ring of K slots, and its window peak is kept up to date as

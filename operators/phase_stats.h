@@ -1,4 +1,4 @@
-// Cross-rank statistics of each phase over a StepWindow (spec/step-diagnosis.md section 2):
+// Cross-rank statistics of each phase over a StepWindow (docs/spec/step-diagnosis.md section 2):
 // per rank the per-step mean of the phase over the window, then the median over ranks, the
 // worst (max) with its rank, and skew = (worst - median) / median.
 #pragma once

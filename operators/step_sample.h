@@ -12,7 +12,7 @@
 
 namespace rankwatch {
 
-// The phases of a step, in the order of spec/step-diagnosis.md section 1. `kWait` is derived:
+// The phases of a step, in the order of docs/spec/step-diagnosis.md section 1. `kWait` is derived:
 // max(0, step_time - (dataloader + forward + backward + optimizer + forward_backward)).
 enum class Phase : uint8_t {
   kDataloader = 0,

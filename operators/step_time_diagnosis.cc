@@ -205,15 +205,6 @@ std::string_view StepLabelName(StepLabel label) {
   return "unknown";
 }
 
-std::string_view SeverityName(Severity s) {
-  switch (s) {
-    case Severity::kInfo: return "info";
-    case Severity::kWarn: return "warn";
-    case Severity::kCrit: return "crit";
-  }
-  return "unknown";
-}
-
 StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::string>& rank_nodes,
                                const HangInput& hang, const StepDiagnosisOptions& o) {
   StepDiagnosis d;

@@ -1,4 +1,4 @@
-// Step-time diagnosis (spec/step-diagnosis.md section 3, with its "beyond" parts): from the
+// Step-time diagnosis (docs/spec/step-diagnosis.md section 3, with its "beyond" parts): from the
 // rolling window of one job, says whether the job is a straggler, input-bound, wait-heavy,
 // compute-bound or balanced, names the culprit rank or node, and carries the evidence.
 //
@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "operators/severity.h"
 #include "operators/phase_stats.h"
 #include "operators/step_window.h"
 #include "operators/time.h"
@@ -31,9 +32,6 @@ enum class StepLabel : uint8_t {
 inline constexpr int kStepLabelCount = 9;
 // Metric label value: "no_data", "hang", "straggler", ...
 std::string_view StepLabelName(StepLabel label);
-
-enum class Severity : uint8_t { kInfo, kWarn, kCrit };
-std::string_view SeverityName(Severity severity);
 
 enum class CulpritScope : uint8_t { kNone, kRank, kNode };
 

@@ -9,6 +9,7 @@
 // map that never changes.
 #pragma once
 
+#include "absl/base/thread_annotations.h"
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,7 +52,7 @@ class KernelSnapshotStore {
 
  private:
   mutable std::mutex mu_;
-  std::shared_ptr<const Map> current_ = std::make_shared<Map>();  // guarded by mu_
+  std::shared_ptr<const Map> current_ ABSL_GUARDED_BY(mu_) = std::make_shared<Map>();
 };
 
 }  // namespace rankwatch

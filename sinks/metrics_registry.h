@@ -8,6 +8,7 @@
 // stays valid until its series is removed.
 #pragma once
 
+#include "absl/base/thread_annotations.h"
 #include <atomic>
 #include <map>
 #include <memory>
@@ -52,7 +53,7 @@ class MetricFamily {
   const Type type_;
   const std::vector<std::string> label_names_;
   mutable std::mutex mu_;
-  std::map<std::vector<std::string>, std::unique_ptr<MetricCell>> series_;  // guarded by mu_
+  std::map<std::vector<std::string>, std::unique_ptr<MetricCell>> series_ ABSL_GUARDED_BY(mu_);
 };
 
 class MetricsRegistry {
@@ -70,7 +71,7 @@ class MetricsRegistry {
                     std::vector<std::string> labels);
 
   mutable std::mutex mu_;
-  std::vector<std::unique_ptr<MetricFamily>> families_;  // guarded by mu_
+  std::vector<std::unique_ptr<MetricFamily>> families_ ABSL_GUARDED_BY(mu_);
 };
 
 // Formats a sample value as Prometheus expects (integers without exponent, NaN, +Inf).

@@ -5,6 +5,7 @@
 // a map that never changes.
 #pragma once
 
+#include "absl/base/thread_annotations.h"
 #include <map>
 #include <memory>
 #include <mutex>
@@ -53,7 +54,7 @@ class SnapshotStore {
 
  private:
   mutable std::mutex mu_;
-  std::shared_ptr<const Map> current_ = std::make_shared<Map>();  // guarded by mu_
+  std::shared_ptr<const Map> current_ ABSL_GUARDED_BY(mu_) = std::make_shared<Map>();
 };
 
 }  // namespace rankwatch

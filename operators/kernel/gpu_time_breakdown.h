@@ -1,5 +1,5 @@
 // How a rank's GPU time splits, from interval unions over all streams
-// (spec/kernel-analysis.md sections 4, 6.1 and 7): temporal breakdown (idle / compute /
+// (docs/spec/kernel-analysis.md sections 4, 6.1 and 7): temporal breakdown (idle / compute /
 // non-compute), kernel-type time with overlap combinations, and communication/computation
 // overlap. Pure functions of a RankTimeline; thread-safe.
 #pragma once

@@ -1,4 +1,4 @@
-// Idle-time breakdown per stream (spec/kernel-analysis.md section 5): each gap between
+// Idle-time breakdown per stream (docs/spec/kernel-analysis.md section 5): each gap between
 // consecutive kernels of a stream is host wait (the launch started after the previous kernel
 // ended), kernel wait (gap under `consecutive_kernel_delay`) or other. Pure; thread-safe.
 #pragma once

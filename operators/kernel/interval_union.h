@@ -1,4 +1,4 @@
-// Interval union as HTA merges kernel intervals (spec/kernel-analysis.md section 3): sorted by
+// Interval union as HTA merges kernel intervals (docs/spec/kernel-analysis.md section 3): sorted by
 // start, an interval starts a new group only when it starts strictly after the largest end seen
 // so far, so touching intervals merge. Pure functions; thread-safe.
 #pragma once

@@ -1,4 +1,4 @@
-// Hand-computed timelines for each analysis of spec/kernel-analysis.md; each case breaks if a
+// Hand-computed timelines for each analysis of docs/spec/kernel-analysis.md; each case breaks if a
 // rule (touching intervals, compute-wins, per-stream gaps, 30 µs, folding, joins) is changed.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Per-kernel duration statistics by kernel type with HTA's top-N folding
-// (spec/kernel-analysis.md section 6.2). Pure functions; thread-safe.
+// (docs/spec/kernel-analysis.md section 6.2). Pure functions; thread-safe.
 #pragma once
 
 #include <cstdint>

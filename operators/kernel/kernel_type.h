@@ -1,4 +1,4 @@
-// Name-based classification of GPU operations (spec/kernel-analysis.md section 2), and the
+// Name-based classification of GPU operations (docs/spec/kernel-analysis.md section 2), and the
 // fixed name sets the analyses key on (launch calls, sync events, ProfilerStep markers).
 // Pure functions; thread-safe.
 #pragma once

@@ -1,4 +1,4 @@
-// CUDA kernel launch statistics (spec/kernel-analysis.md section 8): each launch call of the
+// CUDA kernel launch statistics (docs/spec/kernel-analysis.md section 8): each launch call of the
 // launch set joined with its GPU op on the correlation id; CPU duration, GPU duration and
 // launch delay, and the three diagnoses (short kernels, runtime outliers, launch-delay
 // outliers). Pure; thread-safe.

@@ -1,4 +1,4 @@
-// Memory-copy bandwidth per copy kind (spec/kernel-analysis.md section 9): a step function of
+// Memory-copy bandwidth per copy kind (docs/spec/kernel-analysis.md section 9): a step function of
 // total GB/s per sub-type (Memcpy HtoD, Memcpy DtoH, Memcpy DtoD, Memset, ...), summarised over
 // its positive change points (not time-weighted). Pure; thread-safe.
 #pragma once

@@ -1,4 +1,4 @@
-// Launch-queue length per stream (spec/kernel-analysis.md section 10): +1 when a launch call
+// Launch-queue length per stream (docs/spec/kernel-analysis.md section 10): +1 when a launch call
 // starts (on the stream of its GPU op), −1 when that op starts; summary statistics of the
 // running value per stream (one sample per change, not time-weighted) and the time spent with
 // the queue at or above `max_queue_length`. Pure; thread-safe.

@@ -1,5 +1,5 @@
 // Which events of each rank's trace belong to which ProfilerStep, by the rule of the corrected
-// mode's per-step windows (spec/kernel-analysis.md section 11): a CPU call belongs to the step
+// mode's per-step windows (docs/spec/kernel-analysis.md section 11): a CPU call belongs to the step
 // whose span contains it, a GPU op to the step of its launch, and each step's ProfilerStep
 // markers to that step. This is what a collector tags each streamed kernel event with, so that
 // the daemon's per-(rank, step) analysis sees exactly the window `rankwatch analyze` sees.

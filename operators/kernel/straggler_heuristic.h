@@ -1,5 +1,5 @@
-// HTA's potential-straggler heuristic (spec/kernel-analysis.md section 11), offered by
-// `rankwatch analyze`; the live straggler logic is spec/step-diagnosis.md. Pure; thread-safe.
+// HTA's potential-straggler heuristic (docs/spec/kernel-analysis.md section 11), offered by
+// `rankwatch analyze`; the live straggler logic is docs/spec/step-diagnosis.md. Pure; thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Turns the raw events of every rank of a job into RankTimelines, the way HTA loads traces
-// (spec/kernel-analysis.md section 1): ns-rounding of fractional traces, the "Trace" span
+// (docs/spec/kernel-analysis.md section 1): ns-rounding of fractional traces, the "Trace" span
 // dropped, CPU<->GPU correlation (index_correlation), one common time origin for all ranks,
 // the ProfilerStep filter (last step dropped) and each event's iteration. In corrected mode
 // nothing is dropped by step: events with dur < 0 are dropped instead, and the timelines are
