@@ -99,7 +99,7 @@ int Run(const DaemonConfig& config) {
   MetricsRegistry registry;
   DaemonMetrics metrics(&registry, RANKWATCH_VERSION);
   SnapshotStore snapshots;
-  KernelSnapshotStore kernel_snapshots;  // issue #6: served at /kernel
+  KernelSnapshotStore kernel_snapshots;  // served at /kernel and by GetRankDetail
   auto metrics_server = MetricsHttpServer::Start(*metrics_address, &registry, &kernel_snapshots);
   if (!metrics_server.ok()) return Fail(metrics_server.status());
   auto store = StateStore::Open({(*state_dir)->path() / "store"});

@@ -1,5 +1,5 @@
 // DaemonMetrics: every metric family rankwatchd exports, registered once. The names are a
-// contract (issue #2): base units, label `training_job` (never `job`).
+// contract: base units, label `training_job` (never `job`).
 //
 // Thread-safe (see MetricsRegistry).
 #pragma once
@@ -42,7 +42,7 @@ class DaemonMetrics {
   MetricCell* checkpoint_bytes;
   MetricCell* checkpoint_pause_seconds;
   MetricCell* state_errors;
-  // The live GPU-timeline families (issue #6), published by KernelStage.
+  // The live GPU-timeline families, published by the partition tasks.
   KernelMetrics kernel;
   // Alert subscribers (WatchAlerts streams): connected now, disconnected as too slow, alerts
   // handed to them.

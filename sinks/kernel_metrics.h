@@ -1,4 +1,4 @@
-// KernelMetrics: the Prometheus families of the live GPU-timeline analyses (issue #6), one
+// KernelMetrics: the Prometheus families of the live GPU-timeline analyses, one
 // value set per job with bounded cardinality (no rank label except the outlier gauge's value):
 //
 //   rankwatch_gpu_time_ratio{training_job,category}        idle | compute | non_compute

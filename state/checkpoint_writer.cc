@@ -28,7 +28,7 @@ absl::Status CheckpointWriter::Enqueue(Checkpoint checkpoint,
   std::unique_lock<std::mutex> lock(mu_);
   changed_.wait(lock, [&] { return !sticky_.ok() || queue_.size() < options_.max_queued; });
   if (!sticky_.ok()) return sticky_;
-  queue_.push_back({std::move(checkpoint), std::move(after_commit)});
+  queue_.push_back({std::move(checkpoint), std::move(after_commit), nullptr});
   lock.unlock();
   changed_.notify_all();
   return absl::OkStatus();

@@ -2,7 +2,7 @@
 // on it for the life of the process (two daemons must never share one), and writes small
 // files atomically (write to a temporary file, fsync, rename).
 //
-// The RocksDB store of durable operator state will live under it (issue #4).
+// The RocksDB store of durable state (state_store.h) lives under it, in `store/`.
 //
 // Thread-safe.
 #pragma once

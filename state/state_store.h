@@ -1,6 +1,6 @@
-// StateStore: rankwatchd's durable state in RocksDB (issue #4), one column family per kind of
+// StateStore: rankwatchd's durable state in RocksDB, one column family per kind of
 // state, and checkpoints that write dirty state together with the Kafka offsets it covers in
-// one atomic WriteBatch ("offsets are state", ARCHITECTURE.md).
+// one atomic WriteBatch ("offsets are state": docs/architecture.md).
 //
 // Errors are sticky: after one failed write the store refuses every later commit with the same
 // status (the daemon then reports NOT_SERVING and keeps serving its last good diagnoses), so a

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "collectors/kafka_publisher.h"
@@ -158,8 +159,8 @@ class Collector {
   std::atomic<uint64_t> steps_recorded_{0};
 
   mutable std::mutex kernels_mu_;
-  std::deque<KernelEventInput> kernels_;  // guarded by kernels_mu_
-  uint64_t kernels_dropped_ = 0;          // guarded by kernels_mu_
+  std::deque<KernelEventInput> kernels_ ABSL_GUARDED_BY(kernels_mu_);
+  uint64_t kernels_dropped_ ABSL_GUARDED_BY(kernels_mu_) = 0;
   std::atomic<uint64_t> kernels_recorded_{0};
 
   // Sender thread state.
@@ -179,9 +180,9 @@ class Collector {
 
   std::mutex mu_;
   std::condition_variable wake_;
-  bool stop_ = false;          // guarded by mu_
-  bool final_ = false;         // guarded by mu_
-  bool flush_requested_ = false;  // guarded by mu_
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool final_ ABSL_GUARDED_BY(mu_) = false;
+  bool flush_requested_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> closed_{false};
   std::thread sender_;
 };

@@ -1,6 +1,6 @@
 // TimedStep: one closed training step of one rank as the collector timed it, the plain-data
 // unit the training thread hands to the sender thread through a BoundedRing. Converts to the
-// wire's v1::StepRecord (spec/step-diagnosis.md section 1). Not the daemon's StepSample
+// wire's v1::StepRecord (docs/spec/step-diagnosis.md section 1). Not the daemon's StepSample
 // (operators/step_sample.h): phases here are numbered as the C API numbers them.
 //
 // Plain value type; not shared.

@@ -30,7 +30,7 @@ struct FleetOptions {
   uint64_t base_peak_bytes = 40ull << 30;        // ~40 GiB peaks
 };
 
-// Nominal shares of the step (issue #2): dataloader 10%, forward 30%, backward 50%,
+// Nominal shares of the step: dataloader 10%, forward 30%, backward 50%,
 // optimizer 8%, wait 2%. Under DDP 5% of the step is allreduce inside backward.
 struct PhaseShares {
   static constexpr double kDataloader = 0.10;
