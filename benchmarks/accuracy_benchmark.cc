@@ -2,9 +2,10 @@
 //
 // Matrix: fault kind (one slow rank in compute, one slow rank in input, one slow node in
 // compute) x magnitude (10, 20, 30, 50% of the nominal step added on the culprit) x job size
-// (8, 64, 512 ranks; node faults only where a job has several nodes) x synchronisation (DDP with collective times, DDP without, none) x seeds.
-// Each run has 100 healthy steps (a full window), then the fault from step 100 for 60 steps;
-// the diagnosis is evaluated after every aligned step, as rankwatchd does.
+// (8, 64, 512 ranks; node faults only where a job has several nodes) x synchronisation (DDP with
+// collective times, DDP without, none) x seeds. Each run has 100 healthy steps (a full window),
+// then the fault from step 100 for 60 steps; the diagnosis is evaluated after every aligned step,
+// as rankwatchd does.
 //
 // Reports per cell: detection rate (the right label naming the right culprit within the 60
 // steps), wrong-culprit rate (a straggler label naming anyone else at any step), and the
@@ -32,8 +33,8 @@ constexpr uint64_t kFaultSteps = 60;
 
 struct Kind {
   const char* name;
-  const char* fault;        // KIND:TARGET, magnitude appended
-  double share_of_step;     // nominal share of the step the fault multiplies
+  const char* fault;     // KIND:TARGET, magnitude appended
+  double share_of_step;  // nominal share of the step the fault multiplies
   StepLabel expected;
   bool node;
 };

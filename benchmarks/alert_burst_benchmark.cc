@@ -116,11 +116,11 @@ int main(int argc, char** argv) {
   }
   (void)hub.Flush();
   auto stored = job_state::LastAlertSequence(**store);
-  std::printf("{\"jobs\": %u, \"ranks\": %u, \"rounds\": %u, \"fired_in_round\": %u, "
-              "\"alerts_stored\": %llu, \"longest_tick_ms\": %.1f, \"median_tick_ms\": %.1f}\n",
-              jobs, ranks, rounds, fired_round,
-              static_cast<unsigned long long>(stored.ok() ? *stored : 0), longest_ms,
-              Median(tick_ms));
+  std::printf(
+      "{\"jobs\": %u, \"ranks\": %u, \"rounds\": %u, \"fired_in_round\": %u, "
+      "\"alerts_stored\": %llu, \"longest_tick_ms\": %.1f, \"median_tick_ms\": %.1f}\n",
+      jobs, ranks, rounds, fired_round, static_cast<unsigned long long>(stored.ok() ? *stored : 0),
+      longest_ms, Median(tick_ms));
   std::filesystem::remove_all(dir);
   return stored.ok() && *stored >= jobs ? 0 : 1;
 }

@@ -19,7 +19,8 @@
 namespace rankwatch {
 namespace {
 
-const char* const kFixtures[] = {"hta-trace-filter-2rank", "hta-negative-queue-rank0", "hta-nccl-ddp-rank0"};
+const char* const kFixtures[] = {"hta-trace-filter-2rank", "hta-negative-queue-rank0",
+                                 "hta-nccl-ddp-rank0"};
 
 struct Input {
   std::vector<v1::Batch> batches;
@@ -41,12 +42,15 @@ const Input& Load(int fixture) {
   KinetoReplayOptions o;
   o.training_job = "bench";
   KinetoReplayStats stats;
-  auto s = ReplayKinetoTraces(files, o, [&](const v1::Batch& b) {
-    in.batches.push_back(b);
-    in.messages.push_back(b.SerializeAsString());
-    in.events += b.kernels_size();
-    return absl::OkStatus();
-  }, &stats);
+  auto s = ReplayKinetoTraces(
+      files, o,
+      [&](const v1::Batch& b) {
+        in.batches.push_back(b);
+        in.messages.push_back(b.SerializeAsString());
+        in.events += b.kernels_size();
+        return absl::OkStatus();
+      },
+      &stats);
   if (!s.ok()) std::abort();
   return in;
 }
@@ -60,8 +64,9 @@ void BM_Accumulate(benchmark::State& state) {
     benchmark::DoNotOptimize(acc.steps_closed());
   }
   state.SetItemsProcessed(state.iterations() * in.events);
-  state.SetLabel(std::string(kFixtures[state.range(0)]) + ", " + std::to_string(in.events) + " events, " +
-                 std::to_string(closed / state.iterations()) + " (rank, step) windows");
+  state.SetLabel(std::string(kFixtures[state.range(0)]) + ", " + std::to_string(in.events) +
+                 " events, " + std::to_string(closed / state.iterations()) +
+                 " (rank, step) windows");
 }
 
 void BM_DecodeAndAccumulate(benchmark::State& state) {

@@ -26,10 +26,10 @@
 #include <thread>
 
 #include "collectors/simulator/fleet_model.h"
+#include "ingest/batch_decoder.h"
 #include "runtime/job_router.h"
 #include "runtime/task_manager.h"
 #include "state/checkpoint_writer.h"
-#include "ingest/batch_decoder.h"
 
 #include <spdlog/spdlog.h>
 
@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--partitions")) {
       partitions = static_cast<uint32_t>(std::max(1, std::atoi(argv[i + 1])));
     }
-    if (!std::strcmp(argv[i], "--budget-mib")) budget_mib = static_cast<size_t>(std::atoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "--budget-mib"))
+      budget_mib = static_cast<size_t>(std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--dir")) dir = argv[i + 1];
   }
   std::filesystem::remove_all(dir);
@@ -109,7 +110,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     JobRouter router(options, {&metrics, &snapshots});
-    std::fprintf(stderr, "recovery_benchmark: building %u jobs x %u ranks x 100 steps...\n", jobs, ranks);
+    std::fprintf(stderr, "recovery_benchmark: building %u jobs x %u ranks x 100 steps...\n", jobs,
+                 ranks);
     for (uint32_t j = 0; j < jobs; ++j) {
       FleetOptions o;
       o.ranks = ranks;
@@ -150,9 +152,11 @@ int main(int argc, char** argv) {
     const double full_s = Seconds(Clock::now() - t0).count();
     const int full_rounds = static_cast<int>(metrics.checkpoints->Get());
     size_t full_bytes = 0;
-    if (!(*store)->ForEach(StateFamily::kJobs, "", [&](std::string_view k, std::string_view v) {
-          full_bytes += k.size() + v.size();
-        }).ok()) {
+    if (!(*store)
+             ->ForEach(
+                 StateFamily::kJobs, "",
+                 [&](std::string_view k, std::string_view v) { full_bytes += k.size() + v.size(); })
+             .ok()) {
       return 1;
     }
     if (steady && !(*store)->Flush().ok()) return 1;
@@ -170,14 +174,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "the steady checkpoint failed or did not fit one round\n");
       return 1;
     }
-    std::printf("{\"jobs\": %u, \"ranks\": %u, \"partitions\": %u, \"budget_mib\": %zu, "
-                "\"full_checkpoint_rounds\": %d, \"full_checkpoint_max_pause_ms\": %.1f, "
-                "\"full_checkpoint_durable_s\": %.3f, \"full_checkpoint_bytes\": %zu, "
-                "\"steady_checkpoint_pause_ms\": %.2f, \"steady_checkpoint_write_s\": %.4f, "
-                "\"steady_checkpoint_bytes\": %.0f, ",
-                jobs, ranks, partitions, budget_mib, full_rounds, full_pause_s * 1e3, full_s,
-                full_bytes, steady_pause_s * 1e3, steady_s,
-                metrics.checkpoint_bytes->Get());
+    std::printf(
+        "{\"jobs\": %u, \"ranks\": %u, \"partitions\": %u, \"budget_mib\": %zu, "
+        "\"full_checkpoint_rounds\": %d, \"full_checkpoint_max_pause_ms\": %.1f, "
+        "\"full_checkpoint_durable_s\": %.3f, \"full_checkpoint_bytes\": %zu, "
+        "\"steady_checkpoint_pause_ms\": %.2f, \"steady_checkpoint_write_s\": %.4f, "
+        "\"steady_checkpoint_bytes\": %.0f, ",
+        jobs, ranks, partitions, budget_mib, full_rounds, full_pause_s * 1e3, full_s, full_bytes,
+        steady_pause_s * 1e3, steady_s, metrics.checkpoint_bytes->Get());
   }
   // Recovery: open, restore every job, publish every snapshot.
   const auto t0 = Clock::now();
@@ -195,8 +199,9 @@ int main(int argc, char** argv) {
   const double recovery_s = Seconds(Clock::now() - t0).count();
   const auto published = snapshots2.Get()->size();
   std::printf("\"after\": \"%s\", \"recovery_s\": %.3f, \"jobs_serving\": %zu}\n",
-              steady ? "crash in steady state" : crash ? "crash after the first checkpoint"
-                                                      : "clean shutdown",
+              steady  ? "crash in steady state"
+              : crash ? "crash after the first checkpoint"
+                      : "clean shutdown",
               recovery_s, published);
   std::filesystem::remove_all(dir);
   return published == jobs ? 0 : 1;

@@ -115,13 +115,16 @@ absl::Status WriteAnalyzeCsv(const AnalyzeCsvInput& in, const std::filesystem::p
                    "rank,idle_time(us),compute_time(us),non_compute_time(us),kernel_time(us),"
                    "idle_time_pctg,compute_time_pctg,non_compute_time_pctg");
   CsvFile overlap(dir / "comm_comp_overlap.csv", "rank,comp_comm_overlap_pctg");
-  CsvFile idle(dir / "idle_time_breakdown.csv", "rank,stream,idle_category,idle_time,idle_time_ratio");
+  CsvFile idle(dir / "idle_time_breakdown.csv",
+               "rank,stream,idle_category,idle_time,idle_time_ratio");
   CsvFile idle_stats(dir / "idle_time_interval_stats.csv",
                      "idle_category,rank,stream,count,mean,std,min,25%,50%,75%,max");
   CsvFile launches(dir / "cuda_kernel_launch_stats.csv",
                    "rank,correlation,cpu_duration,gpu_duration,launch_delay");
   const std::string rc = PyFloat(in.runtime_cutoff_us), lc = PyFloat(in.launch_delay_cutoff_us);
-  auto trim = [](std::string s) { return s.size() > 2 && s.ends_with(".0") ? s.substr(0, s.size() - 2) : s; };
+  auto trim = [](std::string s) {
+    return s.size() > 2 && s.ends_with(".0") ? s.substr(0, s.size() - 2) : s;
+  };
   CsvFile launch_summary(
       dir / "cuda_kernel_launch_stats_summary.csv",
       "rank,n_launches,short_kernels(cpu_duration<=" + trim(rc) +
@@ -129,9 +132,10 @@ absl::Status WriteAnalyzeCsv(const AnalyzeCsvInput& in, const std::filesystem::p
           "),launch_delay_outliers(launch_delay>" + trim(lc) +
           "),cpu_duration_mean,cpu_duration_p50,gpu_duration_mean,gpu_duration_p50,"
           "launch_delay_mean,launch_delay_p50,launch_delay_max");
-  CsvFile queue(dir / "queue_length_summary.csv",
-                "rank,stream,queue_length_count,queue_length_mean,queue_length_std,queue_length_min,"
-                "queue_length_25%,queue_length_50%,queue_length_75%,queue_length_max");
+  CsvFile queue(
+      dir / "queue_length_summary.csv",
+      "rank,stream,queue_length_count,queue_length_mean,queue_length_std,queue_length_min,"
+      "queue_length_25%,queue_length_50%,queue_length_75%,queue_length_max");
   CsvFile memory(dir / "memory_bw_summary.csv",
                  "rank,name,memory_bw_gbps_count,memory_bw_gbps_mean,memory_bw_gbps_std,"
                  "memory_bw_gbps_min,memory_bw_gbps_25%,memory_bw_gbps_50%,memory_bw_gbps_75%,"
@@ -151,7 +155,8 @@ absl::Status WriteAnalyzeCsv(const AnalyzeCsvInput& in, const std::filesystem::p
     overlap.Add({rank, PyRound(100 * r.overlap.ratio(), 2)});
     for (const kernel::IdleRow& row : r.idle) {
       const std::string cat(kernel::IdleCategoryName(row.category));
-      idle.Add({rank, std::to_string(row.stream), cat, PyRound(row.idle_us, 2), PyRound(row.ratio, 2)});
+      idle.Add(
+          {rank, std::to_string(row.stream), cat, PyRound(row.idle_us, 2), PyRound(row.ratio, 2)});
       std::vector<std::string> f = {cat, rank, std::to_string(row.stream)};
       for (std::string& x : DescribeFields(row.gaps_us, 2)) f.push_back(std::move(x));
       idle_stats.Add(f);
@@ -192,22 +197,27 @@ absl::Status WriteAnalyzeCsv(const AnalyzeCsvInput& in, const std::filesystem::p
       rows.emplace_back(label, type_sums[label]);
       total += type_sums[label];
     }
-    std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
     for (const auto& [label, ns] : rows) {
       const double us = static_cast<double>(ns) / 1000.0;
       const std::string sum = ns % 1000 == 0 ? std::to_string(ns / 1000) : PyFloat(us);
-      types.Add({label, sum, PyRound(100 * (static_cast<double>(ns) / static_cast<double>(total)), 1)});
+      types.Add(
+          {label, sum, PyRound(100 * (static_cast<double>(ns) / static_cast<double>(total)), 1)});
     }
   }
   auto write_kernels = [&](std::vector<kernel::KernelStatRow>& rows, const std::string& file) {
-    std::stable_sort(rows.begin(), rows.end(), [](const kernel::KernelStatRow& a, const kernel::KernelStatRow& b) {
-      return std::make_tuple(kernel::KernelTypeName(a.type), std::cref(a.name), a.rank) <
-             std::make_tuple(kernel::KernelTypeName(b.type), std::cref(b.name), b.rank);
-    });
+    std::stable_sort(
+        rows.begin(), rows.end(),
+        [](const kernel::KernelStatRow& a, const kernel::KernelStatRow& b) {
+          return std::make_tuple(kernel::KernelTypeName(a.type), std::cref(a.name), a.rank) <
+                 std::make_tuple(kernel::KernelTypeName(b.type), std::cref(b.name), b.rank);
+        });
     CsvFile f(dir / file, "name,sum (us),max (us),min (us),stddev,mean (us),kernel_type,rank");
     for (const auto& k : rows) {
-      f.Add({Quote(k.name), PyFloat(k.sum_us), PyFloat(k.max_us), PyFloat(k.min_us), PyFloat(k.std_us),
-             PyFloat(k.mean_us), std::string(kernel::KernelTypeName(k.type)), std::to_string(k.rank)});
+      f.Add({Quote(k.name), PyFloat(k.sum_us), PyFloat(k.max_us), PyFloat(k.min_us),
+             PyFloat(k.std_us), PyFloat(k.mean_us), std::string(kernel::KernelTypeName(k.type)),
+             std::to_string(k.rank)});
     }
     return f.Close();
   };
@@ -217,8 +227,9 @@ absl::Status WriteAnalyzeCsv(const AnalyzeCsvInput& in, const std::filesystem::p
   CsvFile stragglers(dir / "potential_stragglers.csv", "straggler_rank");
   for (uint32_t r : in.stragglers) stragglers.Add({std::to_string(r)});
 
-  CsvFile events(dir / "filtered_gpu_events.csv",
-                 "rank,index,ts,dur,stream,correlation,index_correlation,iteration,cat,name,kernel_type");
+  CsvFile events(
+      dir / "filtered_gpu_events.csv",
+      "rank,index,ts,dur,stream,correlation,index_correlation,iteration,cat,name,kernel_type");
   for (const kernel::RankTimeline& t : in.timelines->ranks) {
     std::vector<const kernel::GpuOp*> ops;
     for (const kernel::GpuOp& op : t.gpu) ops.push_back(&op);

@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli/commands.h"
 #include "collectors/agent/node_agent.h"
 #include "collectors/kafka_publisher.h"
-#include "cli/commands.h"
 #include "common/stop_signal.h"
 #include "sinks/listen_address.h"
 #include "sinks/metrics_http_server.h"
@@ -56,28 +56,30 @@ int RunAgent(AgentFlags f) {
   po.when_full = PublisherOptions::WhenFull::kDropNewest;
   auto publisher = BatchPublisher::Create(po);  // never waits: Kafka may come later
   if (!publisher.ok()) {
-    std::fprintf(stderr, "rankwatch agent: %s\n", std::string(publisher.status().message()).c_str());
+    std::fprintf(stderr, "rankwatch agent: %s\n",
+                 std::string(publisher.status().message()).c_str());
     return 2;
   }
   MetricsRegistry registry;
-  MetricFamily* samples = registry.Counter("rankwatch_agent_samples_total",
-                                           "system samples published", {});
+  MetricFamily* samples =
+      registry.Counter("rankwatch_agent_samples_total", "system samples published", {});
   MetricFamily* batches = registry.Counter("rankwatch_agent_batches_total",
                                            "batches by outcome: sent (to the producer), dropped "
                                            "(producer queue full), delivered, failed",
                                            {"result"});
   MetricFamily* traces = registry.Counter("rankwatch_agent_trace_files_total",
                                           "trace files found, by outcome", {"result"});
-  MetricFamily* kernel_events = registry.Counter(
-      "rankwatch_agent_trace_kernel_events_total",
-      "kernel events published from Kineto trace files", {});
+  MetricFamily* kernel_events =
+      registry.Counter("rankwatch_agent_trace_kernel_events_total",
+                       "kernel events published from Kineto trace files", {});
   MetricFamily* gpus = registry.Gauge("rankwatch_agent_gpus", "GPUs seen through NVML", {});
   auto server = MetricsHttpServer::Start(*listen, &registry);
   if (!server.ok()) {
     std::fprintf(stderr, "rankwatch agent: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
-  f.agent.trace_publish_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.trace_timeout_s * 1000));
+  f.agent.trace_publish_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(f.trace_timeout_s * 1000));
   NodeAgent agent(f.agent, publisher->get());
   std::printf("{\"metrics\": \"%s\"}\n", (*server)->address().ToString().c_str());
   std::fflush(stdout);
@@ -102,8 +104,8 @@ int RunAgent(AgentFlags f) {
     agent.Tick(UnixNowNs());
     (void)(*publisher)->Flush(std::chrono::milliseconds(0));  // serves delivery reports
     update();
-    if (f.duration_s > 0 && std::chrono::steady_clock::now() - start >=
-                                std::chrono::duration<double>(f.duration_s)) {
+    if (f.duration_s > 0 &&
+        std::chrono::steady_clock::now() - start >= std::chrono::duration<double>(f.duration_s)) {
       break;
     }
     if (WaitForStop(interval)) break;

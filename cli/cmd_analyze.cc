@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <map>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -48,16 +48,19 @@ double Pct(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * part / whol
 
 void PrintRank(const kernel::RankKernelReport& r) {
   const auto& t = r.temporal;
-  std::printf("rank %u: %llu GPU ops over %.3f ms\n", r.rank, static_cast<unsigned long long>(r.gpu_ops),
-              t.kernel_ns / 1e6);
+  std::printf("rank %u: %llu GPU ops over %.3f ms\n", r.rank,
+              static_cast<unsigned long long>(r.gpu_ops), t.kernel_ns / 1e6);
   std::printf("  GPU time      compute %.2f%%   non-compute %.2f%%   idle %.2f%%\n",
-              Pct(t.compute_ns, t.kernel_ns), Pct(t.non_compute_ns, t.kernel_ns), Pct(t.idle_ns, t.kernel_ns));
+              Pct(t.compute_ns, t.kernel_ns), Pct(t.non_compute_ns, t.kernel_ns),
+              Pct(t.idle_ns, t.kernel_ns));
   std::printf("  comm/comp     %.2f%% of %.3f ms communication overlaps computation\n",
               100 * r.overlap.ratio(), r.overlap.comm_ns / 1e6);
   int64_t total = 0;
   for (const auto& [label, ns] : r.kernel_type_ns) total += ns;
   for (const auto& [label, ns] : r.kernel_type_ns) {
-    if (ns > 0) std::printf("  kernel time   %-58s %9.3f ms %5.1f%%\n", label.c_str(), ns / 1e6, Pct(ns, total));
+    if (ns > 0)
+      std::printf("  kernel time   %-58s %9.3f ms %5.1f%%\n", label.c_str(), ns / 1e6,
+                  Pct(ns, total));
   }
   std::printf("  idle by stream (host wait / kernel wait / other, ms):\n");
   std::map<int64_t, std::array<double, 3>> idle;
@@ -67,21 +70,25 @@ void PrintRank(const kernel::RankKernelReport& r) {
     idle[row.stream][static_cast<int>(row.category)] = row.idle_us / 1e3;
   }
   for (int64_t s : order) {
-    std::printf("    stream %-6lld %10.3f %10.3f %10.3f\n", static_cast<long long>(s), idle[s][0], idle[s][1], idle[s][2]);
+    std::printf("    stream %-6lld %10.3f %10.3f %10.3f\n", static_cast<long long>(s), idle[s][0],
+                idle[s][1], idle[s][2]);
   }
   const auto& l = r.launch_summary;
-  std::printf("  launches      %llu: %llu short kernels, %llu runtime outliers, %llu launch-delay outliers; "
-              "delay p50 %.1f us, max %.1f us\n",
-              static_cast<unsigned long long>(l.launches), static_cast<unsigned long long>(l.short_kernels),
-              static_cast<unsigned long long>(l.runtime_outliers),
-              static_cast<unsigned long long>(l.launch_delay_outliers), l.delay_p50_us, l.delay_max_us);
+  std::printf(
+      "  launches      %llu: %llu short kernels, %llu runtime outliers, %llu launch-delay "
+      "outliers; "
+      "delay p50 %.1f us, max %.1f us\n",
+      static_cast<unsigned long long>(l.launches), static_cast<unsigned long long>(l.short_kernels),
+      static_cast<unsigned long long>(l.runtime_outliers),
+      static_cast<unsigned long long>(l.launch_delay_outliers), l.delay_p50_us, l.delay_max_us);
   for (const auto& q : r.queue) {
     std::printf("  queue         stream %-6lld mean %.1f, max %.0f, blocked %.3f ms\n",
-                static_cast<long long>(q.stream), q.queue_length.mean, q.queue_length.max, q.blocked_us / 1e3);
+                static_cast<long long>(q.stream), q.queue_length.mean, q.queue_length.max,
+                q.blocked_us / 1e3);
   }
   for (const auto& m : r.memory) {
-    std::printf("  memory bw     %-15s mean %.2f GB/s, max %.2f GB/s (%0.f samples)\n", m.kind.c_str(),
-                m.gbps.mean, m.gbps.max, m.gbps.count);
+    std::printf("  memory bw     %-15s mean %.2f GB/s, max %.2f GB/s (%0.f samples)\n",
+                m.kind.c_str(), m.gbps.mean, m.gbps.max, m.gbps.count);
   }
   std::vector<const kernel::KernelStatRow*> top;
   for (const auto& k : r.kernels_all) top.push_back(&k);
@@ -94,45 +101,53 @@ void PrintRank(const kernel::RankKernelReport& r) {
 
 void PrintSteps(const std::vector<kernel::RankKernelReport>& steps) {
   if (steps.empty()) return;
-  std::printf("\nper step:  rank     step   span ms  compute%%  non-comp%%   idle%%  comm ms  overlap%%  delay outliers\n");
+  std::printf(
+      "\nper step:  rank     step   span ms  compute%%  non-comp%%   idle%%  comm ms  overlap%%  "
+      "delay outliers\n");
   for (const auto& r : steps) {
     const auto& t = r.temporal;
     std::printf("          %5u %8lld %9.3f %9.2f %10.2f %7.2f %8.3f %9.2f %15llu\n", r.rank,
                 static_cast<long long>(r.step), t.kernel_ns / 1e6, Pct(t.compute_ns, t.kernel_ns),
-                Pct(t.non_compute_ns, t.kernel_ns), Pct(t.idle_ns, t.kernel_ns), r.overlap.comm_ns / 1e6,
-                100 * r.overlap.ratio(), static_cast<unsigned long long>(r.launch_summary.launch_delay_outliers));
+                Pct(t.non_compute_ns, t.kernel_ns), Pct(t.idle_ns, t.kernel_ns),
+                r.overlap.comm_ns / 1e6, 100 * r.overlap.ratio(),
+                static_cast<unsigned long long>(r.launch_summary.launch_delay_outliers));
   }
 }
 
 std::string JsonNumber(double x) { return std::isfinite(x) ? PyFloat(x) : "null"; }
 
 void PrintJson(const std::vector<kernel::RankKernelReport>& ranks,
-               const std::vector<kernel::RankKernelReport>& steps, const std::vector<uint32_t>& stragglers) {
+               const std::vector<kernel::RankKernelReport>& steps,
+               const std::vector<uint32_t>& stragglers) {
   auto one = [](const kernel::RankKernelReport& r) {
     const auto& t = r.temporal;
-    std::string s = "{\"rank\": " + std::to_string(r.rank) + ", \"step\": " + std::to_string(r.step) +
-                    ", \"gpu_ops\": " + std::to_string(r.gpu_ops) +
-                    ", \"kernel_time_us\": " + JsonNumber(t.kernel_ns / 1e3) +
-                    ", \"idle_time_us\": " + JsonNumber(t.idle_ns / 1e3) +
-                    ", \"compute_time_us\": " + JsonNumber(t.compute_ns / 1e3) +
-                    ", \"non_compute_time_us\": " + JsonNumber(t.non_compute_ns / 1e3) +
-                    ", \"comm_time_us\": " + JsonNumber(r.overlap.comm_ns / 1e3) +
-                    ", \"comm_comp_overlap_ratio\": " + JsonNumber(r.overlap.ratio()) +
-                    ", \"launches\": " + std::to_string(r.launch_summary.launches) +
-                    ", \"short_kernels\": " + std::to_string(r.launch_summary.short_kernels) +
-                    ", \"runtime_outliers\": " + std::to_string(r.launch_summary.runtime_outliers) +
-                    ", \"launch_delay_outliers\": " + std::to_string(r.launch_summary.launch_delay_outliers) +
-                    ", \"idle\": {";
+    std::string s =
+        "{\"rank\": " + std::to_string(r.rank) + ", \"step\": " + std::to_string(r.step) +
+        ", \"gpu_ops\": " + std::to_string(r.gpu_ops) +
+        ", \"kernel_time_us\": " + JsonNumber(t.kernel_ns / 1e3) +
+        ", \"idle_time_us\": " + JsonNumber(t.idle_ns / 1e3) +
+        ", \"compute_time_us\": " + JsonNumber(t.compute_ns / 1e3) +
+        ", \"non_compute_time_us\": " + JsonNumber(t.non_compute_ns / 1e3) +
+        ", \"comm_time_us\": " + JsonNumber(r.overlap.comm_ns / 1e3) +
+        ", \"comm_comp_overlap_ratio\": " + JsonNumber(r.overlap.ratio()) +
+        ", \"launches\": " + std::to_string(r.launch_summary.launches) +
+        ", \"short_kernels\": " + std::to_string(r.launch_summary.short_kernels) +
+        ", \"runtime_outliers\": " + std::to_string(r.launch_summary.runtime_outliers) +
+        ", \"launch_delay_outliers\": " + std::to_string(r.launch_summary.launch_delay_outliers) +
+        ", \"idle\": {";
     double by_cat[3] = {0, 0, 0};
     for (const auto& row : r.idle) by_cat[static_cast<int>(row.category)] += row.idle_us;
-    s += "\"host_wait_us\": " + JsonNumber(by_cat[0]) + ", \"kernel_wait_us\": " + JsonNumber(by_cat[1]) +
+    s += "\"host_wait_us\": " + JsonNumber(by_cat[0]) +
+         ", \"kernel_wait_us\": " + JsonNumber(by_cat[1]) +
          ", \"other_us\": " + JsonNumber(by_cat[2]) + "}}";
     return s;
   };
   std::printf("{\"ranks\": [");
-  for (size_t i = 0; i < ranks.size(); ++i) std::printf("%s%s", i ? ", " : "", one(ranks[i]).c_str());
+  for (size_t i = 0; i < ranks.size(); ++i)
+    std::printf("%s%s", i ? ", " : "", one(ranks[i]).c_str());
   std::printf("],\n \"steps\": [");
-  for (size_t i = 0; i < steps.size(); ++i) std::printf("%s\n  %s", i ? "," : "", one(steps[i]).c_str());
+  for (size_t i = 0; i < steps.size(); ++i)
+    std::printf("%s\n  %s", i ? "," : "", one(steps[i]).c_str());
   std::printf("],\n \"potential_stragglers\": [");
   for (size_t i = 0; i < stragglers.size(); ++i) std::printf("%s%u", i ? ", " : "", stragglers[i]);
   std::printf("]}\n");
@@ -156,13 +171,14 @@ int RunAnalyze(const AnalyzeFlags& f) {
     }
     bytes += t->decompressed_bytes;
     if (!f.quiet && (files->size() > 1 || t->decompressed_bytes > (64u << 20))) {
-      std::fprintf(stderr, "analyze: [%zu/%zu] %s: rank %u, %llu events, %.1f MB\n", i + 1, files->size(),
-                   (*files)[i].c_str(), hta ? t->hta_rank.value_or(0) : t->rank(),
+      std::fprintf(stderr, "analyze: [%zu/%zu] %s: rank %u, %llu events, %.1f MB\n", i + 1,
+                   files->size(), (*files)[i].c_str(), hta ? t->hta_rank.value_or(0) : t->rank(),
                    static_cast<unsigned long long>(t->raw_events), t->decompressed_bytes / 1e6);
     }
     kernel::RankTrace r = ToRankTrace(std::move(*t), hta);
     if (auto it = slot.find(r.rank); it != slot.end()) {
-      std::fprintf(stderr, "analyze: warning: two files for rank %u; %s wins\n", r.rank, (*files)[i].c_str());
+      std::fprintf(stderr, "analyze: warning: two files for rank %u; %s wins\n", r.rank,
+                   (*files)[i].c_str());
       traces[it->second] = std::move(r);
     } else {
       slot[r.rank] = traces.size();
@@ -173,7 +189,8 @@ int RunAnalyze(const AnalyzeFlags& f) {
   topt.mode = hta ? kernel::AnalysisMode::kHtaCompat : kernel::AnalysisMode::kCorrected;
   topt.per_step = f.format != "csv";
   const kernel::JobTimelines job = kernel::BuildTimelines(traces, topt);
-  for (const std::string& w : job.warnings) std::fprintf(stderr, "analyze: warning: %s\n", w.c_str());
+  for (const std::string& w : job.warnings)
+    std::fprintf(stderr, "analyze: warning: %s\n", w.c_str());
 
   kernel::KernelAnalysisOptions aopt;
   aopt.mode = topt.mode;
@@ -196,8 +213,9 @@ int RunAnalyze(const AnalyzeFlags& f) {
     PrintJson(reports, step_reports, stragglers);
     return 0;
   }
-  std::printf("%zu trace file(s), %zu rank(s), %.1f MB of JSON, mode %s\n\n", files->size(), traces.size(),
-              bytes / 1e6, hta ? "hta (HTA-compatible: last step dropped)" : "corrected");
+  std::printf("%zu trace file(s), %zu rank(s), %.1f MB of JSON, mode %s\n\n", files->size(),
+              traces.size(), bytes / 1e6,
+              hta ? "hta (HTA-compatible: last step dropped)" : "corrected");
   for (const auto& r : reports) {
     PrintRank(r);
     std::printf("\n");
@@ -215,15 +233,18 @@ int RunAnalyze(const AnalyzeFlags& f) {
 
 CommandRunner AddAnalyzeCommand(CLI::App& app) {
   auto f = std::make_shared<AnalyzeFlags>();
-  CLI::App* cmd = app.add_subcommand("analyze", "GPU timeline analyses (HTA's) of Kineto trace files");
-  cmd->add_option("paths", f->paths, "trace files or directories (searched for *.json, *.json.gz)")->required();
+  CLI::App* cmd =
+      app.add_subcommand("analyze", "GPU timeline analyses (HTA's) of Kineto trace files");
+  cmd->add_option("paths", f->paths, "trace files or directories (searched for *.json, *.json.gz)")
+      ->required();
   cmd->add_option("--compat", f->compat, "hta: reproduce HTA's numbers, quirks included")
       ->check(CLI::IsMember({"hta"}));
   cmd->add_option("--format", f->format, "text, json or csv")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json", "csv"}));
   cmd->add_option("--out", f->out, "directory for --format csv (default: current directory)");
-  cmd->add_option("--straggler-candidates", f->straggler_candidates, "ranks the straggler heuristic names")
+  cmd->add_option("--straggler-candidates", f->straggler_candidates,
+                  "ranks the straggler heuristic names")
       ->capture_default_str();
   cmd->add_flag("--quiet", f->quiet, "no progress lines on stderr");
   return [cmd, f]() -> int { return cmd->parsed() ? RunAnalyze(*f) : -1; };

@@ -39,13 +39,16 @@ std::string PhaseWord(v1::Phase p) {
 }
 
 void PrintStep(const v1::StepDiagnosis& d) {
-  std::printf("STEP TIME  %s (%s)\n", Words(v1::StepDiagnosisLabel_Name(d.label()), "STEP_").c_str(),
+  std::printf("STEP TIME  %s (%s)\n",
+              Words(v1::StepDiagnosisLabel_Name(d.label()), "STEP_").c_str(),
               SeverityWord(d.severity()).c_str());
   std::printf("           %s\n", d.note().c_str());
   std::printf("           next: %s\n", d.next_step().c_str());
-  std::printf("           scores: input %.2f, compute %.2f   shares: input %.0f%%, wait %.0f%%, compute %.0f%%\n",
-              d.scores().input(), d.scores().compute(), d.shares().input() * 100,
-              d.shares().wait() * 100, d.shares().compute() * 100);
+  std::printf(
+      "           scores: input %.2f, compute %.2f   shares: input %.0f%%, wait %.0f%%, compute "
+      "%.0f%%\n",
+      d.scores().input(), d.scores().compute(), d.shares().input() * 100, d.shares().wait() * 100,
+      d.shares().compute() * 100);
   if (d.phases_size() == 0) return;
   std::printf("\n  %-12s", "");
   for (const v1::PhaseStats& p : d.phases()) std::printf("%12s", PhaseWord(p.phase()).c_str());
@@ -61,7 +64,8 @@ void PrintStep(const v1::StepDiagnosis& d) {
 }
 
 void PrintMemory(const v1::MemoryDiagnosis& m) {
-  std::printf("\nMEMORY     %s (%s)\n", Words(v1::MemoryDiagnosisLabel_Name(m.label()), "MEMORY_").c_str(),
+  std::printf("\nMEMORY     %s (%s)\n",
+              Words(v1::MemoryDiagnosisLabel_Name(m.label()), "MEMORY_").c_str(),
               SeverityWord(m.severity()).c_str());
   std::printf("           %s\n", m.note().c_str());
   std::printf("           next: %s\n", m.next_step().c_str());

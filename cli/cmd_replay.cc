@@ -9,8 +9,8 @@
 #include <map>
 #include <memory>
 
-#include "collectors/kafka_publisher.h"
 #include "cli/commands.h"
+#include "collectors/kafka_publisher.h"
 #include "collectors/kineto_replay.h"
 #include "ingest/batch_decoder.h"
 #include "ingest/iteration_trace.h"
@@ -54,7 +54,8 @@ absl::StatusOr<std::unique_ptr<BatchPublisher>> ConnectPublisher(const ReplayFla
 int RunKinetoReplay(const ReplayFlags& f, const std::vector<std::filesystem::path>& files) {
   auto publisher = ConnectPublisher(f);
   if (!publisher.ok()) {
-    std::fprintf(stderr, "rankwatch replay: %s\n", std::string(publisher.status().message()).c_str());
+    std::fprintf(stderr, "rankwatch replay: %s\n",
+                 std::string(publisher.status().message()).c_str());
     return publisher.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   KinetoReplayOptions o;
@@ -65,10 +66,13 @@ int RunKinetoReplay(const ReplayFlags& f, const std::vector<std::filesystem::pat
   o.created_unix_ns = NowNs();
   KinetoReplayStats stats;
   std::string buffer;
-  absl::Status s = ReplayKinetoTraces(files, o, [&](const v1::Batch& b) {
-    b.SerializeToString(&buffer);
-    return (*publisher)->Publish(f.job, buffer);
-  }, &stats);
+  absl::Status s = ReplayKinetoTraces(
+      files, o,
+      [&](const v1::Batch& b) {
+        b.SerializeToString(&buffer);
+        return (*publisher)->Publish(f.job, buffer);
+      },
+      &stats);
   if (s.ok()) s = (*publisher)->Flush(std::chrono::seconds(60));
   if (!s.ok()) {
     std::fprintf(stderr, "rankwatch replay: %s\n", std::string(s.message()).c_str());
@@ -77,12 +81,14 @@ int RunKinetoReplay(const ReplayFlags& f, const std::vector<std::filesystem::pat
   if (stats.truncated_names > 0) {
     spdlog::warn("replay: {} names longer than 4096 bytes were cut", stats.truncated_names);
   }
-  std::printf("{\"files\": %zu, \"ranks\": %zu, \"world_size\": %u, \"kernel_events\": %llu, "
-              "\"steps\": %llu, \"unstepped_events\": %llu, \"messages\": %llu, \"failed\": %llu}\n",
-              stats.files, stats.ranks, stats.world_size, static_cast<unsigned long long>(stats.events),
-              static_cast<unsigned long long>(stats.steps), static_cast<unsigned long long>(stats.unstepped),
-              static_cast<unsigned long long>(stats.batches),
-              static_cast<unsigned long long>((*publisher)->failed()));
+  std::printf(
+      "{\"files\": %zu, \"ranks\": %zu, \"world_size\": %u, \"kernel_events\": %llu, "
+      "\"steps\": %llu, \"unstepped_events\": %llu, \"messages\": %llu, \"failed\": %llu}\n",
+      stats.files, stats.ranks, stats.world_size, static_cast<unsigned long long>(stats.events),
+      static_cast<unsigned long long>(stats.steps),
+      static_cast<unsigned long long>(stats.unstepped),
+      static_cast<unsigned long long>(stats.batches),
+      static_cast<unsigned long long>((*publisher)->failed()));
   return (*publisher)->failed() == 0 ? 0 : 1;
 }
 
@@ -93,7 +99,8 @@ int RunReplay(const ReplayFlags& f) {
     if (kineto) {
       auto kineto_files = FindKinetoTraces(f.paths);
       if (!kineto_files.ok()) {
-        std::fprintf(stderr, "rankwatch replay: %s\n", std::string(kineto_files.status().message()).c_str());
+        std::fprintf(stderr, "rankwatch replay: %s\n",
+                     std::string(kineto_files.status().message()).c_str());
         return 1;
       }
       return RunKinetoReplay(f, *kineto_files);
@@ -132,7 +139,8 @@ int RunReplay(const ReplayFlags& f) {
 
   auto publisher = ConnectPublisher(f);
   if (!publisher.ok()) {
-    std::fprintf(stderr, "rankwatch replay: %s\n", std::string(publisher.status().message()).c_str());
+    std::fprintf(stderr, "rankwatch replay: %s\n",
+                 std::string(publisher.status().message()).c_str());
     return publisher.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   // Publish in chunks of steps across all ranks, so alignment never holds the whole trace.
@@ -182,11 +190,12 @@ int RunReplay(const ReplayFlags& f) {
     std::fprintf(stderr, "rankwatch replay: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  std::printf("{\"files\": %zu, \"ranks\": %zu, \"world_size\": %u, \"records\": %llu, "
-              "\"messages\": %llu, \"failed\": %llu}\n",
-              files->size(), ranks.size(), world, static_cast<unsigned long long>(records),
-              static_cast<unsigned long long>(messages),
-              static_cast<unsigned long long>((*publisher)->failed()));
+  std::printf(
+      "{\"files\": %zu, \"ranks\": %zu, \"world_size\": %u, \"records\": %llu, "
+      "\"messages\": %llu, \"failed\": %llu}\n",
+      files->size(), ranks.size(), world, static_cast<unsigned long long>(records),
+      static_cast<unsigned long long>(messages),
+      static_cast<unsigned long long>((*publisher)->failed()));
   return (*publisher)->failed() == 0 ? 0 : 1;
 }
 
@@ -195,7 +204,8 @@ int RunReplay(const ReplayFlags& f) {
 CommandRunner AddReplayCommand(CLI::App& app) {
   auto f = std::make_shared<ReplayFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "replay", "publish vendor iteration traces (msprof, MindSpore, torch_npu) or Kineto traces as a job");
+      "replay",
+      "publish vendor iteration traces (msprof, MindSpore, torch_npu) or Kineto traces as a job");
   cmd->add_option("--brokers", f->brokers, "Kafka bootstrap servers")->required();
   cmd->add_option("--topic", f->topic, "telemetry topic")->capture_default_str();
   cmd->add_option("--job", f->job, "training job id to publish as")->required();
@@ -204,17 +214,19 @@ CommandRunner AddReplayCommand(CLI::App& app) {
   cmd->add_option("--chunk-steps", f->chunk_steps, "steps per rank per Kafka message")
       ->capture_default_str()
       ->check(CLI::Range(1u, 10000u));
-  cmd->add_option("--format", f->format,
-                  "steps: iteration traces as step records; kineto: Kineto traces as kernel events; "
-                  "auto: kineto when no iteration trace is found")
+  cmd->add_option(
+         "--format", f->format,
+         "steps: iteration traces as step records; kineto: Kineto traces as kernel events; "
+         "auto: kineto when no iteration trace is found")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "steps", "kineto"}));
   cmd->add_option("--chunk-events", f->chunk_events, "kernel events per Kafka message (Kineto)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 200000u));
-  cmd->add_option("paths", f->paths,
-                  "trace files or directories (searched for step_trace_*.json, "
-                  "step_trace_raw_*_detail_time.csv, step_trace_time.csv; or Kineto *.json, *.json.gz)")
+  cmd->add_option(
+         "paths", f->paths,
+         "trace files or directories (searched for step_trace_*.json, "
+         "step_trace_raw_*_detail_time.csv, step_trace_time.csv; or Kineto *.json, *.json.gz)")
       ->required();
   return [cmd, f]() -> int { return cmd->parsed() ? RunReplay(*f) : -1; };
 }

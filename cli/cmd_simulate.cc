@@ -7,12 +7,12 @@
 #include <memory>
 #include <thread>
 
+#include "cli/commands.h"
 #include "collectors/kafka_publisher.h"
 #include "collectors/simulator/fleet_model.h"
-#include "operators/time.h"
-#include "cli/commands.h"
 #include "common/stop_signal.h"
 #include "ingest/batch_decoder.h"
+#include "operators/time.h"
 
 namespace rankwatch {
 namespace {
@@ -62,9 +62,7 @@ class FleetPublisher {
     sequence_.assign(o.ranks, 0);
   }
 
-  void Append(uint32_t rank, v1::StepRecord* record) {
-    batches_[rank].add_steps()->Swap(record);
-  }
+  void Append(uint32_t rank, v1::StepRecord* record) { batches_[rank].add_steps()->Swap(record); }
   size_t Pending(uint32_t rank) const { return batches_[rank].steps_size(); }
 
   absl::Status Flush(uint32_t rank) {
@@ -123,7 +121,8 @@ int RunSimulate(const SimulateFlags& f) {
   for (const std::string& text : f.faults) {
     auto fault = ParseFaultSpec(text);
     if (!fault.ok()) {
-      std::fprintf(stderr, "rankwatch simulate: %s\n", std::string(fault.status().message()).c_str());
+      std::fprintf(stderr, "rankwatch simulate: %s\n",
+                   std::string(fault.status().message()).c_str());
       return 2;
     }
     if (fault->target.kind == FaultTarget::Kind::kRank && fault->target.index >= f.ranks) {
@@ -142,7 +141,8 @@ int RunSimulate(const SimulateFlags& f) {
   po.client_id = "rankwatch-simulate";
   auto publisher = BatchPublisher::Connect(po, std::chrono::seconds(10));
   if (!publisher.ok()) {
-    std::fprintf(stderr, "rankwatch simulate: %s\n", std::string(publisher.status().message()).c_str());
+    std::fprintf(stderr, "rankwatch simulate: %s\n",
+                 std::string(publisher.status().message()).c_str());
     return publisher.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
 
@@ -208,12 +208,14 @@ int RunSimulate(const SimulateFlags& f) {
 
 CommandRunner AddSimulateCommand(CLI::App& app) {
   auto f = std::make_shared<SimulateFlags>();
-  CLI::App* cmd = app.add_subcommand("simulate",
-                                     "publish a synthetic training job's step records to Kafka");
+  CLI::App* cmd =
+      app.add_subcommand("simulate", "publish a synthetic training job's step records to Kafka");
   cmd->add_option("--brokers", f->brokers, "Kafka bootstrap servers")->required();
   cmd->add_option("--topic", f->topic, "telemetry topic")->capture_default_str();
   cmd->add_option("--job", f->job, "training job id")->required();
-  cmd->add_option("--ranks", f->ranks, "ranks (world size)")->required()->check(CLI::Range(1u, 1u << 20));
+  cmd->add_option("--ranks", f->ranks, "ranks (world size)")
+      ->required()
+      ->check(CLI::Range(1u, 1u << 20));
   cmd->add_option("--steps", f->steps, "steps to simulate")->required();
   cmd->add_option("--ranks-per-node", f->ranks_per_node, "ranks per node")
       ->capture_default_str()
@@ -234,10 +236,11 @@ CommandRunner AddSimulateCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.9));
   cmd->add_option("--seed", f->seed, "random seed")->capture_default_str();
-  cmd->add_option("--fault", f->faults,
-                  "KIND:TARGET[:MAGNITUDE[:FROM_STEP[-UNTIL_STEP]]]; KIND slow-compute, slow-input, "
-                  "input-bound, wait, memory-leak, memory-imbalance, memory-pressure, hang; "
-                  "TARGET a rank, node<N> or all");
+  cmd->add_option(
+      "--fault", f->faults,
+      "KIND:TARGET[:MAGNITUDE[:FROM_STEP[-UNTIL_STEP]]]; KIND slow-compute, slow-input, "
+      "input-bound, wait, memory-leak, memory-imbalance, memory-pressure, hang; "
+      "TARGET a rank, node<N> or all");
   cmd->add_option("--rate", f->rate,
                   "with --speed max: offer at most this many records/s (0 = as fast as possible)")
       ->capture_default_str()

@@ -58,7 +58,8 @@ std::string Explain(const grpc::Status& status, const GrpcClientFlags& f) {
         return "TLS handshake with rankwatchd at " + f.server +
                " failed (wrong CA or certificate, or the server does not use TLS)";
       }
-      if (m.find("shutting down") != std::string::npos) return "rankwatchd at " + f.server + ": " + m;
+      if (m.find("shutting down") != std::string::npos)
+        return "rankwatchd at " + f.server + ": " + m;
       return "cannot reach rankwatchd at " + f.server +
              (f.tls_ca.empty() ? " (if it uses TLS, pass --tls-ca)" : "");
     case grpc::StatusCode::DEADLINE_EXCEEDED:

@@ -1,7 +1,7 @@
 // rankwatch: the operator's tool. Subcommands: kafka (local broker), simulate (synthetic
-// fleet), replay (vendor iteration traces), diagnose (a job's diagnosis from rankwatchd), alerts and top (rankwatchd's alerts; a live
-// view of every job), analyze (GPU timeline analyses of
-// Kineto traces). Bad arguments exit with code 2.
+// fleet), replay (vendor iteration traces), diagnose (a job's diagnosis from rankwatchd), alerts
+// and top (rankwatchd's alerts; a live view of every job), analyze (GPU timeline analyses of Kineto
+// traces). Bad arguments exit with code 2.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -17,14 +17,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", RANKWATCH_VERSION);
   std::vector<rankwatch::CommandRunner> commands = {
-      rankwatch::AddKafkaCommand(app),
-      rankwatch::AddSimulateCommand(app),
-      rankwatch::AddDiagnoseCommand(app),
-      rankwatch::AddReplayCommand(app),
-      rankwatch::AddAgentCommand(app),
-      rankwatch::AddAnalyzeCommand(app),
-      rankwatch::AddAlertsCommand(app),
-      rankwatch::AddTopCommand(app),
+      rankwatch::AddKafkaCommand(app),    rankwatch::AddSimulateCommand(app),
+      rankwatch::AddDiagnoseCommand(app), rankwatch::AddReplayCommand(app),
+      rankwatch::AddAgentCommand(app),    rankwatch::AddAnalyzeCommand(app),
+      rankwatch::AddAlertsCommand(app),   rankwatch::AddTopCommand(app),
   };
   try {
     app.parse(argc, argv);

@@ -69,11 +69,11 @@ void BatchPublisher::OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* 
 
 absl::Status BatchPublisher::Publish(std::string_view key, std::string_view payload) {
   while (true) {
-    rd_kafka_resp_err_t e = rd_kafka_producev(
-        rk_, RD_KAFKA_V_TOPIC(options_.topic.c_str()),
-        RD_KAFKA_V_KEY(const_cast<char*>(key.data()), key.size()),
-        RD_KAFKA_V_VALUE(const_cast<char*>(payload.data()), payload.size()),
-        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+    rd_kafka_resp_err_t e =
+        rd_kafka_producev(rk_, RD_KAFKA_V_TOPIC(options_.topic.c_str()),
+                          RD_KAFKA_V_KEY(const_cast<char*>(key.data()), key.size()),
+                          RD_KAFKA_V_VALUE(const_cast<char*>(payload.data()), payload.size()),
+                          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
     if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
       rd_kafka_poll(rk_, 0);
       return absl::OkStatus();
@@ -110,9 +110,9 @@ int BatchPublisher::Poll(std::chrono::milliseconds timeout) {
 absl::Status BatchPublisher::Flush(std::chrono::milliseconds timeout) {
   rd_kafka_resp_err_t e = rd_kafka_flush(rk_, static_cast<int>(timeout.count()));
   if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    return absl::DeadlineExceededError(std::to_string(rd_kafka_outq_len(rk_)) +
-                                       " messages still undelivered after flush: " +
-                                       rd_kafka_err2str(e));
+    return absl::DeadlineExceededError(
+        std::to_string(rd_kafka_outq_len(rk_)) +
+        " messages still undelivered after flush: " + rd_kafka_err2str(e));
   }
   return absl::OkStatus();
 }

@@ -27,9 +27,9 @@ namespace rankwatch {
 // that window is full (a broker that accepted the requests but does not answer: hung,
 // stopped, partitioned) librdkafka 2.0's broker thread spins on poll(0) for as long as any
 // further message waits in its queue, burning all the CPU it is given (4 training ranks on
-// 2 cores: 0.5-0.7 of a core together, and step time x1.9-2.1). A producer that runs beside training therefore
-// keeps fewer messages than this in librdkafka (queue_max_messages <= this) and holds any
-// backlog itself.
+// 2 cores: 0.5-0.7 of a core together, and step time x1.9-2.1). A producer that runs beside
+// training therefore keeps fewer messages than this in librdkafka (queue_max_messages <= this) and
+// holds any backlog itself.
 constexpr int kIdempotentInflightWindow = 5;
 
 struct PublisherOptions {
@@ -41,7 +41,7 @@ struct PublisherOptions {
                                               // (see kIdempotentInflightWindow)
   enum class WhenFull { kBlock, kDropNewest } when_full = WhenFull::kBlock;
   std::string client_id = "rankwatch";
-  KafkaProperties properties;                 // passed through to librdkafka
+  KafkaProperties properties;  // passed through to librdkafka
 };
 
 class BatchPublisher {

@@ -73,7 +73,8 @@ class RankBatcher {
       k->set_step(s.step);
       bytes += 48;  // about the encoded size of the fields above
     }
-    if (step_ == steps_.size() || (step_ + 1 == steps_.size() && pos_ == steps_[step_].events.size())) {
+    if (step_ == steps_.size() ||
+        (step_ + 1 == steps_.size() && pos_ == steps_[step_].events.size())) {
       step_ = steps_.size();
       b->set_final(o_.final);
       info->set_end_of_file(true);
@@ -123,7 +124,8 @@ absl::Status ReplayKinetoTraces(const std::vector<std::filesystem::path>& files,
     auto t = ReadKinetoTrace(file);
     if (!t.ok()) return t.status();
     const uint32_t rank = t->rank();
-    if (by_rank.contains(rank)) spdlog::warn("replay: two traces for rank {}; {} wins", rank, file.string());
+    if (by_rank.contains(rank))
+      spdlog::warn("replay: two traces for rank {}; {} wins", rank, file.string());
     spdlog::info("replay: {} -> rank {}, {} events", file.string(), rank, t->events.size());
     by_rank[rank] = std::move(*t);
   }
@@ -145,8 +147,8 @@ absl::Status ReplayKinetoTraces(const std::vector<std::filesystem::path>& files,
     r.backend = t.backend;
     r.events.reserve(t.events.size());
     for (const KinetoEvent& e : t.events) {
-      r.events.push_back({e.ts_ns, e.dur_ns, e.stream, e.correlation, e.bytes, e.memory_bw_gbps, e.name,
-                          e.category, e.index});
+      r.events.push_back({e.ts_ns, e.dur_ns, e.stream, e.correlation, e.bytes, e.memory_bw_gbps,
+                          e.name, e.category, e.index});
     }
     t.events = {};
     metas.push_back(&t);
@@ -158,7 +160,8 @@ absl::Status ReplayKinetoTraces(const std::vector<std::filesystem::path>& files,
     for (const auto& s : split[k]) stepped += s.events.size();
     stats->steps += split[k].size();
     stats->unstepped += traces[k].events.size() - stepped;
-    batchers.push_back(std::make_unique<RankBatcher>(o, *metas[k], traces[k], std::move(split[k]), world, stats));
+    batchers.push_back(
+        std::make_unique<RankBatcher>(o, *metas[k], traces[k], std::move(split[k]), world, stats));
   }
   // Round robin: each rank's next batch in turn, so every rank advances step by step.
   v1::Batch b;

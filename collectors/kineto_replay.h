@@ -23,12 +23,12 @@ namespace rankwatch {
 
 struct KinetoReplayOptions {
   std::string training_job;
-  uint32_t world_size = 0;          // default (0): the highest rank found + 1
-  size_t max_events = 20'000;       // kernel events per batch (default 20,000)
-  size_t max_bytes = 3u << 20;      // serialized bytes per batch, about (default 3 MiB < 4 MiB)
-  size_t max_string_bytes = 4096;   // longer names are cut (the daemon's limit)
-  int64_t created_unix_ns = 0;      // stamped on every batch
-  std::string node;                 // default: none
+  uint32_t world_size = 0;         // default (0): the highest rank found + 1
+  size_t max_events = 20'000;      // kernel events per batch (default 20,000)
+  size_t max_bytes = 3u << 20;     // serialized bytes per batch, about (default 3 MiB < 4 MiB)
+  size_t max_string_bytes = 4096;  // longer names are cut (the daemon's limit)
+  int64_t created_unix_ns = 0;     // stamped on every batch
+  std::string node;                // default: none
   std::string collector = "rankwatch-replay";  // the batches' `source.collector`
   // The last batch of each rank is `final` (the job ended). Default: true; false for traces of
   // a job that goes on (the node agent).

@@ -40,7 +40,8 @@ void ApplySection(const YAML::Node& section, const std::string& name,
   for (const auto& kv : section) {
     const std::string key = kv.first.as<std::string>();
     auto it = setters.find(key);
-    if (it == setters.end()) throw YAML::Exception(kv.first.Mark(), "unknown key " + name + "." + key);
+    if (it == setters.end())
+      throw YAML::Exception(kv.first.Mark(), "unknown key " + name + "." + key);
     it->second(kv.second);
   }
 }
@@ -118,14 +119,17 @@ absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* c) {
       {"kafka",
        [&](const YAML::Node& n) {
          if (!n.IsMap()) throw YAML::Exception(n.Mark(), "kafka must be a map");
-         for (const auto& kv : n) c->kafka[kv.first.as<std::string>()] = kv.second.as<std::string>();
+         for (const auto& kv : n)
+           c->kafka[kv.first.as<std::string>()] = kv.second.as<std::string>();
        }},
       {"step-diagnosis",
        [&](const YAML::Node& n) {
          ApplySection(n, "step-diagnosis", StepDiagnosisSetters(&c->step_diagnosis));
        }},
       {"memory-diagnosis",
-       [&](const YAML::Node& n) { ApplySection(n, "memory-diagnosis", MemoryDiagnosisSetters(c)); }},
+       [&](const YAML::Node& n) {
+         ApplySection(n, "memory-diagnosis", MemoryDiagnosisSetters(c));
+       }},
   };
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();

@@ -17,39 +17,39 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "wire/kafka_properties.h"
 #include "operators/memory_diagnosis.h"
 #include "operators/step_time_diagnosis.h"
 #include "operators/time.h"
+#include "wire/kafka_properties.h"
 
 namespace rankwatch {
 
 struct DaemonConfig {
-  std::string brokers;                              // empty: embedded mock broker
+  std::string brokers;  // empty: embedded mock broker
   std::string topic = "rankwatch.telemetry";
   std::string group = "rankwatch";
   std::string state_dir = "rankwatch-state";
   std::string metrics_listen = "0.0.0.0:9466";
   std::string grpc_listen = "0.0.0.0:7466";
-  int embedded_partitions = 6;                      // partitions of the embedded broker's topic
-  int window_steps = 100;                           // spec K
+  int embedded_partitions = 6;  // partitions of the embedded broker's topic
+  int window_steps = 100;       // spec K
   std::string align_timeout = "10s";
-  std::string hang_timeout = "30s";                 // floor of max(5 x median step, this)
-  std::string checkpoint_interval = "1s";           // durable state written this often
+  std::string hang_timeout = "30s";        // floor of max(5 x median step, this)
+  std::string checkpoint_interval = "1s";  // durable state written this often
   // Estimated changes one periodic checkpoint collects on the ingest thread (whole
   // partitions); the rest follows in the next rounds. Default: 16 MiB.
   int checkpoint_budget_mib = 16;
   // Compacted topic holding a copy of the state, so partitions can move between instances of
   // one group. Empty (default): none, for a single instance.
   std::string changelog_topic;
-  std::string job_ttl = "1h";                       // no input this long: the job is finished
-  std::string job_retention = "1h";                 // finished jobs stay queryable this long
+  std::string job_ttl = "1h";        // no input this long: the job is finished
+  std::string job_retention = "1h";  // finished jobs stay queryable this long
   // gRPC TLS (all PEM files; none: plaintext). A client CA turns on mutual TLS.
   std::string grpc_tls_cert;
   std::string grpc_tls_key;
   std::string grpc_tls_client_ca;
   int alert_subscriber_queue = 1024;  // alerts a WatchAlerts subscriber may lag behind
-  std::string log_level = "info";                   // trace, debug, info, warn, error
+  std::string log_level = "info";     // trace, debug, info, warn, error
   KafkaProperties kafka;
   StepDiagnosisOptions step_diagnosis;      // `step-diagnosis:` section; hang-timeout above
   MemoryDiagnosisOptions memory_diagnosis;  // `memory-diagnosis:` section

@@ -51,7 +51,8 @@ TEST(DaemonConfigTest, DiagnosisThresholdsAreConfigurable) {
   EXPECT_EQ(c.step_diagnosis.onset_steps, 12u);
   EXPECT_EQ(c.memory_window_steps, 200);
   EXPECT_DOUBLE_EQ(c.memory_diagnosis.pressure_crit, 0.99);
-  absl::Status s = LoadDaemonConfigFile(WriteTemp("bad3.yaml", "step-diagnosis:\n  stragler-warn: 1\n"), &c);
+  absl::Status s =
+      LoadDaemonConfigFile(WriteTemp("bad3.yaml", "step-diagnosis:\n  stragler-warn: 1\n"), &c);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("step-diagnosis.stragler-warn"), std::string::npos) << s;
 }

@@ -124,9 +124,9 @@ int Run(const DaemonConfig& config) {
       [&health](const absl::Status& s) { health.Fail(s); });
   AlertHubOptions hub_options;
   hub_options.subscriber_queue = static_cast<size_t>(config.alert_subscriber_queue);
-  AlertHub alert_hub(store->get(), &writer, hub_options,
-                     {metrics.alert_subscribers, metrics.alert_subscribers_dropped,
-                      metrics.alerts_delivered});
+  AlertHub alert_hub(
+      store->get(), &writer, hub_options,
+      {metrics.alert_subscribers, metrics.alert_subscribers_dropped, metrics.alerts_delivered});
   GrpcServerOptions grpc_options;
   grpc_options.address = *grpc_address;
   grpc_options.snapshots = &snapshots;
@@ -154,8 +154,8 @@ int Run(const DaemonConfig& config) {
   const std::string metrics_at = (*metrics_server)->address().ToString();
   const std::string grpc_at = (*grpc_server)->address().ToString();
   const std::string endpoints = "{\"metrics\": \"" + metrics_at + "\", \"grpc\": \"" + grpc_at +
-                                "\", \"brokers\": \"" + brokers + "\", \"pid\": " +
-                                std::to_string(::getpid()) + "}\n";
+                                "\", \"brokers\": \"" + brokers +
+                                "\", \"pid\": " + std::to_string(::getpid()) + "}\n";
   if (auto s = (*state_dir)->WriteFileAtomic("endpoints.json", endpoints); !s.ok()) return Fail(s);
   spdlog::info("rankwatchd {} ready: metrics http://{}/metrics, gRPC {}, brokers {}, topic {}",
                RANKWATCH_VERSION, metrics_at, grpc_at, brokers, config.topic);

@@ -1,11 +1,11 @@
 // MindSpore step_trace_raw_<rank>_detail_time.csv and torch_npu step_trace_time.csv -> step
 // records (see iteration_trace.h for the mappings).
+#include <simdjson.h>
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <fstream>
+#include <optional>
 #include <regex>
-#include <simdjson.h>
 
 #include "ingest/csv_table.h"
 #include "ingest/iteration_trace.h"
@@ -146,8 +146,10 @@ absl::StatusOr<IterationTrace> ReadTorchNpuStepTrace(const std::filesystem::path
     std::smatch m;
     const std::string n = run_dir.filename().string();
     if (!std::regex_match(n, m, kDir)) {
-      return absl::InvalidArgumentError(file.string() + ": cannot tell the rank (no "
-                                        "profiler_info_<rank>.json, no rank<N>_ascend_pt directory)");
+      return absl::InvalidArgumentError(
+          file.string() +
+          ": cannot tell the rank (no "
+          "profiler_info_<rank>.json, no rank<N>_ascend_pt directory)");
     }
     trace.rank = static_cast<uint32_t>(std::stoul(m[1].str()));
   }

@@ -45,8 +45,8 @@ RejectReason BatchDecoder::Decode(std::string_view bytes, v1::Batch* batch,
 RejectReason BatchDecoder::Validate(const v1::Batch& batch, std::string* detail) const {
   if (batch.schema_version() == 0 || batch.schema_version() > kSchemaVersion) {
     return Reject(RejectReason::kSchemaVersion, detail,
-                  fmt::format("schema_version {} (this daemon reads 1..{})",
-                              batch.schema_version(), kSchemaVersion));
+                  fmt::format("schema_version {} (this daemon reads 1..{})", batch.schema_version(),
+                              kSchemaVersion));
   }
   const v1::SourceIdentity& src = batch.source();
   if (!batch.has_source() || src.training_job().empty() ||
@@ -65,8 +65,7 @@ RejectReason BatchDecoder::Validate(const v1::Batch& batch, std::string* detail)
       static_cast<size_t>(batch.strings_size()) > limits_.max_strings) {
     return Reject(RejectReason::kTooManyRecords, detail,
                   fmt::format("{} steps, {} kernels, {} samples, {} strings", batch.steps_size(),
-                              batch.kernels_size(), batch.samples_size(),
-                              batch.strings_size()));
+                              batch.kernels_size(), batch.samples_size(), batch.strings_size()));
   }
   if (RejectReason r = ValidateSteps(batch, detail); r != RejectReason::kNone) return r;
   return ValidateKernels(batch, detail);
@@ -75,14 +74,14 @@ RejectReason BatchDecoder::Validate(const v1::Batch& batch, std::string* detail)
 RejectReason BatchDecoder::ValidateSteps(const v1::Batch& batch, std::string* detail) const {
   const uint64_t max = limits_.max_duration_ns;
   for (const v1::StepRecord& s : batch.steps()) {
-    const bool bad_duration =
-        s.step_time_ns() > max || s.dataloader_ns() > max || s.forward_ns() > max ||
-        s.backward_ns() > max || s.optimizer_ns() > max || s.forward_backward_ns() > max ||
-        s.collective_ns() > max;
+    const bool bad_duration = s.step_time_ns() > max || s.dataloader_ns() > max ||
+                              s.forward_ns() > max || s.backward_ns() > max ||
+                              s.optimizer_ns() > max || s.forward_backward_ns() > max ||
+                              s.collective_ns() > max;
     if (bad_duration || s.step() > limits_.max_step) {
-      return Reject(RejectReason::kBadValue, detail,
-                    fmt::format("step {}: a duration exceeds one day or the step is too large",
-                                s.step()));
+      return Reject(
+          RejectReason::kBadValue, detail,
+          fmt::format("step {}: a duration exceeds one day or the step is too large", s.step()));
     }
   }
   return RejectReason::kNone;

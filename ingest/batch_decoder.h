@@ -18,14 +18,14 @@ namespace rankwatch {
 
 enum class RejectReason {
   kNone = 0,
-  kOversized,        // message larger than BatchLimits::max_bytes
-  kMalformed,        // not a protobuf Batch
-  kSchemaVersion,    // version 0 (not a rankwatch batch) or newer than kSchemaVersion
-  kMissingSource,    // no source identity or no training job id
-  kBadRank,          // world size 0 or too large, rank >= world size
-  kTooManyRecords,   // a repeated field over its limit
-  kBadValue,         // a duration or step number outside its range
-  kBadString,        // string table index out of range, or an oversized string
+  kOversized,       // message larger than BatchLimits::max_bytes
+  kMalformed,       // not a protobuf Batch
+  kSchemaVersion,   // version 0 (not a rankwatch batch) or newer than kSchemaVersion
+  kMissingSource,   // no source identity or no training job id
+  kBadRank,         // world size 0 or too large, rank >= world size
+  kTooManyRecords,  // a repeated field over its limit
+  kBadValue,        // a duration or step number outside its range
+  kBadString,       // string table index out of range, or an oversized string
 };
 inline constexpr int kRejectReasonCount = 9;
 

@@ -26,8 +26,7 @@ RejectReason DecodeOf(const v1::Batch& b, const BatchDecoder& d = BatchDecoder()
 TEST(BatchDecoderTest, AcceptsAValidBatch) {
   v1::Batch out;
   std::string detail;
-  ASSERT_EQ(BatchDecoder().Decode(Valid().SerializeAsString(), &out, &detail),
-            RejectReason::kNone)
+  ASSERT_EQ(BatchDecoder().Decode(Valid().SerializeAsString(), &out, &detail), RejectReason::kNone)
       << detail;
   EXPECT_EQ(out.source().training_job(), "job-a");
   EXPECT_EQ(out.steps(0).forward_ns(), 30'000'000u);

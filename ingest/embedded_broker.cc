@@ -26,8 +26,8 @@ absl::StatusOr<std::unique_ptr<EmbeddedBroker>> EmbeddedBroker::Start(
     rd_kafka_destroy(rk);
     return absl::UnavailableError("could not start the mock Kafka cluster");
   }
-  rd_kafka_resp_err_t e = rd_kafka_mock_topic_create(cluster, options.topic.c_str(),
-                                                     options.partitions, 1);
+  rd_kafka_resp_err_t e =
+      rd_kafka_mock_topic_create(cluster, options.topic.c_str(), options.partitions, 1);
   if (e == RD_KAFKA_RESP_ERR_NO_ERROR && options.changelog_topic) {
     e = rd_kafka_mock_topic_create(cluster, (options.topic + ".changelog").c_str(),
                                    options.partitions, 1);

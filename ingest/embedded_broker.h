@@ -1,7 +1,7 @@
 // EmbeddedBroker: a local Kafka-protocol broker (librdkafka's mock cluster) listening on
-// 127.0.0.1, with the telemetry topic (and its state changelog topic) created. Real clients (librdkafka, kcat,
-// confluent-kafka-python) talk to it over TCP. For development, tests and the demo only: it
-// keeps everything in memory.
+// 127.0.0.1, with the telemetry topic (and its state changelog topic) created. Real clients
+// (librdkafka, kcat, confluent-kafka-python) talk to it over TCP. For development, tests and the
+// demo only: it keeps everything in memory.
 //
 // Thread-safe: the mock cluster runs on its own thread; this object only owns it.
 #pragma once

@@ -19,8 +19,9 @@ absl::StatusOr<IterationTrace> ReadIterationTrace(const std::filesystem::path& f
   const auto format = DetectIterationTraceFormat(file);
   if (!format) {
     return absl::InvalidArgumentError(
-        file.string() + ": not an iteration trace (expected step_trace_<dev>_<model>_<iter>.json, "
-                        "step_trace_raw_<rank>_detail_time.csv or step_trace_time.csv)");
+        file.string() +
+        ": not an iteration trace (expected step_trace_<dev>_<model>_<iter>.json, "
+        "step_trace_raw_<rank>_detail_time.csv or step_trace_time.csv)");
   }
   switch (*format) {
     case IterationTraceFormat::kMsprofStepTraceJson: return ReadMsprofStepTrace(file);
@@ -44,8 +45,9 @@ absl::StatusOr<std::vector<std::filesystem::path>> FindIterationTraces(
       }
       if (ec) return absl::UnavailableError(p + ": " + ec.message());
       if (found.size() == before) {
-        return absl::NotFoundError(p + ": no iteration traces (step_trace_*.json, "
-                                       "step_trace_raw_*_detail_time.csv, step_trace_time.csv)");
+        return absl::NotFoundError(p +
+                                   ": no iteration traces (step_trace_*.json, "
+                                   "step_trace_raw_*_detail_time.csv, step_trace_time.csv)");
       }
     } else if (std::filesystem::is_regular_file(p, ec)) {
       if (!DetectIterationTraceFormat(p)) {

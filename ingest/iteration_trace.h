@@ -37,8 +37,8 @@ struct IterationTrace {
   std::filesystem::path file;
   IterationTraceFormat format;
   uint32_t rank = 0;
-  std::string node;    // host name when the trace says
-  std::string device;  // e.g. "npu:1"
+  std::string node;                   // host name when the trace says
+  std::string device;                 // e.g. "npu:1"
   std::vector<v1::StepRecord> steps;  // ascending step numbers, durations in ns
 };
 

@@ -21,9 +21,10 @@ const v1::StepRecord& StepOf(const IterationTrace& t, uint64_t step) {
 }
 
 TEST(MsprofStepTraceTest, ReadsTheTimelineOfDevice0) {
-  auto t = ReadIterationTrace(kFixtures +
-                              "/ascend-msprof-timeline/PROF_000001_20230818142704322_COJGGGCANRMICFBC"
-                              "/device_0/timeline/step_trace_0_2_1.json");
+  auto t =
+      ReadIterationTrace(kFixtures +
+                         "/ascend-msprof-timeline/PROF_000001_20230818142704322_COJGGGCANRMICFBC"
+                         "/device_0/timeline/step_trace_0_2_1.json");
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->rank, 0u);
   EXPECT_EQ(t->node, "A2007104679");
@@ -34,9 +35,9 @@ TEST(MsprofStepTraceTest, ReadsTheTimelineOfDevice0) {
   // Iteration 1: no previous iteration, so no data-augmentation gap.
   const v1::StepRecord& s1 = StepOf(*t, 1);
   EXPECT_EQ(s1.dataloader_ns(), 0u);
-  EXPECT_EQ(s1.step_time_ns(), 47587810u);       // Iteration Time(ns)
-  EXPECT_EQ(s1.forward_backward_ns(), 4236100u);  // FP_BP Time(ns)
-  EXPECT_EQ(s1.optimizer_ns(), 43345580u);        // Iteration Refresh(ns)
+  EXPECT_EQ(s1.step_time_ns(), 47587810u);                            // Iteration Time(ns)
+  EXPECT_EQ(s1.forward_backward_ns(), 4236100u);                      // FP_BP Time(ns)
+  EXPECT_EQ(s1.optimizer_ns(), 43345580u);                            // Iteration Refresh(ns)
   EXPECT_NEAR(static_cast<double>(s1.collective_ns()), 41565450, 1);  // Reduce_1_0 dur (µs)
   // Iteration 2: FP Start 56635944375.25 - iteration 1 end 56635912240.3 = 32134.95 µs.
   const v1::StepRecord& s2 = StepOf(*t, 2);
@@ -50,9 +51,10 @@ TEST(MsprofStepTraceTest, ReadsTheTimelineOfDevice0) {
 }
 
 TEST(MsprofStepTraceTest, RankComesFromInfoJson) {
-  auto t = ReadIterationTrace(kFixtures +
-                              "/ascend-msprof-timeline/PROF_000001_20230818142704567_GQFAMHBKGODKJMLA"
-                              "/device_1/timeline/step_trace_1_0_1.json");
+  auto t =
+      ReadIterationTrace(kFixtures +
+                         "/ascend-msprof-timeline/PROF_000001_20230818142704567_GQFAMHBKGODKJMLA"
+                         "/device_1/timeline/step_trace_1_0_1.json");
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->rank, 1u);
   ASSERT_EQ(t->steps.size(), 10u);
@@ -79,10 +81,12 @@ TEST(MindSporeStepTraceTest, ReadsTicksSkipsTheAveragesRowAndUnionsCommunication
 }
 
 TEST(MindSporeStepTraceTest, PipelineStagesWithOverlappingCommunicationOps) {
-  auto r0 = ReadIterationTrace(kFixtures + "/mindspore-step-trace-raw/cluster_propose/"
-                                           "step_trace_raw_0_detail_time.csv");
-  auto r2 = ReadIterationTrace(kFixtures + "/mindspore-step-trace-raw/cluster_propose/"
-                                           "step_trace_raw_2_detail_time.csv");
+  auto r0 = ReadIterationTrace(kFixtures +
+                               "/mindspore-step-trace-raw/cluster_propose/"
+                               "step_trace_raw_0_detail_time.csv");
+  auto r2 = ReadIterationTrace(kFixtures +
+                               "/mindspore-step-trace-raw/cluster_propose/"
+                               "step_trace_raw_2_detail_time.csv");
   ASSERT_TRUE(r0.ok()) << r0.status();
   ASSERT_TRUE(r2.ok()) << r2.status();
   EXPECT_EQ(r0->rank, 0u);
@@ -105,10 +109,10 @@ TEST(TorchNpuStepTraceTest, ReadsCrlfMicrosecondsAndTheRank) {
     const v1::StepRecord& s = t->steps[0];
     EXPECT_EQ(s.step(), 50u);
     if (rank == 0) {
-      EXPECT_EQ(s.dataloader_ns(), 19358000u);            // Preparing
-      EXPECT_EQ(s.collective_ns(), 81515607u);            // Communication(Not Overlapped)
-      EXPECT_EQ(s.forward_backward_ns(), 90343080u);      // Computing + exposed communication
-      EXPECT_EQ(s.step_time_ns(), 135609250u);            // Preparing + Stage
+      EXPECT_EQ(s.dataloader_ns(), 19358000u);        // Preparing
+      EXPECT_EQ(s.collective_ns(), 81515607u);        // Communication(Not Overlapped)
+      EXPECT_EQ(s.forward_backward_ns(), 90343080u);  // Computing + exposed communication
+      EXPECT_EQ(s.step_time_ns(), 135609250u);        // Preparing + Stage
     } else {
       EXPECT_EQ(s.forward_backward_ns(), 73429287u);
       EXPECT_EQ(s.step_time_ns(), 119522250u);
@@ -117,8 +121,8 @@ TEST(TorchNpuStepTraceTest, ReadsCrlfMicrosecondsAndTheRank) {
 }
 
 TEST(IterationTraceTest, FindsTracesInDirectoriesAndRejectsOthers) {
-  auto found = FindIterationTraces({kFixtures + "/ascend-msprof-timeline",
-                                    kFixtures + "/mindspore-step-trace-raw"});
+  auto found = FindIterationTraces(
+      {kFixtures + "/ascend-msprof-timeline", kFixtures + "/mindspore-step-trace-raw"});
   ASSERT_TRUE(found.ok()) << found.status();
   EXPECT_EQ(found->size(), 5u);  // 2 msprof + 3 MindSpore
   auto none = FindIterationTraces({kFixtures + "/kineto"});

@@ -38,8 +38,7 @@ struct KafkaConsumerOptions {
       on_assigned;
   // Partitions were revoked (or lost): the member must hand them over. Runs inside Poll,
   // before they are unassigned.
-  std::function<void(const std::string& topic, const std::vector<int32_t>& partitions)>
-      on_revoked;
+  std::function<void(const std::string& topic, const std::vector<int32_t>& partitions)> on_revoked;
 };
 
 struct KafkaMessage {
@@ -51,8 +50,7 @@ struct KafkaMessage {
 
 class KafkaConsumer {
  public:
-  static absl::StatusOr<std::unique_ptr<KafkaConsumer>> Create(
-      const KafkaConsumerOptions& options);
+  static absl::StatusOr<std::unique_ptr<KafkaConsumer>> Create(const KafkaConsumerOptions& options);
   ~KafkaConsumer();
   KafkaConsumer(const KafkaConsumer&) = delete;
   KafkaConsumer& operator=(const KafkaConsumer&) = delete;

@@ -180,7 +180,8 @@ absl::Status ParseEvent(od::object ev, uint32_t index, Interner& interner, Kinet
   bool has_ts = false, has_dur = false, has_cat = false;
   for (auto f_result : ev) {
     od::field f;
-    if (auto err = std::move(f_result).get(f)) return absl::InvalidArgumentError(At(index) + JsonError(err));
+    if (auto err = std::move(f_result).get(f))
+      return absl::InvalidArgumentError(At(index) + JsonError(err));
     const od::raw_json_string k = f.key();
     const bool is_ts = k == "ts";
     if (is_ts || k == "dur") {
@@ -210,7 +211,8 @@ absl::Status ParseEvent(od::object ev, uint32_t index, Interner& interner, Kinet
     } else if (k == "args") {
       od::object args;
       if (f.value().get_object().get(args)) continue;
-      if (auto err = ParseArgs(args, &e)) return absl::InvalidArgumentError(At(index) + "args: " + JsonError(err));
+      if (auto err = ParseArgs(args, &e))
+        return absl::InvalidArgumentError(At(index) + "args: " + JsonError(err));
     }
   }
   if (!has_ts) t->ts_is_float = true;  // pandas: a missing value makes the column float
@@ -261,7 +263,8 @@ class TraceStream {
         }
         if (depth_ == 2 && in_events_) unit_start = i;  // an element starts
         if (depth_ == 0) {
-          if (saw_object_) return absl::InvalidArgumentError("not valid trace JSON: data after the document");
+          if (saw_object_)
+            return absl::InvalidArgumentError("not valid trace JSON: data after the document");
           saw_object_ = true;
           unit_start = i + 1;
         }
@@ -292,8 +295,10 @@ class TraceStream {
 
   absl::Status Finish() {
     if (auto s = Flush(); !s.ok()) return s;
-    if (depth_ != 0 || !saw_object_) return absl::InvalidArgumentError("not valid trace JSON: truncated document");
-    if (!saw_events_) return absl::InvalidArgumentError("not a Kineto trace: no `traceEvents` array");
+    if (depth_ != 0 || !saw_object_)
+      return absl::InvalidArgumentError("not valid trace JSON: truncated document");
+    if (!saw_events_)
+      return absl::InvalidArgumentError("not a Kineto trace: no `traceEvents` array");
     t_->raw_events = index_;
     return absl::OkStatus();
   }
@@ -305,8 +310,10 @@ class TraceStream {
       if (auto s = Flush(); !s.ok()) return s;
     }
     // Rescanning restarts at the unit's first byte with the depth it had there.
-    if (in_events_ && depth_ > 2) depth_ = 2;
-    else if (!in_events_ && depth_ > 1) depth_ = 1;
+    if (in_events_ && depth_ > 2)
+      depth_ = 2;
+    else if (!in_events_ && depth_ > 1)
+      depth_ = 1;
     if (!in_events_ && depth_ == 1) key_.clear();
     pending_.erase(0, unit_start);
     return absl::OkStatus();
@@ -327,7 +334,8 @@ class TraceStream {
       return absl::InvalidArgumentError(At(index_) + JsonError(err));
     }
     od::array events;
-    if (auto err = doc.get_array().get(events)) return absl::InvalidArgumentError(At(index_) + JsonError(err));
+    if (auto err = doc.get_array().get(events))
+      return absl::InvalidArgumentError(At(index_) + JsonError(err));
     for (auto ev_result : events) {
       od::object ev;
       if (auto err = std::move(ev_result).get_object().get(ev)) {
@@ -356,12 +364,14 @@ class TraceStream {
     if (key == "distributedInfo") {
       od::object info;
       if (doc.get_object().get(info)) return absl::OkStatus();  // malformed: no rank
-      if (auto err = ParseDistributedInfo(info, t_)) return absl::InvalidArgumentError("distributedInfo: " + JsonError(err));
+      if (auto err = ParseDistributedInfo(info, t_))
+        return absl::InvalidArgumentError("distributedInfo: " + JsonError(err));
     } else {
       int64_t base = -1;
       std::string_view text;
       if (doc.get_int64().get(base)) {
-        base = !doc.get_string().get(text) ? std::strtoll(std::string(text).c_str(), nullptr, 10) : -1;
+        base =
+            !doc.get_string().get(text) ? std::strtoll(std::string(text).c_str(), nullptr, 10) : -1;
       }
       if (base >= 0) t_->base_time_unix_ns = base;
     }
@@ -381,7 +391,8 @@ class TraceStream {
 
 }  // namespace
 
-absl::StatusOr<KinetoTrace> ParseKinetoTrace(std::string_view json, const std::filesystem::path& file) {
+absl::StatusOr<KinetoTrace> ParseKinetoTrace(std::string_view json,
+                                             const std::filesystem::path& file) {
   KinetoTrace t;
   t.file = file;
   t.decompressed_bytes = json.size();

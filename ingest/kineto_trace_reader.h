@@ -26,14 +26,14 @@ namespace rankwatch {
 struct KinetoEvent {
   int64_t ts_ns = 0;
   int64_t dur_ns = 0;
-  int64_t stream = -1;       // args.stream; absent or non-numeric -> -1
-  int64_t correlation = -1;  // args.correlation
-  int64_t bytes = -1;        // args.bytes (memcpy / memset)
+  int64_t stream = -1;        // args.stream; absent or non-numeric -> -1
+  int64_t correlation = -1;   // args.correlation
+  int64_t bytes = -1;         // args.bytes (memcpy / memset)
   double memory_bw_gbps = 0;  // args["memory bandwidth (GB/s)"]
   uint32_t name = 0;
   uint32_t category = 0;
-  uint32_t index = 0;        // position in `traceEvents` (HTA's row label)
-  int32_t pid = 0;           // OS pid, or device id for GPU events
+  uint32_t index = 0;  // position in `traceEvents` (HTA's row label)
+  int32_t pid = 0;     // OS pid, or device id for GPU events
 };
 
 struct KinetoTrace {
@@ -44,9 +44,9 @@ struct KinetoTrace {
   // Rank as HTA finds it: the first line matching `"rank":\s+(\d+)`; nullopt when none does
   // (compact JSON), in which case HTA uses rank 0.
   std::optional<uint32_t> hta_rank;
-  std::optional<uint32_t> json_rank;       // distributedInfo.rank
-  std::optional<uint32_t> world_size;      // distributedInfo.world_size
-  std::string backend;                     // distributedInfo.backend
+  std::optional<uint32_t> json_rank;         // distributedInfo.rank
+  std::optional<uint32_t> world_size;        // distributedInfo.world_size
+  std::string backend;                       // distributedInfo.backend
   std::optional<int64_t> base_time_unix_ns;  // baseTimeNanoseconds
   // Any `ts` was written as a non-integer JSON number (or was missing): HTA's ts column is
   // then floating point and its ns-rounding applies.
@@ -64,7 +64,8 @@ absl::StatusOr<KinetoTrace> ReadKinetoTrace(const std::filesystem::path& file);
 
 // Parses trace JSON already in memory. `json` must stay valid for the call and have
 // simdjson::SIMDJSON_PADDING readable bytes after its end. `file` is used in messages only.
-absl::StatusOr<KinetoTrace> ParseKinetoTrace(std::string_view json, const std::filesystem::path& file);
+absl::StatusOr<KinetoTrace> ParseKinetoTrace(std::string_view json,
+                                             const std::filesystem::path& file);
 
 // Expands `paths` (files, or directories searched recursively for *.json and *.json.gz) into
 // trace files, sorted. A missing path, or a directory without traces, is an error.

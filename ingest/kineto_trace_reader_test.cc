@@ -85,7 +85,8 @@ TEST(KinetoTraceReader, CompactDistributedInfoHasNoHtaRank) {
 }
 
 TEST(KinetoTraceReader, MissingDistributedInfoAndStepsAreFine) {
-  auto t = ParseText(R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":10,"dur":0,"args":{}}]})");
+  auto t = ParseText(
+      R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":10,"dur":0,"args":{}}]})");
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->rank(), 0u);
   EXPECT_FALSE(t->ts_is_float);
@@ -95,12 +96,15 @@ TEST(KinetoTraceReader, MissingDistributedInfoAndStepsAreFine) {
 // Kineto writes baseTimeNanoseconds after traceEvents, as the last member, ended by the
 // document's closing brace (the hta-nccl-ddp-rank0 fixture does).
 TEST(KinetoTraceReader, ReadsTheLastMemberAfterTraceEvents) {
-  const std::string events = R"("traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{}}])";
+  const std::string events =
+      R"("traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{}}])";
   for (const std::string& text : {
            "{" + events + R"(,"baseTimeNanoseconds":1711964646000000000})",
-           "{\n  " + events + ",\n  \"traceName\": \"x\",\n  \"baseTimeNanoseconds\": 1711964646000000000\n}",
+           "{\n  " + events +
+               ",\n  \"traceName\": \"x\",\n  \"baseTimeNanoseconds\": 1711964646000000000\n}",
            "{" + events + R"(, "baseTimeNanoseconds" : "1711964646000000000" } )" + "\n\n",
-           "{" + events + R"(,"distributedInfo":{"rank": 5},"baseTimeNanoseconds":1711964646000000000})",
+           "{" + events +
+               R"(,"distributedInfo":{"rank": 5},"baseTimeNanoseconds":1711964646000000000})",
        }) {
     auto t = ParseText(text);
     ASSERT_TRUE(t.ok()) << t.status() << " in " << text;

@@ -66,7 +66,8 @@ absl::StatusOr<IterationTrace> ReadMsprofStepTrace(const std::filesystem::path& 
       return Fail(info_path, std::string("not JSON: ") + simdjson::error_message(err));
     }
     int64_t rank;
-    if (!info["rank_id"].get_int64().get(rank) && rank >= 0) trace.rank = static_cast<uint32_t>(rank);
+    if (!info["rank_id"].get_int64().get(rank) && rank >= 0)
+      trace.rank = static_cast<uint32_t>(rank);
     std::string_view host;
     if (!info["hostname"].get_string().get(host)) trace.node = std::string(host);
   }
@@ -86,7 +87,8 @@ absl::StatusOr<IterationTrace> ReadMsprofStepTrace(const std::filesystem::path& 
     simdjson::dom::object args;
     int64_t id;
     if (e["args"].get_object().get(args) || args["Iteration ID"].get_int64().get(id)) {
-      return Fail(file, std::string("a '") + std::string(cat) + "' event without args.\"Iteration ID\"");
+      return Fail(file,
+                  std::string("a '") + std::string(cat) + "' event without args.\"Iteration ID\"");
     }
     Iteration& it = iterations[id];
     if (cat == "Iteration Time") {
@@ -109,7 +111,8 @@ absl::StatusOr<IterationTrace> ReadMsprofStepTrace(const std::filesystem::path& 
   const Iteration* previous = nullptr;
   int64_t previous_id = 0;
   for (const auto& [id, it] : iterations) {
-    if (it.time_ns < 0) return Fail(file, "iteration " + std::to_string(id) + " has no Iteration Time");
+    if (it.time_ns < 0)
+      return Fail(file, "iteration " + std::to_string(id) + " has no Iteration Time");
     v1::StepRecord r;
     r.set_step(static_cast<uint64_t>(id));
     // The gap between the previous iteration's end and this FP start: data loading and
@@ -120,7 +123,8 @@ absl::StatusOr<IterationTrace> ReadMsprofStepTrace(const std::filesystem::path& 
       gap_ns = std::max(0.0, (it.fp_start_us - previous->end_us) * 1e3);
     }
     r.set_dataloader_ns(static_cast<uint64_t>(std::llround(gap_ns)));
-    if (it.fp_bp_ns >= 0) r.set_forward_backward_ns(static_cast<uint64_t>(std::llround(it.fp_bp_ns)));
+    if (it.fp_bp_ns >= 0)
+      r.set_forward_backward_ns(static_cast<uint64_t>(std::llround(it.fp_bp_ns)));
     if (it.refresh_ns >= 0) r.set_optimizer_ns(static_cast<uint64_t>(std::llround(it.refresh_ns)));
     if (it.has_reduce) r.set_collective_ns(static_cast<uint64_t>(std::llround(it.reduce_ns)));
     r.set_step_time_ns(static_cast<uint64_t>(std::llround(gap_ns + it.time_ns)));

@@ -62,7 +62,8 @@ absl::Status StreamTraceFile(const std::filesystem::path& file,
     if (rc == Z_STREAM_END) {
       ended = true;
     } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
-      return absl::InvalidArgumentError(std::string("corrupt gzip stream: ") + (zs.msg ? zs.msg : "inflate error"));
+      return absl::InvalidArgumentError(std::string("corrupt gzip stream: ") +
+                                        (zs.msg ? zs.msg : "inflate error"));
     }
   }
   if (std::ferror(f.get())) return absl::InvalidArgumentError("read error");

@@ -20,9 +20,10 @@ std::vector<Candidate> CandidatesOf(const JobSnapshot& s) {
     case StepLabel::kStraggler:
     case StepLabel::kInputStraggler:
     case StepLabel::kComputeStraggler: {
-      const StragglerCause cause = d.label == StepLabel::kStraggler        ? StragglerCause::kBoth
-                                   : d.label == StepLabel::kInputStraggler ? StragglerCause::kInput
-                                                                           : StragglerCause::kCompute;
+      const StragglerCause cause = d.label == StepLabel::kStraggler ? StragglerCause::kBoth
+                                   : d.label == StepLabel::kInputStraggler
+                                       ? StragglerCause::kInput
+                                       : StragglerCause::kCompute;
       std::string subject = "job";
       if (d.scope == CulpritScope::kNode) {
         subject = "node:" + d.culprit_node;
@@ -45,10 +46,12 @@ std::vector<Candidate> CandidatesOf(const JobSnapshot& s) {
       out.push_back({AlertKind::kMemoryCreep, "job", m.severity});
       break;
     case MemoryLabel::kHighPressure:
-      out.push_back({AlertKind::kMemoryPressure, "rank:" + std::to_string(e.worst_rank), m.severity});
+      out.push_back(
+          {AlertKind::kMemoryPressure, "rank:" + std::to_string(e.worst_rank), m.severity});
       break;
     case MemoryLabel::kImbalance:
-      out.push_back({AlertKind::kMemoryImbalance, "rank:" + std::to_string(e.worst_rank), m.severity});
+      out.push_back(
+          {AlertKind::kMemoryImbalance, "rank:" + std::to_string(e.worst_rank), m.severity});
       break;
     default: break;
   }
@@ -159,7 +162,8 @@ state::v1::AlertTrackerState AlertTracker::ExportJob(const std::string& job) con
   if (auto e = evaluated_through_.find(job); e != evaluated_through_.end()) {
     out.set_evaluated_through_step(e->second);
   }
-  for (auto it = active_.lower_bound({job, ""}); it != active_.end() && it->first.first == job; ++it) {
+  for (auto it = active_.lower_bound({job, ""}); it != active_.end() && it->first.first == job;
+       ++it) {
     const Active& a = it->second;
     state::v1::ActiveAlert* x = out.add_alerts();
     x->set_id(a.last.id);
@@ -211,7 +215,8 @@ void AlertTracker::DropJob(const std::string& job) {
 
 std::map<AlertKind, int> AlertTracker::Firing(const std::string& job) const {
   std::map<AlertKind, int> out;
-  for (auto it = active_.lower_bound({job, ""}); it != active_.end() && it->first.first == job; ++it) {
+  for (auto it = active_.lower_bound({job, ""}); it != active_.end() && it->first.first == job;
+       ++it) {
     if (it->second.last.state == AlertState::kFiring) ++out[it->second.last.kind];
   }
   return out;

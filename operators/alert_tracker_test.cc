@@ -59,7 +59,7 @@ TEST(AlertTrackerTest, ARestoredJobNeitherForgetsNorRefiresItsAlerts) {
   AlertTracker after({.fire_after = 3, .resolve_after = 10});
   after.RestoreJob(saved);
   EXPECT_EQ(after.Firing("j").at(AlertKind::kStraggler), 1);
-  EXPECT_TRUE(after.Firing("other").empty());             // only the job that was restored
+  EXPECT_TRUE(after.Firing("other").empty());                  // only the job that was restored
   EXPECT_TRUE(after.Evaluate(Straggler("j", 4), 10).empty());  // still firing: no new event
   for (int i = 0; i < 9; ++i) EXPECT_TRUE(after.Evaluate(Healthy("j"), 11 + i).empty());
   auto e = after.Evaluate(Healthy("j"), 30);
@@ -94,7 +94,8 @@ TEST(AlertTrackerTest, StepsReplayedAfterARestoreAreNotEvaluatedAgain) {
   for (uint64_t step = 9; step <= 12; ++step) {
     EXPECT_TRUE(after.Evaluate(At(Straggler("j", 4), step), 3).empty()) << step;
   }
-  for (uint64_t step = 13; step < 22; ++step) EXPECT_TRUE(after.Evaluate(At(Healthy("j"), step), 4).empty());
+  for (uint64_t step = 13; step < 22; ++step)
+    EXPECT_TRUE(after.Evaluate(At(Healthy("j"), step), 4).empty());
   EXPECT_EQ(after.active(), 0u);
   // ...while new steps are evaluated as usual: from step 22 on (the last one evaluated before
   // is evaluated again, as a silent job's evaluations are).
@@ -142,7 +143,7 @@ TEST(AlertTrackerTest, AFlappingConditionNeverFiresTwiceWhileActive) {
   AlertTracker t({.fire_after = 1, .resolve_after = 3});
   EXPECT_EQ(t.Evaluate(Straggler("j", 2), 0).size(), 2u);  // pending and firing at once
   for (int i = 0; i < 5; ++i) {
-    EXPECT_TRUE(t.Evaluate(Healthy("j"), 1).empty());  // one or two clean ones...
+    EXPECT_TRUE(t.Evaluate(Healthy("j"), 1).empty());       // one or two clean ones...
     EXPECT_TRUE(t.Evaluate(Straggler("j", 2), 2).empty());  // ...then back: still the same alert
   }
   EXPECT_EQ(t.active(), 1u);

@@ -6,8 +6,7 @@
 
 namespace rankwatch {
 
-JobPipeline::JobPipeline(std::string training_job, uint32_t world_size,
-                         JobPipelineOptions options)
+JobPipeline::JobPipeline(std::string training_job, uint32_t world_size, JobPipelineOptions options)
     : training_job_(std::move(training_job)), options_(options) {
   Reset(world_size);
 }
@@ -111,10 +110,10 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   s.memory = DiagnoseMemory(*memory_window_, options_.memory);
   s.rank_nodes = rank_nodes_;
   s.rank_totals = std::make_shared<const std::vector<StepWindow::RankTotals>>(window_->totals());
-  s.rank_peak_allocated =
-      std::make_shared<const std::vector<double>>(memory_window_->rank_peaks(MemoryKind::kAllocated));
-  s.rank_peak_reserved =
-      std::make_shared<const std::vector<double>>(memory_window_->rank_peaks(MemoryKind::kReserved));
+  s.rank_peak_allocated = std::make_shared<const std::vector<double>>(
+      memory_window_->rank_peaks(MemoryKind::kAllocated));
+  s.rank_peak_reserved = std::make_shared<const std::vector<double>>(
+      memory_window_->rank_peaks(MemoryKind::kReserved));
   return s;
 }
 

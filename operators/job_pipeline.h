@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "operators/phase_stats.h"
-#include "operators/step_aligner.h"
 #include "operators/memory_diagnosis.h"
 #include "operators/memory_window.h"
+#include "operators/phase_stats.h"
+#include "operators/step_aligner.h"
 #include "operators/step_time_diagnosis.h"
 #include "operators/step_window.h"
 #include "rankwatch/v1/telemetry.pb.h"
@@ -45,8 +45,8 @@ struct JobSnapshot {
   std::string training_job;
   uint32_t world_size = 0;
   uint32_t ranks_seen = 0;
-  uint64_t aligned_steps = 0;       // since the pipeline started
-  uint64_t timed_out_steps = 0;     // aligned with ranks missing
+  uint64_t aligned_steps = 0;    // since the pipeline started
+  uint64_t timed_out_steps = 0;  // aligned with ranks missing
   bool has_window = false;
   uint64_t window_first_step = 0;
   uint64_t window_last_step = 0;
@@ -54,10 +54,10 @@ struct JobSnapshot {
   uint32_t last_ranks_present = 0;
   int64_t last_record_unix_ns = 0;  // newest end_unix_ns seen
   PhaseStats phases;
-  bool finished = false;            // every rank sent its final batch
+  bool finished = false;  // every rank sent its final batch
   StepDiagnosis step;
   MemoryDiagnosis memory;
-  int64_t evaluated_unix_ns = 0;        // wall clock of the evaluation, set by the caller
+  int64_t evaluated_unix_ns = 0;  // wall clock of the evaluation, set by the caller
   // Each rank's phase sums and counts over the window (for per-rank detail), and its memory
   // peaks over the memory window (0 = none reported), indexed by rank.
   std::shared_ptr<const std::vector<StepWindow::RankTotals>> rank_totals;
@@ -113,7 +113,7 @@ class JobPipeline {
   std::unique_ptr<StepAligner> aligner_;
   std::unique_ptr<StepWindow> window_;
   std::unique_ptr<MemoryWindow> memory_window_;
-  std::vector<AlignedStep> closed_;  // scratch, reused
+  std::vector<AlignedStep> closed_;                   // scratch, reused
   std::vector<state::v1::StoredStep> unsaved_steps_;  // with options.record_changes
   std::shared_ptr<const std::vector<std::string>> rank_nodes_;
   TimePoint last_progress_{};  // when a step last aligned, or when the job was first seen

@@ -16,7 +16,9 @@ constexpr double kGiB = 1024.0 * 1024 * 1024;
 struct Slice {
   double worst_head, worst_tail, median_head, median_tail;
   int seg;
-  double worst_growth() const { return worst_head > 0 ? (worst_tail - worst_head) / worst_head : 0; }
+  double worst_growth() const {
+    return worst_head > 0 ? (worst_tail - worst_head) / worst_head : 0;
+  }
   double median_growth() const {
     return median_head > 0 ? (median_tail - median_head) / median_head : 0;
   }
@@ -73,11 +75,11 @@ MemoryKindEvidence Assess(const MemoryWindow& w, const std::vector<double>& rank
   e.median_growth = overall.median_growth();
   e.delta_bytes = overall.worst_tail - overall.worst_head;
   const double cap = static_cast<double>(capacity);
-  const bool confirmed =
-      e.confirmed_votes == 3 && e.worst_growth >= o.confirmed_overall_worst &&
-      e.median_growth >= o.confirmed_overall_median &&
-      e.delta_bytes >= std::max({o.confirmed_delta_bytes, o.confirmed_delta_head * overall.worst_head,
-                                 o.confirmed_delta_capacity * cap});
+  const bool confirmed = e.confirmed_votes == 3 && e.worst_growth >= o.confirmed_overall_worst &&
+                         e.median_growth >= o.confirmed_overall_median &&
+                         e.delta_bytes >= std::max({o.confirmed_delta_bytes,
+                                                    o.confirmed_delta_head * overall.worst_head,
+                                                    o.confirmed_delta_capacity * cap});
   const bool early =
       e.early_votes >= 2 && e.worst_growth >= o.early_overall_worst &&
       e.median_growth >= o.early_overall_median &&
@@ -184,12 +186,12 @@ MemoryDiagnosis DiagnoseMemory(const MemoryWindow& w, const MemoryDiagnosisOptio
       break;
     case MemoryLabel::kCreep:
     case MemoryLabel::kCreepEarly:
-      d.note = fmt::format("{} memory grows {:.0f} MiB per step ({:.0f}% over the window){}",
-                           kind, e.creep_bytes_per_step / (1024 * 1024), e.worst_growth * 100,
-                           e.projected_steps_to_full
-                               ? fmt::format("; the device is full in about {} steps",
-                                             *e.projected_steps_to_full)
-                               : std::string());
+      d.note = fmt::format(
+          "{} memory grows {:.0f} MiB per step ({:.0f}% over the window){}", kind,
+          e.creep_bytes_per_step / (1024 * 1024), e.worst_growth * 100,
+          e.projected_steps_to_full
+              ? fmt::format("; the device is full in about {} steps", *e.projected_steps_to_full)
+              : std::string());
       break;
     case MemoryLabel::kBalanced:
       d.note = fmt::format("peaks steady and even across ranks ({:.1f} GiB median {})",

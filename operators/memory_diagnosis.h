@@ -31,7 +31,7 @@ std::string_view MemoryKindName(MemoryKind kind);  // "allocated", "reserved"
 
 // Thresholds of the spec, each with its default.
 struct MemoryDiagnosisOptions {
-  uint32_t min_steps = 48;            // fewer steps with memory -> no_data
+  uint32_t min_steps = 48;  // fewer steps with memory -> no_data
   double pressure_warn = 0.92;
   double pressure_crit = 0.97;
   double imbalance_warn = 0.12;
@@ -55,10 +55,10 @@ struct MemoryKindEvidence {
   double worst_peak_bytes = 0;
   uint32_t worst_rank = 0;
   double skew = 0;
-  double pressure = 0;           // worst peak / capacity, 0 when the capacity is unknown
-  double worst_growth = 0;       // overall (f = 0.20) growth of the worst and median series
+  double pressure = 0;      // worst peak / capacity, 0 when the capacity is unknown
+  double worst_growth = 0;  // overall (f = 0.20) growth of the worst and median series
   double median_growth = 0;
-  double delta_bytes = 0;        // worst tail - worst head, overall slice
+  double delta_bytes = 0;  // worst tail - worst head, overall slice
   int early_votes = 0, confirmed_votes = 0;
   double creep_bytes_per_step = 0;
   std::optional<uint64_t> projected_steps_to_full;

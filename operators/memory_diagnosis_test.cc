@@ -21,7 +21,8 @@ class Fleet {
   void Step() {
     model_->Step(next_, &records_, &reported_);
     AlignedStep a{next_++, static_cast<uint32_t>(records_.size()), false, {}};
-    for (uint32_t r = 0; r < records_.size(); ++r) a.samples.push_back(ToStepSample(records_[r], r));
+    for (uint32_t r = 0; r < records_.size(); ++r)
+      a.samples.push_back(ToStepSample(records_[r], r));
     window_.Add(a);
   }
   MemoryDiagnosis Diagnose() const { return DiagnoseMemory(window_, {}); }

@@ -12,12 +12,12 @@
 namespace rankwatch {
 
 struct PhaseStat {
-  bool present = false;    // at least one rank reported the phase in the window
-  uint32_t ranks = 0;      // ranks that reported it
+  bool present = false;  // at least one rank reported the phase in the window
+  uint32_t ranks = 0;    // ranks that reported it
   double median_seconds = 0;
   double worst_seconds = 0;
   uint32_t worst_rank = 0;
-  double skew = 0;         // 0 when the median is 0 or one rank reported
+  double skew = 0;  // 0 when the median is 0 or one rank reported
 };
 
 using PhaseStats = std::array<PhaseStat, kPhaseCount>;

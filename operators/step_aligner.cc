@@ -47,9 +47,7 @@ AlignOutcome StepAligner::Add(const StepSample& sample, TimePoint now,
   return AlignOutcome::kAccepted;
 }
 
-void StepAligner::Expire(TimePoint now, std::vector<AlignedStep>* closed) {
-  Drain(now, closed);
-}
+void StepAligner::Expire(TimePoint now, std::vector<AlignedStep>* closed) { Drain(now, closed); }
 
 void StepAligner::Drain(TimePoint now, std::vector<AlignedStep>* closed) {
   while (!pending_.empty()) {

@@ -39,9 +39,9 @@ struct AlignedStep {
 
 enum class AlignOutcome {
   kAccepted,
-  kDuplicate,        // this rank already reported this step
-  kLate,             // the step had already closed without this rank
-  kRankOutOfRange,   // rank >= world size
+  kDuplicate,       // this rank already reported this step
+  kLate,            // the step had already closed without this rank
+  kRankOutOfRange,  // rank >= world size
 };
 
 class StepAligner {
@@ -69,10 +69,9 @@ class StepAligner {
   // (`now` on the steady clock is `wall_now_unix_ns` on the wall clock).
   state::v1::AlignerState ExportState(TimePoint now, int64_t wall_now_unix_ns) const;
   // Rebuilds an aligner from ExportState's output; a damaged state is DataLoss.
-  static absl::StatusOr<std::unique_ptr<StepAligner>> FromState(const state::v1::AlignerState& state,
-                                                                StepAlignerOptions options,
-                                                                TimePoint now,
-                                                                int64_t wall_now_unix_ns);
+  static absl::StatusOr<std::unique_ptr<StepAligner>> FromState(
+      const state::v1::AlignerState& state, StepAlignerOptions options, TimePoint now,
+      int64_t wall_now_unix_ns);
 
  private:
   struct Pending {

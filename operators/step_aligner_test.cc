@@ -64,7 +64,7 @@ TEST(StepAlignerTest, DuplicatesAndLateRecordsAreCountedNotAligned) {
   std::vector<AlignedStep> closed;
   a.Add(Sample(0, 1), t0, &closed);
   EXPECT_EQ(a.Add(Sample(0, 1), t0, &closed), AlignOutcome::kDuplicate);  // pending duplicate
-  a.Expire(t0 + kTimeout, &closed);                                      // step 1 closes without rank 1
+  a.Expire(t0 + kTimeout, &closed);  // step 1 closes without rank 1
   ASSERT_EQ(closed.size(), 1u);
   EXPECT_EQ(a.Add(Sample(1, 1), t0 + kTimeout, &closed), AlignOutcome::kLate);
   EXPECT_EQ(a.Add(Sample(0, 1), t0 + kTimeout, &closed), AlignOutcome::kDuplicate);

@@ -57,8 +57,7 @@ absl::Status DecodeStep(const state::v1::StoredStep& in, AlignedStep* out) {
     s.rank = in.ranks(i);
     if (s.rank >= in.world_size()) {
       return absl::DataLossError("stored step " + std::to_string(in.step()) + " has rank " +
-                                 std::to_string(s.rank) + " of " +
-                                 std::to_string(in.world_size()));
+                                 std::to_string(s.rank) + " of " + std::to_string(in.world_size()));
     }
     s.present = in.present(i);
     for (int p = 0; p < kPhaseCount; ++p) {

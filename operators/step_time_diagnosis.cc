@@ -37,7 +37,9 @@ SignalEvidence Evidence(const RankValues& v) {
   for (uint32_t r = 0; r < v.size(); ++r) {
     if (!Known(v[r]) || v[r] <= e.stat.median_seconds) continue;
     RankExcess x{r, v[r] - e.stat.median_seconds};
-    auto less = [](const RankExcess& a, const RankExcess& b) { return a.excess_seconds > b.excess_seconds; };
+    auto less = [](const RankExcess& a, const RankExcess& b) {
+      return a.excess_seconds > b.excess_seconds;
+    };
     e.top.insert(std::upper_bound(e.top.begin(), e.top.end(), x, less), x);
     if (e.top.size() > 3) e.top.pop_back();
   }
@@ -63,8 +65,7 @@ double ComputeOf(const std::array<double, kPhaseCount>& m, uint32_t present, dou
 }
 
 constexpr uint32_t kComputeMask = (1u << P(Phase::kForward)) | (1u << P(Phase::kBackward)) |
-                                  (1u << P(Phase::kOptimizer)) |
-                                  (1u << P(Phase::kForwardBackward));
+                                  (1u << P(Phase::kOptimizer)) | (1u << P(Phase::kForwardBackward));
 
 // Per-rank signals over some steps of the window.
 struct Signals {
@@ -242,9 +243,9 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::strin
   d.compute = Evidence(full.compute);
 
   if (w.size() < o.min_steps) {
-    return finish(StepLabel::kNoData, Severity::kInfo,
-                  fmt::format("{} aligned steps so far; the diagnosis needs {}", w.size(),
-                              o.min_steps));
+    return finish(
+        StepLabel::kNoData, Severity::kInfo,
+        fmt::format("{} aligned steps so far; the diagnosis needs {}", w.size(), o.min_steps));
   }
   if (!step.present || step.median_seconds <= 0) {
     return finish(StepLabel::kNoData, Severity::kInfo, "no rank reports its step time");
@@ -346,7 +347,8 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::strin
     d.culprit_phase = Phase::kDataloader;
     if (by_compute) {
       double best = -1;
-      for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kOptimizer, Phase::kForwardBackward}) {
+      for (Phase p :
+           {Phase::kForward, Phase::kBackward, Phase::kOptimizer, Phase::kForwardBackward}) {
         const double v = full.phase[P(p)][worst];
         const double m = median(p);
         if (!Known(v) || m <= 0) continue;
@@ -373,10 +375,10 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::strin
 
   const uint32_t ranks = step.ranks;
   if (d.input_share >= o.input_share_warn && (ranks == 1 || dl.stat.skew <= o.bound_max_skew)) {
-    return finish(StepLabel::kInputBound,
-                  d.input_share >= o.input_share_crit ? Severity::kCrit : Severity::kWarn,
-                  fmt::format("the input pipeline takes {:.0f}% of the typical step",
-                              d.input_share * 100));
+    return finish(
+        StepLabel::kInputBound,
+        d.input_share >= o.input_share_crit ? Severity::kCrit : Severity::kWarn,
+        fmt::format("the input pipeline takes {:.0f}% of the typical step", d.input_share * 100));
   }
   if (d.wait_share >= o.wait_share_warn) {
     return finish(StepLabel::kWaitHeavy,
@@ -390,9 +392,9 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::strin
                   d.compute_share >= o.compute_share_crit ? Severity::kCrit : Severity::kWarn,
                   fmt::format("compute takes {:.0f}% of the typical step", d.compute_share * 100));
   }
-  return finish(StepLabel::kBalanced, Severity::kInfo,
-                fmt::format("no straggler, input or wait bottleneck over the last {} steps",
-                            w.size()));
+  return finish(
+      StepLabel::kBalanced, Severity::kInfo,
+      fmt::format("no straggler, input or wait bottleneck over the last {} steps", w.size()));
 }
 
 }  // namespace rankwatch

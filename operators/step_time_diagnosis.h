@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "operators/severity.h"
 #include "operators/phase_stats.h"
+#include "operators/severity.h"
 #include "operators/step_window.h"
 #include "operators/time.h"
 
@@ -37,8 +37,8 @@ enum class CulpritScope : uint8_t { kNone, kRank, kNode };
 
 // Thresholds of the spec (TraceML's published live values), each with its default.
 struct StepDiagnosisOptions {
-  uint32_t min_steps = 8;                // fewer aligned steps -> no_data
-  double straggler_warn = 0.10;          // input / compute straggler score
+  uint32_t min_steps = 8;        // fewer aligned steps -> no_data
+  double straggler_warn = 0.10;  // input / compute straggler score
   double straggler_crit = 0.20;
   double input_share_warn = 0.25;
   double input_share_crit = 0.35;
@@ -46,7 +46,7 @@ struct StepDiagnosisOptions {
   double wait_share_crit = 0.25;
   double compute_share_warn = 0.85;
   double compute_share_crit = 0.92;
-  double bound_max_skew = 0.06;          // "bound" diagnoses need skew at most this
+  double bound_max_skew = 0.06;  // "bound" diagnoses need skew at most this
   // Fast onset (beyond): scores are also computed on the newest `onset_steps` steps, from
   // the least excess of a rank over the median rank in any of them, so a rank that became
   // slow is named within a few steps, while one slow step of a rank (a checkpoint, a GC
@@ -74,7 +74,7 @@ struct SignalEvidence {
 
 // What the caller knows about progress, for the hang diagnosis.
 struct HangInput {
-  double seconds_since_last_aligned = 0;  // since a step last aligned (or the job appeared)
+  double seconds_since_last_aligned = 0;   // since a step last aligned (or the job appeared)
   std::vector<int64_t> last_step_by_rank;  // highest step each rank reported; -1 = none
 };
 
@@ -88,9 +88,9 @@ struct StepDiagnosis {
   SignalEvidence compute;
   double input_share = 0, wait_share = 0, compute_share = 0;
   double input_score = 0, compute_score = 0;
-  bool synchronized = false;         // step times equal across ranks (data parallel)
+  bool synchronized = false;  // step times equal across ranks (data parallel)
   bool collective_reported = false;
-  bool from_onset_window = false;    // the straggler score came from the newest steps
+  bool from_onset_window = false;  // the straggler score came from the newest steps
   CulpritScope scope = CulpritScope::kNone;
   std::vector<uint32_t> culprit_ranks;
   std::string culprit_node;

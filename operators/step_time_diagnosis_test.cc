@@ -14,7 +14,8 @@ class Fleet {
  public:
   Fleet(uint32_t ranks, FleetOptions::Sync sync, std::vector<std::string> faults,
         bool report_collective = true, uint64_t seed = 1)
-      : window_(ranks, {.steps = 100}), model_(Options(ranks, sync, faults, report_collective, seed)) {
+      : window_(ranks, {.steps = 100}),
+        model_(Options(ranks, sync, faults, report_collective, seed)) {
     for (uint32_t r = 0; r < ranks; ++r) nodes_.push_back(model_.NodeName(r));
   }
 

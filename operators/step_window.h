@@ -61,7 +61,6 @@ class StepWindow {
   const std::deque<Step>& steps() const { return steps_; }
 
  private:
-
   void Apply(const Entry& e, int sign);
 
   const uint32_t world_size_;

@@ -7,8 +7,8 @@ namespace rankwatch::testing {
 
 // A sample of `rank` at `step` whose phases are given in milliseconds.
 inline StepSample Sample(uint32_t rank, uint64_t step, double dataloader_ms = 10,
-                         double forward_ms = 30, double backward_ms = 50,
-                         double optimizer_ms = 8, double wait_ms = 2) {
+                         double forward_ms = 30, double backward_ms = 50, double optimizer_ms = 8,
+                         double wait_ms = 2) {
   v1::StepRecord r;
   r.set_step(step);
   r.set_dataloader_ns(static_cast<uint64_t>(dataloader_ms * 1e6));

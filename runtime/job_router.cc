@@ -146,8 +146,8 @@ absl::Status JobRouter::Restore(const StateStore& store, TimePoint now, int64_t 
   return absl::OkStatus();
 }
 
-absl::Status JobRouter::RestorePartition(const StateStore& store, int32_t partition,
-                                         TimePoint now, int64_t wall_now_unix_ns) {
+absl::Status JobRouter::RestorePartition(const StateStore& store, int32_t partition, TimePoint now,
+                                         int64_t wall_now_unix_ns) {
   ReleasePartition(partition);
   auto stored = job_state::ReadJobs(store, partition);
   if (!stored.ok()) return stored.status();

@@ -57,8 +57,8 @@ class JobRouterCheckpointTest : public ::testing::Test {
     for (uint64_t s = first; s < first + steps; ++s) {
       for (int32_t p = 0; p < 4; ++p) {
         for (int i = 0; i < 2; ++i) {
-          router.HandleMessage(Encoded("p" + std::to_string(p) + "-" + std::to_string(i), s),
-                               p, next_offset[p]++, t0, 0);
+          router.HandleMessage(Encoded("p" + std::to_string(p) + "-" + std::to_string(i), s), p,
+                               next_offset[p]++, t0, 0);
         }
       }
       router.HandleMessage(Encoded("unknown-0", s), t0, 0);

@@ -29,10 +29,7 @@ struct PartitionTask::Job {
 
 PartitionTask::PartitionTask(int32_t partition, const PartitionTaskOptions* options,
                              const TaskSinks* sinks)
-    : partition_(partition),
-      options_(options),
-      sinks_(sinks),
-      alerts_(options->alerts) {}
+    : partition_(partition), options_(options), sinks_(sinks), alerts_(options->alerts) {}
 
 PartitionTask::~PartitionTask() = default;
 
@@ -57,8 +54,7 @@ bool PartitionTask::Add(const v1::Batch& batch, bool may_create, TimePoint now,
     job = it->second.get();
   } else {
     if (!may_create) return false;
-    spdlog::info("new training job '{}' with {} ranks", source.training_job(),
-                 source.world_size());
+    spdlog::info("new training job '{}' with {} ranks", source.training_job(), source.world_size());
     job = &Insert(source.training_job(),
                   std::make_unique<JobPipeline>(source.training_job(), source.world_size(),
                                                 options_->pipeline),
@@ -71,8 +67,8 @@ bool PartitionTask::Add(const v1::Batch& batch, bool may_create, TimePoint now,
   }
   Count(*job, job->pipeline->AddBatch(batch, now), wall_now_unix_ns);
   if (job->kernel == nullptr && batch.kernels_size() > 0) {
-    job->kernel = std::make_unique<kernel::KernelAccumulator>(source.training_job(),
-                                                              options_->kernel);
+    job->kernel =
+        std::make_unique<kernel::KernelAccumulator>(source.training_job(), options_->kernel);
   }
   if (job->kernel != nullptr) {
     // Batches without kernel events still matter when they are final (open steps close).
@@ -140,10 +136,11 @@ void PartitionTask::Expire(TimePoint now, int64_t wall_now_unix_ns, TickOutput* 
     if (!job.expired && now - job.last_input >= options_->job_ttl) {
       job.expired = true;
       job.expired_at = now;
-      spdlog::info("training job '{}' expired: no input for {:.0f} s; its last diagnosis stays "
-                   "queryable for {:.0f} s",
-                   it->first, std::chrono::duration<double>(options_->job_ttl).count(),
-                   std::chrono::duration<double>(options_->job_retention).count());
+      spdlog::info(
+          "training job '{}' expired: no input for {:.0f} s; its last diagnosis stays "
+          "queryable for {:.0f} s",
+          it->first, std::chrono::duration<double>(options_->job_ttl).count(),
+          std::chrono::duration<double>(options_->job_retention).count());
     }
     if (job.expired && now - job.expired_at >= options_->job_retention) {
       spdlog::info("training job '{}' removed", it->first);
@@ -164,10 +161,10 @@ void PartitionTask::Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput
     Job& job = *job_ptr;
     if (job.kernel_dirty) {
       job.kernel_dirty = false;
-      auto snapshot =
-          std::make_shared<const kernel::KernelJobSnapshot>(job.kernel->Snapshot());
+      auto snapshot = std::make_shared<const kernel::KernelJobSnapshot>(job.kernel->Snapshot());
       sinks_->metrics->kernel.Publish(*snapshot);
-      if (sinks_->kernel_snapshots != nullptr) sinks_->kernel_snapshots->Update(std::move(snapshot));
+      if (sinks_->kernel_snapshots != nullptr)
+        sinks_->kernel_snapshots->Update(std::move(snapshot));
     }
     if (job.expired) continue;  // its last diagnosis is frozen
     Count(job, job.pipeline->Tick(now), wall_now_unix_ns);
@@ -191,7 +188,8 @@ void PartitionTask::RaiseAlerts(int64_t wall_now_unix_ns, TickOutput* out) {
   for (auto& [job, snapshot] : evaluated_) {
     // The trigger is the newest step aligned since the job's previous evaluation; without one
     // (silence: a hang, or a finished job's clean evaluations) the evaluation itself.
-    const int64_t triggered = job->triggered_unix_ns > 0 ? job->triggered_unix_ns : wall_now_unix_ns;
+    const int64_t triggered =
+        job->triggered_unix_ns > 0 ? job->triggered_unix_ns : wall_now_unix_ns;
     job->triggered_unix_ns = 0;
     const std::string& name = snapshot->training_job;
     ToAlerts(alerts_.Evaluate(snapshot, wall_now_unix_ns), name, triggered, out);
@@ -250,8 +248,7 @@ void PartitionTask::Checkpoint(TimePoint now, int64_t wall_now_unix_ns,
       job->unsaved = false;
       JobCheckpoint jc = job->pipeline->TakeCheckpoint(now, wall_now_unix_ns);
       if (partition_ >= 0) jc.meta.set_kafka_partition(partition_);
-      job_state::PutJob(name, std::move(jc.meta), std::move(jc.new_steps), jc.keep_from_step,
-                        out);
+      job_state::PutJob(name, std::move(jc.meta), std::move(jc.new_steps), jc.keep_from_step, out);
     }
     if (job->alerts_unsaved) {
       job->alerts_unsaved = false;

@@ -55,7 +55,7 @@ struct PartitionTaskOptions {
 struct TaskSinks {
   DaemonMetrics* metrics = nullptr;
   SnapshotStore* snapshots = nullptr;
-  AlertHub* alert_hub = nullptr;                   // null: alerts are not stored or published
+  AlertHub* alert_hub = nullptr;                    // null: alerts are not stored or published
   KernelSnapshotStore* kernel_snapshots = nullptr;  // null: kernel results are not served
 };
 

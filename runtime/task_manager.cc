@@ -42,9 +42,8 @@ bool TaskManager::Collect(TimePoint now, int64_t wall_now_unix_ns, size_t max_by
   const TimePoint start = Clock::now();
   rankwatch::Checkpoint c;
   std::map<int32_t, rankwatch::Checkpoint> by_partition;
-  const bool complete = router_->Checkpoint(&c, now, wall_now_unix_ns,
-                                            changelog_ != nullptr ? &by_partition : nullptr,
-                                            max_bytes);
+  const bool complete = router_->Checkpoint(
+      &c, now, wall_now_unix_ns, changelog_ != nullptr ? &by_partition : nullptr, max_bytes);
   backlog_ = !complete;
   if (c.empty()) return complete;
   // Each owned partition's changelog append, with what the ingest thread knows now; it runs
@@ -120,14 +119,17 @@ std::optional<int64_t> TaskManager::Assign(int32_t partition, TimePoint now,
                     std::string(logged.status().message()));
     } else if (logged->present && (!local || logged->next_offset > *local)) {
       if (health_->failed()) {
-        spdlog::warn("partition {}: the changelog is ahead but the state store failed; its "
-                     "state is rebuilt in memory only", partition);
+        spdlog::warn(
+            "partition {}: the changelog is ahead but the state store failed; its "
+            "state is rebuilt in memory only",
+            partition);
       } else if (absl::Status s = Adopt(partition, *logged); !s.ok()) {
         health_->Fail(s);
       }
-      spdlog::info("partition {}: state from the changelog ({} keys, checkpoint {}), resuming "
-                   "at offset {}", partition, logged->values.size(), logged->sequence,
-                   logged->next_offset);
+      spdlog::info(
+          "partition {}: state from the changelog ({} keys, checkpoint {}), resuming "
+          "at offset {}",
+          partition, logged->values.size(), logged->sequence, logged->next_offset);
       restored_at_start_.erase(partition);
       local = logged->next_offset;
     }

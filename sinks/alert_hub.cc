@@ -68,9 +68,7 @@ void AlertHub::Append(std::vector<v1::Alert> alerts, Checkpoint extra) {
                          });
 }
 
-absl::Status AlertHub::Flush() {
-  return writer_ != nullptr ? writer_->Drain() : absl::OkStatus();
-}
+absl::Status AlertHub::Flush() { return writer_ != nullptr ? writer_->Drain() : absl::OkStatus(); }
 
 void AlertHub::Publish(std::vector<v1::Alert> alerts) {
   if (alerts.empty()) return;
@@ -124,7 +122,7 @@ uint64_t AlertHub::last_sequence() const {
 }
 
 std::unique_ptr<AlertHub::Subscription> AlertHub::Subscribe(const AlertFilter& filter,
-                                                           std::function<void()> cancel) {
+                                                            std::function<void()> cancel) {
   auto s = std::unique_ptr<Subscription>(new Subscription());
   s->hub_ = this;
   s->filter_ = filter;
@@ -145,8 +143,8 @@ AlertHub::Subscription::~Subscription() {
   }
 }
 
-AlertHub::Subscription::Wait AlertHub::Subscription::Next(
-    std::chrono::milliseconds timeout, std::shared_ptr<const v1::Alert>* alert) {
+AlertHub::Subscription::Wait AlertHub::Subscription::Next(std::chrono::milliseconds timeout,
+                                                          std::shared_ptr<const v1::Alert>* alert) {
   std::unique_lock<std::mutex> lock(hub_->mu_);
   hub_->changed_.wait_for(lock, timeout,
                           [&] { return !queue_.empty() || overflowed_ || hub_->closed_; });
@@ -178,20 +176,19 @@ bool AlertHub::Backlog(uint64_t after, uint64_t before, const AlertFilter& filte
   if (store_ == nullptr) return false;
   bool complete = true;
   bool first = true;
-  absl::Status s = job_state::ScanAlerts(*store_, after + 1,
-                                [&](uint64_t seq, std::string_view value) {
-                                  if (seq >= before) return false;
-                                  if (first && seq > after + 1) complete = false;
-                                  first = false;
-                                  auto alert = std::make_shared<v1::Alert>();
-                                  if (!alert->ParseFromArray(value.data(),
-                                                             static_cast<int>(value.size()))) {
-                                    complete = false;
-                                    return true;
-                                  }
-                                  if (filter.Matches(*alert)) fn(std::move(alert));
-                                  return true;
-                                });
+  absl::Status s =
+      job_state::ScanAlerts(*store_, after + 1, [&](uint64_t seq, std::string_view value) {
+        if (seq >= before) return false;
+        if (first && seq > after + 1) complete = false;
+        first = false;
+        auto alert = std::make_shared<v1::Alert>();
+        if (!alert->ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+          complete = false;
+          return true;
+        }
+        if (filter.Matches(*alert)) fn(std::move(alert));
+        return true;
+      });
   if (first && after + 1 < before) complete = false;  // nothing stored in the range at all
   return s.ok() && complete;
 }

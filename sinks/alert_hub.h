@@ -28,8 +28,8 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -42,17 +42,17 @@
 namespace rankwatch {
 
 struct AlertHubOptions {
-  size_t ring_capacity = 4096;      // recent alerts kept in memory; default 4,096
-  size_t subscriber_queue = 1024;   // alerts a subscriber may lag behind; default 1,024
+  size_t ring_capacity = 4096;       // recent alerts kept in memory; default 4,096
+  size_t subscriber_queue = 1024;    // alerts a subscriber may lag behind; default 1,024
   uint64_t log_retention = 100'000;  // stored alerts kept; older ones are deleted; default 100k
   // An overflowed subscriber still not gone after this long is cancelled. Default: 1 s.
   std::chrono::milliseconds stuck_after{1000};
 };
 
 struct AlertFilter {
-  std::string training_job;            // empty: every job
-  std::set<int> kinds;                 // v1::AlertKind values; empty: every kind
-  int min_severity = 0;                // v1::Severity
+  std::string training_job;  // empty: every job
+  std::set<int> kinds;       // v1::AlertKind values; empty: every kind
+  int min_severity = 0;      // v1::Severity
   bool Matches(const v1::Alert& alert) const;
 };
 

@@ -23,7 +23,8 @@ v1::Alert MakeAlert(const std::string& job, v1::AlertState state, v1::Severity s
 std::vector<uint64_t> Backlog(const AlertHub& hub, uint64_t after, uint64_t before,
                               const AlertFilter& filter = {}) {
   std::vector<uint64_t> out;
-  hub.Backlog(after, before, filter, [&](std::shared_ptr<const v1::Alert> a) { out.push_back(a->sequence()); });
+  hub.Backlog(after, before, filter,
+              [&](std::shared_ptr<const v1::Alert> a) { out.push_back(a->sequence()); });
   return out;
 }
 
@@ -64,7 +65,8 @@ TEST_F(AlertHubTest, SequencesAreConsecutiveAndContinueAfterARestart) {
   {
     AlertHub hub(store_.get(), writer_.get(), {}, {});
     ASSERT_TRUE(Store(hub, {MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN),
-                            MakeAlert("b", v1::ALERT_FIRING, v1::SEVERITY_CRIT)}).ok());
+                            MakeAlert("b", v1::ALERT_FIRING, v1::SEVERITY_CRIT)})
+                    .ok());
     ASSERT_TRUE(Store(hub, {MakeAlert("a", v1::ALERT_RESOLVED, v1::SEVERITY_WARN)}).ok());
     EXPECT_EQ(hub.last_sequence(), 3u);
     EXPECT_EQ(hub.Firing("b"), std::vector<std::string>{"b|straggler|rank:1"});
@@ -123,9 +125,8 @@ TEST_F(AlertHubTest, OldAlertsBeyondTheRetentionAreDeleted) {
     ASSERT_TRUE(Store(hub, {MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN)}).ok());
   }
   std::vector<uint64_t> got;
-  const bool complete = hub.Backlog(0, 100, {}, [&](std::shared_ptr<const v1::Alert> x) {
-    got.push_back(x->sequence());
-  });
+  const bool complete = hub.Backlog(
+      0, 100, {}, [&](std::shared_ptr<const v1::Alert> x) { got.push_back(x->sequence()); });
   EXPECT_EQ(got, (std::vector<uint64_t>{3, 4, 5}));
   EXPECT_FALSE(complete);  // 1 and 2 are gone
 }
@@ -136,12 +137,16 @@ TEST_F(AlertHubTest, AppendNeverWaitsForTheDiskAndPublishesOnlyWhatIsStored) {
   // A checkpoint whose write does not finish until released holds the writer.
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
-  ASSERT_TRUE(writer_->Enqueue(Checkpoint(), [released] {
-    released.wait();
-    return absl::OkStatus();
-  }).ok());
+  ASSERT_TRUE(writer_
+                  ->Enqueue(Checkpoint(),
+                            [released] {
+                              released.wait();
+                              return absl::OkStatus();
+                            })
+                  .ok());
   // Far more appends than the writer's queue admits: none of them waits.
-  for (int i = 0; i < 1000; ++i) hub.Append({MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN)}, {});
+  for (int i = 0; i < 1000; ++i)
+    hub.Append({MakeAlert("a", v1::ALERT_FIRING, v1::SEVERITY_WARN)}, {});
   std::shared_ptr<const v1::Alert> a;
   EXPECT_EQ(sub->Next(std::chrono::milliseconds(50), &a), AlertHub::Subscription::Wait::kTimeout);
   EXPECT_EQ(hub.last_sequence(), 0u);  // nothing published before it is stored

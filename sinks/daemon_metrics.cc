@@ -6,9 +6,9 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
   r->Gauge("rankwatch_build_info", "Build of this daemon; always 1.", {"version"})
       ->WithLabels({version})
       ->Set(1);
-  MetricFamily* events = r->Counter("rankwatch_events_total",
-                                    "Accepted telemetry, by kind (batch, step, kernel, sample).",
-                                    {"kind"});
+  MetricFamily* events =
+      r->Counter("rankwatch_events_total",
+                 "Accepted telemetry, by kind (batch, step, kernel, sample).", {"kind"});
   events_batches = events->WithLabels({"batch"});
   events_steps = events->WithLabels({"step"});
   events_kernels = events->WithLabels({"kernel"});
@@ -33,18 +33,19 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
           ->WithLabels({});
   jobs = r->Gauge("rankwatch_jobs", "Training jobs currently tracked.", {})->WithLabels({});
   assigned_partitions = r->Gauge("rankwatch_kafka_assigned_partitions",
-                                 "Telemetry partitions assigned to this instance by the group.",
-                                 {})
+                                 "Telemetry partitions assigned to this instance by the group.", {})
                             ->WithLabels({});
-  state_healthy = r->Gauge("rankwatch_state_healthy",
-                           "1 while state checkpoints succeed; 0 after a storage error (sticky).", {})
-                      ->WithLabels({});
+  state_healthy =
+      r->Gauge("rankwatch_state_healthy",
+               "1 while state checkpoints succeed; 0 after a storage error (sticky).", {})
+          ->WithLabels({});
   state_healthy->Set(1);
-  checkpoints = r->Counter("rankwatch_checkpoints_total", "State checkpoints written.", {})
-                    ->WithLabels({});
+  checkpoints =
+      r->Counter("rankwatch_checkpoints_total", "State checkpoints written.", {})->WithLabels({});
   checkpoint_seconds = r->Gauge("rankwatch_checkpoint_seconds",
                                 "Duration of the last state checkpoint's write on the checkpoint "
-                                "writer thread (serialisation, RocksDB write, fsync).", {})
+                                "writer thread (serialisation, RocksDB write, fsync).",
+                                {})
                            ->WithLabels({});
   checkpoint_bytes = r->Gauge("rankwatch_checkpoint_bytes",
                               "Keys and values written by the last state checkpoint.", {})
@@ -52,14 +53,15 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
   checkpoint_pause_seconds =
       r->Gauge("rankwatch_checkpoint_pause_seconds",
                "Time the ingest thread spent collecting the last state checkpoint's changes, "
-               "including any wait for a writer that fell behind.", {})
+               "including any wait for a writer that fell behind.",
+               {})
           ->WithLabels({});
   state_errors = r->Counter("rankwatch_state_errors_total",
                             "Failed state writes (the first one stops checkpointing).", {})
                      ->WithLabels({});
-  alert_subscribers = r->Gauge("rankwatch_alert_subscribers",
-                               "Connected WatchAlerts subscribers.", {})
-                          ->WithLabels({});
+  alert_subscribers =
+      r->Gauge("rankwatch_alert_subscribers", "Connected WatchAlerts subscribers.", {})
+          ->WithLabels({});
   alert_subscribers_dropped =
       r->Counter("rankwatch_alert_subscribers_dropped_total",
                  "Subscribers disconnected because their queue overflowed (they can resume).", {})
@@ -69,13 +71,13 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
                          ->WithLabels({});
   steps_aligned_ = r->Counter("rankwatch_steps_aligned_total",
                               "Steps aligned across the ranks of a job.", {"training_job"});
-  steps_timed_out_ = r->Counter(
-      "rankwatch_steps_timed_out_total",
-      "Steps aligned by the alignment timeout, with ranks missing.", {"training_job"});
-  phase_seconds_ = r->Gauge(
-      "rankwatch_step_phase_seconds",
-      "Per-step mean time of a phase over the window: median or worst over the ranks.",
-      {"training_job", "phase", "stat"});
+  steps_timed_out_ =
+      r->Counter("rankwatch_steps_timed_out_total",
+                 "Steps aligned by the alignment timeout, with ranks missing.", {"training_job"});
+  phase_seconds_ =
+      r->Gauge("rankwatch_step_phase_seconds",
+               "Per-step mean time of a phase over the window: median or worst over the ranks.",
+               {"training_job", "phase", "stat"});
   phase_skew_ = r->Gauge("rankwatch_step_skew_ratio",
                          "(worst - median) / median of a phase's per-rank window means.",
                          {"training_job", "phase"});
@@ -83,12 +85,13 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
                     {"training_job", "state"});
   window_steps_ = r->Gauge("rankwatch_window_steps", "Aligned steps in a job's rolling window.",
                            {"training_job"});
-  step_diagnosis_ = r->Gauge("rankwatch_step_diagnosis",
-                             "Step-time diagnosis of a job: 1 for the current label, 0 for the others.",
-                             {"training_job", "diagnosis"});
-  step_severity_ = r->Gauge("rankwatch_step_diagnosis_severity",
-                            "Severity of the step-time diagnosis: 0 info, 1 warn, 2 crit.",
-                            {"training_job"});
+  step_diagnosis_ =
+      r->Gauge("rankwatch_step_diagnosis",
+               "Step-time diagnosis of a job: 1 for the current label, 0 for the others.",
+               {"training_job", "diagnosis"});
+  step_severity_ =
+      r->Gauge("rankwatch_step_diagnosis_severity",
+               "Severity of the step-time diagnosis: 0 info, 1 warn, 2 crit.", {"training_job"});
   share_ratio_ = r->Gauge("rankwatch_step_share_ratio",
                           "Share of the median step time: input (dataloader), wait, compute.",
                           {"training_job", "share"});
@@ -114,18 +117,18 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
       "Unix time at which the newest step record of a job ended (time() minus it: how stale "
       "the job's input is).",
       {"training_job"});
-  alerts_firing_ = r->Gauge("rankwatch_alerts_firing",
-                            "Alerts currently firing, per job and kind.", {"training_job", "kind"});
+  alerts_firing_ = r->Gauge("rankwatch_alerts_firing", "Alerts currently firing, per job and kind.",
+                            {"training_job", "kind"});
   alerts_total_ = r->Counter("rankwatch_alerts_total",
                              "Alert transitions by kind and new state (pending, firing, resolved).",
                              {"kind", "state"});
-  memory_diagnosis_ = r->Gauge(
-      "rankwatch_memory_diagnosis",
-      "Step-memory diagnosis of a job: 1 for the current label, 0 for the others.",
-      {"training_job", "diagnosis"});
-  memory_severity_ = r->Gauge("rankwatch_memory_diagnosis_severity",
-                              "Severity of the memory diagnosis: 0 info, 1 warn, 2 crit.",
-                              {"training_job"});
+  memory_diagnosis_ =
+      r->Gauge("rankwatch_memory_diagnosis",
+               "Step-memory diagnosis of a job: 1 for the current label, 0 for the others.",
+               {"training_job", "diagnosis"});
+  memory_severity_ =
+      r->Gauge("rankwatch_memory_diagnosis_severity",
+               "Severity of the memory diagnosis: 0 info, 1 warn, 2 crit.", {"training_job"});
   memory_peak_ = r->Gauge("rankwatch_memory_peak_bytes",
                           "Device-memory peak over the window: median or worst over the ranks' "
                           "window peaks, for allocated and reserved memory.",
@@ -167,7 +170,8 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
   share_ratio_->WithLabels({job, "compute"})->Set(d.compute_share);
   straggler_score_->WithLabels({job, "input"})->Set(d.input_score);
   straggler_score_->WithLabels({job, "compute"})->Set(d.compute_score);
-  if (d.compute.stat.present) worst_rank_->WithLabels({job, "compute"})->Set(d.compute.stat.worst_rank);
+  if (d.compute.stat.present)
+    worst_rank_->WithLabels({job, "compute"})->Set(d.compute.stat.worst_rank);
   rank_excess_->RemoveWhereFirstLabel(job);
   auto top = [&](const char* signal, const SignalEvidence& e) {
     for (const RankExcess& x : e.top) {
@@ -204,7 +208,8 @@ void DaemonMetrics::PublishMemory(const JobSnapshot& s) {
   const MemoryDiagnosis& m = s.memory;
   for (int l = 0; l < kMemoryLabelCount; ++l) {
     const auto label = static_cast<MemoryLabel>(l);
-    memory_diagnosis_->WithLabels({job, std::string(MemoryLabelName(label))})->Set(m.label == label);
+    memory_diagnosis_->WithLabels({job, std::string(MemoryLabelName(label))})
+        ->Set(m.label == label);
   }
   memory_severity_->WithLabels({job})->Set(static_cast<double>(m.severity));
   for (int k = 0; k < kMemoryKindCount; ++k) {
@@ -216,7 +221,8 @@ void DaemonMetrics::PublishMemory(const JobSnapshot& s) {
     memory_creep_->WithLabels({job, kind})->Set(e.creep_bytes_per_step);
     if (m.capacity_bytes > 0) memory_pressure_->WithLabels({job, kind})->Set(e.pressure);
     if (e.projected_steps_to_full) {
-      memory_steps_to_full_->WithLabels({job, kind})->Set(static_cast<double>(*e.projected_steps_to_full));
+      memory_steps_to_full_->WithLabels({job, kind})
+          ->Set(static_cast<double>(*e.projected_steps_to_full));
     } else {
       memory_steps_to_full_->RemoveSeries({job, kind});
     }
@@ -238,12 +244,13 @@ void DaemonMetrics::SetFiring(const std::string& job, const std::map<AlertKind, 
 }
 
 void DaemonMetrics::RemoveJob(const std::string& job) {
-  for (MetricFamily* f :
-       {steps_aligned_, steps_timed_out_, phase_seconds_, phase_skew_, ranks_, window_steps_,
-        step_diagnosis_, step_severity_, share_ratio_, straggler_score_, worst_rank_, rank_excess_,
-        straggler_culprit_, last_record_, alerts_firing_,
-        memory_diagnosis_, memory_severity_, memory_peak_, memory_pressure_, memory_creep_,
-        memory_steps_to_full_}) {
+  for (MetricFamily* f : {steps_aligned_,     steps_timed_out_, phase_seconds_,
+                          phase_skew_,        ranks_,           window_steps_,
+                          step_diagnosis_,    step_severity_,   share_ratio_,
+                          straggler_score_,   worst_rank_,      rank_excess_,
+                          straggler_culprit_, last_record_,     alerts_firing_,
+                          memory_diagnosis_,  memory_severity_, memory_peak_,
+                          memory_pressure_,   memory_creep_,    memory_steps_to_full_}) {
     f->RemoveWhereFirstLabel(job);
   }
   kernel.RemoveJob(job);

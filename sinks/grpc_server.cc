@@ -125,7 +125,8 @@ class RankWatchService final : public v1::RankWatch::Service {
                          writing = false;
                        }
                      });
-    if (!writing || context->IsCancelled()) return {grpc::StatusCode::CANCELLED, "client went away"};
+    if (!writing || context->IsCancelled())
+      return {grpc::StatusCode::CANCELLED, "client went away"};
     if (request->backlog_only()) return grpc::Status::OK;
     while (true) {
       std::shared_ptr<const v1::Alert> alert;
@@ -225,9 +226,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   grpc::ServerBuilder builder;
   int port = 0;
   const ListenAddress& address = options.address;
-  const std::string host = address.host.find(':') != std::string::npos
-                               ? "[" + address.host + "]"
-                               : address.host;
+  const std::string host =
+      address.host.find(':') != std::string::npos ? "[" + address.host + "]" : address.host;
   builder.AddListeningPort(host + ":" + std::to_string(address.port), *credentials, &port);
   builder.RegisterService(self->service_.get());
   self->server_ = builder.BuildAndStart();

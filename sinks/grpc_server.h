@@ -36,8 +36,8 @@ struct GrpcTlsOptions {
 
 struct GrpcServerOptions {
   ListenAddress address;
-  const SnapshotStore* snapshots = nullptr;  // required
-  AlertHub* alerts = nullptr;                // null: WatchAlerts is UNAVAILABLE
+  const SnapshotStore* snapshots = nullptr;      // required
+  AlertHub* alerts = nullptr;                    // null: WatchAlerts is UNAVAILABLE
   const KernelSnapshotStore* kernels = nullptr;  // per-rank GPU timelines (may be null)
   GrpcTlsOptions tls;
 };

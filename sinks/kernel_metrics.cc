@@ -3,14 +3,16 @@
 namespace rankwatch {
 
 KernelMetrics::KernelMetrics(MetricsRegistry* r) {
-  gpu_time_ = r->Gauge("rankwatch_gpu_time_ratio",
-                       "Share of GPU time (first kernel start to last end, per rank and step, summed "
-                       "over ranks and their recent steps) that is idle, compute or non-compute.",
-                       {"training_job", "category"});
-  idle_time_ = r->Gauge("rankwatch_idle_time_ratio",
-                        "Share of per-stream idle time by reason: host_wait (launched after the GPU "
-                        "went idle), kernel_wait (gap under 30 us), other.",
-                        {"training_job", "reason"});
+  gpu_time_ =
+      r->Gauge("rankwatch_gpu_time_ratio",
+               "Share of GPU time (first kernel start to last end, per rank and step, summed "
+               "over ranks and their recent steps) that is idle, compute or non-compute.",
+               {"training_job", "category"});
+  idle_time_ =
+      r->Gauge("rankwatch_idle_time_ratio",
+               "Share of per-stream idle time by reason: host_wait (launched after the GPU "
+               "went idle), kernel_wait (gap under 30 us), other.",
+               {"training_job", "reason"});
   kernel_time_ = r->Gauge("rankwatch_kernel_time_ratio",
                           "Share of kernel time per kernel type and overlap combination (HTA's "
                           "kernel-type breakdown), over all ranks and their recent steps.",
@@ -19,10 +21,11 @@ KernelMetrics::KernelMetrics(MetricsRegistry* r) {
                       "Share of communication-kernel time overlapped by computation, per rank over "
                       "its recent steps: median, min and max across ranks.",
                       {"training_job", "stat"});
-  launch_delay_ = r->Gauge("rankwatch_launch_delay_seconds",
-                           "Kernel launch delay (launch call end to kernel start): median over the "
-                           "(rank, step) windows of each window's quantile; max: the largest delay.",
-                           {"training_job", "quantile"});
+  launch_delay_ =
+      r->Gauge("rankwatch_launch_delay_seconds",
+               "Kernel launch delay (launch call end to kernel start): median over the "
+               "(rank, step) windows of each window's quantile; max: the largest delay.",
+               {"training_job", "quantile"});
   outlier_rank_ = r->Gauge("rankwatch_kernel_outlier_rank",
                            "Rank whose idle or communication share of GPU time stands apart from "
                            "the median across ranks (present only while one does).",
@@ -30,13 +33,14 @@ KernelMetrics::KernelMetrics(MetricsRegistry* r) {
   outlier_share_ = r->Gauge("rankwatch_kernel_outlier_share_ratio",
                             "Share of GPU time of the rank named by rankwatch_kernel_outlier_rank.",
                             {"training_job", "signal"});
-  steps_ = r->Counter("rankwatch_kernel_steps_analyzed_total",
-                    "(rank, step) windows of kernel events analysed since the job was first seen.",
-                    {"training_job"});
+  steps_ =
+      r->Counter("rankwatch_kernel_steps_analyzed_total",
+                 "(rank, step) windows of kernel events analysed since the job was first seen.",
+                 {"training_job"});
   dropped_ = r->Counter("rankwatch_kernel_events_dropped_total",
-                      "Kernel events not analysed: late (step already closed), unstepped (no "
-                      "step), over_limit (step too large).",
-                      {"training_job", "reason"});
+                        "Kernel events not analysed: late (step already closed), unstepped (no "
+                        "step), over_limit (step too large).",
+                        {"training_job", "reason"});
 }
 
 void KernelMetrics::Publish(const kernel::KernelJobSnapshot& s) {
@@ -53,7 +57,8 @@ void KernelMetrics::Publish(const kernel::KernelJobSnapshot& s) {
   idle_time_->WithLabels({job, "kernel_wait"})->Set(s.idle_kernel_wait_ratio);
   idle_time_->WithLabels({job, "other"})->Set(s.idle_other_ratio);
   kernel_time_->RemoveWhereFirstLabel(job);
-  for (const auto& [type, ratio] : s.kernel_type_ratio) kernel_time_->WithLabels({job, type})->Set(ratio);
+  for (const auto& [type, ratio] : s.kernel_type_ratio)
+    kernel_time_->WithLabels({job, type})->Set(ratio);
   if (s.has_overlap) {
     overlap_->WithLabels({job, "median"})->Set(s.overlap_median);
     overlap_->WithLabels({job, "min"})->Set(s.overlap_min);
@@ -84,8 +89,8 @@ void KernelMetrics::Publish(const kernel::KernelJobSnapshot& s) {
 }
 
 void KernelMetrics::RemoveJob(const std::string& job) {
-  for (MetricFamily* f : {gpu_time_, idle_time_, kernel_time_, overlap_, launch_delay_, outlier_rank_,
-                          outlier_share_, steps_, dropped_}) {
+  for (MetricFamily* f : {gpu_time_, idle_time_, kernel_time_, overlap_, launch_delay_,
+                          outlier_rank_, outlier_share_, steps_, dropped_}) {
     f->RemoveWhereFirstLabel(job);
   }
 }

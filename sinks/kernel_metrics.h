@@ -4,7 +4,8 @@
 //   rankwatch_gpu_time_ratio{training_job,category}        idle | compute | non_compute
 //   rankwatch_idle_time_ratio{training_job,reason}         host_wait | kernel_wait | other
 //   rankwatch_kernel_time_ratio{training_job,type}         COMPUTATION, COMMUNICATION, MEMORY and
-//                                                          their "X overlapping Y" combinations (≤ 7)
+//                                                          their "X overlapping Y" combinations (≤
+//                                                          7)
 //   rankwatch_comm_comp_overlap_ratio{training_job,stat}   median | min | max across ranks
 //   rankwatch_launch_delay_seconds{training_job,quantile}  0.5 | 0.9 | 0.99 | max
 //   rankwatch_kernel_outlier_rank{training_job,signal}     idle | communication: the rank apart

@@ -9,11 +9,11 @@
 // map that never changes.
 #pragma once
 
-#include "absl/base/thread_annotations.h"
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include "absl/base/thread_annotations.h"
 
 #include "operators/kernel/kernel_job_summary.h"
 

@@ -19,8 +19,7 @@ absl::StatusOr<ListenAddress> ParseListenAddress(std::string_view text) {
   const std::string_view port = text.substr(colon + 1);
   auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), a.port);
   if (ec != std::errc() || ptr != port.data() + port.size() || a.port < 0 || a.port > 65535) {
-    return absl::InvalidArgumentError("listen address '" + std::string(text) +
-                                      "' has a bad port");
+    return absl::InvalidArgumentError("listen address '" + std::string(text) + "' has a bad port");
   }
   return a;
 }

@@ -7,7 +7,8 @@
 namespace rankwatch {
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const ListenAddress& address, const MetricsRegistry* registry, const KernelSnapshotStore* kernel) {
+    const ListenAddress& address, const MetricsRegistry* registry,
+    const KernelSnapshotStore* kernel) {
   auto self = std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer());
   self->server_ = std::make_unique<httplib::Server>();
   httplib::Server& s = *self->server_;
@@ -28,7 +29,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
       auto snapshot = kernel->Get(req.get_param_value("training_job"));
       if (snapshot == nullptr) {
         res.status = 404;
-        res.set_content("{\"error\": \"no kernel events for this training job\"}\n", "application/json");
+        res.set_content("{\"error\": \"no kernel events for this training job\"}\n",
+                        "application/json");
         return;
       }
       res.set_content(KernelJobJson(*snapshot), "application/json");

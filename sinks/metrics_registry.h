@@ -8,7 +8,6 @@
 // stays valid until its series is removed.
 #pragma once
 
-#include "absl/base/thread_annotations.h"
 #include <atomic>
 #include <map>
 #include <memory>
@@ -16,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include "absl/base/thread_annotations.h"
 
 namespace rankwatch {
 
@@ -34,8 +34,7 @@ class MetricFamily {
  public:
   enum class Type { kCounter, kGauge };
 
-  MetricFamily(std::string name, std::string help, Type type,
-               std::vector<std::string> label_names);
+  MetricFamily(std::string name, std::string help, Type type, std::vector<std::string> label_names);
 
   // The series with these label values (one per label name, in order), created at 0.
   MetricCell* WithLabels(const std::vector<std::string>& values);

@@ -40,8 +40,9 @@ TEST(MetricsRegistryTest, RemovesTheSeriesOfOneJob) {
   g->WithLabels({"a", "x"})->Set(1);
   g->WithLabels({"b", "x"})->Set(2);
   g->RemoveWhereFirstLabel("a");
-  EXPECT_EQ(r.Render(), "# HELP rankwatch_g G.\n# TYPE rankwatch_g gauge\n"
-                        "rankwatch_g{training_job=\"b\",phase=\"x\"} 2\n");
+  EXPECT_EQ(r.Render(),
+            "# HELP rankwatch_g G.\n# TYPE rankwatch_g gauge\n"
+            "rankwatch_g{training_job=\"b\",phase=\"x\"} 2\n");
 }
 
 TEST(MetricsRegistryDeathTest, CountersMustEndInTotal) {

@@ -5,11 +5,11 @@
 // a map that never changes.
 #pragma once
 
-#include "absl/base/thread_annotations.h"
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include "absl/base/thread_annotations.h"
 
 #include "operators/job_pipeline.h"
 

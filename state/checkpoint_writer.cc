@@ -124,8 +124,7 @@ absl::Status CheckpointWriter::Write(Item& item, CheckpointCommitStats* stats) {
     bytes_since_flush_ = 0;
     stats->flushed = true;
   }
-  stats->seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return absl::OkStatus();
 }
 

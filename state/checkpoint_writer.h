@@ -46,9 +46,9 @@ struct CheckpointWriterOptions {
 
 // What one commit cost, reported to `on_commit` after it.
 struct CheckpointCommitStats {
-  size_t bytes = 0;        // keys and values written
-  double seconds = 0;      // serialisation + write + fsync + after_commit (+ flush)
-  bool flushed = false;    // the memtables were flushed after it
+  size_t bytes = 0;      // keys and values written
+  double seconds = 0;    // serialisation + write + fsync + after_commit (+ flush)
+  bool flushed = false;  // the memtables were flushed after it
 };
 
 class CheckpointWriter {

@@ -2,16 +2,16 @@
 
 #include <gtest/gtest.h>
 
-#include "state/failing_file_system.h"
 #include <rocksdb/file_system.h>
+#include "state/failing_file_system.h"
 
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <mutex>
 #include <string>
-#include <utility>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace rankwatch {
@@ -86,7 +86,13 @@ TEST(CheckpointWriterTest, EnqueueBlocksWhileTheQueueIsFull) {
     return c;
   };
   // The first is being written (held in its after_commit step), two more wait.
-  ASSERT_TRUE(writer.Enqueue(one(), [released] { released.wait(); return absl::OkStatus(); }).ok());
+  ASSERT_TRUE(writer
+                  .Enqueue(one(),
+                           [released] {
+                             released.wait();
+                             return absl::OkStatus();
+                           })
+                  .ok());
   std::this_thread::sleep_for(50ms);  // let the writer take it off the queue
   ASSERT_TRUE(writer.Enqueue(one()).ok());
   ASSERT_TRUE(writer.Enqueue(one()).ok());
@@ -129,7 +135,8 @@ TEST(CheckpointWriterTest, FlushesTheMemtablesAfterEnoughBytes) {
   CheckpointWriterOptions options;
   options.flush_after_bytes = 1000;
   CheckpointWriter writer(store->get(), options,
-                          [&](const CheckpointCommitStats& s) { flushed.push_back(s.flushed); }, {});
+                          [&](const CheckpointCommitStats& s) { flushed.push_back(s.flushed); },
+                          {});
   for (int i = 0; i < 3; ++i) {
     Checkpoint c;
     c.Put(StateFamily::kJobs, "k" + std::to_string(i), std::string(600, 'x'));
@@ -163,7 +170,13 @@ TEST(CheckpointWriterTest, AFailedWriteOnTheWriterThreadIsStickyAndReportedOnce)
   ASSERT_TRUE(writer.Enqueue(put("last good")).ok());
   ASSERT_TRUE(writer.Drain().ok());
   // Hold the writer, queue a checkpoint that fails and one behind it, then let it go.
-  ASSERT_TRUE(writer.Enqueue(put("held"), [released] { released.wait(); return absl::OkStatus(); }).ok());
+  ASSERT_TRUE(writer
+                  .Enqueue(put("held"),
+                           [released] {
+                             released.wait();
+                             return absl::OkStatus();
+                           })
+                  .ok());
   std::this_thread::sleep_for(50ms);
   ASSERT_TRUE(writer.Enqueue(put("lost")).ok());
   ASSERT_TRUE(writer.Enqueue(put("after the loss")).ok());
@@ -212,7 +225,13 @@ TEST(CheckpointWriterTest, EnqueueNoWaitPassesTheBoundAndReportsEveryOutcomeOnce
   };
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
-  ASSERT_TRUE(writer.Enqueue(put("held"), [released] { released.wait(); return absl::OkStatus(); }).ok());
+  ASSERT_TRUE(writer
+                  .Enqueue(put("held"),
+                           [released] {
+                             released.wait();
+                             return absl::OkStatus();
+                           })
+                  .ok());
   std::mutex mu;
   std::vector<std::pair<std::string, absl::StatusCode>> outcomes;
   const auto record = [&](const std::string& key) {
@@ -228,7 +247,13 @@ TEST(CheckpointWriterTest, EnqueueNoWaitPassesTheBoundAndReportsEveryOutcomeOnce
   // A write that fails, one dropped behind it, and one after the failure.
   std::promise<void> hold;
   std::shared_future<void> held = hold.get_future().share();
-  ASSERT_TRUE(writer.Enqueue(put("gate"), [held] { held.wait(); return absl::OkStatus(); }).ok());
+  ASSERT_TRUE(writer
+                  .Enqueue(put("gate"),
+                           [held] {
+                             held.wait();
+                             return absl::OkStatus();
+                           })
+                  .ok());
   writer.EnqueueNoWait(put("fails"), record("fails"));
   writer.EnqueueNoWait(put("dropped"), record("dropped"));
   fs->fail = true;
@@ -238,7 +263,8 @@ TEST(CheckpointWriterTest, EnqueueNoWaitPassesTheBoundAndReportsEveryOutcomeOnce
   writer.EnqueueNoWait(put("after"), record("after"));  // reported before it returns
   std::lock_guard<std::mutex> lock(mu);
   ASSERT_EQ(outcomes.size(), 13u);
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(outcomes[i], std::make_pair(std::string("ok"), absl::StatusCode::kOk));
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(outcomes[i], std::make_pair(std::string("ok"), absl::StatusCode::kOk));
   EXPECT_EQ(outcomes[10], std::make_pair(std::string("fails"), absl::StatusCode::kUnavailable));
   EXPECT_EQ(outcomes[11], std::make_pair(std::string("dropped"), absl::StatusCode::kUnavailable));
   EXPECT_EQ(outcomes[12], std::make_pair(std::string("after"), absl::StatusCode::kUnavailable));

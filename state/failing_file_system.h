@@ -21,7 +21,8 @@ class FailingFile : public rocksdb::FSWritableFileOwnerWrapper {
     return FSWritableFileOwnerWrapper::Append(data, o, d);
   }
   rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
-                           const rocksdb::DataVerificationInfo& v, rocksdb::IODebugContext* d) override {
+                           const rocksdb::DataVerificationInfo& v,
+                           rocksdb::IODebugContext* d) override {
     if (*fail_) return rocksdb::IOStatus::NoSpace("injected: no space left on device");
     return FSWritableFileOwnerWrapper::Append(data, o, v, d);
   }

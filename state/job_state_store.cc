@@ -11,7 +11,8 @@ constexpr char kStepPrefix = 's';
 constexpr char kAlertsPrefix = 'a';
 
 void AppendBigEndian(uint64_t v, std::string* out) {
-  for (int shift = 56; shift >= 0; shift -= 8) out->push_back(static_cast<char>((v >> shift) & 0xff));
+  for (int shift = 56; shift >= 0; shift -= 8)
+    out->push_back(static_cast<char>((v >> shift) & 0xff));
 }
 
 uint64_t ReadBigEndian(std::string_view bytes) {
@@ -77,16 +78,16 @@ void PutJob(const std::string& job, state::v1::JobMeta meta,
             std::vector<state::v1::StoredStep> new_steps, uint64_t keep_from_step,
             Checkpoint* out) {
   const size_t meta_bytes = meta.ByteSizeLong();
-  out->PutDeferred(StateFamily::kJobs, MetaKey(job),
-                   std::make_shared<DeferredMessage<state::v1::JobMeta>>(std::move(meta),
-                                                                         meta_bytes));
+  out->PutDeferred(
+      StateFamily::kJobs, MetaKey(job),
+      std::make_shared<DeferredMessage<state::v1::JobMeta>>(std::move(meta), meta_bytes));
   // Steps of one job are about the same size: one measured step estimates them all.
   const size_t step_bytes = new_steps.empty() ? 0 : new_steps.front().ByteSizeLong();
   for (state::v1::StoredStep& step : new_steps) {
     std::string key = StepKey(job, step.step());
-    out->PutDeferred(StateFamily::kJobs, std::move(key),
-                     std::make_shared<DeferredMessage<state::v1::StoredStep>>(std::move(step),
-                                                                              step_bytes));
+    out->PutDeferred(
+        StateFamily::kJobs, std::move(key),
+        std::make_shared<DeferredMessage<state::v1::StoredStep>>(std::move(step), step_bytes));
   }
   out->DeleteRange(StateFamily::kJobs, StepKey(job, 0), StepKey(job, keep_from_step));
 }
@@ -115,15 +116,13 @@ absl::StatusOr<std::vector<StoredJob>> ReadJobs(const StateStore& store,
     const std::string name = meta.training_job();
     job.meta = std::move(meta);
     absl::Status bad;
-    absl::Status s = store.ForEach(StateFamily::kJobs, StepPrefix(name),
-                                   [&](std::string_view, std::string_view v) {
-                                     job.steps.emplace_back();
-                                     if (!job.steps.back().ParseFromArray(
-                                             v.data(), static_cast<int>(v.size()))) {
-                                       bad = absl::DataLossError("unreadable stored step of job '" +
-                                                                 name + "'");
-                                     }
-                                   });
+    absl::Status s = store.ForEach(
+        StateFamily::kJobs, StepPrefix(name), [&](std::string_view, std::string_view v) {
+          job.steps.emplace_back();
+          if (!job.steps.back().ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+            bad = absl::DataLossError("unreadable stored step of job '" + name + "'");
+          }
+        });
     if (!s.ok()) return s;
     if (!bad.ok()) return bad;
     auto alerts = store.Get(StateFamily::kJobs, AlertsKey(name));
@@ -159,9 +158,8 @@ absl::Status CopyJobs(const StateStore& store, const std::vector<std::string>& j
 }
 
 absl::Status DeletePartition(const StateStore& store, int32_t partition, Checkpoint* out) {
-  auto metas = ReadMetas(store, [&](const state::v1::JobMeta& meta) {
-    return InPartition(meta, partition);
-  });
+  auto metas = ReadMetas(
+      store, [&](const state::v1::JobMeta& meta) { return InPartition(meta, partition); });
   if (!metas.ok()) return metas.status();
   for (const state::v1::JobMeta& meta : *metas) DeleteJob(meta.training_job(), out);
   return absl::OkStatus();
@@ -183,10 +181,9 @@ absl::StatusOr<uint64_t> LastAlertSequence(const StateStore& store) {
 
 absl::Status ScanAlerts(const StateStore& store, uint64_t from,
                         const std::function<bool(uint64_t, std::string_view)>& fn) {
-  return store.Scan(StateFamily::kAlerts, AlertKey(from),
-                    [&](std::string_view key, std::string_view value) {
-                      return fn(ReadBigEndian(key), value);
-                    });
+  return store.Scan(
+      StateFamily::kAlerts, AlertKey(from),
+      [&](std::string_view key, std::string_view value) { return fn(ReadBigEndian(key), value); });
 }
 
 }  // namespace rankwatch::job_state

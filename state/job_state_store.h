@@ -35,8 +35,7 @@ namespace rankwatch::job_state {
 // Stores the job's metadata and its newly aligned steps, and deletes its stored steps before
 // `keep_from_step` (no window needs them any more).
 void PutJob(const std::string& job, state::v1::JobMeta meta,
-            std::vector<state::v1::StoredStep> new_steps, uint64_t keep_from_step,
-            Checkpoint* out);
+            std::vector<state::v1::StoredStep> new_steps, uint64_t keep_from_step, Checkpoint* out);
 
 // Stores the job's alert lifecycle state.
 void PutJobAlerts(const std::string& job, const state::v1::AlertTrackerState& alerts,

@@ -13,7 +13,8 @@ namespace rankwatch {
 namespace {
 
 void PutBigEndian(std::string* out, uint64_t v) {
-  for (int shift = 56; shift >= 0; shift -= 8) out->push_back(static_cast<char>((v >> shift) & 0xff));
+  for (int shift = 56; shift >= 0; shift -= 8)
+    out->push_back(static_cast<char>((v >> shift) & 0xff));
 }
 
 uint64_t GetBigEndian(const char* p) {
@@ -102,9 +103,10 @@ absl::Status EnsureTopic(rd_kafka_t* rk, const StateChangelogOptions& options) {
   absl::Status status = absl::OkStatus();
   if (ev == nullptr) {
     status = absl::DeadlineExceededError(
-        "state changelog: the broker did not create topic " + options.topic + " within 10 s; "
-        "create it with " + std::to_string(options.partitions) +
-        " partitions and cleanup.policy=compact");
+        "state changelog: the broker did not create topic " + options.topic +
+        " within 10 s; "
+        "create it with " +
+        std::to_string(options.partitions) + " partitions and cleanup.policy=compact");
   } else {
     const rd_kafka_CreateTopics_result_t* result = rd_kafka_event_CreateTopics_result(ev);
     size_t n = 0;
@@ -263,8 +265,8 @@ bool StateChangelog::NeedsSnapshot(int32_t partition) const {
   if (it == logs_.end()) return true;
   const PartitionLog& log = it->second;
   return log.needs_snapshot || failed_.count(partition) != 0 ||
-         log.bytes_since_snapshot > std::max(options_.snapshot_after_bytes,
-                                             2 * log.last_snapshot_bytes);
+         log.bytes_since_snapshot >
+             std::max(options_.snapshot_after_bytes, 2 * log.last_snapshot_bytes);
 }
 
 absl::Status StateChangelog::Flush(std::chrono::milliseconds timeout) {
@@ -301,9 +303,9 @@ absl::StatusOr<ChangelogPartition> StateChangelog::Read(int32_t partition) {
       "state changelog " + options_.topic + " [" + std::to_string(partition) + "]";
   int64_t low = 0;
   int64_t high = 0;
-  rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(
-      rk, options_.topic.c_str(), partition, &low, &high,
-      static_cast<int>(options_.read_timeout.count()));
+  rd_kafka_resp_err_t e =
+      rd_kafka_query_watermark_offsets(rk, options_.topic.c_str(), partition, &low, &high,
+                                       static_cast<int>(options_.read_timeout.count()));
   ChangelogPartition state;
   uint64_t last_sequence = 0;
   if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {

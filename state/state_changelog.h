@@ -31,14 +31,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "wire/kafka_properties.h"
 #include "state/state_store.h"
+#include "wire/kafka_properties.h"
 
 namespace rankwatch {
 
 struct StateChangelogOptions {
-  std::string brokers;     // bootstrap list (required)
-  std::string topic;       // changelog topic, e.g. "rankwatch.telemetry.changelog" (required)
+  std::string brokers;  // bootstrap list (required)
+  std::string topic;    // changelog topic, e.g. "rankwatch.telemetry.changelog" (required)
   // Must equal the telemetry topic's partition count; 0: read it from `source_topic`.
   int32_t partitions = 0;
   std::string source_topic;
@@ -52,9 +52,9 @@ struct StateChangelogOptions {
 
 // The state of one partition as the changelog has it.
 struct ChangelogPartition {
-  bool present = false;      // false: the changelog has no whole checkpoint of the partition
-  int64_t next_offset = 0;   // telemetry offset the state covers (consume from here)
-  uint64_t sequence = 0;     // of the last applied checkpoint
+  bool present = false;     // false: the changelog has no whole checkpoint of the partition
+  int64_t next_offset = 0;  // telemetry offset the state covers (consume from here)
+  uint64_t sequence = 0;    // of the last applied checkpoint
   std::map<std::pair<StateFamily, std::string>, std::string> values;
 };
 

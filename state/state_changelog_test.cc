@@ -68,8 +68,8 @@ TEST_F(StateChangelogTest, ReadsBackASnapshotAndTheDeltasAfterIt) {
   EXPECT_EQ(Value(*read, "sA1"), "<none>");  // range-deleted
   EXPECT_EQ(Value(*read, "sA2"), "step-2");  // the range end is exclusive
   EXPECT_EQ(Value(*read, "sA3"), "step-3");
-  EXPECT_EQ(Value(*read, "mB"), "<none>");   // another partition's state
-  EXPECT_TRUE(reader->NeedsSnapshot(1));     // a new owner starts with a full snapshot
+  EXPECT_EQ(Value(*read, "mB"), "<none>");  // another partition's state
+  EXPECT_TRUE(reader->NeedsSnapshot(1));    // a new owner starts with a full snapshot
 }
 
 TEST_F(StateChangelogTest, ANewOwnerContinuesTheSequenceAndASnapshotReplacesEverything) {

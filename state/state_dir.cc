@@ -20,8 +20,7 @@ absl::StatusOr<std::unique_ptr<StateDir>> StateDir::Open(const std::filesystem::
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) {
-    return absl::UnavailableError("cannot create state dir " + path.string() + ": " +
-                                  ec.message());
+    return absl::UnavailableError("cannot create state dir " + path.string() + ": " + ec.message());
   }
   const std::string lock_path = (path / "LOCK").string();
   const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);

@@ -9,8 +9,8 @@ namespace rankwatch {
 namespace {
 
 std::filesystem::path TempDir(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() / ("rankwatch_" + name + "_" +
-                                                      std::to_string(::getpid()));
+  auto p = std::filesystem::temp_directory_path() /
+           ("rankwatch_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(p);
   return p;
 }

@@ -166,14 +166,14 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
     const std::string& text = **version;
     auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), stored);
     if (ec != std::errc() || ptr != text.data() + text.size()) {
-      return absl::DataLossError("state in " + dir + " has an unreadable schema version '" +
-                                 text + "'" + wipe);
+      return absl::DataLossError("state in " + dir + " has an unreadable schema version '" + text +
+                                 "'" + wipe);
     }
     if (stored > kStateSchemaVersion) {
-      return absl::FailedPreconditionError(
-          "state in " + dir + " was written by a newer rankwatchd (schema " +
-          std::to_string(stored) + ", this build reads up to " +
-          std::to_string(kStateSchemaVersion) + ")" + wipe);
+      return absl::FailedPreconditionError("state in " + dir +
+                                           " was written by a newer rankwatchd (schema " +
+                                           std::to_string(stored) + ", this build reads up to " +
+                                           std::to_string(kStateSchemaVersion) + ")" + wipe);
     }
   }
   return store;
@@ -233,13 +233,15 @@ absl::Status StateStore::ForEach(
   for (it->Seek(rocksdb::Slice(prefix.data(), prefix.size())); it->Valid(); it->Next()) {
     const rocksdb::Slice k = it->key();
     if (!k.starts_with(rocksdb::Slice(prefix.data(), prefix.size()))) break;
-    fn(std::string_view(k.data(), k.size()), std::string_view(it->value().data(), it->value().size()));
+    fn(std::string_view(k.data(), k.size()),
+       std::string_view(it->value().data(), it->value().size()));
   }
   return FromRocks(it->status(), "state scan failed");
 }
 
-absl::Status StateStore::Scan(StateFamily family, std::string_view from,
-                              const std::function<bool(std::string_view, std::string_view)>& fn) const {
+absl::Status StateStore::Scan(
+    StateFamily family, std::string_view from,
+    const std::function<bool(std::string_view, std::string_view)>& fn) const {
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions(), families_[static_cast<int>(family)]));
   for (it->Seek(rocksdb::Slice(from.data(), from.size())); it->Valid(); it->Next()) {
@@ -270,9 +272,10 @@ absl::StatusOr<std::map<std::pair<std::string, int32_t>, int64_t>> StateStore::O
     const size_t sep = k.find('\0');
     int32_t partition = 0;
     int64_t offset = 0;
-    const bool ok = sep != std::string_view::npos &&
-                    std::from_chars(k.data() + sep + 1, k.data() + k.size(), partition).ec == std::errc() &&
-                    std::from_chars(v.data(), v.data() + v.size(), offset).ec == std::errc();
+    const bool ok =
+        sep != std::string_view::npos &&
+        std::from_chars(k.data() + sep + 1, k.data() + k.size(), partition).ec == std::errc() &&
+        std::from_chars(v.data(), v.data() + v.size(), offset).ec == std::errc();
     if (!ok) {
       bad = absl::DataLossError("unreadable stored offset");
       return;

@@ -9,7 +9,6 @@
 // Thread-safe: RocksDB is; the sticky status is guarded by a mutex.
 #pragma once
 
-#include "absl/base/thread_annotations.h"
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -21,6 +20,7 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+#include "absl/base/thread_annotations.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -149,7 +149,7 @@ class StateStore {
   std::unique_ptr<rocksdb::Env> env_;  // only with a custom file system; outlives db_
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::ColumnFamilyHandle* default_family_ = nullptr;  // unused, but owned
-  std::vector<rocksdb::ColumnFamilyHandle*> families_;  // index: StateFamily
+  std::vector<rocksdb::ColumnFamilyHandle*> families_;     // index: StateFamily
   bool sync_ = true;
   bool flush_on_close_ = true;
   mutable std::mutex mu_;

@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "state/failing_file_system.h"
 #include <rocksdb/file_system.h>
+#include "state/failing_file_system.h"
 
 #include <atomic>
 #include <fstream>
@@ -55,17 +55,19 @@ TEST(StateStoreTest, ForEachScansAPrefixInKeyOrder) {
   c.Put(StateFamily::kJobs, "b/1", "z");
   ASSERT_TRUE((*store)->Commit(c).ok());
   std::vector<std::string> keys;
-  ASSERT_TRUE((*store)->ForEach(StateFamily::kJobs, "b/", [&](std::string_view k, std::string_view) {
-    keys.emplace_back(k);
-  }).ok());
+  ASSERT_TRUE((*store)
+                  ->ForEach(StateFamily::kJobs, "b/",
+                            [&](std::string_view k, std::string_view) { keys.emplace_back(k); })
+                  .ok());
   EXPECT_EQ(keys, (std::vector<std::string>{"b/1", "b/2"}));
   Checkpoint d;
   d.DeleteRange(StateFamily::kJobs, "b/", "b/2");
   ASSERT_TRUE((*store)->Commit(d).ok());
   keys.clear();
-  ASSERT_TRUE((*store)->ForEach(StateFamily::kJobs, "", [&](std::string_view k, std::string_view) {
-    keys.emplace_back(k);
-  }).ok());
+  ASSERT_TRUE((*store)
+                  ->ForEach(StateFamily::kJobs, "",
+                            [&](std::string_view k, std::string_view) { keys.emplace_back(k); })
+                  .ok());
   EXPECT_EQ(keys, (std::vector<std::string>{"a/1", "b/2"}));
 }
 

@@ -16,7 +16,7 @@ inline constexpr uint32_t kSchemaVersion = 1;
 // Limits from proto/rankwatch/v1/telemetry.proto, each with its default. A reader rejects a
 // batch over any of them; a producer keeps its batches within the defaults.
 struct BatchLimits {
-  size_t max_bytes = 4u << 20;                 // 4 MiB
+  size_t max_bytes = 4u << 20;  // 4 MiB
   size_t max_steps = 100'000;
   size_t max_kernels = 1'000'000;
   size_t max_samples = 10'000;

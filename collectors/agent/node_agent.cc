@@ -16,7 +16,7 @@ namespace rankwatch {
 namespace {
 constexpr int kMaxStepsPerBatch = 10000;
 static_assert(static_cast<size_t>(kMaxStepsPerBatch) <= BatchLimits{}.max_steps);
-}
+}  // namespace
 
 NodeAgent::NodeAgent(NodeAgentOptions options, BatchPublisher* publisher)
     : options_(std::move(options)), publisher_(publisher), sampler_(options_.proc) {
@@ -103,8 +103,8 @@ void NodeAgent::PublishTrace(const FoundTrace& trace, int64_t unix_ns) {
   }
   counters_.trace_steps.fetch_add(it->steps.size(), std::memory_order_relaxed);
   counters_.trace_files_published.fetch_add(1, std::memory_order_relaxed);
-  spdlog::info("agent: published {} ({} steps of rank {})", trace.file.string(),
-               it->steps.size(), it->rank);
+  spdlog::info("agent: published {} ({} steps of rank {})", trace.file.string(), it->steps.size(),
+               it->rank);
 }
 
 absl::Status NodeAgent::PublishWaiting(v1::Batch* b,
@@ -119,9 +119,9 @@ absl::Status NodeAgent::PublishWaiting(v1::Batch* b,
     }
     if (!absl::IsResourceExhausted(sent)) return sent;
     if (std::chrono::steady_clock::now() >= deadline) {
-      return absl::DeadlineExceededError(
-          "Kafka took no batch within the trace publish timeout (" +
-          std::to_string(options_.trace_publish_timeout.count()) + " ms)");
+      return absl::DeadlineExceededError("Kafka took no batch within the trace publish timeout (" +
+                                         std::to_string(options_.trace_publish_timeout.count()) +
+                                         " ms)");
     }
     (void)publisher_->Flush(std::chrono::milliseconds(50));  // room frees as batches deliver
   }
@@ -137,10 +137,13 @@ void NodeAgent::PublishKinetoTrace(const FoundTrace& trace, int64_t unix_ns) {
   o.created_unix_ns = unix_ns;
   const auto deadline = std::chrono::steady_clock::now() + options_.trace_publish_timeout;
   KinetoReplayStats stats;
-  const absl::Status s = ReplayKinetoTraces({trace.file}, o, [&](const v1::Batch& batch) {
-    v1::Batch b = batch;
-    return PublishWaiting(&b, deadline);
-  }, &stats);
+  const absl::Status s = ReplayKinetoTraces(
+      {trace.file}, o,
+      [&](const v1::Batch& batch) {
+        v1::Batch b = batch;
+        return PublishWaiting(&b, deadline);
+      },
+      &stats);
   counters_.trace_kernel_events.fetch_add(stats.events, std::memory_order_relaxed);
   if (!s.ok()) {
     counters_.trace_files_failed.fetch_add(1, std::memory_order_relaxed);
@@ -149,9 +152,10 @@ void NodeAgent::PublishKinetoTrace(const FoundTrace& trace, int64_t unix_ns) {
     return;
   }
   counters_.trace_files_published.fetch_add(1, std::memory_order_relaxed);
-  spdlog::info("agent: published {}: {} steps, {} kernel events in {} batches ({} events "
-               "outside every step left out)",
-               trace.file.string(), stats.steps, stats.events, stats.batches, stats.unstepped);
+  spdlog::info(
+      "agent: published {}: {} steps, {} kernel events in {} batches ({} events "
+      "outside every step left out)",
+      trace.file.string(), stats.steps, stats.events, stats.batches, stats.unstepped);
 }
 
 }  // namespace rankwatch

@@ -29,11 +29,11 @@ namespace rankwatch {
 struct NodeAgentOptions {
   // Identity of the agent's batches. Use the training job's id and world size when the agent
   // serves one job; the daemon creates a job from the first batch it sees with its world size.
-  std::string training_job;  // required
-  uint32_t rank = 0;         // default: 0
-  uint32_t world_size = 1;   // default: 1
-  std::string node;          // default: the host name (set by the caller)
-  std::string trace_dir;     // default: none (no trace watching)
+  std::string training_job;              // required
+  uint32_t rank = 0;                     // default: 0
+  uint32_t world_size = 1;               // default: 1
+  std::string node;                      // default: the host name (set by the caller)
+  std::string trace_dir;                 // default: none (no trace watching)
   bool include_existing_traces = false;  // default: traces already there are not published
   ProcSamplerOptions proc;
   std::string nvml_library = "libnvidia-ml.so.1";  // default: libnvidia-ml.so.1
@@ -42,12 +42,12 @@ struct NodeAgentOptions {
 };
 
 struct NodeAgentCounters {
-  std::atomic<uint64_t> samples{0};            // system samples published
-  std::atomic<uint64_t> batches_sent{0};       // batches handed to Kafka
-  std::atomic<uint64_t> batches_dropped{0};    // refused while the producer queue was full
+  std::atomic<uint64_t> samples{0};          // system samples published
+  std::atomic<uint64_t> batches_sent{0};     // batches handed to Kafka
+  std::atomic<uint64_t> batches_dropped{0};  // refused while the producer queue was full
   std::atomic<uint64_t> trace_files_published{0};
-  std::atomic<uint64_t> trace_files_failed{0};  // unreadable or unpublishable traces
-  std::atomic<uint64_t> trace_steps{0};         // step records read from iteration traces
+  std::atomic<uint64_t> trace_files_failed{0};   // unreadable or unpublishable traces
+  std::atomic<uint64_t> trace_steps{0};          // step records read from iteration traces
   std::atomic<uint64_t> trace_kernel_events{0};  // kernel events published from Kineto traces
 };
 

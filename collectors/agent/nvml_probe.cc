@@ -49,11 +49,11 @@ std::unique_ptr<NvmlProbe> NvmlProbe::Open(const std::string& library) {
       sym("nvmlDeviceGetMemoryInfo"));
   api->temperature = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, int, unsigned*)>(
       sym("nvmlDeviceGetTemperature"));
-  api->power = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned*)>(
-      sym("nvmlDeviceGetPowerUsage"));
+  api->power =
+      reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned*)>(sym("nvmlDeviceGetPowerUsage"));
   unsigned count = 0;
-  if (api->init == nullptr || api->count == nullptr || api->handle == nullptr ||
-      api->init() != 0 || api->count(&count) != 0) {
+  if (api->init == nullptr || api->count == nullptr || api->handle == nullptr || api->init() != 0 ||
+      api->count(&count) != 0) {
     spdlog::info("agent: NVML present but not usable: sampling without GPU metrics");
     dlclose(h);
     return nullptr;

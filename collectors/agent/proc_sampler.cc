@@ -29,7 +29,8 @@ ProcSampler::ProcSampler(ProcSamplerOptions options)
 
 bool ProcSampler::ReadHostCpu(CpuTimes* out) const {
   std::string text;
-  if (!ReadFile(options_.proc_root + "/stat", &text) || text.compare(0, 4, "cpu ") != 0) return false;
+  if (!ReadFile(options_.proc_root + "/stat", &text) || text.compare(0, 4, "cpu ") != 0)
+    return false;
   std::istringstream line(text.substr(4, text.find('\n') - 4));
   uint64_t v[10] = {};
   for (uint64_t& x : v) line >> x;

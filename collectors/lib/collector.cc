@@ -79,9 +79,9 @@ absl::StatusOr<std::unique_ptr<Collector>> Collector::Create(CollectorIdentity i
     return absl::InvalidArgumentError("collector buffer sizes and intervals must be positive");
   }
   if (options.kafka_queue_max_messages > kIdempotentInflightWindow) {
-    return absl::InvalidArgumentError(
-        "kafka_queue_max_messages must be at most " + std::to_string(kIdempotentInflightWindow) +
-        " (librdkafka spins while more wait behind a hung broker)");
+    return absl::InvalidArgumentError("kafka_queue_max_messages must be at most " +
+                                      std::to_string(kIdempotentInflightWindow) +
+                                      " (librdkafka spins while more wait behind a hung broker)");
   }
   if (identity.pid == 0) identity.pid = static_cast<uint32_t>(getpid());
   auto publisher = BatchPublisher::Create(ToPublisherOptions(options));
@@ -104,7 +104,8 @@ Collector::~Collector() { (void)Close(false, std::chrono::seconds(2)); }
 
 void Collector::BeginStep(uint64_t step, uint64_t now_ns) {
   step_ = step;
-  step_begin_ns_ = std::min(now_ns, earliest_begin_ns_.exchange(UINT64_MAX, std::memory_order_relaxed));
+  step_begin_ns_ =
+      std::min(now_ns, earliest_begin_ns_.exchange(UINT64_MAX, std::memory_order_relaxed));
   step_open_ = true;
 }
 
@@ -270,7 +271,8 @@ void Collector::Produce() {
     if (absl::IsResourceExhausted(s)) break;  // librdkafka's queue is full: retry later
     // Anything else (a fatal idempotent-producer state) needs a fresh producer; the batch
     // stays pending and is produced by it.
-    spdlog::warn("rankwatch collector: {}; recreating the Kafka producer", std::string(s.message()));
+    spdlog::warn("rankwatch collector: {}; recreating the Kafka producer",
+                 std::string(s.message()));
     auto fresh = BatchPublisher::Create(ToPublisherOptions(options_));
     if (!fresh.ok()) break;
     base_delivered_ += publisher_->delivered();
@@ -376,8 +378,8 @@ CollectorStats Collector::stats() const {
     std::lock_guard<std::mutex> lock(kernels_mu_);
     kernels_dropped = kernels_dropped_;
   }
-  s.records_dropped = ring_.dropped() + kernels_dropped +
-                      pending_dropped_records_.load(std::memory_order_relaxed);
+  s.records_dropped =
+      ring_.dropped() + kernels_dropped + pending_dropped_records_.load(std::memory_order_relaxed);
   s.batches_dropped = pending_dropped_batches_.load(std::memory_order_relaxed);
   s.batches_produced = produced_.load(std::memory_order_relaxed);
   s.batches_delivered = delivered_.load(std::memory_order_relaxed);

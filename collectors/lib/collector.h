@@ -40,12 +40,12 @@ namespace rankwatch {
 
 // Who is recording (spec section 1, "source identity").
 struct CollectorIdentity {
-  std::string training_job;   // required
-  uint32_t rank = 0;          // < world_size
-  uint32_t world_size = 1;    // >= 1
-  std::string node;           // host name
+  std::string training_job;  // required
+  uint32_t rank = 0;         // < world_size
+  uint32_t world_size = 1;   // >= 1
+  std::string node;          // host name
   uint32_t local_rank = 0;
-  uint32_t pid = 0;           // 0 = this process
+  uint32_t pid = 0;  // 0 = this process
   std::string device = "cpu";
 };
 
@@ -56,16 +56,16 @@ struct CollectorOptions {
   // Default: 1 s between batches (each costs the sender and librdkafka ~0.2 ms of CPU), or
   // sooner when the kernel-event buffer is half full.
   int flush_interval_ms = 1000;
-  size_t step_ring_capacity = 4096;           // default: 4,096 steps (rounded up to 2^n)
-  size_t max_kernel_events = 65536;           // default: 65,536 kernel events buffered
-  size_t max_pending_bytes = 4u << 20;        // default: 4 MiB of batches waiting for Kafka
+  size_t step_ring_capacity = 4096;     // default: 4,096 steps (rounded up to 2^n)
+  size_t max_kernel_events = 65536;     // default: 65,536 kernel events buffered
+  size_t max_pending_bytes = 4u << 20;  // default: 4 MiB of batches waiting for Kafka
   // Batches handed to librdkafka and not yet acknowledged; 1 to kIdempotentInflightWindow
   // (5), because more makes librdkafka spin while a hung broker holds its in-flight window
   // (collectors/kafka_publisher.h). The backlog waits in the pending bytes instead.
-  int kafka_queue_max_messages = 4;           // default: 4 batches in librdkafka's queue
-  int kafka_queue_max_kbytes = 4096;          // default: 4 MiB in librdkafka's queue
-  int message_timeout_ms = 300000;            // default: 5 min; older undelivered batches fail
-  KafkaProperties properties;                 // passed through to librdkafka
+  int kafka_queue_max_messages = 4;   // default: 4 batches in librdkafka's queue
+  int kafka_queue_max_kbytes = 4096;  // default: 4 MiB in librdkafka's queue
+  int message_timeout_ms = 300000;    // default: 5 min; older undelivered batches fail
+  KafkaProperties properties;         // passed through to librdkafka
 };
 
 // One kernel (or CPU op) event, as the caller has it; strings are interned by the sender.
@@ -80,14 +80,14 @@ struct KernelEventInput {
 struct CollectorStats {
   uint64_t steps_recorded = 0;
   uint64_t kernels_recorded = 0;
-  uint64_t records_dropped = 0;      // steps + kernel events discarded (ring, buffer, pending)
-  uint64_t batches_dropped = 0;      // serialized batches discarded while Kafka was away
-  uint64_t batches_produced = 0;     // handed to librdkafka
-  uint64_t batches_delivered = 0;    // acknowledged by the broker
-  uint64_t batches_failed = 0;       // failed in librdkafka (e.g. message timeout)
-  uint64_t buffered_bytes = 0;       // pending + in librdkafka, now
-  uint64_t max_buffered_bytes = 0;   // the largest buffered_bytes seen
-  uint64_t memory_bound_bytes = 0;   // memory_bound_bytes()
+  uint64_t records_dropped = 0;     // steps + kernel events discarded (ring, buffer, pending)
+  uint64_t batches_dropped = 0;     // serialized batches discarded while Kafka was away
+  uint64_t batches_produced = 0;    // handed to librdkafka
+  uint64_t batches_delivered = 0;   // acknowledged by the broker
+  uint64_t batches_failed = 0;      // failed in librdkafka (e.g. message timeout)
+  uint64_t buffered_bytes = 0;      // pending + in librdkafka, now
+  uint64_t max_buffered_bytes = 0;  // the largest buffered_bytes seen
+  uint64_t memory_bound_bytes = 0;  // memory_bound_bytes()
 };
 
 class Collector {
@@ -173,7 +173,7 @@ class Collector {
 
   std::atomic<uint64_t> produced_{0};
   std::atomic<uint64_t> delivered_{0}, failed_{0};  // over every producer this had
-  uint64_t base_delivered_ = 0, base_failed_ = 0;    // of replaced producers
+  uint64_t base_delivered_ = 0, base_failed_ = 0;   // of replaced producers
   std::atomic<uint64_t> buffered_bytes_{0}, max_buffered_bytes_{0};
   std::atomic<uint64_t> pending_dropped_records_{0}, pending_dropped_batches_{0};
   std::atomic<uint64_t> idle_generation_{0};  // bumped when all data is shipped and acked

@@ -2,9 +2,9 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
+#include <algorithm>
 
 #include <thread>
 
@@ -50,8 +50,8 @@ class MockKafka {
     std::vector<v1::Batch> out;
     // The first message also waits for the consumer to join its group, which takes seconds
     // on a loaded machine; after it, `timeout` of silence ends the read.
-    auto deadline = std::chrono::steady_clock::now() + std::max<std::chrono::milliseconds>(
-                                                          timeout, std::chrono::seconds(15));
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::max<std::chrono::milliseconds>(timeout, std::chrono::seconds(15));
     while (std::chrono::steady_clock::now() < deadline) {
       rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer_, 100);
       if (m == nullptr) continue;
@@ -224,7 +224,8 @@ TEST(CollectorTest, AHalfFullKernelBufferShipsBeforeTheInterval) {
   }
   ASSERT_EQ((*c)->stats().batches_produced, 1u);
   int kernels = 0;
-  for (const v1::Batch& b : kafka.ReadAll(std::chrono::milliseconds(300))) kernels += b.kernels_size();
+  for (const v1::Batch& b : kafka.ReadAll(std::chrono::milliseconds(300)))
+    kernels += b.kernels_size();
   EXPECT_EQ(kernels, 40);
   EXPECT_EQ((*c)->stats().records_dropped, 0u);
   ASSERT_TRUE((*c)->Close(true, std::chrono::seconds(10)).ok());

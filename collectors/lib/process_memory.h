@@ -43,8 +43,8 @@ class ProcessPeakMemory {
   int status_fd_ = -1;
   int clear_refs_fd_ = -1;
   bool resets_ = false;
-  uint64_t after_reset_kib_ = 0;                // getrusage just after the last reset; 0: none
-  uint64_t floor_ceiling_kib_ = UINT64_MAX;     // the floor is at most this
+  uint64_t after_reset_kib_ = 0;             // getrusage just after the last reset; 0: none
+  uint64_t floor_ceiling_kib_ = UINT64_MAX;  // the floor is at most this
   uint64_t status_reads_ = 0;
 };
 

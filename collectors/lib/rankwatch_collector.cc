@@ -39,7 +39,8 @@ rw_collector* rw_collector_create(const rw_identity* identity, const rw_options*
   if (options->kafka_queue_max_messages > 0) {
     o.kafka_queue_max_messages = options->kafka_queue_max_messages;
   }
-  if (options->kafka_queue_max_kbytes > 0) o.kafka_queue_max_kbytes = options->kafka_queue_max_kbytes;
+  if (options->kafka_queue_max_kbytes > 0)
+    o.kafka_queue_max_kbytes = options->kafka_queue_max_kbytes;
   auto c = rankwatch::Collector::Create(std::move(id), std::move(o));
   if (!c.ok()) return fail(std::string(c.status().message()));
   return new rw_collector{std::move(*c)};
@@ -89,10 +90,9 @@ int rw_flush(rw_collector* c, int timeout_ms) {
 
 void rw_stats_get(const rw_collector* c, rw_stats* out) {
   const rankwatch::CollectorStats s = c->impl->stats();
-  *out = rw_stats{s.steps_recorded,    s.kernels_recorded,  s.records_dropped,
-                  s.batches_dropped,   s.batches_produced,  s.batches_delivered,
-                  s.batches_failed,    s.buffered_bytes,    s.max_buffered_bytes,
-                  s.memory_bound_bytes};
+  *out = rw_stats{s.steps_recorded,     s.kernels_recorded,  s.records_dropped, s.batches_dropped,
+                  s.batches_produced,   s.batches_delivered, s.batches_failed,  s.buffered_bytes,
+                  s.max_buffered_bytes, s.memory_bound_bytes};
 }
 
 }  // extern "C"

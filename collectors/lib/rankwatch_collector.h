@@ -36,8 +36,8 @@ typedef struct rw_identity {
   uint32_t world_size;      /* >= 1 */
   const char* node;         /* host name; NULL = "" */
   uint32_t local_rank;
-  uint32_t pid;             /* 0 = this process */
-  const char* device;       /* "cuda:0", "cpu", ...; NULL = "cpu" */
+  uint32_t pid;       /* 0 = this process */
+  const char* device; /* "cuda:0", "cpu", ...; NULL = "cpu" */
 } rw_identity;
 
 typedef struct rw_options {
@@ -54,9 +54,9 @@ typedef struct rw_kernel_event {
   const char* name;     /* copied; NULL = "" */
   const char* category; /* copied; NULL = "" */
   int64_t ts_ns, dur_ns;
-  int64_t stream;       /* -1 for CPU events */
-  int64_t correlation;  /* -1 when absent */
-  int64_t step;         /* -1 when unknown */
+  int64_t stream;      /* -1 for CPU events */
+  int64_t correlation; /* -1 when absent */
+  int64_t step;        /* -1 when unknown */
 } rw_kernel_event;
 
 typedef struct rw_stats {

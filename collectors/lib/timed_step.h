@@ -28,7 +28,7 @@ struct TimedStep {
   uint64_t step_time_ns = 0;
   int64_t end_unix_ns = 0;
   uint64_t phase_ns[kStepPhaseCount] = {};
-  uint32_t phase_mask = 0;  // bit i set: phase i was timed during the step (else absent)
+  uint32_t phase_mask = 0;            // bit i set: phase i was timed during the step (else absent)
   uint64_t peak_allocated_bytes = 0;  // 0 = not reported
   uint64_t peak_reserved_bytes = 0;
   uint64_t device_capacity_bytes = 0;

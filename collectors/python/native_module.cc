@@ -62,8 +62,7 @@ PYBIND11_MODULE(_native, m) {
            py::arg("max_pending_bytes") = 4u << 20, py::arg("kafka_queue_max_messages") = 4,
            py::arg("kafka_queue_max_kbytes") = 4096,
            py::arg("properties") = std::map<std::string, std::string>{})
-      .def("begin_step",
-           [](Collector& c, uint64_t step) { c.BeginStep(step, Collector::NowNs()); })
+      .def("begin_step", [](Collector& c, uint64_t step) { c.BeginStep(step, Collector::NowNs()); })
       .def("end_step", [](Collector& c) { c.EndStep(Collector::NowNs()); })
       .def(
           "end_step_with_peak_rss",

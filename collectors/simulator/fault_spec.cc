@@ -56,7 +56,8 @@ absl::StatusOr<FaultSpec> ParseFaultSpec(std::string_view text) {
   const std::string quoted = "fault '" + std::string(text) + "': ";
   const std::vector<std::string_view> parts = Split(text, ':');
   if (parts.size() < 2 || parts.size() > 4) {
-    return absl::InvalidArgumentError(quoted + "expected KIND:TARGET[:MAGNITUDE[:FROM_STEP[-UNTIL_STEP]]]");
+    return absl::InvalidArgumentError(quoted +
+                                      "expected KIND:TARGET[:MAGNITUDE[:FROM_STEP[-UNTIL_STEP]]]");
   }
   FaultSpec spec;
   const KindInfo* info = nullptr;
@@ -65,8 +66,9 @@ absl::StatusOr<FaultSpec> ParseFaultSpec(std::string_view text) {
   }
   if (info == nullptr) {
     return absl::InvalidArgumentError(
-        quoted + "unknown kind (slow-compute, slow-input, input-bound, wait, memory-leak, "
-                 "memory-imbalance, memory-pressure, hang)");
+        quoted +
+        "unknown kind (slow-compute, slow-input, input-bound, wait, memory-leak, "
+        "memory-imbalance, memory-pressure, hang)");
   }
   spec.kind = info->kind;
   spec.magnitude = info->default_magnitude;
@@ -99,10 +101,10 @@ absl::StatusOr<FaultSpec> ParseFaultSpec(std::string_view text) {
     if (!ParseNumber(parts[3].substr(0, dash), &spec.from_step)) {
       return absl::InvalidArgumentError(quoted + "FROM_STEP must be a step number");
     }
-    if (dash != std::string::npos &&
-        (!ParseNumber(parts[3].substr(dash + 1), &spec.until_step) ||
-         spec.until_step <= spec.from_step)) {
-      return absl::InvalidArgumentError(quoted + "UNTIL_STEP must be a step number after FROM_STEP");
+    if (dash != std::string::npos && (!ParseNumber(parts[3].substr(dash + 1), &spec.until_step) ||
+                                      spec.until_step <= spec.from_step)) {
+      return absl::InvalidArgumentError(quoted +
+                                        "UNTIL_STEP must be a step number after FROM_STEP");
     }
   }
   return spec;

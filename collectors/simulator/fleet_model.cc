@@ -84,8 +84,8 @@ FleetModel::Local FleetModel::LocalPhases(uint32_t rank, uint64_t step) const {
 void FleetModel::FillMemory(uint32_t rank, uint64_t step, v1::StepRecord* r) const {
   const double capacity = static_cast<double>(options_.device_capacity_bytes);
   // Memory varies far less than time: +-1% around the base peak.
-  double allocated = static_cast<double>(options_.base_peak_bytes) *
-                     (1.0 + (Jitter(rank, step, 6) - 1.0) * 0.2);
+  double allocated =
+      static_cast<double>(options_.base_peak_bytes) * (1.0 + (Jitter(rank, step, 6) - 1.0) * 0.2);
   for (const FaultSpec& f : options_.faults) {
     if (!Targets(f, rank, step)) continue;
     switch (f.kind) {

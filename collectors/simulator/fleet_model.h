@@ -17,8 +17,8 @@ namespace rankwatch {
 struct FleetOptions {
   std::string training_job = "sim";
   uint32_t ranks = 8;
-  uint32_t ranks_per_node = 8;     // default: 8
-  double step_ms = 100;            // default: 100 ms nominal step
+  uint32_t ranks_per_node = 8;  // default: 8
+  double step_ms = 100;         // default: 100 ms nominal step
   // kDdp: ranks finish each step together; faster ranks absorb the difference as
   // collective wait inside backward. kNone: ranks run independently. Default: kDdp.
   enum class Sync { kDdp, kNone } sync = Sync::kDdp;

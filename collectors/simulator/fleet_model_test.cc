@@ -110,9 +110,9 @@ TEST(FleetModelTest, FaultsApplyToTheirTargetFromTheirStep) {
   const uint64_t base = rec[1].peak_allocated_bytes();
   EXPECT_EQ(rec[0].peak_allocated_bytes() - base, 100ull << 20);
   m.Step(3, &rec, &rep);
-  EXPECT_EQ(rec[8].dataloader_ns(), 20'000'000u);   // rank 8 is on node 1
+  EXPECT_EQ(rec[8].dataloader_ns(), 20'000'000u);  // rank 8 is on node 1
   EXPECT_EQ(rec[15].dataloader_ns(), 20'000'000u);
-  EXPECT_EQ(rec[7].dataloader_ns(), 10'000'000u);   // node 0 untouched
+  EXPECT_EQ(rec[7].dataloader_ns(), 10'000'000u);  // node 0 untouched
 }
 
 TEST(FleetModelTest, HangStopsOneRankOrUnderDdpTheWholeJob) {

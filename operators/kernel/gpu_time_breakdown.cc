@@ -30,8 +30,8 @@ TemporalBreakdown ComputeTemporalBreakdown(const RankTimeline& t, AnalysisMode m
   b.empty = false;
   b.kernel_ns = all.back().end - all.front().ts;
   b.idle_ns = b.kernel_ns - UnionLength(all);
-  b.compute_ns = UnionLength(
-      UnionOf(t, [](const GpuOp& op) { return op.type == KernelType::kComputation; }));
+  b.compute_ns =
+      UnionLength(UnionOf(t, [](const GpuOp& op) { return op.type == KernelType::kComputation; }));
   b.non_compute_ns = b.kernel_ns - b.compute_ns - b.idle_ns;
   return b;
 }
@@ -41,7 +41,10 @@ std::vector<std::pair<std::string, int64_t>> ComputeKernelTypeTime(const RankTim
   constexpr std::array<KernelType, 3> kTypes = {KernelType::kComputation,
                                                 KernelType::kCommunication, KernelType::kMemory};
   const int n = include_memory ? 3 : 2;
-  struct Point { int64_t time; int delta; };
+  struct Point {
+    int64_t time;
+    int delta;
+  };
   std::vector<Point> points;
   for (int k = 0; k < n; ++k) {
     const KernelType type = kTypes[k];
@@ -86,7 +89,8 @@ double CommCompOverlap::ratio() const {
 }
 
 CommCompOverlap ComputeCommCompOverlap(const RankTimeline& t) {
-  const auto comm = UnionOf(t, [](const GpuOp& op) { return op.type == KernelType::kCommunication; });
+  const auto comm =
+      UnionOf(t, [](const GpuOp& op) { return op.type == KernelType::kCommunication; });
   const auto comp = UnionOf(t, [](const GpuOp& op) { return op.type == KernelType::kComputation; });
   CommCompOverlap o;
   o.comm_ns = UnionLength(comm);

@@ -31,7 +31,8 @@ std::vector<IdleRow> ComputeIdleTimeBreakdown(const RankTimeline& t, int64_t del
   std::vector<IdleRow> out;
   for (int64_t stream : order) {
     std::vector<const GpuOp*>& ks = by_stream[stream];
-    std::stable_sort(ks.begin(), ks.end(), [](const GpuOp* a, const GpuOp* b) { return a->ts < b->ts; });
+    std::stable_sort(ks.begin(), ks.end(),
+                     [](const GpuOp* a, const GpuOp* b) { return a->ts < b->ts; });
     std::array<std::vector<double>, 3> gaps;
     std::array<bool, 3> present{};
     present[static_cast<int>(IdleCategory::kOther)] = true;  // the first kernel

@@ -19,9 +19,9 @@ struct IdleRow {
   uint32_t rank = 0;
   int64_t stream = 0;
   IdleCategory category = IdleCategory::kOther;
-  double idle_us = 0;     // Σ gaps (the first kernel's undefined gap counts 0)
-  double ratio = 0;       // idle_us / Σ over the stream's categories; NaN when that is 0
-  Describe gaps_us;       // the gaps of this category (show_idle_interval_stats)
+  double idle_us = 0;  // Σ gaps (the first kernel's undefined gap counts 0)
+  double ratio = 0;    // idle_us / Σ over the stream's categories; NaN when that is 0
+  Describe gaps_us;    // the gaps of this category (show_idle_interval_stats)
 };
 
 // Rows per stream (streams in order of first appearance among kernel/memcpy/memset ops), one

@@ -19,12 +19,13 @@ constexpr int64_t us = 1000;
 struct TraceWriter {
   RankTrace t;
   uint32_t Id(const std::string& s) {
-    for (uint32_t i = 0; i < t.strings.size(); ++i) if (t.strings[i] == s) return i;
+    for (uint32_t i = 0; i < t.strings.size(); ++i)
+      if (t.strings[i] == s) return i;
     t.strings.push_back(s);
     return static_cast<uint32_t>(t.strings.size() - 1);
   }
-  void Event(const std::string& cat, const std::string& name, int64_t ts, int64_t dur, int64_t stream = -1,
-             int64_t corr = -1, double bw = 0) {
+  void Event(const std::string& cat, const std::string& name, int64_t ts, int64_t dur,
+             int64_t stream = -1, int64_t corr = -1, double bw = 0) {
     TraceEvent e;
     e.ts_ns = ts;
     e.dur_ns = dur;
@@ -53,15 +54,21 @@ RankTrace SyntheticRank(uint32_t rank, int steps, int64_t gap_us, uint32_t seed)
   auto launch = [&](int kind) {
     const int64_t c = corr++;
     const int64_t call_dur = (4 + jitter(rng) % 60) * us / 2;
-    const char* call = kind == 1 ? "cudaLaunchKernelExC" : kind == 2 ? "cudaMemcpyAsync" : "cudaLaunchKernel";
+    const char* call = kind == 1   ? "cudaLaunchKernelExC"
+                       : kind == 2 ? "cudaMemcpyAsync"
+                                   : "cudaLaunchKernel";
     w.Event("cuda_runtime", call, cpu, call_dur, -1, c);
     const int stream = kind;
     const int64_t start = std::max(stream_end[stream], cpu + call_dur + jitter(rng) * 20);
-    const int64_t dur = kind == 1 ? 300 * us + jitter(rng) * 100 : kind == 2 ? 3 * us : (5 + jitter(rng) % 40) * us;
-    const char* names[] = {"void gemm_kernel<float>(...)", "ncclKernel_AllReduce_RING_LL_Sum_float(...)",
+    const int64_t dur = kind == 1   ? 300 * us + jitter(rng) * 100
+                        : kind == 2 ? 3 * us
+                                    : (5 + jitter(rng) % 40) * us;
+    const char* names[] = {"void gemm_kernel<float>(...)",
+                           "ncclKernel_AllReduce_RING_LL_Sum_float(...)",
                            "Memcpy HtoD (Pageable -> Device)"};
     const std::string name = kind == 0 && jitter(rng) % 2 ? "elementwise_kernel" : names[kind];
-    w.Event(kind == 2 ? "gpu_memcpy" : "kernel", name, start, dur, 7 + 13 * stream, c, kind == 2 ? 12.5 : 0);
+    w.Event(kind == 2 ? "gpu_memcpy" : "kernel", name, start, dur, 7 + 13 * stream, c,
+            kind == 2 ? 12.5 : 0);
     stream_end[stream] = start + dur;
     cpu += call_dur + gap_us * us / 2 + jitter(rng) * gap_us;
   };
@@ -163,7 +170,8 @@ TEST(KernelAccumulator, StreamedStepsEqualTheOfflineAnalysis) {
   const JobTimelines job = BuildTimelines(traces, topt);
   KernelAnalysisOptions aopt;
   std::map<std::pair<uint32_t, int64_t>, KernelStepSummary> expected;
-  for (const RankTimeline& w : job.steps) expected[{w.rank, w.step}] = SummarizeStep(AnalyzeRank(w, aopt));
+  for (const RankTimeline& w : job.steps)
+    expected[{w.rank, w.step}] = SummarizeStep(AnalyzeRank(w, aopt));
   ASSERT_EQ(expected.size(), 6u * 3 + 5);
   // Kernels launched at the end of a step run into the next: the windows overlap in time.
   EXPECT_GT((expected[{0, 1}].comm_ns), 0);
@@ -296,17 +304,20 @@ TEST(SummarizeJob, NamesTheRankWhoseIdleOrCommunicationShareStandsApart) {
   EXPECT_NEAR(j.overlap_median, 0.25, 0.002);
 
   // Communication: rank 1 has 0.05 vs ~0.30.
-  j = Job({Step(0, 1000, 200, 300), Step(1, 1000, 200, 50), Step(2, 1000, 200, 310), Step(3, 1000, 200, 290)});
+  j = Job({Step(0, 1000, 200, 300), Step(1, 1000, 200, 50), Step(2, 1000, 200, 310),
+           Step(3, 1000, 200, 290)});
   ASSERT_EQ(j.outliers.size(), 1u);
   EXPECT_EQ(j.outliers[0].rank, 1u);
   EXPECT_EQ(j.outliers[0].signal, "communication");
 
   // Spread but no rank apart (each within 10 points of the median), and two ranks: none.
-  EXPECT_TRUE(Job({Step(0, 1000, 200, 300), Step(1, 1000, 280, 300), Step(2, 1000, 250, 300)}).outliers.empty());
+  EXPECT_TRUE(Job({Step(0, 1000, 200, 300), Step(1, 1000, 280, 300), Step(2, 1000, 250, 300)})
+                  .outliers.empty());
   EXPECT_TRUE(Job({Step(0, 1000, 100, 300), Step(1, 1000, 900, 300)}).outliers.empty());
   // Large differences everywhere (no typical rank): 3 MADs are not reached.
   EXPECT_TRUE(Job({Step(0, 1000, 100, 300), Step(1, 1000, 400, 300), Step(2, 1000, 700, 300),
-                   Step(3, 1000, 900, 300)}).outliers.empty());
+                   Step(3, 1000, 900, 300)})
+                  .outliers.empty());
 }
 
 }  // namespace

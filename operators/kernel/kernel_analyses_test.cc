@@ -22,29 +22,42 @@ struct Builder {
   RankTimeline t;
   Builder() { t.strings = &strings; }
   uint32_t Id(const std::string& s) {
-    for (uint32_t i = 0; i < strings.size(); ++i) if (strings[i] == s) return i;
+    for (uint32_t i = 0; i < strings.size(); ++i)
+      if (strings[i] == s) return i;
     strings.push_back(s);
     return static_cast<uint32_t>(strings.size() - 1);
   }
-  GpuOp& Op(const std::string& name, int64_t ts, int64_t dur, int64_t stream = 7, int64_t corr = -1) {
+  GpuOp& Op(const std::string& name, int64_t ts, int64_t dur, int64_t stream = 7,
+            int64_t corr = -1) {
     GpuOp op;
-    op.ts = ts * us; op.dur = dur * us; op.stream = stream; op.correlation = corr;
-    op.name = Id(name); op.type = ClassifyKernel(name); op.idle_eligible = true;
+    op.ts = ts * us;
+    op.dur = dur * us;
+    op.stream = stream;
+    op.correlation = corr;
+    op.name = Id(name);
+    op.type = ClassifyKernel(name);
+    op.idle_eligible = true;
     t.gpu.push_back(op);
     t.strings = &strings;
     return t.gpu.back();
   }
   CpuCall& Call(const std::string& name, int64_t ts, int64_t dur, int64_t corr) {
     CpuCall c;
-    c.ts = ts * us; c.dur = dur * us; c.correlation = corr; c.index_correlation = 1;
-    c.name = Id(name); c.launch_stats = IsLaunchStatsCall(name); c.queue_launch = IsQueueLaunchCall(name);
+    c.ts = ts * us;
+    c.dur = dur * us;
+    c.correlation = corr;
+    c.index_correlation = 1;
+    c.name = Id(name);
+    c.launch_stats = IsLaunchStatsCall(name);
+    c.queue_launch = IsQueueLaunchCall(name);
     t.calls.push_back(c);
     return t.calls.back();
   }
 };
 
 TEST(KernelType, HtaRules) {
-  EXPECT_EQ(ClassifyKernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)"), KernelType::kCommunication);
+  EXPECT_EQ(ClassifyKernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)"),
+            KernelType::kCommunication);
   EXPECT_EQ(ClassifyKernel("hipMemcpyAsync"), KernelType::kCommunication);  // hip* is COMM first
   EXPECT_EQ(ClassifyKernel("Memcpy DtoD (Device -> Device)"), KernelType::kMemory);
   EXPECT_EQ(ClassifyKernel("void foo_dmaCopy()"), KernelType::kOther);
@@ -66,8 +79,8 @@ TEST(IntervalUnion, TouchingIntervalsMerge) {
 TEST(TemporalBreakdown, ComputeWinsAndSyncIsBusyOnlyInHtaMode) {
   Builder b;
   b.Op("gemm", 0, 10);
-  b.Op("ncclKernel_AllReduce", 5, 10, 9);  // 5 µs overlapped by compute, 5 alone
-  b.Op("Stream Sync", 20, 5).is_sync = true;   // OTHER, busy in HTA mode
+  b.Op("ncclKernel_AllReduce", 5, 10, 9);     // 5 µs overlapped by compute, 5 alone
+  b.Op("Stream Sync", 20, 5).is_sync = true;  // OTHER, busy in HTA mode
   b.Op("gemm", 30, 10);
   auto hta = ComputeTemporalBreakdown(b.t, AnalysisMode::kHtaCompat);
   EXPECT_EQ(hta.kernel_ns, 40 * us);
@@ -88,11 +101,11 @@ TEST(TemporalBreakdown, ComputeWinsAndSyncIsBusyOnlyInHtaMode) {
 TEST(IdleTimeBreakdown, HostWaitThenThirtyMicrosecondRule) {
   Builder b;
   b.Op("k0", 0, 10);
-  b.Op("k1", 50, 10).runtime_ts = 20 * us;   // launched after k0 ended: host wait 40
-  b.Op("k2", 89, 1).runtime_ts = 30 * us;    // gap 29 < 30: kernel wait
-  b.Op("k3", 120, 5).runtime_ts = 40 * us;   // gap 30: other
-  b.Op("k4", 122, 5).runtime_ts = 40 * us;   // overlaps k3: negative gap, kernel wait
-  b.Op("x", 0, 5, 9);                        // single-kernel stream: ratio NaN
+  b.Op("k1", 50, 10).runtime_ts = 20 * us;  // launched after k0 ended: host wait 40
+  b.Op("k2", 89, 1).runtime_ts = 30 * us;   // gap 29 < 30: kernel wait
+  b.Op("k3", 120, 5).runtime_ts = 40 * us;  // gap 30: other
+  b.Op("k4", 122, 5).runtime_ts = 40 * us;  // overlaps k3: negative gap, kernel wait
+  b.Op("x", 0, 5, 9);                       // single-kernel stream: ratio NaN
   auto rows = ComputeIdleTimeBreakdown(b.t);
   ASSERT_EQ(rows.size(), 4u);
   EXPECT_EQ(rows[0].category, IdleCategory::kHostWait);
@@ -130,9 +143,9 @@ TEST(KernelStats, FoldsBeyondNumKernelsAndByCumulativeQuantile) {
 TEST(LaunchStats, JoinOnCorrelationAndDiagnoses) {
   Builder b;
   b.Call("cudaLaunchKernel", 0, 10, 1);
-  b.Op("k", 200, 5, 7, 1);          // delay 190 > 100; short kernel (5 < 10)
+  b.Op("k", 200, 5, 7, 1);  // delay 190 > 100; short kernel (5 < 10)
   b.Call("cuLaunchKernel", 0, 60, 2);
-  b.Op("k", 70, 5, 7, 2);            // driver API: not in the launch set
+  b.Op("k", 70, 5, 7, 2);  // driver API: not in the launch set
   b.Call("cudaMemcpyAsync", 0, 60, 3);
   b.Op("Memcpy HtoD", 50, 5, 7, 3);  // kernel started before the call ended: delay 0
   auto rows = ComputeLaunchRows(b.t);
@@ -163,15 +176,21 @@ TEST(QueueLength, LaunchesMinusStartsPerStream) {
 
 TEST(TimelineBuilder, DropsLastStepKeepsLaunchedKernelsAndRoundsNs) {
   RankTrace r;
-  r.strings = {"", "ProfilerStep#1", "ProfilerStep#2", "user_annotation", "cudaLaunchKernel", "cuda_runtime",
-               "k", "kernel"};
+  r.strings = {"",
+               "ProfilerStep#1",
+               "ProfilerStep#2",
+               "user_annotation",
+               "cudaLaunchKernel",
+               "cuda_runtime",
+               "k",
+               "kernel"};
   r.ts_is_float = true;
   r.events = {
-      {100'000, 100'000, -1, -1, -1, 0, 1, 3, 0},   // step 1 [100, 200)
-      {200'000, 100'000, -1, -1, -1, 0, 2, 3, 1},   // step 2: the last, dropped
-      {150'000, 5'000, -1, 11, -1, 0, 4, 5, 2},     // launch in step 1
-      {250'700, 200, 7, 11, -1, 0, 6, 7, 3},        // runs in step 2; ts 250.7 dur 0.2 -> dur -1
-      {210'000, 5'000, -1, 12, -1, 0, 4, 5, 4},     // launch in step 2: dropped with its kernel
+      {100'000, 100'000, -1, -1, -1, 0, 1, 3, 0},  // step 1 [100, 200)
+      {200'000, 100'000, -1, -1, -1, 0, 2, 3, 1},  // step 2: the last, dropped
+      {150'000, 5'000, -1, 11, -1, 0, 4, 5, 2},    // launch in step 1
+      {250'700, 200, 7, 11, -1, 0, 6, 7, 3},       // runs in step 2; ts 250.7 dur 0.2 -> dur -1
+      {210'000, 5'000, -1, 12, -1, 0, 4, 5, 4},    // launch in step 2: dropped with its kernel
       {260'000, 1'000, 7, 12, -1, 0, 6, 7, 5},
   };
   auto job = BuildTimelines({r}, {.mode = AnalysisMode::kHtaCompat});

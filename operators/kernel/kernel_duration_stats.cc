@@ -46,11 +46,13 @@ std::vector<KernelStatRow> ComputeKernelStats(const RankTimeline& t, const Kerne
     // groupby(name): sorted by name, then by sum descending.
     std::vector<Group> groups;
     for (auto& [id, values] : by_id) groups.push_back({(*t.strings)[id], std::move(values)});
-    std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) { return a.name < b.name; });
+    std::sort(groups.begin(), groups.end(),
+              [](const Group& a, const Group& b) { return a.name < b.name; });
     std::vector<KernelStatRow> rows;
     for (const Group& g : groups) rows.push_back(Stats(g, type, t.rank));
-    std::stable_sort(rows.begin(), rows.end(),
-                     [](const KernelStatRow& a, const KernelStatRow& b) { return a.sum_us > b.sum_us; });
+    std::stable_sort(rows.begin(), rows.end(), [](const KernelStatRow& a, const KernelStatRow& b) {
+      return a.sum_us > b.sum_us;
+    });
     if (rows.size() > o.num_kernels) {
       std::vector<double> cumsum;
       double c = 0;
@@ -64,7 +66,8 @@ std::vector<KernelStatRow> ComputeKernelStats(const RankTimeline& t, const Kerne
         folded[other ? "others" : rows[i].name].push_back(rows[i].sum_us);
       }
       rows.clear();
-      for (auto& [name, sums] : folded) rows.push_back(Stats(Group{name, std::move(sums)}, type, t.rank));
+      for (auto& [name, sums] : folded)
+        rows.push_back(Stats(Group{name, std::move(sums)}, type, t.rank));
     } else {
       std::sort(rows.begin(), rows.end(),
                 [](const KernelStatRow& a, const KernelStatRow& b) { return a.name < b.name; });

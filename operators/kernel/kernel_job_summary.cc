@@ -35,8 +35,9 @@ void FindOutliers(const std::vector<std::pair<uint32_t, double>>& shares, const 
     const double d = std::fabs(share - median);
     if (d < o.min_difference || d < o.mad_multiple * mad) continue;
     char note[200];
-    std::snprintf(note, sizeof(note), "rank %u: %s %.1f%% of GPU time vs median %.1f%% across %zu ranks",
-                  rank, signal.c_str(), 100 * share, 100 * median, shares.size());
+    std::snprintf(note, sizeof(note),
+                  "rank %u: %s %.1f%% of GPU time vs median %.1f%% across %zu ranks", rank,
+                  signal.c_str(), 100 * share, 100 * median, shares.size());
     out->push_back({rank, signal, share, median, note});
   }
 }
@@ -175,9 +176,10 @@ void SummarizeJob(const KernelOutlierOptions& options, KernelJobSnapshot* s) {
   s->outliers.clear();
   FindOutliers(idle_shares, "idle", options, &s->outliers);
   FindOutliers(comm_shares, "communication", options, &s->outliers);
-  std::stable_sort(s->outliers.begin(), s->outliers.end(), [](const KernelOutlier& a, const KernelOutlier& b) {
-    return std::fabs(a.share - a.median) > std::fabs(b.share - b.median);
-  });
+  std::stable_sort(s->outliers.begin(), s->outliers.end(),
+                   [](const KernelOutlier& a, const KernelOutlier& b) {
+                     return std::fabs(a.share - a.median) > std::fabs(b.share - b.median);
+                   });
 }
 
 }  // namespace rankwatch::kernel

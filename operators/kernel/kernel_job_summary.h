@@ -48,10 +48,10 @@ struct RankKernelSummary {
   uint32_t rank = 0;
   uint32_t steps = 0;  // closed steps in the window
   int64_t first_step = -1, last_step = -1;
-  uint64_t steps_closed_total = 0;  // since the job was first seen
-  KernelStepSummary total;          // sums over the window's steps (quantiles: max over them)
-  double idle_share = 0;            // Σ idle / Σ kernel time
-  double comm_share = 0;            // Σ communication / Σ kernel time
+  uint64_t steps_closed_total = 0;        // since the job was first seen
+  KernelStepSummary total;                // sums over the window's steps (quantiles: max over them)
+  double idle_share = 0;                  // Σ idle / Σ kernel time
+  double comm_share = 0;                  // Σ communication / Σ kernel time
   std::vector<KernelStepSummary> recent;  // the window's steps, oldest first
 };
 
@@ -82,8 +82,8 @@ struct KernelJobSnapshot {
   double gpu_idle_ratio = 0, gpu_compute_ratio = 0, gpu_non_compute_ratio = 0;
   double idle_host_wait_ratio = 0, idle_kernel_wait_ratio = 0, idle_other_ratio = 0;
   std::vector<std::pair<std::string, double>> kernel_type_ratio;  // label -> share of Σ labels
-  bool has_overlap = false;  // some rank has communication
-  double overlap_median = 0, overlap_min = 0, overlap_max = 0;  // across ranks with communication
+  bool has_overlap = false;                                       // some rank has communication
+  double overlap_median = 0, overlap_min = 0, overlap_max = 0;    // across ranks with communication
   bool has_launches = false;
   // Launch delay, seconds: median over the (rank, step) windows of each window's p50 / p90 /
   // p99, and the largest delay of all.

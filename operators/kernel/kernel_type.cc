@@ -6,13 +6,18 @@ namespace rankwatch::kernel {
 namespace {
 
 bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-bool Contains(std::string_view s, std::string_view p) { return s.find(p) != std::string_view::npos; }
+bool Contains(std::string_view s, std::string_view p) {
+  return s.find(p) != std::string_view::npos;
+}
 
 // The COMPUTATION exclusion regex of spec 2 rule 3, under re.match semantics.
 bool ExcludedFromCompute(std::string_view n) {
   static constexpr std::array<std::string_view, 10> kPrefixes = {
-      "nccl", "Stream Wait Event", "runFunction", "hip", "job_exe", "packet", "pe_exe",
-      "cpum_exe_subgraph", "hccl", "collective_subgraph_execution"};
+      "nccl",        "Stream Wait Event",
+      "runFunction", "hip",
+      "job_exe",     "packet",
+      "pe_exe",      "cpum_exe_subgraph",
+      "hccl",        "collective_subgraph_execution"};
   for (std::string_view p : kPrefixes) {
     if (StartsWith(n, p)) return true;
   }
@@ -61,9 +66,17 @@ bool IsLaunchStatsCall(std::string_view n) {
 
 bool IsQueueLaunchCall(std::string_view n) {
   static constexpr std::array<std::string_view, 12> kNames = {
-      "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-      "cudaMemcpyAsync", "cudaMemsetAsync", "runFunction - job_prep_and_submit_for_execution",
-      "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipMemsetAsync", "hipMemcpyAsync",
+      "cudaLaunchKernel",
+      "cudaLaunchKernelExC",
+      "cuLaunchKernel",
+      "cuLaunchKernelEx",
+      "cudaMemcpyAsync",
+      "cudaMemsetAsync",
+      "runFunction - job_prep_and_submit_for_execution",
+      "hipLaunchKernel",
+      "hipExtModuleLaunchKernel",
+      "hipMemsetAsync",
+      "hipMemcpyAsync",
       "hipMemcpyWithStream"};
   for (std::string_view k : kNames) {
     if (n == k) return true;
@@ -77,10 +90,13 @@ namespace {
 std::optional<int64_t> Digits(std::string_view s) {
   if (s.empty() || s[0] < '0' || s[0] > '9') return std::nullopt;
   int64_t v = 0;
-  for (size_t i = 0; i < s.size() && s[i] >= '0' && s[i] <= '9' && i < 18; ++i) v = v * 10 + (s[i] - '0');
+  for (size_t i = 0; i < s.size() && s[i] >= '0' && s[i] <= '9' && i < 18; ++i)
+    v = v * 10 + (s[i] - '0');
   return v;
 }
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 }  // namespace
 
 std::optional<int64_t> ProfilerStepNumber(std::string_view n) {

@@ -27,12 +27,14 @@ std::vector<LaunchRow> ComputeLaunchRows(const RankTimeline& t) {
       r.correlation = c.correlation;
       r.cpu_duration_us = static_cast<double>(c.dur) / 1000.0;
       r.gpu_duration_us = static_cast<double>(op->dur) / 1000.0;
-      r.launch_delay_us = static_cast<double>(std::max<int64_t>(0, op->ts - (c.ts + c.dur))) / 1000.0;
+      r.launch_delay_us =
+          static_cast<double>(std::max<int64_t>(0, op->ts - (c.ts + c.dur))) / 1000.0;
       rows.push_back(r);
     }
   }
-  std::stable_sort(rows.begin(), rows.end(),
-                   [](const LaunchRow& a, const LaunchRow& b) { return a.correlation < b.correlation; });
+  std::stable_sort(rows.begin(), rows.end(), [](const LaunchRow& a, const LaunchRow& b) {
+    return a.correlation < b.correlation;
+  });
   return rows;
 }
 
@@ -41,7 +43,8 @@ LaunchSummary SummarizeLaunches(const std::vector<LaunchRow>& rows, const Launch
   std::vector<double> cpu, gpu, delay;
   for (const LaunchRow& r : rows) {
     ++s.launches;
-    s.short_kernels += r.cpu_duration_us <= o.runtime_cutoff_us && r.gpu_duration_us < r.cpu_duration_us;
+    s.short_kernels +=
+        r.cpu_duration_us <= o.runtime_cutoff_us && r.gpu_duration_us < r.cpu_duration_us;
     s.runtime_outliers += r.cpu_duration_us > o.runtime_cutoff_us;
     s.launch_delay_outliers += r.launch_delay_us > o.launch_delay_cutoff_us;
     cpu.push_back(r.cpu_duration_us);

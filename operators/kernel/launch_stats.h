@@ -25,9 +25,9 @@ struct LaunchStatsOptions {
 
 struct LaunchSummary {
   uint64_t launches = 0;
-  uint64_t short_kernels = 0;          // cpu <= runtime_cutoff and gpu < cpu
-  uint64_t runtime_outliers = 0;       // cpu > runtime_cutoff
-  uint64_t launch_delay_outliers = 0;  // delay > launch_delay_cutoff
+  uint64_t short_kernels = 0;                               // cpu <= runtime_cutoff and gpu < cpu
+  uint64_t runtime_outliers = 0;                            // cpu > runtime_cutoff
+  uint64_t launch_delay_outliers = 0;                       // delay > launch_delay_cutoff
   double cpu_mean_us, cpu_p50_us, gpu_mean_us, gpu_p50_us;  // NaN without launches
   double delay_mean_us, delay_p50_us, delay_max_us;
 };

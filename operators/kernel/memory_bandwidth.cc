@@ -6,7 +6,11 @@
 namespace rankwatch::kernel {
 
 std::vector<MemoryBandwidthRow> ComputeMemoryBandwidth(const RankTimeline& t) {
-  struct Point { int64_t ts; double bw; int kind; };
+  struct Point {
+    int64_t ts;
+    double bw;
+    int kind;
+  };
   std::vector<std::string> kinds;
   std::map<std::string, int> kind_ids;
   std::vector<Point> starts, ends;
@@ -21,7 +25,8 @@ std::vector<MemoryBandwidthRow> ComputeMemoryBandwidth(const RankTimeline& t) {
   }
   std::vector<Point> points = std::move(starts);
   points.insert(points.end(), ends.begin(), ends.end());
-  std::stable_sort(points.begin(), points.end(), [](const Point& a, const Point& b) { return a.ts < b.ts; });
+  std::stable_sort(points.begin(), points.end(),
+                   [](const Point& a, const Point& b) { return a.ts < b.ts; });
   std::vector<double> running(kinds.size(), 0.0);
   std::vector<std::vector<double>> samples(kinds.size());
   for (const Point& p : points) {

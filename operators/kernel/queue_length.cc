@@ -10,7 +10,10 @@ namespace rankwatch::kernel {
 std::vector<QueueLengthRow> ComputeQueueLength(const RankTimeline& t, int64_t max_queue_length) {
   absl::flat_hash_map<int64_t, std::vector<const GpuOp*>> gpu_by_corr;
   for (const GpuOp& op : t.gpu) gpu_by_corr[op.correlation].push_back(&op);
-  struct Point { int64_t ts; int delta; };
+  struct Point {
+    int64_t ts;
+    int delta;
+  };
   std::map<int64_t, std::vector<Point>> by_stream;
   absl::flat_hash_map<int64_t, bool> launched;  // correlations of counted launch calls
   for (const CpuCall& c : t.calls) {
@@ -36,7 +39,8 @@ std::vector<QueueLengthRow> ComputeQueueLength(const RankTimeline& t, int64_t ma
     for (size_t i = 0; i < points.size(); ++i) {
       running += points[i].delta;
       values.push_back(static_cast<double>(running));
-      if (running >= max_queue_length && i + 1 < points.size()) blocked += points[i + 1].ts - points[i].ts;
+      if (running >= max_queue_length && i + 1 < points.size())
+        blocked += points[i + 1].ts - points[i].ts;
     }
     QueueLengthRow row;
     row.rank = t.rank;

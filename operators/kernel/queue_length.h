@@ -23,6 +23,7 @@ struct QueueLengthRow {
 };
 
 // Rows sorted by stream.
-std::vector<QueueLengthRow> ComputeQueueLength(const RankTimeline& t, int64_t max_queue_length = 1024);
+std::vector<QueueLengthRow> ComputeQueueLength(const RankTimeline& t,
+                                               int64_t max_queue_length = 1024);
 
 }  // namespace rankwatch::kernel

@@ -66,7 +66,8 @@ std::vector<uint32_t> FindPotentialStragglers(const std::vector<RankTimeline>& r
   for (const auto& [key, per_rank] : last) {
     if (std::get<0>(key) != best->first.first || std::get<1>(key) != best->first.second) continue;
     std::vector<double> metric;
-    for (const auto& [rank, op] : per_rank) metric.push_back(static_cast<double>(op->ts - lo) / mean_iter);
+    for (const auto& [rank, op] : per_rank)
+      metric.push_back(static_cast<double>(op->ts - lo) / mean_iter);
     std::vector<double> sorted = metric;
     std::sort(sorted.rbegin(), sorted.rend());
     const double kth = sorted[std::min(o.num_candidates, sorted.size()) - 1];
@@ -81,7 +82,8 @@ std::vector<uint32_t> FindPotentialStragglers(const std::vector<RankTimeline>& r
   }
   std::sort(ranked.begin(), ranked.end());
   std::vector<uint32_t> out;
-  for (size_t i = 0; i < ranked.size() && i < o.num_candidates; ++i) out.push_back(ranked[i].second);
+  for (size_t i = 0; i < ranked.size() && i < o.num_candidates; ++i)
+    out.push_back(ranked[i].second);
   return out;
 }
 

@@ -89,14 +89,17 @@ bool IsCpuIterationRow(const Row& r, const std::vector<StringInfo>& info) {
 // Spec 11: the iteration of every row (CPU rows by ProfilerStep containment, GPU rows via
 // their launch).
 void AssignIterations(std::vector<Row>& rows, const std::vector<StringInfo>& info) {
-  struct Step { int64_t ts, end, n; };
+  struct Step {
+    int64_t ts, end, n;
+  };
   std::vector<Step> steps;
   for (const Row& r : rows) {
     if (IsCpuIterationRow(r, info) && info[r.e.name].iteration) {
       steps.push_back({r.e.ts_ns, r.e.ts_ns + r.e.dur_ns, *info[r.e.name].iteration});
     }
   }
-  std::stable_sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.ts < b.ts; });
+  std::stable_sort(steps.begin(), steps.end(),
+                   [](const Step& a, const Step& b) { return a.ts < b.ts; });
   absl::flat_hash_map<uint32_t, int64_t> by_index;
   for (Row& r : rows) {
     if (!IsCpuIterationRow(r, info)) continue;
@@ -145,7 +148,8 @@ JobTimelines BuildTimelines(const std::vector<RankTrace>& traces, const Timeline
   out.min_ts_ns = min_ts;
   const bool filter = hta && step_names.size() >= 2;
   if (hta && !filter) {
-    out.warnings.push_back("fewer than 2 ProfilerSteps: nothing filtered (HTA analyses every event)");
+    out.warnings.push_back(
+        "fewer than 2 ProfilerSteps: nothing filtered (HTA analyses every event)");
   }
   std::set<int64_t> kept_steps;
 
@@ -182,8 +186,8 @@ JobTimelines BuildTimelines(const std::vector<RankTrace>& traces, const Timeline
       absl::flat_hash_map<int64_t, uint32_t> cpu_correlations;
       for (const Row& r : rows) {
         if (r.gpu_filter) continue;
-        const bool keep = options.include_last_profiler_step ? r.e.ts_ns <= last_end
-                                                             : r.e.ts_ns < last_start;
+        const bool keep =
+            options.include_last_profiler_step ? r.e.ts_ns <= last_end : r.e.ts_ns < last_start;
         if (!keep) continue;
         kept_cpu.push_back(&r);
         ++cpu_correlations[r.e.correlation];
@@ -270,8 +274,10 @@ JobTimelines BuildTimelines(const std::vector<RankTrace>& traces, const Timeline
       for (auto& [step, w] : by_step) {
         w.min_ts = std::numeric_limits<int64_t>::max();
         w.max_ts = std::numeric_limits<int64_t>::min();
-        for (const GpuOp& op : w.gpu) w.min_ts = std::min(w.min_ts, op.ts), w.max_ts = std::max(w.max_ts, op.ts);
-        for (const CpuCall& c : w.calls) w.min_ts = std::min(w.min_ts, c.ts), w.max_ts = std::max(w.max_ts, c.ts);
+        for (const GpuOp& op : w.gpu)
+          w.min_ts = std::min(w.min_ts, op.ts), w.max_ts = std::max(w.max_ts, op.ts);
+        for (const CpuCall& c : w.calls)
+          w.min_ts = std::min(w.min_ts, c.ts), w.max_ts = std::max(w.max_ts, c.ts);
         out.steps.push_back(std::move(w));
       }
     }

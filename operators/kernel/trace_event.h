@@ -15,13 +15,13 @@ namespace rankwatch::kernel {
 struct TraceEvent {
   int64_t ts_ns = 0;
   int64_t dur_ns = 0;
-  int64_t stream = -1;        // -1 for CPU-side events
-  int64_t correlation = -1;   // launch <-> GPU op link, -1 when absent
+  int64_t stream = -1;       // -1 for CPU-side events
+  int64_t correlation = -1;  // launch <-> GPU op link, -1 when absent
   int64_t bytes = -1;
   double memory_bw_gbps = 0;
-  uint32_t name = 0;          // id into the rank's StringTable
-  uint32_t category = 0;      // id into the rank's StringTable
-  uint32_t index = 0;         // position in the source trace (HTA's row label)
+  uint32_t name = 0;      // id into the rank's StringTable
+  uint32_t category = 0;  // id into the rank's StringTable
+  uint32_t index = 0;     // position in the source trace (HTA's row label)
 };
 
 // The strings of one rank's events, by id; id 0 is "".
