@@ -7,22 +7,12 @@
 #include <set>
 
 #include "runtime/job_router.h"
+#include "runtime/test_batches.h"
 
 namespace rankwatch {
 namespace {
 
-std::string Encoded(const std::string& job, uint64_t step) {
-  v1::Batch b;
-  b.set_schema_version(1);
-  b.mutable_source()->set_training_job(job);
-  b.mutable_source()->set_rank(0);
-  b.mutable_source()->set_world_size(1);
-  v1::StepRecord* r = b.add_steps();
-  r->set_step(step);
-  r->set_forward_ns(30'000'000);
-  r->set_step_time_ns(100'000'000);
-  return b.SerializeAsString();
-}
+using testing::EncodedStep;
 
 // What one checkpoint holds: jobs whose metadata it writes, and the partitions of its offsets.
 struct Contents {
@@ -57,12 +47,12 @@ class JobRouterCheckpointTest : public ::testing::Test {
     for (uint64_t s = first; s < first + steps; ++s) {
       for (int32_t p = 0; p < 4; ++p) {
         for (int i = 0; i < 2; ++i) {
-          router.HandleMessage(Encoded("p" + std::to_string(p) + "-" + std::to_string(i), s), p,
+          router.HandleMessage(EncodedStep("p" + std::to_string(p) + "-" + std::to_string(i), s), p,
                                next_offset[p]++, t0, 0);
         }
       }
-      router.HandleMessage(Encoded("unknown-0", s), t0, 0);
-      router.HandleMessage(Encoded("unknown-1", s), t0, 0);
+      router.HandleMessage(EncodedStep("unknown-0", s), t0, 0);
+      router.HandleMessage(EncodedStep("unknown-1", s), t0, 0);
     }
   }
 

@@ -4,21 +4,12 @@
 
 #include <filesystem>
 
+#include "runtime/test_batches.h"
+
 namespace rankwatch {
 namespace {
 
-std::string Encoded(const std::string& job, uint32_t rank, uint32_t world, uint64_t step) {
-  v1::Batch b;
-  b.set_schema_version(1);
-  b.mutable_source()->set_training_job(job);
-  b.mutable_source()->set_rank(rank);
-  b.mutable_source()->set_world_size(world);
-  v1::StepRecord* r = b.add_steps();
-  r->set_step(step);
-  r->set_forward_ns(30'000'000);
-  r->set_step_time_ns(100'000'000);
-  return b.SerializeAsString();
-}
+using testing::EncodedStep;
 
 class JobRouterTest : public ::testing::Test {
  protected:
@@ -30,8 +21,8 @@ class JobRouterTest : public ::testing::Test {
 
 TEST_F(JobRouterTest, RoutesJobsCountsEventsAndPublishesSnapshots) {
   JobRouter router({}, {&metrics, &snapshots});
-  for (uint32_t r = 0; r < 2; ++r) router.HandleMessage(Encoded("a", r, 2, 1), t0, 0);
-  router.HandleMessage(Encoded("b", 0, 3, 1), t0, 0);
+  for (uint32_t r = 0; r < 2; ++r) router.HandleMessage(EncodedStep("a", 1, r, 2), t0, 0);
+  router.HandleMessage(EncodedStep("b", 1, 0, 3), t0, 0);
   router.Tick(t0, 0);
   EXPECT_EQ(router.jobs(), 2u);
   EXPECT_EQ(metrics.events_steps->Get(), 3);
@@ -52,8 +43,8 @@ TEST_F(JobRouterTest, CountsRejectionsByReasonAndKeepsGoing) {
   JobRouter router({}, {&metrics, &snapshots});
   router.HandleMessage("not a batch at all", t0, 0);
   router.HandleMessage("", t0, 0);
-  router.HandleMessage(Encoded("a", 0, 1, 1), t0, 0);
-  router.HandleMessage(Encoded("a", 0, 1, 1), t0, 0);  // redelivered
+  router.HandleMessage(EncodedStep("a", 1, 0, 1), t0, 0);
+  router.HandleMessage(EncodedStep("a", 1, 0, 1), t0, 0);  // redelivered
   router.Tick(t0, 0);
   EXPECT_EQ(metrics.rejected_by_reason[static_cast<int>(RejectReason::kMalformed)]->Get(), 1);
   EXPECT_EQ(metrics.rejected_by_reason[static_cast<int>(RejectReason::kSchemaVersion)]->Get(), 1);
@@ -63,7 +54,7 @@ TEST_F(JobRouterTest, CountsRejectionsByReasonAndKeepsGoing) {
 
 TEST_F(JobRouterTest, StepCountsAppearOnlyWithTheirSnapshot) {
   JobRouter router({}, {&metrics, &snapshots});
-  router.HandleMessage(Encoded("a", 0, 1, 1), t0, 0);
+  router.HandleMessage(EncodedStep("a", 1, 0, 1), t0, 0);
   EXPECT_EQ(metrics.StepsAligned("a")->Get(), 0);
   EXPECT_TRUE(snapshots.Get()->empty());
   router.Tick(t0, 0);
@@ -76,11 +67,11 @@ TEST_F(JobRouterTest, SilentJobsExpireStayQueryableThenGo) {
   o.task.job_ttl = std::chrono::minutes(60);
   o.task.job_retention = std::chrono::minutes(30);
   JobRouter router(o, {&metrics, &snapshots});
-  router.HandleMessage(Encoded("old", 0, 1, 1), t0, 0);
-  router.HandleMessage(Encoded("busy", 0, 1, 1), t0, 0);
+  router.HandleMessage(EncodedStep("old", 1, 0, 1), t0, 0);
+  router.HandleMessage(EncodedStep("busy", 1, 0, 1), t0, 0);
   router.Tick(t0, 0);
   const auto minutes = [&](int m) { return t0 + std::chrono::minutes(m); };
-  router.HandleMessage(Encoded("busy", 0, 1, 2), minutes(50), 0);
+  router.HandleMessage(EncodedStep("busy", 2, 0, 1), minutes(50), 0);
   router.Tick(minutes(59), 0);
   EXPECT_EQ(router.jobs(), 2u);
   router.Tick(minutes(61), 0);  // "old" expired: frozen but queryable
@@ -95,7 +86,7 @@ TEST_F(JobRouterTest, SilentJobsExpireStayQueryableThenGo) {
   EXPECT_EQ(metrics.jobs->Get(), 1);
   // Input brings an expired (not yet removed) job back.
   router.Tick(minutes(111), 0);  // "busy" expires (last input at 50)
-  router.HandleMessage(Encoded("busy", 0, 1, 3), minutes(112), 0);
+  router.HandleMessage(EncodedStep("busy", 3, 0, 1), minutes(112), 0);
   router.Tick(minutes(150), 0);
   EXPECT_EQ(router.jobs(), 1u);
 }
@@ -113,13 +104,13 @@ TEST_F(JobRouterTest, CheckpointsRestoreJobsAndForgetRemovedOnes) {
     ASSERT_TRUE(store.ok());
     JobRouter router(o, {&metrics, &snapshots});
     for (uint64_t step = 1; step <= 3; ++step) {
-      router.HandleMessage(Encoded("kept", 0, 1, step), 0, static_cast<int64_t>(step), t0, 0);
+      router.HandleMessage(EncodedStep("kept", step, 0, 1), 0, static_cast<int64_t>(step), t0, 0);
     }
-    router.HandleMessage(Encoded("gone", 0, 1, 1), 1, 0, t0, 0);
+    router.HandleMessage(EncodedStep("gone", 1, 0, 1), 1, 0, t0, 0);
     Checkpoint c;
     router.Checkpoint(&c, t0, 0);
     ASSERT_TRUE((*store)->Commit(c).ok());
-    router.HandleMessage(Encoded("kept", 0, 1, 4), 0, 4, t0 + std::chrono::minutes(15), 0);
+    router.HandleMessage(EncodedStep("kept", 4, 0, 1), 0, 4, t0 + std::chrono::minutes(15), 0);
     router.Tick(t0 + std::chrono::minutes(15), 0);  // "gone" expires
     router.Tick(t0 + std::chrono::minutes(26), 0);  // ...and is removed
     Checkpoint d;
@@ -147,8 +138,8 @@ TEST_F(JobRouterTest, RefusesJobsBeyondTheLimit) {
   JobRouterOptions o;
   o.max_jobs = 1;
   JobRouter router(o, {&metrics, &snapshots});
-  router.HandleMessage(Encoded("a", 0, 1, 1), t0, 0);
-  router.HandleMessage(Encoded("b", 0, 1, 1), t0, 0);
+  router.HandleMessage(EncodedStep("a", 1, 0, 1), t0, 0);
+  router.HandleMessage(EncodedStep("b", 1, 0, 1), t0, 0);
   EXPECT_EQ(router.jobs(), 1u);
   EXPECT_EQ(metrics.rejected_too_many_jobs->Get(), 1);
 }

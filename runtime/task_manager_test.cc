@@ -10,24 +10,14 @@
 #include <string>
 
 #include "ingest/embedded_broker.h"
+#include "runtime/test_batches.h"
 
 namespace rankwatch {
 namespace {
 
-constexpr char kTopic[] = "telemetry";
+using testing::EncodedStep;
 
-std::string Encoded(const std::string& job, uint64_t step) {
-  v1::Batch b;
-  b.set_schema_version(1);
-  b.mutable_source()->set_training_job(job);
-  b.mutable_source()->set_rank(0);
-  b.mutable_source()->set_world_size(1);
-  v1::StepRecord* r = b.add_steps();
-  r->set_step(step);
-  r->set_forward_ns(30'000'000);
-  r->set_step_time_ns(100'000'000);
-  return b.SerializeAsString();
-}
+constexpr char kTopic[] = "telemetry";
 
 // One daemon instance: its own store, writer, router and task manager; a shared changelog
 // topic when given a broker.
@@ -63,7 +53,7 @@ struct Instance {
   void Feed(const std::string& job, int32_t partition, uint64_t first, uint64_t steps,
             int64_t* offset) {
     for (uint64_t s = first; s < first + steps; ++s) {
-      router->HandleMessage(Encoded(job, s), partition, (*offset)++, now, 0);
+      router->HandleMessage(EncodedStep(job, s), partition, (*offset)++, now, 0);
     }
     router->Tick(now, 0);
   }
