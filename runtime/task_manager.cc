@@ -18,6 +18,8 @@ TaskManager::TaskManager(std::string topic, StateStore* store, CheckpointWriter*
       health_(health),
       options_(options) {}
 
+TaskManager::~TaskManager() { (void)writer_->Drain(); }
+
 absl::Status TaskManager::RestoreAll(TimePoint now, int64_t wall_now_unix_ns) {
   absl::Status s = router_->Restore(*store_, now, wall_now_unix_ns);
   if (s.ok()) restored_at_start_ = router_->Partitions();

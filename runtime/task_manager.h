@@ -55,6 +55,8 @@ class TaskManager {
   TaskManager(std::string topic, StateStore* store, CheckpointWriter* writer,
               StateChangelog* changelog, JobRouter* router, DaemonMetrics* metrics,
               StateHealth* health, TaskManagerOptions options = {});
+  // Waits for the checkpoints it queued: their changelog appends use this manager.
+  ~TaskManager();
 
   // Restores every task of the local store (at start, before the group assigns anything), so
   // diagnoses are served at once. Damaged state is an error.

@@ -41,6 +41,7 @@ AlertHub::AlertHub(const StateStore* store, CheckpointWriter* writer, AlertHubOp
 }
 
 AlertHub::~AlertHub() {
+  (void)Flush();  // no write queued by this hub may publish into it once it is gone
   Close();
   reaper_.join();
 }

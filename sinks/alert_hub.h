@@ -68,6 +68,7 @@ class AlertHub {
   // it) may both be null: alerts are then only live. Both outlive the hub.
   AlertHub(const StateStore* store, CheckpointWriter* writer, AlertHubOptions options,
            AlertHubMetrics metrics);
+  // Waits for the writes it queued (Flush), then ends every subscription.
   ~AlertHub();
 
   // Assigns sequence numbers to `alerts` and queues them, together with `extra` (other state
