@@ -60,7 +60,7 @@ void JobRouter::Route(int32_t partition, TimePoint now, int64_t wall_now_unix_ns
     // its state moves to that partition's task.
     if (auto it = tasks_.find(known->second); it != tasks_.end()) it->second->MoveJob(name, &task);
   }
-  task.Add(batch_, /*may_create=*/true, now, wall_now_unix_ns);
+  task.Add(batch_, now, wall_now_unix_ns);
   job_partition_.insert_or_assign(name, partition);
   sinks_.metrics->jobs->Set(static_cast<double>(job_partition_.size()));
   DaemonMetrics* m = sinks_.metrics;

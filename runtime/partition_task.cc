@@ -45,15 +45,13 @@ PartitionTask::Job& PartitionTask::Insert(const std::string& name,
   return inserted;
 }
 
-bool PartitionTask::Add(const v1::Batch& batch, bool may_create, TimePoint now,
-                        int64_t wall_now_unix_ns) {
+void PartitionTask::Add(const v1::Batch& batch, TimePoint now, int64_t wall_now_unix_ns) {
   const v1::SourceIdentity& source = batch.source();
   auto it = jobs_.find(source.training_job());
   Job* job;
   if (it != jobs_.end()) {
     job = it->second.get();
   } else {
-    if (!may_create) return false;
     spdlog::info("new training job '{}' with {} ranks", source.training_job(), source.world_size());
     job = &Insert(source.training_job(),
                   std::make_unique<JobPipeline>(source.training_job(), source.world_size(),
@@ -77,7 +75,6 @@ bool PartitionTask::Add(const v1::Batch& batch, bool may_create, TimePoint now,
       job->kernel_dirty = true;
     }
   }
-  return true;
 }
 
 void PartitionTask::Consumed(int64_t offset) {

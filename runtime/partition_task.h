@@ -81,9 +81,8 @@ class PartitionTask {
   // Whether the task owns `job`.
   bool Has(const std::string& job) const { return jobs_.count(job) > 0; }
 
-  // Adds a validated batch to its job (created when new) and counts its deltas. Returns false
-  // (and does nothing) when the job is new and `may_create` is false.
-  bool Add(const v1::Batch& batch, bool may_create, TimePoint now, int64_t wall_now_unix_ns);
+  // Adds a validated batch to its job (created when new) and counts its deltas.
+  void Add(const v1::Batch& batch, TimePoint now, int64_t wall_now_unix_ns);
 
   // The message at `offset` was consumed (accepted or not): the next offset to consume is
   // part of the task's state from now on.
