@@ -61,8 +61,12 @@ void JobRouter::Route(int32_t partition, TimePoint now, int64_t wall_now_unix_ns
     if (auto it = tasks_.find(known->second); it != tasks_.end()) it->second->MoveJob(name, &task);
   }
   task.Add(batch_, now, wall_now_unix_ns);
-  job_partition_.insert_or_assign(name, partition);
-  sinks_.metrics->jobs->Set(static_cast<double>(job_partition_.size()));
+  if (known == job_partition_.end()) {
+    job_partition_.emplace(name, partition);
+    sinks_.metrics->jobs->Set(static_cast<double>(job_partition_.size()));
+  } else {
+    known->second = partition;
+  }
   DaemonMetrics* m = sinks_.metrics;
   m->events_batches->Add(1);
   m->events_steps->Add(batch_.steps_size());

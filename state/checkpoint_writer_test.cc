@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <string>
@@ -23,6 +24,14 @@ std::filesystem::path FreshDir(const std::string& name) {
   auto p = std::filesystem::path(::testing::TempDir()) / ("checkpoint_writer_" + name);
   std::filesystem::remove_all(p);
   return p;
+}
+
+// An after_commit step that holds the writer thread until `gate` is released.
+std::function<absl::Status()> HoldUntil(std::shared_future<void> gate) {
+  return [gate] {
+    gate.wait();
+    return absl::OkStatus();
+  };
 }
 
 // A value that counts how often (and on which thread) it was serialised.
@@ -86,13 +95,7 @@ TEST(CheckpointWriterTest, EnqueueBlocksWhileTheQueueIsFull) {
     return c;
   };
   // The first is being written (held in its after_commit step), two more wait.
-  ASSERT_TRUE(writer
-                  .Enqueue(one(),
-                           [released] {
-                             released.wait();
-                             return absl::OkStatus();
-                           })
-                  .ok());
+  ASSERT_TRUE(writer.Enqueue(one(), HoldUntil(released)).ok());
   std::this_thread::sleep_for(50ms);  // let the writer take it off the queue
   ASSERT_TRUE(writer.Enqueue(one()).ok());
   ASSERT_TRUE(writer.Enqueue(one()).ok());
@@ -170,13 +173,7 @@ TEST(CheckpointWriterTest, AFailedWriteOnTheWriterThreadIsStickyAndReportedOnce)
   ASSERT_TRUE(writer.Enqueue(put("last good")).ok());
   ASSERT_TRUE(writer.Drain().ok());
   // Hold the writer, queue a checkpoint that fails and one behind it, then let it go.
-  ASSERT_TRUE(writer
-                  .Enqueue(put("held"),
-                           [released] {
-                             released.wait();
-                             return absl::OkStatus();
-                           })
-                  .ok());
+  ASSERT_TRUE(writer.Enqueue(put("held"), HoldUntil(released)).ok());
   std::this_thread::sleep_for(50ms);
   ASSERT_TRUE(writer.Enqueue(put("lost")).ok());
   ASSERT_TRUE(writer.Enqueue(put("after the loss")).ok());
@@ -225,13 +222,7 @@ TEST(CheckpointWriterTest, EnqueueNoWaitPassesTheBoundAndReportsEveryOutcomeOnce
   };
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
-  ASSERT_TRUE(writer
-                  .Enqueue(put("held"),
-                           [released] {
-                             released.wait();
-                             return absl::OkStatus();
-                           })
-                  .ok());
+  ASSERT_TRUE(writer.Enqueue(put("held"), HoldUntil(released)).ok());
   std::mutex mu;
   std::vector<std::pair<std::string, absl::StatusCode>> outcomes;
   const auto record = [&](const std::string& key) {
@@ -247,13 +238,7 @@ TEST(CheckpointWriterTest, EnqueueNoWaitPassesTheBoundAndReportsEveryOutcomeOnce
   // A write that fails, one dropped behind it, and one after the failure.
   std::promise<void> hold;
   std::shared_future<void> held = hold.get_future().share();
-  ASSERT_TRUE(writer
-                  .Enqueue(put("gate"),
-                           [held] {
-                             held.wait();
-                             return absl::OkStatus();
-                           })
-                  .ok());
+  ASSERT_TRUE(writer.Enqueue(put("gate"), HoldUntil(held)).ok());
   writer.EnqueueNoWait(put("fails"), record("fails"));
   writer.EnqueueNoWait(put("dropped"), record("dropped"));
   fs->fail = true;
