@@ -23,6 +23,7 @@ constexpr KindInfo kKinds[] = {
     {"memory-imbalance", FaultKind::kMemoryImbalance, 0.3},
     {"memory-pressure", FaultKind::kMemoryPressure, 0.95},
     {"hang", FaultKind::kHang, 0},
+    {"slow-host", FaultKind::kSlowHost, 0.2},
 };
 
 std::vector<std::string_view> Split(std::string_view s, char sep) {
@@ -67,7 +68,7 @@ absl::StatusOr<FaultSpec> ParseFaultSpec(std::string_view text) {
   if (info == nullptr) {
     return absl::InvalidArgumentError(
         quoted +
-        "unknown kind (slow-compute, slow-input, input-bound, wait, memory-leak, "
+        "unknown kind (slow-compute, slow-input, slow-host, input-bound, wait, memory-leak, "
         "memory-imbalance, memory-pressure, hang)");
   }
   spec.kind = info->kind;

@@ -20,6 +20,10 @@ enum class FaultKind {
   kMemoryImbalance,  // x(1+MAGNITUDE) memory; default 0.3
   kMemoryPressure,   // peak at MAGNITUDE x capacity; default 0.95
   kHang,             // stops reporting (under DDP every rank stops at that step)
+  // Host code outside every measured phase (between forward and backward, say) takes
+  // MAGNITUDE x the nominal step (0.2 = +20% of the step); default 0.2. The rank's own time:
+  // under DDP every other rank waits for it inside backward.
+  kSlowHost,
 };
 
 struct FaultTarget {

@@ -62,7 +62,8 @@ FleetModel::Local FleetModel::LocalPhases(uint32_t rank, uint64_t step) const {
           s * PhaseShares::kForward * Jitter(rank, step, 2),
           s * PhaseShares::kBackward * Jitter(rank, step, 3),
           s * PhaseShares::kOptimizer * Jitter(rank, step, 4),
-          s * PhaseShares::kWait * Jitter(rank, step, 5)};
+          s * PhaseShares::kWait * Jitter(rank, step, 5),
+          0.0};
   for (const FaultSpec& f : options_.faults) {
     if (!Targets(f, rank, step)) continue;
     switch (f.kind) {
@@ -75,6 +76,9 @@ FleetModel::Local FleetModel::LocalPhases(uint32_t rank, uint64_t step) const {
         l.dataloader = f.magnitude * (l.forward + l.backward + l.optimizer);
         break;
       case FaultKind::kWait: l.wait += f.magnitude * s; break;
+      // Host code between phases: in the rank's step time and in none of its phases. Under DDP
+      // it delays the rank's allreduce, so the other ranks absorb it in backward (Step).
+      case FaultKind::kSlowHost: l.outside += f.magnitude * s; break;
       default: break;
     }
   }
@@ -124,7 +128,9 @@ void FleetModel::Step(uint64_t step, std::vector<v1::StepRecord>* records,
     (*reported)[r] = true;
     const Local& l = scratch_[r];
     // Under DDP every rank leaves the step with the slowest one; the difference is time
-    // blocked in backward's allreduce.
+    // blocked in backward's allreduce. The slowest rank's own excess (slow compute, or
+    // slow-host time outside every phase) stays where it is: only its step time holds the
+    // latter.
     const double absorbed = ddp ? slowest - l.total() : 0.0;
     const double step_time = l.total() + absorbed;
     v1::StepRecord& rec = (*records)[r];

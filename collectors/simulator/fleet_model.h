@@ -60,9 +60,12 @@ class FleetModel {
   const FleetOptions& options() const { return options_; }
 
  private:
+  // What one rank would take on its own, before waiting for other ranks. `outside` is time in
+  // no measured phase that the rank itself spends (slow-host): like `wait` it shows only in
+  // step_time, but it is the rank's own time, not waiting.
   struct Local {
-    double dataloader, forward, backward, optimizer, wait;
-    double total() const { return dataloader + forward + backward + optimizer + wait; }
+    double dataloader, forward, backward, optimizer, wait, outside;
+    double total() const { return dataloader + forward + backward + optimizer + wait + outside; }
   };
   bool Targets(const FaultSpec& fault, uint32_t rank, uint64_t step) const;
   bool Hangs(uint32_t rank, uint64_t step) const;

@@ -33,6 +33,16 @@ TEST(FaultSpecTest, ParsesEveryForm) {
   EXPECT_DOUBLE_EQ(f.magnitude, 128);
   EXPECT_EQ(f.from_step, 40u);
   EXPECT_EQ(Fault("hang:all").target.kind, FaultTarget::Kind::kAll);
+  f = Fault("slow-host:3");
+  EXPECT_EQ(f.kind, FaultKind::kSlowHost);
+  EXPECT_EQ(f.target.index, 3u);
+  EXPECT_DOUBLE_EQ(f.magnitude, 0.2);
+  EXPECT_EQ(FaultKindName(f.kind), "slow-host");
+  f = Fault("slow-host:node1:0.5:100-300");
+  EXPECT_EQ(f.target.kind, FaultTarget::Kind::kNode);
+  EXPECT_DOUBLE_EQ(f.magnitude, 0.5);
+  EXPECT_EQ(f.from_step, 100u);
+  EXPECT_EQ(f.until_step, 300u);
 }
 
 TEST(FaultSpecTest, RejectsBadSpecsWithAMessage) {
@@ -95,6 +105,96 @@ TEST(FleetModelTest, DdpMakesEveryRankWaitForTheSlowOne) {
   EXPECT_EQ(rec[0].collective_ns(), 29'000'000u);
   EXPECT_EQ(rec[2].collective_ns(), 5'000'000u);
   EXPECT_EQ(rec[2].forward_ns(), 39'000'000u);
+}
+
+// Derived wait, as the daemon computes it: step time minus the measured phases.
+uint64_t DerivedWait(const v1::StepRecord& r) {
+  return r.step_time_ns() - r.dataloader_ns() - r.forward_ns() - r.backward_ns() - r.optimizer_ns();
+}
+
+TEST(FleetModelTest, SlowHostUnderDdpIsOutsideThePhasesOfTheSlowRankAndInBackwardOfTheOthers) {
+  FleetOptions o = Options(4, FleetOptions::Sync::kDdp);
+  o.jitter = 0;
+  o.faults.push_back(Fault("slow-host:2:0.2"));
+  FleetModel m(o);
+  std::vector<v1::StepRecord> rec;
+  std::vector<bool> rep;
+  m.Step(0, &rec, &rep);
+  // The slow rank: 100 ms of its own plus 20 ms of host code = 120 ms; every rank leaves the
+  // step with it.
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(rec[r].step_time_ns(), 120'000'000u) << r;
+  // Its phases are the nominal ones: the 20 ms are in no phase, only in its step time, so its
+  // derived wait is 2 ms nominal + 20 ms; and it waits for nobody (allreduce only).
+  EXPECT_EQ(rec[2].dataloader_ns(), 10'000'000u);
+  EXPECT_EQ(rec[2].forward_ns(), 30'000'000u);
+  EXPECT_EQ(rec[2].backward_ns(), 50'000'000u);
+  EXPECT_EQ(rec[2].optimizer_ns(), 8'000'000u);
+  EXPECT_EQ(DerivedWait(rec[2]), 22'000'000u);
+  EXPECT_EQ(rec[2].collective_ns(), 5'000'000u);
+  // The others wait for it inside backward: backward 50 + 20 ms, collective 5 + 20 ms, and
+  // their derived wait stays the nominal 2 ms.
+  for (int r : {0, 1, 3}) {
+    EXPECT_EQ(rec[r].forward_ns(), 30'000'000u) << r;
+    EXPECT_EQ(rec[r].backward_ns(), 70'000'000u) << r;
+    EXPECT_EQ(rec[r].collective_ns(), 25'000'000u) << r;
+    EXPECT_EQ(DerivedWait(rec[r]), 2'000'000u) << r;
+  }
+}
+
+TEST(FleetModelTest, SlowHostWithoutCollectiveTimesReportsNoCollective) {
+  FleetOptions o = Options(4, FleetOptions::Sync::kDdp);
+  o.jitter = 0;
+  o.report_collective = false;
+  o.faults.push_back(Fault("slow-host:1:0.3"));
+  FleetModel m(o);
+  std::vector<v1::StepRecord> rec;
+  std::vector<bool> rep;
+  m.Step(0, &rec, &rep);
+  EXPECT_EQ(rec[1].step_time_ns(), 130'000'000u);
+  EXPECT_EQ(rec[1].backward_ns(), 50'000'000u);
+  EXPECT_EQ(DerivedWait(rec[1]), 32'000'000u);
+  EXPECT_EQ(rec[0].step_time_ns(), 130'000'000u);
+  EXPECT_EQ(rec[0].backward_ns(), 80'000'000u);
+  EXPECT_FALSE(rec[0].has_collective_ns());
+  EXPECT_FALSE(rec[1].has_collective_ns());
+}
+
+TEST(FleetModelTest, SlowHostWithoutSyncSlowsOnlyItsRankForItsSteps) {
+  FleetOptions o = Options(4, FleetOptions::Sync::kNone);
+  o.jitter = 0;
+  o.faults.push_back(Fault("slow-host:3:0.2:1-2"));
+  FleetModel m(o);
+  std::vector<v1::StepRecord> rec;
+  std::vector<bool> rep;
+  m.Step(0, &rec, &rep);
+  EXPECT_EQ(rec[3].step_time_ns(), 100'000'000u);  // before FROM
+  m.Step(1, &rec, &rep);
+  EXPECT_EQ(rec[3].step_time_ns(), 120'000'000u);
+  EXPECT_EQ(rec[3].backward_ns(), 50'000'000u);
+  EXPECT_EQ(DerivedWait(rec[3]), 22'000'000u);
+  EXPECT_EQ(rec[0].step_time_ns(), 100'000'000u);  // nobody waits for it
+  EXPECT_EQ(rec[0].backward_ns(), 50'000'000u);
+  m.Step(2, &rec, &rep);
+  EXPECT_EQ(rec[3].step_time_ns(), 100'000'000u);  // UNTIL is exclusive
+}
+
+TEST(FleetModelTest, UnderDdpTheSlowestRankSetsTheStepWhateverItsCause) {
+  // Rank 1: +20 ms of host code (120 ms); rank 2: forward+backward x1.3 (124 ms).
+  FleetOptions o = Options(4, FleetOptions::Sync::kDdp);
+  o.jitter = 0;
+  o.faults.push_back(Fault("slow-host:1:0.2"));
+  o.faults.push_back(Fault("slow-compute:2:0.3"));
+  FleetModel m(o);
+  std::vector<v1::StepRecord> rec;
+  std::vector<bool> rep;
+  m.Step(0, &rec, &rep);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(rec[r].step_time_ns(), 124'000'000u) << r;
+  // Rank 1 waits 4 ms for rank 2, in backward; its 20 ms of host code stay outside.
+  EXPECT_EQ(rec[1].backward_ns(), 54'000'000u);
+  EXPECT_EQ(rec[1].collective_ns(), 9'000'000u);
+  EXPECT_EQ(DerivedWait(rec[1]), 22'000'000u);
+  EXPECT_EQ(rec[0].backward_ns(), 74'000'000u);
+  EXPECT_EQ(rec[2].collective_ns(), 5'000'000u);
 }
 
 TEST(FleetModelTest, FaultsApplyToTheirTargetFromTheirStep) {
