@@ -9,7 +9,9 @@ set, as torchrun does. rankwatchd then diagnoses the job: `rankwatch diagnose --
 
 The lines that concern rankwatch are marked `# rankwatch`. `--no-rankwatch` runs the same loop
 uninstrumented (for overhead comparisons). The `--fault-*` options inject the faults the
-acceptance tests (tests/collectors/) expect rankwatch to diagnose; a real job has none.
+acceptance tests (tests/collectors/) expect rankwatch to diagnose; a real job has none. They
+live in the class `Faults` at the end of the file; the lines of the loop that call it are
+marked `# fault injection` and do nothing without a --fault-* option.
 At the end each rank prints one JSON line: rank, steps, median step seconds, CPU seconds
 per step (all threads, after 10 warm-up steps), collector stats, and whether each step was
 recorded (--pause-random).
@@ -55,6 +57,21 @@ def parse_args():
     p.add_argument("--fault-slow-input-ms", type=float, default=30.0)
     p.add_argument("--fault-keep-losses", action="store_true",
                    help="every rank keeps its loss tensors with their graphs (a memory leak)")
+    p.add_argument("--fault-slow-rank", type=int, default=-1,
+                   help="this rank spends --fault-slow-ms more per step, where --fault-slow-where says")
+    p.add_argument("--fault-slow-ms", type=float, default=20.0)
+    p.add_argument("--fault-slow-where", choices=("between", "autograd", "optimizer"),
+                   default="between",
+                   help="between: host code between forward and backward; autograd: the backward "
+                        "of a custom autograd op applied to the model's output (before the "
+                        "gradient reaches the model); optimizer: inside optimizer.step")
+    p.add_argument("--fault-leak-mib-per-step", type=float, default=0.0, metavar="MIB",
+                   help="every rank keeps a tensor a step with its graph, whose saved tensors "
+                        "hold about MIB MiB (the kept.append(out) bug)")
+    p.add_argument("--fault-warmup-steps", type=int, default=0, metavar="N",
+                   help="every rank's memory grows --fault-warmup-mib-per-step MiB a step for the "
+                        "first N steps (a cache filling once), then stays flat")
+    p.add_argument("--fault-warmup-mib-per-step", type=float, default=0.0, metavar="MIB")
     p.add_argument("--collector-option", action="append", default=[], metavar="KEY=INT",
                    help="rankwatch.init buffer option, e.g. max_pending_bytes=65536")
     return p.parse_args()
@@ -139,6 +156,8 @@ def main():
     rw.instrument_ddp(model)          # rankwatch: gradient synchronisation (collective)
     rw.instrument_module(model)       # rankwatch: forward and backward
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    faults = Faults(args, rank)
+    faults.slow_optimizer(optimizer)  # fault injection (before rankwatch wraps optimizer.step)
     rw.instrument_optimizer(optimizer)  # rankwatch: optimizer.step
     loss_fn = nn.MSELoss()
     kept = []
@@ -151,12 +170,15 @@ def main():
         for x, y in rw.dataloader(loader):  # rankwatch: dataloader fetches
             recorded.append(not rw.paused)
             with rw.step():                  # rankwatch: one training step
-                loss = loss_fn(model(x), y)
+                out = faults.slow_autograd(model(x))  # fault injection
+                loss = loss_fn(out, y)
+                faults.slow_between()                 # fault injection
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward(retain_graph=args.fault_keep_losses)
                 optimizer.step()
                 if args.fault_keep_losses:
                     kept.append(loss)        # the bug: graphs (and activations) stay alive
+                faults.grow_memory(out)               # fault injection
             now = time.perf_counter()  # whole iterations, dataloader fetch included
             step_seconds.append(now - last)
             step_ends.append(time.time())
@@ -179,6 +201,67 @@ def main():
     print(json.dumps({"rank": rank, "steps": step, "median_step_s": statistics.median(step_seconds),
                       "step_seconds": step_seconds, "step_end_unix": step_ends, "cpu_s_per_step": cpu_per_step,
                       "recorded": recorded, "collector": stats}), flush=True)
+
+
+# --- Fault injection (the --fault-* options): what the acceptance tests expect rankwatch to ---
+# --- diagnose. A real job has none of this. -------------------------------------------------
+class Faults:
+    """The injected faults of one rank. Slowdowns are sleeps: the host thread of a GPU job
+    waits for its kernels the same way, and sleeping ranks do not compete for the CPU cores
+    that 4 ranks share on a small test machine."""
+
+    def __init__(self, args, rank):
+        slow = rank == args.fault_slow_rank and args.fault_slow_ms > 0
+        self.slow_where = args.fault_slow_where if slow else None
+        self.slow_seconds = args.fault_slow_ms / 1000.0
+        self.leak_floats = int(args.fault_leak_mib_per_step * 2**20) // 4
+        self.warmup_steps = args.fault_warmup_steps
+        self.warmup_floats = int(args.fault_warmup_mib_per_step * 2**20) // 4
+        self.steps = 0
+        self.leaked = []  # the kept.append(out) bug's list
+        self.cache = []   # the cache that fills during the first steps
+
+    def slow_between(self):
+        """--fault-slow-where between: host code between forward and backward (outside every
+        phase rankwatch measures)."""
+        if self.slow_where == "between":
+            time.sleep(self.slow_seconds)
+
+    def slow_autograd(self, out):
+        """--fault-slow-where autograd: a custom autograd op on the model's output whose
+        backward is slow. It runs before the gradient reaches the model's output, so outside
+        the backward phase rankwatch measures (which starts there)."""
+        if self.slow_where == "autograd":
+            return SleepInBackward.apply(out, self.slow_seconds)
+        return out
+
+    def slow_optimizer(self, optimizer):
+        """--fault-slow-where optimizer: optimizer.step takes longer (wrapped here, before
+        rankwatch wraps it, so the extra time is inside the optimizer phase)."""
+        if self.slow_where != "optimizer":
+            return
+        step, seconds = optimizer.step, self.slow_seconds
+
+        def slow_step(*args, **kwargs):
+            result = step(*args, **kwargs)
+            time.sleep(seconds)
+            return result
+        optimizer.step = slow_step
+
+    def grow_memory(self, out):
+        """--fault-leak-mib-per-step: a per-step metric computed from the model's output with
+        autograd on and kept with its graph (`kept.append(metric)` where `metric.item()` was
+        meant): the graph holds a fresh buffer of the given size, saved for a backward that
+        never comes, so memory grows that much every step. --fault-warmup-*: a cache filled
+        during the first steps, then left alone."""
+        self.steps += 1
+        if self.leak_floats > 0:
+            weights = torch.ones(self.leak_floats)  # written, so resident
+            # dot saves `weights` for its backward; the expanded mean is a view, no memory.
+            metric = torch.dot(weights, out.mean().expand(self.leak_floats))
+            self.leaked.append(metric)  # the bug: metric.item() was meant
+        if self.warmup_floats > 0 and self.steps <= self.warmup_steps:
+            self.cache.append(torch.ones(self.warmup_floats))
 
 
 if __name__ == "__main__":
