@@ -20,10 +20,7 @@ std::vector<Candidate> CandidatesOf(const JobSnapshot& s) {
     case StepLabel::kStraggler:
     case StepLabel::kInputStraggler:
     case StepLabel::kComputeStraggler: {
-      const StragglerCause cause = d.label == StepLabel::kStraggler ? StragglerCause::kBoth
-                                   : d.label == StepLabel::kInputStraggler
-                                       ? StragglerCause::kInput
-                                       : StragglerCause::kCompute;
+      const StragglerCause cause = d.cause;
       std::string subject = "job";
       if (d.scope == CulpritScope::kNode) {
         subject = "node:" + d.culprit_node;

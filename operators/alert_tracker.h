@@ -35,8 +35,6 @@ std::string_view AlertKindName(AlertKind kind);  // "straggler", "hang", ...
 enum class AlertState : uint8_t { kPending, kFiring, kResolved };
 std::string_view AlertStateName(AlertState state);
 
-enum class StragglerCause : uint8_t { kNone, kInput, kCompute, kBoth };
-
 struct AlertOptions {
   uint32_t fire_after = 3;      // consecutive evaluations before firing; default 3
   uint32_t resolve_after = 10;  // consecutive clean evaluations before resolving; default 10

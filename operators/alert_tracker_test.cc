@@ -11,6 +11,7 @@ std::shared_ptr<const JobSnapshot> Straggler(const std::string& job, uint32_t ra
   auto s = std::make_shared<JobSnapshot>();
   s->training_job = job;
   s->step.label = StepLabel::kComputeStraggler;
+  s->step.cause = StragglerCause::kCompute;
   s->step.severity = Severity::kCrit;
   s->step.scope = CulpritScope::kRank;
   s->step.culprit_ranks = {rank};
@@ -195,6 +196,7 @@ TEST(AlertTrackerTest, EveryKindFromItsDiagnosis) {
   node->step.scope = CulpritScope::kNode;
   node->step.culprit_node = "node-0";
   node->step.label = StepLabel::kStraggler;
+  node->step.cause = StragglerCause::kBoth;
   e = t.Evaluate(node, 1);
   ASSERT_EQ(e.size(), 4u);  // straggler pending + firing, hang and pressure resolved
   EXPECT_EQ(e[0].id, "j|odd|straggler|node:node-0");

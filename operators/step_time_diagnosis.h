@@ -28,24 +28,33 @@ enum class StepLabel : uint8_t {
   kWaitHeavy,
   kComputeBound,
   kBalanced,
+  // Some ranks do not report a phase the diagnosis needs, and nothing else fired: unknown, not
+  // waiting (StepDiagnosis::missing names the phases and ranks).
+  kIncompleteData,
 };
-inline constexpr int kStepLabelCount = 9;
-// Metric label value: "no_data", "hang", "straggler", ...
+inline constexpr int kStepLabelCount = 10;
+// Metric label value: "no_data", "hang", "straggler", ..., "incomplete_data".
 std::string_view StepLabelName(StepLabel label);
 
 enum class CulpritScope : uint8_t { kNone, kRank, kNode };
 
-// Thresholds of the spec (TraceML's published live values), each with its default.
+// Where a straggler's excess sits. kOutside: time outside every measured phase (host code
+// between phases, a custom autograd op after the model's output, work after the optimizer).
+// The numbers are the wire's StragglerCause values.
+enum class StragglerCause : uint8_t { kNone, kInput, kCompute, kBoth, kOutside };
+std::string_view StragglerCauseName(StragglerCause cause);  // "input", "compute", ...
+
+// Thresholds of the spec (TraceML 0.3.5's defaults), each with its default.
 struct StepDiagnosisOptions {
   uint32_t min_steps = 8;        // fewer aligned steps -> no_data
-  double straggler_warn = 0.10;  // input / compute straggler score
+  double straggler_warn = 0.10;  // input / compute / own-time straggler score
   double straggler_crit = 0.20;
-  double input_share_warn = 0.25;
-  double input_share_crit = 0.35;
-  double wait_share_warn = 0.15;
-  double wait_share_crit = 0.25;
-  double compute_share_warn = 0.85;
-  double compute_share_crit = 0.92;
+  double input_share_warn = 0.10;
+  double input_share_crit = 0.20;
+  double wait_share_warn = 0.10;
+  double wait_share_crit = 0.20;
+  double compute_share_warn = 0.90;
+  double compute_share_crit = 0.95;
   double bound_max_skew = 0.06;  // "bound" diagnoses need skew at most this
   // Fast onset (beyond): scores are also computed on the newest `onset_steps` steps, from
   // the least excess of a rank over the median rank in any of them, so a rank that became
@@ -78,6 +87,30 @@ struct HangInput {
   std::vector<int64_t> last_step_by_rank;  // highest step each rank reported; -1 = none
 };
 
+// A phase the diagnosis needs that some ranks of the window do not report.
+struct MissingSignal {
+  Phase phase = Phase::kDataloader;
+  uint32_t reporting = 0;              // ranks that report it
+  uint32_t ranks = 0;                  // ranks in the window (those that report a step time)
+  std::vector<uint32_t> missing_ranks;  // the first ranks that do not (<= 16)
+};
+
+// How the time a rank spent blocked waiting for other ranks is known, per rank and step.
+struct BlockedModel {
+  enum class Kind : uint8_t {
+    kNone,        // ranks run independently: nothing is blocked time
+    kUnknown,     // synchronised, but nothing measures or estimates the waiting
+    kCollective,  // the reported collective time
+    kBackward,    // synchronised, no collective: backward - forward x ratio
+    kSharded,     // sharded, no collective: (forward + backward) - the least rank's
+  };
+  Kind kind = Kind::kNone;
+  // kBackward: the least backward/forward ratio of any rank, the rank that waits least.
+  double ratio = 0;
+  // kSharded: the least per-step forward + backward (+ forward_backward) of any rank.
+  double least_forward_backward = 0;
+};
+
 struct StepDiagnosis {
   StepLabel label = StepLabel::kNoData;
   Severity severity = Severity::kInfo;
@@ -86,15 +119,22 @@ struct StepDiagnosis {
   // compute = forward + backward + optimizer (+ forward_backward) - collective, per rank;
   // under synchronisation without collective times, a forward-calibrated estimate.
   SignalEvidence compute;
+  // own = step time - blocked waiting (BlockedModel); outside = own - dataloader - compute, the
+  // time outside every measured phase. Absent when the blocked time is unknown.
+  SignalEvidence own, outside;
+  BlockedModel blocked;
   double input_share = 0, wait_share = 0, compute_share = 0;
-  double input_score = 0, compute_score = 0;
+  double input_score = 0, compute_score = 0, own_score = 0;
+  StragglerCause cause = StragglerCause::kNone;  // straggler labels: where the excess sits
+  std::vector<MissingSignal> missing;
+  bool sharded = false;
   bool synchronized = false;  // step times equal across ranks (data parallel)
   bool collective_reported = false;
   bool from_onset_window = false;  // the straggler score came from the newest steps
   CulpritScope scope = CulpritScope::kNone;
   std::vector<uint32_t> culprit_ranks;
   std::string culprit_node;
-  Phase culprit_phase = Phase::kStep;
+  Phase culprit_phase = Phase::kStep;  // meaningless when cause == kOutside
   // Hang evidence.
   double hang_timeout_seconds = 0;
   double seconds_since_last_aligned = 0;
@@ -105,8 +145,27 @@ struct StepDiagnosis {
   std::string next_step;  // the suggested next action
 };
 
-// Diagnoses `window`. `rank_nodes[r]` is rank r's node name ("" when unknown).
+// Diagnoses `window`. `rank_nodes[r]` is rank r's node name ("" when unknown). `sharded`: the
+// job shards its parameters (forward waits for other ranks too).
 StepDiagnosis DiagnoseStepTime(const StepWindow& window, const std::vector<std::string>& rank_nodes,
-                               const HangInput& hang, const StepDiagnosisOptions& options);
+                               const HangInput& hang, const StepDiagnosisOptions& options,
+                               bool sharded = false);
+
+// Per-step mean of phase `p` of one rank over the window: a phase reported on some steps only
+// (the optimizer under gradient accumulation) is averaged over every step the rank reported.
+// NaN when the rank never reported it.
+double WindowMean(const StepWindow::RankTotals& totals, Phase p);
+
+// The blocked model of a window (see BlockedModel), from its per-rank means.
+BlockedModel BlockedModelOf(const StepWindow& window, bool synchronized, bool sharded);
+// The same, with the synchronisation test of the diagnosis (step-time skew over the window at
+// most options.sync_max_step_skew). O(ranks).
+BlockedModel BlockedModelOf(const StepWindow& window, const StepDiagnosisOptions& options,
+                            bool sharded);
+
+// One rank's own time in one step (or over the window, from its means), or NaN when unknown.
+// `ns` are nanoseconds or seconds alike; `present` is the phase bit set.
+double OwnTime(const std::array<double, kPhaseCount>& v, uint32_t present,
+               const BlockedModel& model);
 
 }  // namespace rankwatch

@@ -75,6 +75,7 @@ v1::StepDiagnosisLabel ToProto(StepLabel label) {
     case StepLabel::kWaitHeavy: return v1::STEP_WAIT_HEAVY;
     case StepLabel::kComputeBound: return v1::STEP_COMPUTE_BOUND;
     case StepLabel::kBalanced: return v1::STEP_BALANCED;
+    case StepLabel::kIncompleteData: return v1::STEP_INCOMPLETE_DATA;
   }
   return v1::STEP_DIAGNOSIS_UNSPECIFIED;
 }
@@ -122,11 +123,23 @@ void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out
     }
   }
   if (d.compute.stat.present) FillPhase(v1::PHASE_COMPUTE, d.compute, s, step->add_phases());
+  if (d.own.stat.present) FillPhase(v1::PHASE_OWN, d.own, s, step->add_phases());
+  if (d.outside.stat.present) FillPhase(v1::PHASE_OUTSIDE, d.outside, s, step->add_phases());
   step->mutable_shares()->set_input(d.input_share);
   step->mutable_shares()->set_wait(d.wait_share);
   step->mutable_shares()->set_compute(d.compute_share);
   step->mutable_scores()->set_input(d.input_score);
   step->mutable_scores()->set_compute(d.compute_score);
+  step->mutable_scores()->set_own(d.own_score);
+  step->set_cause(static_cast<v1::StragglerCause>(static_cast<int>(d.cause)));
+  step->set_sharded(d.sharded);
+  for (const MissingSignal& m : d.missing) {
+    v1::MissingSignal* out_m = step->add_missing();
+    out_m->set_phase(ToProto(m.phase));
+    out_m->set_ranks_reporting(m.reporting);
+    out_m->set_ranks(m.ranks);
+    for (uint32_t r : m.missing_ranks) out_m->add_missing_ranks(r);
+  }
   switch (d.scope) {
     case CulpritScope::kNone: break;
     case CulpritScope::kRank: step->set_scope(v1::SCOPE_RANK); break;
@@ -135,7 +148,9 @@ void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out
   for (uint32_t r : d.culprit_ranks) step->add_culprit_ranks(r);
   step->set_culprit_node(d.culprit_node);
   if (d.scope != CulpritScope::kNone && d.label != StepLabel::kHang) {
-    step->set_culprit_phase(ToProto(d.culprit_phase));
+    step->set_culprit_phase(d.cause == StragglerCause::kOutside ? v1::PHASE_OUTSIDE
+                            : d.cause == StragglerCause::kNone  ? v1::PHASE_OWN
+                                                                : ToProto(d.culprit_phase));
   }
   step->set_note(d.note);
   step->set_next_step(d.next_step);

@@ -30,12 +30,12 @@ struct FleetOptions {
   uint64_t base_peak_bytes = 40ull << 30;        // ~40 GiB peaks
 };
 
-// Nominal shares of the step: dataloader 10%, forward 30%, backward 50%,
+// Nominal shares of the step: dataloader 5%, forward 30%, backward 55%,
 // optimizer 8%, wait 2%. Under DDP 5% of the step is allreduce inside backward.
 struct PhaseShares {
-  static constexpr double kDataloader = 0.10;
+  static constexpr double kDataloader = 0.05;
   static constexpr double kForward = 0.30;
-  static constexpr double kBackward = 0.50;
+  static constexpr double kBackward = 0.55;
   static constexpr double kOptimizer = 0.08;
   static constexpr double kWait = 0.02;
   static constexpr double kAllreduce = 0.05;
