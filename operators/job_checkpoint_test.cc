@@ -11,13 +11,14 @@ namespace rankwatch {
 namespace {
 
 // The simulator's batches: one rank's `per_batch` steps per message, in step-chunk order.
-std::vector<v1::Batch> FleetBatches(uint32_t ranks, uint64_t steps, uint32_t per_batch) {
+std::vector<v1::Batch> FleetBatches(uint32_t ranks, uint64_t steps, uint32_t per_batch,
+                                    std::vector<std::string> faults = {"slow-compute:3:0.3:60",
+                                                                       "memory-leak:all:64:20"}) {
   FleetOptions o;
   o.training_job = "ckpt";
   o.ranks = ranks;
   o.report_collective = true;
-  o.faults.push_back(*ParseFaultSpec("slow-compute:3:0.3:60"));
-  o.faults.push_back(*ParseFaultSpec("memory-leak:all:64:20"));
+  for (const std::string& f : faults) o.faults.push_back(*ParseFaultSpec(f));
   FleetModel model(o);
   std::vector<v1::Batch> pending(ranks), out;
   for (uint32_t r = 0; r < ranks; ++r) {
@@ -77,6 +78,15 @@ void ExpectSameSnapshot(const JobSnapshot& a, const JobSnapshot& b) {
   EXPECT_EQ(a.memory.kinds[0].worst_peak_bytes, b.memory.kinds[0].worst_peak_bytes);
   EXPECT_EQ(a.memory.kinds[0].creep_bytes_per_step, b.memory.kinds[0].creep_bytes_per_step);
   EXPECT_EQ(a.memory.note, b.memory.note);
+  EXPECT_EQ(a.memory.lifetime_trend, b.memory.lifetime_trend);
+  for (int k = 0; k < kMemoryKindCount; ++k) {
+    const MemoryTrendEvidence &x = a.memory.kinds[k].trend, &y = b.memory.kinds[k].trend;
+    EXPECT_EQ(x.steps, y.steps) << k;
+    EXPECT_EQ(x.worst.slope, y.worst.slope) << k;
+    EXPECT_EQ(x.worst.sigma, y.worst.sigma) << k;
+    EXPECT_EQ(x.median.recent_slope, y.median.recent_slope) << k;
+    EXPECT_EQ(x.label, y.label) << k;
+  }
 }
 
 TEST(StepCodecTest, RoundTripsAStep) {
@@ -150,6 +160,47 @@ TEST(JobCheckpointTest, ARestoredJobContinuesExactlyLikeTheOriginal) {
   EXPECT_EQ(a.memory.label, MemoryLabel::kCreep);
   ExpectSameSnapshot(a, b);
   ExpectSameSnapshot(original.Snapshot(t0), b);
+}
+
+TEST(JobCheckpointTest, ARestoredJobKeepsItsLifetimeMemoryTrend) {
+  // A slow leak, 8 MiB a step on 40 GiB per rank (+-1 % noise): a 100-step window sees 0.8 GiB,
+  // 2 %, never a creep; the lifetime trend reaches 10 % (early creep) after ~500 steps. The
+  // store keeps only the window's last 100 steps, so the trend must come from the checkpoint.
+  const std::vector<v1::Batch> batches = FleetBatches(8, 700, 5, {"memory-leak:all:8"});
+  JobPipelineOptions options;
+  options.record_changes = true;
+  JobPipeline reference("ckpt", 8, options);
+  FakeStore store;
+  const TimePoint t0{};
+  const int64_t wall0 = 1'795'000'000'000'000'000;
+  const size_t crash_at = 968;  // right after the checkpoint of batch 967 (around step 605)
+  for (size_t i = 0; i < crash_at; ++i) {
+    reference.AddBatch(batches[i], t0);
+    if (i % 11 == 10) store.Apply(reference.TakeCheckpoint(t0, wall0));
+  }
+  EXPECT_LE(store.steps.size(), 100u);
+  EXPECT_TRUE(store.meta.has_memory_trend());
+  auto restored = JobPipeline::Restore(store.meta, store.Steps(), options, t0, wall0);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  // Without the trend in the checkpoint (a state from before it existed) only the stored
+  // steps rebuild it: it spans 100 steps, too few to judge.
+  state::v1::JobMeta old_meta = store.meta;
+  old_meta.clear_memory_trend();
+  auto without = JobPipeline::Restore(old_meta, store.Steps(), options, t0, wall0);
+  ASSERT_TRUE(without.ok()) << without.status();
+  for (size_t i = crash_at; i < batches.size(); ++i) {
+    reference.AddBatch(batches[i], t0);
+    (*restored)->AddBatch(batches[i], t0);
+    (*without)->AddBatch(batches[i], t0);
+  }
+  const JobSnapshot a = reference.Snapshot(t0), b = (*restored)->Snapshot(t0);
+  EXPECT_EQ(a.aligned_steps, 700u);
+  EXPECT_EQ(a.memory.label, MemoryLabel::kCreepEarly) << a.memory.note;
+  EXPECT_TRUE(a.memory.lifetime_trend);
+  EXPECT_EQ(a.memory.kinds[0].trend.steps, 700u);
+  EXPECT_NEAR(a.memory.kinds[0].creep_bytes_per_step / (1 << 20), 8, 0.4);
+  ExpectSameSnapshot(a, b);
+  EXPECT_EQ((*without)->Snapshot(t0).memory.label, MemoryLabel::kBalanced);
 }
 
 TEST(JobCheckpointTest, DamagedMetadataIsDataLoss) {

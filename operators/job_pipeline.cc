@@ -15,6 +15,7 @@ void JobPipeline::Reset(uint32_t world_size) {
   aligner_ = std::make_unique<StepAligner>(world_size, options_.align);
   window_ = std::make_unique<StepWindow>(world_size, options_.window);
   memory_window_ = std::make_unique<MemoryWindow>(world_size, options_.memory_window);
+  memory_trend_ = std::make_unique<MemoryTrend>(options_.memory_trend);
   rank_nodes_ = std::make_shared<const std::vector<std::string>>(world_size);
   finished_ranks_.assign(world_size, false);
   finished_count_ = 0;
@@ -67,7 +68,7 @@ void JobPipeline::Consume(TimePoint now, JobDelta* delta) {
   for (const AlignedStep& step : closed_) {
     if (options_.record_changes) unsaved_steps_.push_back(EncodeStep(step));
     window_->Add(step);
-    memory_window_->Add(step);
+    if (const MemoryWindow::Step* m = memory_window_->Add(step)) memory_trend_->Add(*m);
     ++aligned_steps_;
     ++delta->aligned;
     if (step.timed_out) {
@@ -107,7 +108,7 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   for (uint32_t r = 0; r < s.world_size; ++r) hang.last_step_by_rank[r] = aligner_->last_step_of(r);
   s.step = DiagnoseStepTime(*window_, *rank_nodes_, hang, options_.diagnosis);
   for (int p = 0; p < kPhaseCount; ++p) s.phases[p] = s.step.phases[p].stat;
-  s.memory = DiagnoseMemory(*memory_window_, options_.memory);
+  s.memory = DiagnoseMemory(*memory_window_, memory_trend_.get(), options_.memory);
   s.rank_nodes = rank_nodes_;
   s.rank_totals = std::make_shared<const std::vector<StepWindow::RankTotals>>(window_->totals());
   s.rank_peak_allocated = std::make_shared<const std::vector<double>>(
@@ -131,6 +132,7 @@ JobCheckpoint JobPipeline::TakeCheckpoint(TimePoint now, int64_t wall_now_unix_n
     if (finished_ranks_[r]) m.add_finished_ranks(r);
   }
   *m.mutable_aligner() = aligner_->ExportState(now, wall_now_unix_ns);
+  *m.mutable_memory_trend() = memory_trend_->ExportState();
   c.new_steps = std::move(unsaved_steps_);
   unsaved_steps_.clear();
   // The oldest step either window still holds; stored steps before it are no longer needed.
@@ -163,12 +165,25 @@ absl::StatusOr<std::unique_ptr<JobPipeline>> JobPipeline::Restore(
     if (!p->finished_ranks_[r]) ++p->finished_count_;
     p->finished_ranks_[r] = true;
   }
+  // The lifetime memory trend as checkpointed; state written before it existed has none: then
+  // it starts from the stored steps.
+  const bool has_trend = m.has_memory_trend();
+  if (has_trend) {
+    auto trend = MemoryTrend::FromState(m.memory_trend(), options.memory_trend);
+    if (!trend.ok()) return trend.status();
+    p->memory_trend_ = std::make_unique<MemoryTrend>(std::move(*trend));
+  }
   AlignedStep step;
   for (const state::v1::StoredStep& stored : steps) {
     if (absl::Status s = DecodeStep(stored, &step); !s.ok()) return s;
     if (step.world_size != m.world_size()) continue;  // from before an elastic restart
     p->window_->Add(step);
-    p->memory_window_->Add(step);
+    const MemoryWindow::Step* memory = p->memory_window_->Add(step);
+    // Steps the checkpointed trend holds already are not added twice.
+    if (memory != nullptr && (!has_trend || p->memory_trend_->steps() == 0 ||
+                              memory->step > p->memory_trend_->last_step())) {
+      p->memory_trend_->Add(*memory);
+    }
   }
   return p;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "operators/memory_diagnosis.h"
+#include "operators/memory_trend.h"
 #include "operators/memory_window.h"
 #include "operators/phase_stats.h"
 #include "operators/step_aligner.h"
@@ -28,6 +29,7 @@ struct JobPipelineOptions {
   StepWindowOptions window;
   StepDiagnosisOptions diagnosis;
   MemoryWindowOptions memory_window;
+  MemoryTrendOptions memory_trend;
   MemoryDiagnosisOptions memory;
 };
 
@@ -69,8 +71,9 @@ struct JobSnapshot {
   const std::string& NodeOf(uint32_t rank) const;
 };
 
-// What a checkpoint of one job writes: its metadata and aligner, the steps aligned since the
-// previous checkpoint, and the oldest step any window still needs (older stored steps can go).
+// What a checkpoint of one job writes: its metadata, aligner and lifetime memory trend, the steps
+// aligned since the previous checkpoint, and the oldest step any window still needs (older
+// stored steps can go).
 struct JobCheckpoint {
   state::v1::JobMeta meta;
   std::vector<state::v1::StoredStep> new_steps;
@@ -113,6 +116,7 @@ class JobPipeline {
   std::unique_ptr<StepAligner> aligner_;
   std::unique_ptr<StepWindow> window_;
   std::unique_ptr<MemoryWindow> memory_window_;
+  std::unique_ptr<MemoryTrend> memory_trend_;  // the job's lifetime memory peaks
   std::vector<AlignedStep> closed_;                   // scratch, reused
   std::vector<state::v1::StoredStep> unsaved_steps_;  // with options.record_changes
   std::shared_ptr<const std::vector<std::string>> rank_nodes_;

@@ -36,10 +36,48 @@ Slice SliceOf(const std::vector<double>& worst, const std::vector<double>& media
           mean(median, n - seg, seg), seg};
 }
 
-MemoryKindEvidence Assess(const MemoryWindow& w, const std::vector<double>& rank_peak,
-                          MemoryKind kind, uint64_t capacity, const MemoryDiagnosisOptions& o) {
+// A series grows steadily (still at the end) and significantly (above its own noise).
+bool Steady(const TrendFit& f, const MemoryDiagnosisOptions& o) {
+  return f.present && f.slope > 0 && f.recent_slope >= o.trend_steady_ratio * f.slope &&
+         f.recent_growth_bytes() >= o.trend_recent_noise * f.sigma &&
+         f.growth_bytes() >= o.trend_noise * f.sigma;
+}
+
+MemoryTrendEvidence AssessTrend(const MemoryTrend& t, MemoryKind kind,
+                                const MemoryDiagnosisOptions& o) {
+  MemoryTrendEvidence e;
+  e.steps = t.steps(kind);
+  if (t.point_count(kind) < std::max<uint32_t>(o.trend_min_points, 3)) return e;
+  std::vector<MemoryTrend::Point> points;
+  t.Points(kind, &points);
+  std::vector<double> scratch;
+  e.worst = FitTrend(points, TrendSeries::kWorst, o.trend_recent_fraction, o.trend_max_pairs,
+                     &scratch);
+  e.median = FitTrend(points, TrendSeries::kMedian, o.trend_recent_fraction, o.trend_max_pairs,
+                      &scratch);
+  e.present = e.worst.present && e.median.present && e.worst.span_steps >= o.trend_min_steps;
+  if (!e.present) return e;
+  e.worst_growth = e.worst.level > 0 ? e.worst.growth_bytes() / e.worst.level : 0;
+  e.median_growth = e.median.level > 0 ? e.median.growth_bytes() / e.median.level : 0;
+  e.steady = Steady(e.worst, o) && Steady(e.median, o) &&
+             e.worst.growth_bytes() >= o.trend_min_growth_bytes;
+  if (!e.steady) return e;
+  if (e.worst_growth >= o.trend_confirmed_growth &&
+      e.median_growth >= o.trend_median_ratio * o.trend_confirmed_growth) {
+    e.label = MemoryLabel::kCreep;
+  } else if (e.worst_growth >= o.trend_early_growth &&
+             e.median_growth >= o.trend_median_ratio * o.trend_early_growth) {
+    e.label = MemoryLabel::kCreepEarly;
+  }
+  return e;
+}
+
+MemoryKindEvidence Assess(const MemoryWindow& w, const MemoryTrend* trend,
+                          const std::vector<double>& rank_peak, MemoryKind kind, uint64_t capacity,
+                          const MemoryDiagnosisOptions& o) {
   const int k = static_cast<int>(kind);
   MemoryKindEvidence e;
+  if (trend != nullptr && o.trend) e.trend = AssessTrend(*trend, kind, o);
   std::vector<double> worst, median;
   for (const MemoryWindow::Step& s : w.steps()) {
     if (s.worst[k] <= 0) continue;
@@ -88,27 +126,54 @@ MemoryKindEvidence Assess(const MemoryWindow& w, const std::vector<double>& rank
   // Rate: the growth between the centres of the head and tail segments.
   const int n = static_cast<int>(worst.size());
   if (n > overall.seg) e.creep_bytes_per_step = e.delta_bytes / (n - overall.seg);
-  if (capacity > 0 && e.creep_bytes_per_step > 0) {
-    const double room = std::max(0.0, cap - worst.back());
-    e.projected_steps_to_full = static_cast<uint64_t>(std::ceil(room / e.creep_bytes_per_step));
-  }
 
   if (e.pressure >= o.pressure_warn) {
     e.label = MemoryLabel::kHighPressure;
     e.severity = e.pressure >= o.pressure_crit ? Severity::kCrit : Severity::kWarn;
-  } else if (e.skew >= o.imbalance_warn) {
+  } else if (e.skew >= o.imbalance_warn &&
+             (capacity == 0 || e.pressure >= o.imbalance_min_pressure)) {
     e.label = MemoryLabel::kImbalance;
     e.severity = e.skew >= o.imbalance_crit ? Severity::kCrit : Severity::kWarn;
   } else if (confirmed) {
     e.label = MemoryLabel::kCreep;
     e.severity = Severity::kCrit;
+  } else if (e.trend.label == MemoryLabel::kCreep) {
+    e.label = MemoryLabel::kCreep;
+    e.severity = Severity::kCrit;
+    e.lifetime_trend = true;
   } else if (early) {
     e.label = MemoryLabel::kCreepEarly;
     e.severity = Severity::kWarn;
+  } else if (e.trend.label == MemoryLabel::kCreepEarly) {
+    e.label = MemoryLabel::kCreepEarly;
+    e.severity = Severity::kWarn;
+    e.lifetime_trend = true;
   } else {
     e.label = MemoryLabel::kBalanced;
   }
+  // A creep found by the trend grows at the trend's rate.
+  if (e.lifetime_trend) e.creep_bytes_per_step = e.trend.worst.slope;
+  if (capacity > 0 && e.creep_bytes_per_step > 0) {
+    const double room = std::max(0.0, cap - worst.back());
+    e.projected_steps_to_full = static_cast<uint64_t>(std::ceil(room / e.creep_bytes_per_step));
+  }
   return e;
+}
+
+// 30000 -> "30,000".
+std::string Grouped(uint64_t v) {
+  std::string digits = std::to_string(v), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// Bytes per step in MiB, with decimals while the rate is small.
+std::string MiBPerStep(double bytes) {
+  const double mib = bytes / (1024 * 1024);
+  return mib < 10 ? fmt::format("{:.2f}", mib) : fmt::format("{:.0f}", mib);
 }
 
 std::string_view NextStep(MemoryLabel label) {
@@ -141,7 +206,8 @@ std::string_view MemoryKindName(MemoryKind kind) {
   return kind == MemoryKind::kAllocated ? "allocated" : "reserved";
 }
 
-MemoryDiagnosis DiagnoseMemory(const MemoryWindow& w, const MemoryDiagnosisOptions& o) {
+MemoryDiagnosis DiagnoseMemory(const MemoryWindow& w, const MemoryTrend* trend,
+                               const MemoryDiagnosisOptions& o) {
   MemoryDiagnosis d;
   d.window_steps = static_cast<uint32_t>(w.steps().size());
   if (!w.steps().empty()) {
@@ -151,7 +217,7 @@ MemoryDiagnosis DiagnoseMemory(const MemoryWindow& w, const MemoryDiagnosisOptio
   d.capacity_bytes = w.capacity();
   for (int k = 0; k < kMemoryKindCount; ++k) {
     const auto kind = static_cast<MemoryKind>(k);
-    d.kinds[k] = Assess(w, w.rank_peaks(kind), kind, d.capacity_bytes, o);
+    d.kinds[k] = Assess(w, trend, w.rank_peaks(kind), kind, d.capacity_bytes, o);
   }
   // The worse of the two kinds: earlier in the first-match order, then the higher severity.
   auto worse = [](const MemoryKindEvidence& a, const MemoryKindEvidence& b) {
@@ -168,6 +234,7 @@ MemoryDiagnosis DiagnoseMemory(const MemoryWindow& w, const MemoryDiagnosisOptio
   const MemoryKindEvidence& e = d.kinds[static_cast<int>(d.kind)];
   d.label = e.label;
   d.severity = e.severity;
+  d.lifetime_trend = e.lifetime_trend;
   d.next_step = std::string(NextStep(d.label));
   const std::string_view kind = MemoryKindName(d.kind);
   switch (d.label) {
@@ -186,12 +253,22 @@ MemoryDiagnosis DiagnoseMemory(const MemoryWindow& w, const MemoryDiagnosisOptio
       break;
     case MemoryLabel::kCreep:
     case MemoryLabel::kCreepEarly:
-      d.note = fmt::format(
-          "{} memory grows {:.0f} MiB per step ({:.0f}% over the window){}", kind,
-          e.creep_bytes_per_step / (1024 * 1024), e.worst_growth * 100,
-          e.projected_steps_to_full
-              ? fmt::format("; the device is full in about {} steps", *e.projected_steps_to_full)
-              : std::string());
+      if (e.lifetime_trend) {
+        d.note = fmt::format(
+            "{} memory grows {} MiB a step over the job's {} steps (steady, +{:.0f}%){}", kind,
+            MiBPerStep(e.creep_bytes_per_step), Grouped(e.trend.steps),
+            e.trend.worst_growth * 100,
+            e.projected_steps_to_full
+                ? fmt::format("; full in ~{} steps", Grouped(*e.projected_steps_to_full))
+                : std::string());
+      } else {
+        d.note = fmt::format(
+            "{} memory grows {} MiB per step ({:.0f}% over the window){}", kind,
+            MiBPerStep(e.creep_bytes_per_step), e.worst_growth * 100,
+            e.projected_steps_to_full
+                ? fmt::format("; the device is full in about {} steps", *e.projected_steps_to_full)
+                : std::string());
+      }
       break;
     case MemoryLabel::kBalanced:
       d.note = fmt::format("peaks steady and even across ranks ({:.1f} GiB median {})",

@@ -1,8 +1,11 @@
 // Step-memory diagnosis (docs/spec/step-diagnosis.md section 4): high pressure, imbalance across
 // ranks, and memory creep (early, then confirmed) from the per-step device-memory peaks of a
-// job, live — with the creep rate and the steps left until the device is full.
+// job, live — with the creep rate and the steps left until the device is full. Creep is found
+// by the window policy of the spec (growth across the last K steps), or by the job's lifetime
+// trend (operators/memory_trend.h): a steady, significant robust slope over the job's whole
+// life, which finds leaks too slow for any window to cross the spec's floors.
 //
-// Pure: a function of the MemoryWindow and the options.
+// Pure: a function of the MemoryWindow, the MemoryTrend and the options.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "operators/memory_trend.h"
 #include "operators/memory_window.h"
 #include "operators/step_time_diagnosis.h"
 
@@ -36,6 +40,9 @@ struct MemoryDiagnosisOptions {
   double pressure_crit = 0.97;
   double imbalance_warn = 0.12;
   double imbalance_crit = 0.20;
+  // Imbalance only when the worst rank's peak is at least this share of the capacity, when the
+  // capacity is known (TraceML 0.3.5): a skew of small peaks is harmless.
+  double imbalance_min_pressure = 0.30;
   // Creep votes per slice: (worst growth, median growth) for early and confirmed.
   double early_worst = 0.02, early_median = 0.01;
   double confirmed_worst = 0.04, confirmed_median = 0.02;
@@ -46,6 +53,38 @@ struct MemoryDiagnosisOptions {
   double confirmed_overall_worst = 0.10, confirmed_overall_median = 0.05;
   double confirmed_delta_bytes = 512.0 * 1024 * 1024, confirmed_delta_head = 0.05,
          confirmed_delta_capacity = 0.015;
+
+  // Lifetime trend (docs/diagnoses.md, "Lifetime trend"). Fitted on the worst-rank series of
+  // each kind; the median-rank series must pass the same test with its growth thresholds
+  // scaled by trend_median_ratio.
+  bool trend = true;              // use the lifetime trend
+  uint32_t trend_min_steps = 200;  // the points must span at least this many steps
+  uint32_t trend_min_points = 32;  // and number at least this many
+  size_t trend_max_pairs = 2048;   // Theil–Sen pairs per fit (beyond: a deterministic subsample)
+  double trend_recent_fraction = 1.0 / 3;  // the recent part: the last third of the points
+  // Steady: still growing at the end. The recent slope >= trend_steady_ratio x the overall
+  // slope, and the recent growth (recent slope x recent span) >= trend_recent_noise x sigma.
+  double trend_steady_ratio = 0.5;
+  double trend_recent_noise = 2.0;
+  // Significant: growth over the horizon (slope x span) >= trend_noise x sigma (the residuals'
+  // robust spread), >= trend_min_growth_bytes, and >= a share of the level at the start:
+  double trend_noise = 4.0;
+  double trend_min_growth_bytes = 32.0 * 1024 * 1024;
+  double trend_early_growth = 0.10;      // memory_creep_early
+  double trend_confirmed_growth = 0.25;  // memory_creep
+  double trend_median_ratio = 0.5;  // the median rank's growth shares: the above x this
+};
+
+// The lifetime trend of one kind of memory.
+struct MemoryTrendEvidence {
+  bool present = false;  // enough points over enough steps to judge
+  uint64_t steps = 0;    // memory steps the trend covers (the job's, since its start)
+  TrendFit worst;        // fit of the worst-rank series
+  TrendFit median;       // fit of the median-rank series
+  bool steady = false;   // both series grow steadily and significantly (growth thresholds aside)
+  double worst_growth = 0;   // worst.growth_bytes() / worst.level
+  double median_growth = 0;  // median.growth_bytes() / median.level
+  MemoryLabel label = MemoryLabel::kBalanced;  // kCreep, kCreepEarly or kBalanced
 };
 
 // Statistics of one kind of memory (allocated or reserved) over the window.
@@ -60,8 +99,10 @@ struct MemoryKindEvidence {
   double median_growth = 0;
   double delta_bytes = 0;  // worst tail - worst head, overall slice
   int early_votes = 0, confirmed_votes = 0;
-  double creep_bytes_per_step = 0;
+  double creep_bytes_per_step = 0;  // the window's rate, or the trend's when it found the creep
   std::optional<uint64_t> projected_steps_to_full;
+  MemoryTrendEvidence trend;
+  bool lifetime_trend = false;  // the creep label came from the lifetime trend, not the window
   MemoryLabel label = MemoryLabel::kNoData;
   Severity severity = Severity::kInfo;
 };
@@ -74,10 +115,17 @@ struct MemoryDiagnosis {
   uint64_t first_step = 0, last_step = 0;
   uint64_t capacity_bytes = 0;
   MemoryKindEvidence kinds[kMemoryKindCount];
+  bool lifetime_trend = false;  // the label came from the lifetime trend (of `kind`)
   std::string note;
   std::string next_step;
 };
 
-MemoryDiagnosis DiagnoseMemory(const MemoryWindow& window, const MemoryDiagnosisOptions& options);
+// `trend` may be null (no lifetime trend: the window policy alone).
+MemoryDiagnosis DiagnoseMemory(const MemoryWindow& window, const MemoryTrend* trend,
+                               const MemoryDiagnosisOptions& options);
+inline MemoryDiagnosis DiagnoseMemory(const MemoryWindow& window,
+                                      const MemoryDiagnosisOptions& options) {
+  return DiagnoseMemory(window, nullptr, options);
+}
 
 }  // namespace rankwatch

@@ -17,7 +17,7 @@ MemoryWindow::MemoryWindow(uint32_t world_size, MemoryWindowOptions options)
   }
 }
 
-void MemoryWindow::Add(const AlignedStep& aligned) {
+const MemoryWindow::Step* MemoryWindow::Add(const AlignedStep& aligned) {
   Step step{aligned.step, 0, {0, 0}, {0, 0}, 0};
   std::vector<double> values[kMemoryKindCount];
   for (const StepSample& s : aligned.samples) {
@@ -35,7 +35,7 @@ void MemoryWindow::Add(const AlignedStep& aligned) {
     step.capacity = std::max(step.capacity, s.device_capacity_bytes);
     ++step.ranks;
   }
-  if (step.ranks == 0) return;
+  if (step.ranks == 0) return nullptr;
   for (int k = 0; k < kMemoryKindCount; ++k) {
     if (!values[k].empty()) step.median[k] = MedianInPlace(values[k]);
   }
@@ -61,6 +61,7 @@ void MemoryWindow::Add(const AlignedStep& aligned) {
   }
   steps_.push_back(step);
   if (steps_.size() > slots_) steps_.pop_front();
+  return &steps_.back();
 }
 
 uint64_t MemoryWindow::capacity() const {

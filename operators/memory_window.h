@@ -36,9 +36,9 @@ class MemoryWindow {
 
   MemoryWindow(uint32_t world_size, MemoryWindowOptions options);
 
-  // Appends the memory of an aligned step; steps in which no rank reported memory are
-  // skipped (they do not count as memory points).
-  void Add(const AlignedStep& step);
+  // Appends the memory of an aligned step and returns it (valid until the next Add); steps in
+  // which no rank reported memory are skipped (they do not count as memory points): nullptr.
+  const Step* Add(const AlignedStep& step);
 
   const std::deque<Step>& steps() const { return steps_; }
   uint32_t world_size() const { return world_size_; }

@@ -48,6 +48,12 @@ void FillMemory(const JobSnapshot& s, v1::MemoryDiagnosis* out) {
   out->set_median_growth(e.median_growth);
   out->set_note(m.note);
   out->set_next_step(m.next_step);
+  out->set_lifetime_trend(m.lifetime_trend);
+  if (e.trend.present) {
+    out->set_trend_steps(e.trend.steps);
+    out->set_trend_bytes_per_step(e.trend.worst.slope);
+    out->set_trend_steady(e.trend.steady);
+  }
 }
 
 }  // namespace
