@@ -38,6 +38,60 @@ std::string PhaseWord(v1::Phase p) {
   return s;
 }
 
+std::string CauseWord(v1::StragglerCause c) {
+  switch (c) {
+    case v1::CAUSE_INPUT: return "input (dataloader)";
+    case v1::CAUSE_COMPUTE: return "compute (forward, backward, optimizer)";
+    case v1::CAUSE_BOTH: return "input and compute";
+    case v1::CAUSE_OUTSIDE: return "time outside the measured phases";
+    default: return "unattributed";
+  }
+}
+
+// "3.1 rank-hours", "12 rank-minutes", "40 rank-seconds".
+std::string RankTime(double seconds) {
+  char buf[64];
+  if (seconds >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%.1f rank-hours", seconds / 3600);
+  } else if (seconds >= 60) {
+    std::snprintf(buf, sizeof(buf), "%.1f rank-minutes", seconds / 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f rank-seconds", seconds);
+  }
+  return buf;
+}
+
+std::string Percent(double part, double whole) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f%%", whole > 0 ? part / whole * 100 : 0.0);
+  return buf;
+}
+
+void PrintLostTime(const v1::LostTime& l) {
+  if (l.total_rank_seconds() <= 0) return;
+  std::printf(
+      "\nLOST TIME  stragglers %s (%s of the job's time) since start, %s (%s) over the "
+      "window",
+      RankTime(l.total_straggler_rank_seconds()).c_str(),
+      Percent(l.total_straggler_rank_seconds(), l.total_rank_seconds()).c_str(),
+      RankTime(l.window_straggler_rank_seconds()).c_str(),
+      Percent(l.window_straggler_rank_seconds(), l.window_rank_seconds()).c_str());
+  if (l.total_hang_rank_seconds() > 0) {
+    std::printf("; hangs %s (%s)", RankTime(l.total_hang_rank_seconds()).c_str(),
+                Percent(l.total_hang_rank_seconds(), l.total_rank_seconds()).c_str());
+  }
+  std::printf("\n");
+  for (const v1::RankCost& c : l.top()) {
+    std::printf(
+        "           rank %u%s cost %s, %s of the job's time, since start (%s over the "
+        "window)\n",
+        c.rank(), c.node().empty() ? "" : (" on " + c.node()).c_str(),
+        RankTime(c.total_rank_seconds()).c_str(),
+        Percent(c.total_rank_seconds(), l.total_rank_seconds()).c_str(),
+        Percent(c.window_rank_seconds(), l.window_rank_seconds()).c_str());
+  }
+}
+
 void PrintStep(const v1::StepDiagnosis& d) {
   std::printf("STEP TIME  %s (%s)\n",
               Words(v1::StepDiagnosisLabel_Name(d.label()), "STEP_").c_str(),
@@ -45,10 +99,18 @@ void PrintStep(const v1::StepDiagnosis& d) {
   std::printf("           %s\n", d.note().c_str());
   std::printf("           next: %s\n", d.next_step().c_str());
   std::printf(
-      "           scores: input %.2f, compute %.2f   shares: input %.0f%%, wait %.0f%%, compute "
-      "%.0f%%\n",
-      d.scores().input(), d.scores().compute(), d.shares().input() * 100, d.shares().wait() * 100,
-      d.shares().compute() * 100);
+      "           scores: input %.2f, compute %.2f, own %.2f   shares: input %.0f%%, wait %.0f%%, "
+      "compute %.0f%%\n",
+      d.scores().input(), d.scores().compute(), d.scores().own(), d.shares().input() * 100,
+      d.shares().wait() * 100, d.shares().compute() * 100);
+  if (d.cause() != v1::CAUSE_UNSPECIFIED) {
+    std::printf("           cause: %s\n", CauseWord(d.cause()).c_str());
+  }
+  for (const v1::MissingSignal& m : d.missing()) {
+    std::printf("           missing: %s on %u of %u ranks\n", PhaseWord(m.phase()).c_str(),
+                m.ranks() - m.ranks_reporting(), m.ranks());
+  }
+  if (d.sharded()) std::printf("           sharded job (forward waits for other ranks too)\n");
   if (d.phases_size() == 0) return;
   std::printf("\n  %-12s", "");
   for (const v1::PhaseStats& p : d.phases()) std::printf("%12s", PhaseWord(p.phase()).c_str());
@@ -121,6 +183,7 @@ int RunDiagnose(const DiagnoseFlags& f) {
               w.world_size(), static_cast<unsigned long long>(d.aligned_steps()));
   PrintStep(d.step());
   PrintMemory(d.memory());
+  PrintLostTime(d.lost_time());
   return 0;
 }
 

@@ -42,8 +42,9 @@ std::string Ranks(const v1::JobSummary& j) {
 void Draw(const v1::ListJobsResponse& jobs, const std::string& server, bool clear) {
   if (clear) std::printf("\x1b[H\x1b[2J");
   std::printf("rankwatch top — %s — %d jobs\n\n", server.c_str(), jobs.jobs_size());
-  std::printf("%-24s %7s %9s  %-20s %-5s %-10s %6s %6s %6s  %-18s %s\n", "JOB", "RANKS", "STEPS",
-              "DIAGNOSIS", "SEV", "WORST", "SKEW", "WAIT", "INPUT", "MEMORY", "FIRING");
+  std::printf("%-24s %7s %9s  %-20s %-5s %-10s %6s %6s %6s %6s %-14s  %-18s %s\n", "JOB", "RANKS",
+              "STEPS", "DIAGNOSIS", "SEV", "WORST", "SKEW", "WAIT", "INPUT", "LOST", "COSTLIEST",
+              "MEMORY", "FIRING");
   for (const v1::JobSummary& j : jobs.jobs()) {
     std::string firing;
     for (const std::string& id : j.firing_alerts()) {
@@ -55,14 +56,27 @@ void Draw(const v1::ListJobsResponse& jobs, const std::string& server, bool clea
                     ? id
                     : id.substr(a + 1, b - a - 1) + "@" + id.substr(b + 1);
     }
-    std::printf("%-24.24s %3u/%-3u %9llu  %-20s %-5s %-10s %5.1f%% %5.1f%% %5.1f%%  %-18s %s\n",
-                j.training_job().c_str(), j.ranks_seen(), j.world_size(),
-                static_cast<unsigned long long>(j.aligned_steps()),
-                Word(v1::StepDiagnosisLabel_Name(j.step_label()), "STEP_").c_str(),
-                Word(v1::Severity_Name(j.step_severity()), "SEVERITY_").c_str(), Ranks(j).c_str(),
-                j.step_skew() * 100, j.wait_share() * 100, j.input_share() * 100,
-                Word(v1::MemoryDiagnosisLabel_Name(j.memory_label()), "MEMORY_").c_str(),
-                firing.empty() ? "-" : firing.c_str());
+    // Lost time since start, as a share of the job's rank-seconds, and the rank that cost most.
+    const v1::LostTime& l = j.lost_time();
+    const double lost = l.total_rank_seconds() > 0
+                            ? (l.total_straggler_rank_seconds() + l.total_hang_rank_seconds()) /
+                                  l.total_rank_seconds()
+                            : 0;
+    char costliest[64] = "-";
+    if (l.top_size() > 0 && l.total_rank_seconds() > 0) {
+      std::snprintf(costliest, sizeof(costliest), "r%u %.1f%%", l.top(0).rank(),
+                    l.top(0).total_rank_seconds() / l.total_rank_seconds() * 100);
+    }
+    std::printf(
+        "%-24.24s %3u/%-3u %9llu  %-20s %-5s %-10s %5.1f%% %5.1f%% %5.1f%% %5.1f%% %-14s  %-18s "
+        "%s\n",
+        j.training_job().c_str(), j.ranks_seen(), j.world_size(),
+        static_cast<unsigned long long>(j.aligned_steps()),
+        Word(v1::StepDiagnosisLabel_Name(j.step_label()), "STEP_").c_str(),
+        Word(v1::Severity_Name(j.step_severity()), "SEVERITY_").c_str(), Ranks(j).c_str(),
+        j.step_skew() * 100, j.wait_share() * 100, j.input_share() * 100, lost * 100, costliest,
+        Word(v1::MemoryDiagnosisLabel_Name(j.memory_label()), "MEMORY_").c_str(),
+        firing.empty() ? "-" : firing.c_str());
   }
   std::fflush(stdout);
 }

@@ -16,6 +16,15 @@ void JobPipeline::Reset(uint32_t world_size) {
   window_ = std::make_unique<StepWindow>(world_size, options_.window);
   memory_window_ = std::make_unique<MemoryWindow>(world_size, options_.memory_window);
   memory_trend_ = std::make_unique<MemoryTrend>(options_.memory_trend);
+  // An elastic restart keeps the job's lost-time totals, not its per-rank costs.
+  auto lost = std::make_unique<LostTime>(world_size, options_.window.steps);
+  if (lost_ != nullptr) {
+    state::v1::LostTimeState totals = lost_->ExportState();
+    totals.clear_cost_ranks();
+    totals.clear_cost_rank_seconds();
+    lost->ImportState(totals).IgnoreError();
+  }
+  lost_ = std::move(lost);
   rank_nodes_ = std::make_shared<const std::vector<std::string>>(world_size);
   finished_ranks_.assign(world_size, false);
   finished_count_ = 0;
@@ -34,6 +43,7 @@ JobDelta JobPipeline::AddBatch(const v1::Batch& batch, TimePoint now) {
     Reset(world_size);
   }
   const uint32_t rank = batch.source().rank();
+  sharded_ = sharded_ || batch.source().sharded();
   if ((*rank_nodes_)[rank] != batch.source().node()) {
     auto nodes = std::make_shared<std::vector<std::string>>(*rank_nodes_);  // rare: copy on write
     (*nodes)[rank] = batch.source().node();
@@ -60,14 +70,35 @@ JobDelta JobPipeline::Tick(TimePoint now) {
   JobDelta delta;
   aligner_->Expire(now, &closed_);
   Consume(now, &delta);
+  CountHang(now);
   return delta;
 }
 
+void JobPipeline::CountHang(TimePoint now) {
+  const StepDiagnosisOptions& o = options_.diagnosis;
+  if (!seen_ || window_->size() < o.min_steps || finished_count_ == aligner_->world_size()) return;
+  const double since = std::chrono::duration<double>(now - last_progress_).count();
+  const double timeout = std::max(o.hang_timeout_steps * lost_->last_median_step_seconds(),
+                                  std::chrono::duration<double>(o.hang_timeout_min).count());
+  if (since <= timeout) return;
+  lost_->AddHang(since - hang_counted_seconds_, aligner_->world_size());
+  hang_counted_seconds_ = since;
+}
+
 void JobPipeline::Consume(TimePoint now, JobDelta* delta) {
-  if (!closed_.empty()) last_progress_ = now;
+  bool ends_hang = false;
+  if (!closed_.empty()) {
+    CountHang(now);  // up to the step that ends the hang
+    ends_hang = hang_counted_seconds_ > 0;
+    last_progress_ = now;
+    hang_counted_seconds_ = 0;
+  }
   for (const AlignedStep& step : closed_) {
     if (options_.record_changes) unsaved_steps_.push_back(EncodeStep(step));
     window_->Add(step);
+    lost_->AddStep(window_->steps().back(), BlockedModelOf(*window_, options_.diagnosis, sharded_),
+                   ends_hang);
+    ends_hang = false;
     if (const MemoryWindow::Step* m = memory_window_->Add(step)) memory_trend_->Add(*m);
     ++aligned_steps_;
     ++delta->aligned;
@@ -106,7 +137,8 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
       s.finished ? 0 : std::chrono::duration<double>(now - last_progress_).count();
   hang.last_step_by_rank.resize(s.world_size);
   for (uint32_t r = 0; r < s.world_size; ++r) hang.last_step_by_rank[r] = aligner_->last_step_of(r);
-  s.step = DiagnoseStepTime(*window_, *rank_nodes_, hang, options_.diagnosis);
+  s.step = DiagnoseStepTime(*window_, *rank_nodes_, hang, options_.diagnosis, sharded_);
+  s.lost = lost_->Summary();
   for (int p = 0; p < kPhaseCount; ++p) s.phases[p] = s.step.phases[p].stat;
   s.memory = DiagnoseMemory(*memory_window_, memory_trend_.get(), options_.memory);
   s.rank_nodes = rank_nodes_;
@@ -133,6 +165,8 @@ JobCheckpoint JobPipeline::TakeCheckpoint(TimePoint now, int64_t wall_now_unix_n
   }
   *m.mutable_aligner() = aligner_->ExportState(now, wall_now_unix_ns);
   *m.mutable_memory_trend() = memory_trend_->ExportState();
+  *m.mutable_lost_time() = lost_->ExportState();
+  m.set_sharded(sharded_);
   c.new_steps = std::move(unsaved_steps_);
   unsaved_steps_.clear();
   // The oldest step either window still holds; stored steps before it are no longer needed.
@@ -173,6 +207,8 @@ absl::StatusOr<std::unique_ptr<JobPipeline>> JobPipeline::Restore(
     if (!trend.ok()) return trend.status();
     p->memory_trend_ = std::make_unique<MemoryTrend>(std::move(*trend));
   }
+  p->sharded_ = m.sharded();
+  if (absl::Status s = p->lost_->ImportState(m.lost_time()); !s.ok()) return s;
   AlignedStep step;
   for (const state::v1::StoredStep& stored : steps) {
     if (absl::Status s = DecodeStep(stored, &step); !s.ok()) return s;
@@ -185,6 +221,9 @@ absl::StatusOr<std::unique_ptr<JobPipeline>> JobPipeline::Restore(
       p->memory_trend_->Add(*memory);
     }
   }
+  // The window part of the lost time, from the restored window (its totals are stored).
+  const BlockedModel model = BlockedModelOf(*p->window_, options.diagnosis, p->sharded_);
+  for (const StepWindow::Step& s : p->window_->steps()) p->lost_->AddWindowOnly(s, model);
   return p;
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "operators/lost_time.h"
 #include "operators/memory_diagnosis.h"
 #include "operators/memory_trend.h"
 #include "operators/memory_window.h"
@@ -59,6 +60,7 @@ struct JobSnapshot {
   bool finished = false;  // every rank sent its final batch
   StepDiagnosis step;
   MemoryDiagnosis memory;
+  LostTimeSummary lost;           // what stragglers and hangs cost the job
   int64_t evaluated_unix_ns = 0;  // wall clock of the evaluation, set by the caller
   // Each rank's phase sums and counts over the window (for per-rank detail), and its memory
   // peaks over the memory window (0 = none reported), indexed by rank.
@@ -110,6 +112,8 @@ class JobPipeline {
  private:
   void Reset(uint32_t world_size);
   void Consume(TimePoint now, JobDelta* delta);
+  // Counts hang loss up to `now` while the job is hung (as the step diagnosis would say).
+  void CountHang(TimePoint now);
 
   const std::string training_job_;
   const JobPipelineOptions options_;
@@ -117,7 +121,10 @@ class JobPipeline {
   std::unique_ptr<StepWindow> window_;
   std::unique_ptr<MemoryWindow> memory_window_;
   std::unique_ptr<MemoryTrend> memory_trend_;  // the job's lifetime memory peaks
-  std::vector<AlignedStep> closed_;                   // scratch, reused
+  std::unique_ptr<LostTime> lost_;
+  bool sharded_ = false;             // a collector said the job shards its parameters
+  double hang_counted_seconds_ = 0;  // hang loss counted since the last progress
+  std::vector<AlignedStep> closed_;  // scratch, reused
   std::vector<state::v1::StoredStep> unsaved_steps_;  // with options.record_changes
   std::shared_ptr<const std::vector<std::string>> rank_nodes_;
   TimePoint last_progress_{};  // when a step last aligned, or when the job was first seen

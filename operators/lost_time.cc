@@ -33,8 +33,8 @@ LostTime::StepCost LostTime::CostOf(const StepWindow::Step& step, const BlockedM
     }
   }
   if (!step_.empty()) last_median_step_seconds_ = MedianInPlace(step_);
-  const bool synchronised = model.kind != BlockedModel::Kind::kNone &&
-                            model.kind != BlockedModel::Kind::kUnknown;
+  const bool synchronised =
+      model.kind != BlockedModel::Kind::kNone && model.kind != BlockedModel::Kind::kUnknown;
   if (synchronised && own_.size() >= 2) {
     const double n = static_cast<double>(own_.size());
     c.straggler = n * std::max(0.0, max_own - MedianInPlace(own_));

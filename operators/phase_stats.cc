@@ -26,7 +26,9 @@ PhaseStats ComputePhaseStats(const StepWindow& window) {
     for (uint32_t r = 0; r < totals.size(); ++r) {
       const uint32_t n = totals[r].count[p];
       if (n == 0) continue;
-      const double mean = static_cast<double>(totals[r].sum_ns[p]) / n * 1e-9;
+      // Averaged over every step the rank reported (a sparse phase counts 0 where absent).
+      const uint32_t steps = std::max(n, totals[r].count[static_cast<int>(Phase::kStep)]);
+      const double mean = static_cast<double>(totals[r].sum_ns[p]) / steps * 1e-9;
       if (means.empty() || mean > st.worst_seconds) {
         st.worst_seconds = mean;
         st.worst_rank = r;

@@ -394,8 +394,7 @@ double OwnTime(const std::array<double, kPhaseCount>& v, uint32_t present,
 }
 
 StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::string>& rank_nodes,
-                               const HangInput& hang, const StepDiagnosisOptions& o,
-                               bool sharded) {
+                               const HangInput& hang, const StepDiagnosisOptions& o, bool sharded) {
   StepDiagnosis d;
   d.window_steps = static_cast<uint32_t>(w.size());
   d.seconds_since_last_aligned = hang.seconds_since_last_aligned;
@@ -507,11 +506,14 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::strin
   if (input_hit || compute_hit || own_hit) {
     // The signal that names the culprit: input or compute when either holds the excess, else
     // own time (the excess sits outside the phases, or in a part too small to score alone).
-    enum { kByInput, kByCompute, kByOwn } by =
-        (input_hit || compute_hit)
-            ? (compute_hit && (!input_hit || d.compute_score >= d.input_score) ? kByCompute
-                                                                               : kByInput)
-            : kByOwn;
+    enum {
+      kByInput,
+      kByCompute,
+      kByOwn
+    } by = (input_hit || compute_hit)
+               ? (compute_hit && (!input_hit || d.compute_score >= d.input_score) ? kByCompute
+                                                                                  : kByInput)
+               : kByOwn;
     const Signal& sig = by == kByInput ? input : by == kByCompute ? compute : own;
     const bool onset_won = sig.onset > sig.full;
     d.from_onset_window = onset_won;
@@ -548,8 +550,8 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::strin
       d.cause = StragglerCause::kNone;  // sharded, no collective times: unattributed
     } else {
       d.cause = outside_x >= dl_x && outside_x >= compute_x ? StragglerCause::kOutside
-                : dl_x >= compute_x                        ? StragglerCause::kInput
-                                                           : StragglerCause::kCompute;
+                : dl_x >= compute_x                         ? StragglerCause::kInput
+                                                            : StragglerCause::kCompute;
     }
     // Scope: most ranks of the worst rank's node above the threshold -> the node.
     const std::string& node = worst < rank_nodes.size() ? rank_nodes[worst] : "";
@@ -593,8 +595,7 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::strin
             : fmt::format("rank {}{}", worst, node.empty() ? "" : " on " + node);
     // How much longer the other ranks wait for the culprit, where that is measured.
     const double waits = d.collective_reported && Known(full.phase[P(Phase::kCollective)][worst])
-                             ? median(Phase::kCollective) -
-                                   full.phase[P(Phase::kCollective)][worst]
+                             ? median(Phase::kCollective) - full.phase[P(Phase::kCollective)][worst]
                              : NAN;
     const std::string wait_text =
         Known(waits) && waits > 0
@@ -623,9 +624,9 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::strin
     StepLabel label = d.cause == StragglerCause::kInput     ? StepLabel::kInputStraggler
                       : d.cause == StragglerCause::kCompute ? StepLabel::kComputeStraggler
                                                             : StepLabel::kStraggler;
-    const double score = by == kByOwn ? d.own_score
-                                      : std::max(input_hit ? d.input_score : 0,
-                                                 compute_hit ? d.compute_score : 0);
+    const double score =
+        by == kByOwn ? d.own_score
+                     : std::max(input_hit ? d.input_score : 0, compute_hit ? d.compute_score : 0);
     return finish(label, score >= o.straggler_crit ? Severity::kCrit : Severity::kWarn, note);
   }
 

@@ -90,8 +90,8 @@ struct HangInput {
 // A phase the diagnosis needs that some ranks of the window do not report.
 struct MissingSignal {
   Phase phase = Phase::kDataloader;
-  uint32_t reporting = 0;              // ranks that report it
-  uint32_t ranks = 0;                  // ranks in the window (those that report a step time)
+  uint32_t reporting = 0;               // ranks that report it
+  uint32_t ranks = 0;                   // ranks in the window (those that report a step time)
   std::vector<uint32_t> missing_ranks;  // the first ranks that do not (<= 16)
 };
 

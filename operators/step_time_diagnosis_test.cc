@@ -345,7 +345,8 @@ StepDiagnosis DiagnoseSteps(uint32_t ranks, uint64_t steps, F phases, bool shard
   const std::vector<std::string> nodes(ranks, "");
   for (uint64_t s = 0; s < steps; ++s) {
     AlignedStep a{s, ranks, false, {}};
-    for (uint32_t r = 0; r < ranks; ++r) a.samples.push_back(ToStepSample(Record(s, phases(s, r)), r));
+    for (uint32_t r = 0; r < ranks; ++r)
+      a.samples.push_back(ToStepSample(Record(s, phases(s, r)), r));
     w.Add(a);
   }
   return DiagnoseStepTime(w, nodes, {}, {}, sharded);
@@ -363,7 +364,8 @@ Ms SlowHost(uint32_t r, bool collective) {
 }
 
 TEST(StepTimeDiagnosisTest, TimeOutsideThePhasesNamesTheRankWithCollectiveTimes) {
-  const StepDiagnosis d = DiagnoseSteps(4, 20, [](uint64_t, uint32_t r) { return SlowHost(r, true); });
+  const StepDiagnosis d =
+      DiagnoseSteps(4, 20, [](uint64_t, uint32_t r) { return SlowHost(r, true); });
   EXPECT_EQ(d.blocked.kind, BlockedModel::Kind::kCollective);
   EXPECT_EQ(d.label, StepLabel::kStraggler) << d.note;
   EXPECT_EQ(d.cause, StragglerCause::kOutside);
@@ -386,7 +388,8 @@ TEST(StepTimeDiagnosisTest, TimeOutsideThePhasesNamesTheRankWithCollectiveTimes)
 TEST(StepTimeDiagnosisTest, TimeOutsideThePhasesNamesTheRankWithoutCollectiveTimes) {
   // Backward / forward is 25 / 20 = 1.25 on rank 2, which waits least, and 45 / 20 elsewhere;
   // blocked = backward - 1.25 x forward: 0 on rank 2, 20 ms elsewhere.
-  const StepDiagnosis d = DiagnoseSteps(4, 20, [](uint64_t, uint32_t r) { return SlowHost(r, false); });
+  const StepDiagnosis d =
+      DiagnoseSteps(4, 20, [](uint64_t, uint32_t r) { return SlowHost(r, false); });
   EXPECT_EQ(d.blocked.kind, BlockedModel::Kind::kBackward);
   EXPECT_NEAR(d.blocked.ratio, 1.25, 1e-6);
   EXPECT_EQ(d.label, StepLabel::kStraggler) << d.note;
@@ -409,8 +412,12 @@ TEST(StepTimeDiagnosisTest, SlowOptimizerIsAComputeStragglerInTheOptimizer) {
   // Rank 1's optimizer.step takes 20 ms more; the others wait in the next allreduce.
   const StepDiagnosis d = DiagnoseSteps(4, 20, [](uint64_t, uint32_t r) {
     const bool slow = r == 1;
-    return Ms{.dl = 5, .fwd = 20, .bwd = slow ? 25.0 : 45.0, .opt = slow ? 25.0 : 5.0,
-              .coll = slow ? 5.0 : 25.0, .step = 75};
+    return Ms{.dl = 5,
+              .fwd = 20,
+              .bwd = slow ? 25.0 : 45.0,
+              .opt = slow ? 25.0 : 5.0,
+              .coll = slow ? 5.0 : 25.0,
+              .step = 75};
   });
   EXPECT_EQ(d.label, StepLabel::kComputeStraggler) << d.note;
   EXPECT_EQ(d.cause, StragglerCause::kCompute);
@@ -420,9 +427,8 @@ TEST(StepTimeDiagnosisTest, SlowOptimizerIsAComputeStragglerInTheOptimizer) {
 
 TEST(StepTimeDiagnosisTest, APhaseNoRankReportsIsIncompleteDataNotWaiting) {
   // No forward timing: the 25 ms of forward would read as wait (45% of the step).
-  const StepDiagnosis d = DiagnoseSteps(4, 20, [](uint64_t, uint32_t) {
-    return Ms{.dl = 5, .bwd = 20, .opt = 5, .step = 55};
-  });
+  const StepDiagnosis d = DiagnoseSteps(
+      4, 20, [](uint64_t, uint32_t) { return Ms{.dl = 5, .bwd = 20, .opt = 5, .step = 55}; });
   EXPECT_EQ(d.label, StepLabel::kIncompleteData) << d.note;
   EXPECT_EQ(d.severity, Severity::kInfo);
   ASSERT_EQ(d.missing.size(), 1u);
@@ -448,9 +454,8 @@ TEST(StepTimeDiagnosisTest, APhaseOneRankDoesNotReportIsNoStraggler) {
 
 TEST(StepTimeDiagnosisTest, StepTimeAndDataloaderAloneShowAnInputStraggler) {
   // Rank 1 fetches for 15 ms instead of 5; every step takes 50 ms. Burden: the step time.
-  const StepDiagnosis d = DiagnoseSteps(4, 20, [](uint64_t, uint32_t r) {
-    return Ms{.dl = r == 1 ? 15.0 : 5.0, .step = 50};
-  });
+  const StepDiagnosis d = DiagnoseSteps(
+      4, 20, [](uint64_t, uint32_t r) { return Ms{.dl = r == 1 ? 15.0 : 5.0, .step = 50}; });
   EXPECT_EQ(d.label, StepLabel::kInputStraggler) << d.note;
   EXPECT_EQ(d.culprit_ranks, std::vector<uint32_t>{1});
   EXPECT_NEAR(d.input_score, 10.0 / 50, 1e-6);
@@ -476,8 +481,9 @@ Ms ShardedSlowHost(uint32_t r) {
 }
 
 TEST(StepTimeDiagnosisTest, ShardedJobsDoNotAssumeForwardFreeOfWaiting) {
-  const StepDiagnosis d = DiagnoseSteps(4, 20, [](uint64_t, uint32_t r) { return ShardedSlowHost(r); },
-                                        /*sharded=*/true);
+  const StepDiagnosis d = DiagnoseSteps(
+      4, 20, [](uint64_t, uint32_t r) { return ShardedSlowHost(r); },
+      /*sharded=*/true);
   EXPECT_TRUE(d.sharded);
   EXPECT_EQ(d.blocked.kind, BlockedModel::Kind::kSharded);
   EXPECT_NEAR(d.blocked.least_forward_backward, 0.040, 1e-9);
@@ -490,9 +496,10 @@ TEST(StepTimeDiagnosisTest, ShardedJobsDoNotAssumeForwardFreeOfWaiting) {
 TEST(StepTimeDiagnosisTest, AShardedJobWhoseRanksAllWaitInForwardNamesNobody) {
   // Rank 2 computes 15 ms longer in forward; the others wait as long in their all-gathers.
   // Forward + backward is equal everywhere: nothing tells who is slow, and nobody is named.
-  const StepDiagnosis d = DiagnoseSteps(4, 20, [](uint64_t, uint32_t r) {
-    return Ms{.dl = 5, .fwd = 35, .bwd = 20, .opt = 5, .step = 66};
-  }, /*sharded=*/true);
+  const StepDiagnosis d = DiagnoseSteps(
+      4, 20,
+      [](uint64_t, uint32_t r) { return Ms{.dl = 5, .fwd = 35, .bwd = 20, .opt = 5, .step = 66}; },
+      /*sharded=*/true);
   EXPECT_TRUE(d.culprit_ranks.empty()) << d.note;
 }
 

@@ -97,7 +97,8 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
                           {"training_job", "share"});
   straggler_score_ = r->Gauge(
       "rankwatch_straggler_score",
-      "Excess of the worst rank over the median, per typical step's local work: input, compute.",
+      "Excess of the worst rank over the median, per typical step's local work: input, compute, "
+      "own (step time less blocked waiting).",
       {"training_job", "kind"});
   worst_rank_ = r->Gauge("rankwatch_step_worst_rank",
                          "Rank with the largest per-step mean of a phase over the window.",
@@ -117,6 +118,16 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
       "Unix time at which the newest step record of a job ended (time() minus it: how stale "
       "the job's input is).",
       {"training_job"});
+  lost_rank_seconds_ = r->Counter(
+      "rankwatch_job_lost_rank_seconds_total",
+      "Rank-seconds a job lost since it started: cause straggler (every rank waiting for the "
+      "slowest beyond a typical rank, per aligned step) or hang (every rank-second without "
+      "progress).",
+      {"training_job", "cause"});
+  rank_seconds_ = r->Counter("rankwatch_job_rank_seconds_total",
+                             "Rank-seconds a job ran since it started (its ranks' step times, "
+                             "and its hangs): the denominator of the lost time.",
+                             {"training_job"});
   alerts_firing_ = r->Gauge("rankwatch_alerts_firing", "Alerts currently firing, per job and kind.",
                             {"training_job", "kind"});
   alerts_total_ = r->Counter("rankwatch_alerts_total",
@@ -170,6 +181,7 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
   share_ratio_->WithLabels({job, "compute"})->Set(d.compute_share);
   straggler_score_->WithLabels({job, "input"})->Set(d.input_score);
   straggler_score_->WithLabels({job, "compute"})->Set(d.compute_score);
+  straggler_score_->WithLabels({job, "own"})->Set(d.own_score);
   if (d.compute.stat.present)
     worst_rank_->WithLabels({job, "compute"})->Set(d.compute.stat.worst_rank);
   rank_excess_->RemoveWhereFirstLabel(job);
@@ -187,6 +199,9 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
         ->WithLabels({job, d.scope == CulpritScope::kNode ? "node" : "rank", d.culprit_node})
         ->Set(static_cast<double>(d.culprit_ranks.size()));
   }
+  lost_rank_seconds_->WithLabels({job, "straggler"})->Set(s.lost.total_straggler_rank_seconds);
+  lost_rank_seconds_->WithLabels({job, "hang"})->Set(s.lost.total_hang_rank_seconds);
+  rank_seconds_->WithLabels({job})->Set(s.lost.total_rank_seconds);
   if (s.last_record_unix_ns > 0) {
     last_record_->WithLabels({job})->Set(static_cast<double>(s.last_record_unix_ns) * 1e-9);
   }
@@ -244,13 +259,29 @@ void DaemonMetrics::SetFiring(const std::string& job, const std::map<AlertKind, 
 }
 
 void DaemonMetrics::RemoveJob(const std::string& job) {
-  for (MetricFamily* f : {steps_aligned_,     steps_timed_out_, phase_seconds_,
-                          phase_skew_,        ranks_,           window_steps_,
-                          step_diagnosis_,    step_severity_,   share_ratio_,
-                          straggler_score_,   worst_rank_,      rank_excess_,
-                          straggler_culprit_, last_record_,     alerts_firing_,
-                          memory_diagnosis_,  memory_severity_, memory_peak_,
-                          memory_pressure_,   memory_creep_,    memory_steps_to_full_}) {
+  for (MetricFamily* f : {steps_aligned_,
+                          steps_timed_out_,
+                          phase_seconds_,
+                          phase_skew_,
+                          ranks_,
+                          window_steps_,
+                          step_diagnosis_,
+                          step_severity_,
+                          share_ratio_,
+                          straggler_score_,
+                          worst_rank_,
+                          rank_excess_,
+                          straggler_culprit_,
+                          last_record_,
+                          alerts_firing_,
+                          lost_rank_seconds_,
+                          rank_seconds_,
+                          memory_diagnosis_,
+                          memory_severity_,
+                          memory_peak_,
+                          memory_pressure_,
+                          memory_creep_,
+                          memory_steps_to_full_}) {
     f->RemoveWhereFirstLabel(job);
   }
   kernel.RemoveJob(job);

@@ -76,6 +76,8 @@ class DaemonMetrics {
   MetricFamily* rank_excess_;
   MetricFamily* straggler_culprit_;
   MetricFamily* last_record_;
+  MetricFamily* lost_rank_seconds_ = nullptr;
+  MetricFamily* rank_seconds_ = nullptr;
   MetricFamily* alerts_firing_;
   MetricFamily* alerts_total_;
   MetricFamily* memory_diagnosis_;

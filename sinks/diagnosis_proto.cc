@@ -168,6 +168,23 @@ void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out
     h->set_lowest_last_step(d.lowest_last_step < 0 ? 0 : d.lowest_last_step);
   }
   FillMemory(s, out->mutable_memory());
+  ToProto(s, out->mutable_lost_time());
+}
+
+void ToProto(const JobSnapshot& s, v1::LostTime* lost) {
+  const LostTimeSummary& l = s.lost;
+  lost->set_window_rank_seconds(l.window_rank_seconds);
+  lost->set_window_straggler_rank_seconds(l.window_straggler_rank_seconds);
+  lost->set_total_rank_seconds(l.total_rank_seconds);
+  lost->set_total_straggler_rank_seconds(l.total_straggler_rank_seconds);
+  lost->set_total_hang_rank_seconds(l.total_hang_rank_seconds);
+  for (const RankCost& c : l.top) {
+    v1::RankCost* out_c = lost->add_top();
+    out_c->set_rank(c.rank);
+    out_c->set_node(s.NodeOf(c.rank));
+    out_c->set_window_rank_seconds(c.window_rank_seconds);
+    out_c->set_total_rank_seconds(c.total_rank_seconds);
+  }
 }
 
 void ToProto(const AlertEvent& e, v1::Alert* out) {

@@ -16,6 +16,9 @@ v1::Phase ToProto(Phase phase);
 // Fills `out` with the job's step-time and memory diagnoses and their evidence.
 void ToProto(const JobSnapshot& snapshot, int64_t evaluated_unix_ns, v1::Diagnosis* out);
 
+// Fills `out` with what stragglers and hangs cost the job.
+void ToProto(const JobSnapshot& snapshot, v1::LostTime* out);
+
 // Fills `out` with an alert event and the diagnosis that raised it (sequence not set).
 void ToProto(const AlertEvent& event, v1::Alert* out);
 

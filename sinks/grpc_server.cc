@@ -1,5 +1,7 @@
 #include "sinks/grpc_server.h"
 
+#include <cmath>
+
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -42,6 +44,7 @@ class RankWatchService final : public v1::RankWatch::Service {
       j->set_step_skew(s.phases[static_cast<int>(Phase::kStep)].skew);
       j->set_wait_share(s.step.wait_share);
       j->set_input_share(s.step.input_share);
+      ToProto(s, j->mutable_lost_time());
       if (alerts_ != nullptr) {
         for (const std::string& id : alerts_->Firing(job)) j->add_firing_alerts(id);
       }
@@ -81,8 +84,8 @@ class RankWatchService final : public v1::RankWatch::Service {
     if (s.rank_totals && rank < s.rank_totals->size()) {
       const auto& totals = (*s.rank_totals)[rank];
       for (int p = 0; p < kPhaseCount; ++p) {
-        if (totals.count[p] == 0) continue;
-        const double mean = static_cast<double>(totals.sum_ns[p]) / totals.count[p] * 1e-9;
+        const double mean = WindowMean(totals, static_cast<Phase>(p));  // NaN: not reported
+        if (std::isnan(mean)) continue;
         v1::RankPhase* phase = response->add_phases();
         phase->set_phase(ToProto(static_cast<Phase>(p)));
         phase->set_seconds(mean);
