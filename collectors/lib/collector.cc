@@ -94,10 +94,26 @@ Collector::Collector(CollectorIdentity identity, CollectorOptions options,
                      std::unique_ptr<BatchPublisher> publisher)
     : identity_(std::move(identity)),
       options_(std::move(options)),
+      training_strategy_(identity_.training_strategy),
+      sharded_(identity_.sharded),
       publisher_(std::move(publisher)),
       ring_(options_.step_ring_capacity),
       pending_(options_.max_pending_bytes) {
   sender_ = std::thread([this] { SenderLoop(); });
+}
+
+void Collector::SetTrainingStrategy(std::string training_strategy, bool sharded) {
+  std::lock_guard<std::mutex> lock(strategy_mu_);
+  training_strategy_ = std::move(training_strategy);
+  sharded_ = sharded;
+}
+
+CollectorIdentity Collector::identity() const {
+  CollectorIdentity id = identity_;
+  std::lock_guard<std::mutex> lock(strategy_mu_);
+  id.training_strategy = training_strategy_;
+  id.sharded = sharded_;
+  return id;
 }
 
 Collector::~Collector() { (void)Close(false, std::chrono::seconds(2)); }
@@ -192,6 +208,11 @@ void Collector::SealBatch(v1::Batch* b, uint64_t records) {
   src->set_pid(identity_.pid);
   src->set_device(identity_.device);
   src->set_collector("rankwatch-collector/" RANKWATCH_VERSION);
+  {
+    std::lock_guard<std::mutex> lock(strategy_mu_);
+    src->set_training_strategy(training_strategy_);
+    src->set_sharded(sharded_);
+  }
   PendingBatch pb;
   b->SerializeToString(&pb.payload);
   pb.records = records;

@@ -13,7 +13,8 @@
 // broker's pace. memory_bound_bytes() states the total bound.
 //
 // Thread-safety: BeginStep/EndStep from one thread (the training loop); AddPhase,
-// RecordMemory, RecordKernels, stats() and Flush() from any thread.
+// RecordMemory, RecordKernels, SetTrainingStrategy, identity(), stats() and Flush() from any
+// thread.
 #pragma once
 
 #include <atomic>
@@ -47,6 +48,10 @@ struct CollectorIdentity {
   uint32_t local_rank = 0;
   uint32_t pid = 0;  // 0 = this process
   std::string device = "cpu";
+  // How the job trains: "ddp", "fsdp", ... ("" = not said); Collector::SetTrainingStrategy
+  // changes it later (a Python script says so when it wraps its model).
+  std::string training_strategy;
+  bool sharded = false;  // parameters sharded across ranks (FSDP, ZeRO-3): forward waits too
 };
 
 struct CollectorOptions {
@@ -122,10 +127,15 @@ class Collector {
   // knows the rank ended cleanly) and waits up to `timeout` for delivery. Idempotent.
   absl::Status Close(bool final, std::chrono::milliseconds timeout);
 
+  // Sets the training strategy and sharding that every batch sealed from now on carries in
+  // its source identity. Any thread.
+  void SetTrainingStrategy(std::string training_strategy, bool sharded);
+
   CollectorStats stats() const;
   // ring + kernel buffer + pending bytes + librdkafka queue bytes: what the collector may hold.
   uint64_t memory_bound_bytes() const;
-  const CollectorIdentity& identity() const { return identity_; }
+  // The identity, with the training strategy and sharding of now.
+  CollectorIdentity identity() const;
 
  private:
   Collector(CollectorIdentity identity, CollectorOptions options,
@@ -142,8 +152,11 @@ class Collector {
   void SealBatch(v1::Batch* batch, uint64_t records);
   void UpdateBuffered();
 
-  const CollectorIdentity identity_;
+  const CollectorIdentity identity_;  // its training_strategy and sharded: as created
   const CollectorOptions options_;
+  mutable std::mutex strategy_mu_;
+  std::string training_strategy_ ABSL_GUARDED_BY(strategy_mu_);
+  bool sharded_ ABSL_GUARDED_BY(strategy_mu_) = false;
   std::unique_ptr<BatchPublisher> publisher_;
 
   // The open step, written by the training thread (and phases by any thread).

@@ -161,8 +161,36 @@ TEST(CollectorTest, PublishesStepsWithTheirPhasesIdentityAndAFinalBatch) {
   EXPECT_EQ(src.world_size(), 4u);
   EXPECT_EQ(src.node(), "host-1");
   EXPECT_GT(src.pid(), 0u);
+  EXPECT_EQ(src.training_strategy(), "");  // not said
+  EXPECT_FALSE(src.sharded());
   EXPECT_EQ(batches.front().schema_version(), 1u);
   for (size_t i = 0; i < batches.size(); ++i) EXPECT_EQ(batches[i].sequence(), i);
+}
+
+TEST(CollectorTest, BatchesCarryTheTrainingStrategySetLast) {
+  MockKafka kafka;
+  CollectorOptions o;
+  o.brokers = kafka.bootstrap();
+  o.flush_interval_ms = 20;
+  CollectorIdentity id = Identity();
+  id.training_strategy = "ddp";
+  auto c = Collector::Create(id, o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  (*c)->BeginStep(0, 1000);
+  (*c)->EndStep(2000);
+  ASSERT_TRUE((*c)->Flush(std::chrono::seconds(10)).ok());
+  (*c)->SetTrainingStrategy("fsdp", true);
+  EXPECT_EQ((*c)->identity().training_strategy, "fsdp");
+  EXPECT_TRUE((*c)->identity().sharded);
+  (*c)->BeginStep(1, 3000);
+  (*c)->EndStep(4000);
+  ASSERT_TRUE((*c)->Close(true, std::chrono::seconds(10)).ok());
+  const std::vector<v1::Batch> batches = kafka.ReadAll(std::chrono::milliseconds(1500));
+  ASSERT_GE(batches.size(), 2u);
+  EXPECT_EQ(batches.front().source().training_strategy(), "ddp");
+  EXPECT_FALSE(batches.front().source().sharded());
+  EXPECT_EQ(batches.back().source().training_strategy(), "fsdp");
+  EXPECT_TRUE(batches.back().source().sharded());
 }
 
 TEST(CollectorTest, KernelEventsAreInternedIntoTheBatch) {
@@ -295,6 +323,7 @@ TEST(CollectorCApiTest, CreateRecordFlushDestroy) {
   id.rank = 1;
   rw_collector* c = rw_collector_create(&id, &o, error, sizeof(error));
   ASSERT_NE(c, nullptr) << error;
+  rw_training_strategy_set(c, "deepspeed_zero3", 1);  // before any batch is sealed
   const uint64_t t = rw_now_ns();
   rw_step_begin(c, 7);
   rw_phase_add(c, RW_PHASE_OPTIMIZER, t, t + 10);
@@ -309,7 +338,11 @@ TEST(CollectorCApiTest, CreateRecordFlushDestroy) {
   EXPECT_EQ(s.kernels_recorded, 1u);
   EXPECT_GE(s.batches_delivered, 1u);
   rw_collector_destroy(c, 1, 5000);
-  const std::vector<v1::StepRecord> steps = Steps(kafka.ReadAll(std::chrono::milliseconds(500)));
+  const std::vector<v1::Batch> batches = kafka.ReadAll(std::chrono::milliseconds(500));
+  ASSERT_FALSE(batches.empty());
+  EXPECT_EQ(batches.front().source().training_strategy(), "deepspeed_zero3");
+  EXPECT_TRUE(batches.front().source().sharded());
+  const std::vector<v1::StepRecord> steps = Steps(batches);
   ASSERT_EQ(steps.size(), 1u);
   EXPECT_EQ(steps[0].step(), 7u);
   EXPECT_EQ(steps[0].optimizer_ns(), 10u);

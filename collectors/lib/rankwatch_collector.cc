@@ -84,6 +84,10 @@ void rw_kernels_record(rw_collector* c, const rw_kernel_event* events, size_t n)
   c->impl->RecordKernels(in);
 }
 
+void rw_training_strategy_set(rw_collector* c, const char* training_strategy, int sharded) {
+  c->impl->SetTrainingStrategy(training_strategy != nullptr ? training_strategy : "", sharded != 0);
+}
+
 int rw_flush(rw_collector* c, int timeout_ms) {
   return c->impl->Flush(std::chrono::milliseconds(timeout_ms)).ok() ? 0 : -1;
 }

@@ -85,6 +85,10 @@ void rw_phase_add(rw_collector* c, enum rw_phase phase, uint64_t begin_ns, uint6
 void rw_memory_peak(rw_collector* c, uint64_t allocated, uint64_t reserved, uint64_t capacity);
 /* Copies `n` events into the collector's bounded kernel buffer. */
 void rw_kernels_record(rw_collector* c, const rw_kernel_event* events, size_t n);
+/* How the job trains ("ddp", "fsdp", "deepspeed_zero3", ...; NULL = "" = not said) and whether
+ * it shards parameters across ranks (`sharded` != 0: FSDP, ZeRO-3): carried by every batch
+ * from now on. */
+void rw_training_strategy_set(rw_collector* c, const char* training_strategy, int sharded);
 /* Waits up to `timeout_ms` until everything recorded so far is delivered; 0 when it was. */
 int rw_flush(rw_collector* c, int timeout_ms);
 void rw_stats_get(const rw_collector* c, rw_stats* out);

@@ -25,7 +25,8 @@ std::unique_ptr<Collector> MakeCollector(const std::string& training_job, uint32
                                          size_t step_ring_capacity, size_t max_pending_bytes,
                                          int kafka_queue_max_messages, int kafka_queue_max_kbytes,
                                          const std::map<std::string, std::string>& properties) {
-  rankwatch::CollectorIdentity id{training_job, rank, world_size, node, local_rank, pid, device};
+  rankwatch::CollectorIdentity id{training_job, rank, world_size, node, local_rank, pid, device,
+                                  /*training_strategy=*/"", /*sharded=*/false};
   rankwatch::CollectorOptions o;
   o.brokers = brokers;
   o.topic = topic;
@@ -79,6 +80,17 @@ PYBIND11_MODULE(_native, m) {
              }
              c.AddPhase(static_cast<StepPhase>(phase), begin_ns, end_ns);
            })
+      .def(
+          "set_training_strategy",
+          [](Collector& c, const std::string& training_strategy, bool sharded) {
+            c.SetTrainingStrategy(training_strategy, sharded);
+          },
+          py::arg("training_strategy"), py::arg("sharded") = false,
+          "how the job trains (\"ddp\", \"fsdp\", ...) and whether it shards parameters: "
+          "in every batch from now on")
+      .def_property_readonly("training_strategy",
+                             [](const Collector& c) { return c.identity().training_strategy; })
+      .def_property_readonly("sharded", [](const Collector& c) { return c.identity().sharded; })
       .def("record_memory", &Collector::RecordMemory, py::arg("peak_allocated"),
            py::arg("peak_reserved") = 0, py::arg("capacity") = 0)
       .def("record_kernels",

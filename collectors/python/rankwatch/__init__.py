@@ -5,6 +5,7 @@
     model = rw.instrument_module(model)           # forward / backward timing (hooks)
     rw.instrument_optimizer(optimizer)            # optimizer.step timing
     rw.instrument_ddp(ddp_model)                  # gradient synchronisation (collective)
+    # or, sharded: rw.instrument_fsdp(fsdp_model) # all-gathers and reduce-scatters (collective)
     for batch in rw.dataloader(loader):           # dataloader fetch timing
         with rw.step():
             ...

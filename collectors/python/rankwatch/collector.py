@@ -95,6 +95,7 @@ class Collector:
         self._closed = False
         self._gate = _hooks.Gate()
         self._attachments = []
+        self._collectives_timed = False
 
     # --- scopes ---------------------------------------------------------------------------
     def step(self, step=None):
@@ -185,13 +186,44 @@ class Collector:
         backward pass spent waiting for the allreduce once the local gradients are computed,
         where waiting for slower ranks shows. Two autograd callbacks a step; DDP's own comm
         hook (or yours) stays in place. comm_hook=True instead registers a Python comm hook
-        timing each bucket's allreduce (replacing any other; ~140 us a step). Returns
-        `ddp_model`."""
+        timing each bucket's allreduce (replacing any other; ~140 us a step). Tells rankwatchd
+        the job trains with "ddp". Returns `ddp_model`."""
+        self.set_training_strategy("ddp", sharded=False)
         if comm_hook:
             _hooks.register_timed_allreduce(self._native, ddp_model, self._gate, process_group)
         else:
             self._attach(_hooks.instrument_module(self._native, ddp_model, sync=True))
         return ddp_model
+
+    def instrument_fsdp(self, fsdp_model=None):
+        """For sharded data parallelism (FullyShardedDataParallel, or fully_shard): tells
+        rankwatchd the job trains with "fsdp" and shards its parameters (so forward waits for
+        other ranks too), and times as the collective phase the time this process is blocked
+        in the all-gathers and reduce-scatters FSDP issues (torch.distributed's
+        all_gather_into_tensor, reduce_scatter_tensor and their older _base names, wrapped
+        process-wide; an asynchronous call is timed in its handle's wait()). On GPUs with
+        NCCL these calls return once the collective is queued on a stream, so the collective
+        phase shows only what the host waited for. Combine with instrument_module(model) for
+        forward and backward. Returns `fsdp_model`."""
+        self.set_training_strategy("fsdp", sharded=True)
+        if not self._collectives_timed:
+            self._collectives_timed = True
+            self._attach(_hooks.instrument_collectives(self._native))
+        return fsdp_model
+
+    def set_training_strategy(self, training_strategy, sharded=False):
+        """How the job trains ("ddp", "fsdp", "deepspeed_zero3", ...) and whether parameters
+        are sharded across ranks: carried by every batch from now on (instrument_ddp and
+        instrument_fsdp call it)."""
+        self._native.set_training_strategy(str(training_strategy), bool(sharded))
+
+    @property
+    def training_strategy(self):
+        return self._native.training_strategy
+
+    @property
+    def sharded(self):
+        return self._native.sharded
 
     # --- lifecycle --------------------------------------------------------------------------
     def stats(self):
@@ -252,6 +284,14 @@ class NullCollector(Collector):
 
     def instrument_ddp(self, ddp_model, process_group=None, comm_hook=False):
         return ddp_model
+
+    def instrument_fsdp(self, fsdp_model=None):
+        return fsdp_model
+
+    def set_training_strategy(self, training_strategy, sharded=False):
+        pass
+
+    training_strategy, sharded = "", False
 
     def stats(self):
         return {}

@@ -1,6 +1,9 @@
 """PyTorch instrumentation on top of the native collector: dataloader fetches, a module's
-forward and backward, optimizer.step, and DDP's gradient synchronisation. Works with torch >= 1.13
-(Debian 12's python3-torch): only long-standing hook APIs are used."""
+forward and backward, optimizer.step, DDP's gradient synchronisation, and the all-gathers and
+reduce-scatters of sharded data parallelism (FSDP). Works with torch >= 1.13 (Debian 12's
+python3-torch): only long-standing hook APIs are used."""
+import threading
+
 from rankwatch import _native
 
 now_ns = _native.now_ns
@@ -188,3 +191,83 @@ def register_timed_allreduce(native, ddp_model, gate, process_group=None):
         return fut.then(done)
 
     ddp_model.register_comm_hook(process_group, timed_allreduce)
+
+
+# The torch.distributed functions sharded data parallelism (FSDP 1 and 2, torch 1.13 to 2.x)
+# calls for its all-gathers and reduce-scatters; each is wrapped where it exists.
+SHARDED_COLLECTIVES = ("all_gather_into_tensor", "_all_gather_base", "reduce_scatter_tensor",
+                       "_reduce_scatter_base")
+
+
+class _TimedWork:
+    """The handle of an asynchronous collective (async_op=True): wait() is timed as the
+    collective phase; everything else goes to the real handle."""
+    __slots__ = ("_work", "_add_phase")
+
+    def __init__(self, work, add_phase):
+        self._work, self._add_phase = work, add_phase
+
+    def wait(self, *args, **kwargs):
+        t0 = now_ns()
+        try:
+            return self._work.wait(*args, **kwargs)
+        finally:
+            self._add_phase(_COLLECTIVE, t0, now_ns())
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+def instrument_collectives(native, names=SHARDED_COLLECTIVES):
+    """Wraps the torch.distributed functions `names` (those that exist, in torch.distributed
+    and in torch.distributed.distributed_c10d) so that the time a caller is blocked in them
+    is the collective phase: a synchronous call from start to return, an asynchronous one
+    (async_op=True) in its handle's wait(). A call made from inside another wrapped call
+    (_all_gather_base calls all_gather_into_tensor) is timed once. Returns the Attachment of
+    the wrappers (process-wide; one per process is enough)."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+    modules = [m for m in (dist, distributed_c10d)]
+    add_phase = native.add_phase
+    inside = threading.local()
+
+    def wrap(fn):
+        def timed(*args, **kwargs):
+            if getattr(inside, "depth", 0):
+                return fn(*args, **kwargs)
+            inside.depth = 1
+            t0 = now_ns()
+            try:
+                work = fn(*args, **kwargs)
+            finally:
+                inside.depth = 0
+            if work is None:  # synchronous: it returned when the collective completed
+                add_phase(_COLLECTIVE, t0, now_ns())
+                return None
+            return _TimedWork(work, add_phase)
+        timed.__wrapped__ = fn
+        timed.__name__ = getattr(fn, "__name__", "collective")
+        timed.__doc__ = getattr(fn, "__doc__", None)
+        return timed
+
+    def attach():
+        replaced = []
+        wrappers = {}
+        for module in modules:
+            for name in names:
+                fn = module.__dict__.get(name)
+                if fn is None:
+                    continue
+                if fn not in wrappers:  # the same function in both modules: one wrapper
+                    wrappers[fn] = wrap(fn)
+                setattr(module, name, wrappers[fn])
+                replaced.append((module, name, fn))
+
+        def detach():
+            for module, name, fn in replaced:
+                setattr(module, name, fn)
+        return detach
+
+    wrappers = Attachment(attach)
+    wrappers.on()
+    return wrappers
