@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -105,6 +107,115 @@ TEST(ProcessPeakMemoryTest, AChildOfABigParentReportsItsOwnPeaks) {
   EXPECT_LT(quiet, kParentBytes / 4) << "a quiet step reported its parent's peak";
   // The big step read above the floor (getrusage); under it every quiet call read the file.
   EXPECT_EQ(status_reads, static_cast<unsigned long long>(calls - 1));
+}
+
+TEST(ProcessMemoryCapacityTest, ParsesMemTotal) {
+  EXPECT_EQ(ParseMemTotalBytes("MemTotal:       24683620 kB\nMemFree:         1000 kB\n"),
+            24683620ull * 1024);
+  EXPECT_EQ(ParseMemTotalBytes("MemFree: 5 kB\nMemTotal: 16 kB"), 16ull * 1024);
+  EXPECT_EQ(ParseMemTotalBytes("MemFree: 5 kB\n"), 0u);
+  EXPECT_EQ(ParseMemTotalBytes("MemTotal: lots kB\n"), 0u);
+}
+
+TEST(ProcessMemoryCapacityTest, ParsesCgroupLimits) {
+  EXPECT_EQ(ParseCgroupMemoryLimit("8589934592\n"), 8589934592ull);
+  EXPECT_EQ(ParseCgroupMemoryLimit("max\n"), std::nullopt);  // v2: no limit
+  EXPECT_EQ(ParseCgroupMemoryLimit("9223372036854771712\n"), 9223372036854771712ull);  // v1 none
+  EXPECT_EQ(ParseCgroupMemoryLimit(""), std::nullopt);
+  EXPECT_EQ(ParseCgroupMemoryLimit("99999999999999999999999"), std::nullopt);  // overflows
+}
+
+TEST(ProcessMemoryCapacityTest, ParsesProcSelfCgroup) {
+  // cgroup v2 only.
+  ProcessCgroups c = ParseProcSelfCgroup("0::/kubepods.slice/pod-1/cri-abc\n");
+  EXPECT_EQ(c.v2, "/kubepods.slice/pod-1/cri-abc");
+  EXPECT_EQ(c.v1_memory, "");
+  // A hybrid host (this build machine's kind): v1 controllers and an empty v2 hierarchy.
+  c = ParseProcSelfCgroup(
+      "9:name=systemd:/\n8:pids:/\n4:memory:/process_api/2292dd\n3:cpuset:/\n0::/\n");
+  EXPECT_EQ(c.v2, "/");
+  EXPECT_EQ(c.v1_memory, "/process_api/2292dd");
+  c = ParseProcSelfCgroup("5:cpu,memory:/a:b\n");  // joint controllers; ':' in the path
+  EXPECT_EQ(c.v1_memory, "/a:b");
+}
+
+TEST(ProcessMemoryCapacityTest, LimitFilesWalkUpToTheMountRoot) {
+  const std::vector<std::string> files =
+      CgroupMemoryLimitFiles({"/a/b", "/x"}, "/sys/fs/cgroup");
+  const std::vector<std::string> expected = {
+      "/sys/fs/cgroup/a/b/memory.max",         "/sys/fs/cgroup/a/memory.max",
+      "/sys/fs/cgroup/memory.max",             "/sys/fs/cgroup/unified/a/b/memory.max",
+      "/sys/fs/cgroup/unified/a/memory.max",   "/sys/fs/cgroup/unified/memory.max",
+      "/sys/fs/cgroup/memory/x/memory.limit_in_bytes",
+      "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+  EXPECT_EQ(files, expected);
+}
+
+// A fixture root: proc/meminfo, proc/self/cgroup and the given cgroup files.
+class CapacityFixture {
+ public:
+  explicit CapacityFixture(const std::string& name)
+      : root_(std::filesystem::temp_directory_path() /
+              ("rw-capacity-" + name + "-" + std::to_string(getpid()))) {
+    std::filesystem::remove_all(root_);
+  }
+  ~CapacityFixture() { std::filesystem::remove_all(root_); }
+  CapacityFixture& File(const std::string& path, const std::string& contents) {
+    const std::filesystem::path p = root_ / path;
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p) << contents;
+    return *this;
+  }
+  uint64_t Capacity() const { return ProcessMemoryCapacityBytes(root_.string()); }
+
+ private:
+  std::filesystem::path root_;
+};
+
+TEST(ProcessMemoryCapacityTest, CgroupV2LimitElseMemTotal) {
+  CapacityFixture f("v2");
+  f.File("proc/meminfo", "MemTotal: 16777216 kB\n")  // 16 GiB
+      .File("proc/self/cgroup", "0::/job/rank0\n")
+      .File("sys/fs/cgroup/job/rank0/memory.max", "max\n");
+  EXPECT_EQ(f.Capacity(), 16ull << 30);  // "max" all the way up: MemTotal
+  f.File("sys/fs/cgroup/job/memory.max", "4294967296\n");  // the parent's 4 GiB binds
+  EXPECT_EQ(f.Capacity(), 4ull << 30);
+  f.File("sys/fs/cgroup/job/rank0/memory.max", "2147483648\n");
+  EXPECT_EQ(f.Capacity(), 2ull << 30);
+}
+
+TEST(ProcessMemoryCapacityTest, ContainerSeesItsLimitAtTheMountRoot) {
+  // In a container without a cgroup namespace, /proc/self/cgroup names the host's path, which
+  // does not exist under the container's mount; its own limit sits at the mount's root.
+  CapacityFixture f("container");
+  f.File("proc/meminfo", "MemTotal: 16777216 kB\n")
+      .File("proc/self/cgroup", "0::/kubepods/pod-1/cri-abc\n")
+      .File("sys/fs/cgroup/memory.max", "1073741824\n");
+  EXPECT_EQ(f.Capacity(), 1ull << 30);
+}
+
+TEST(ProcessMemoryCapacityTest, CgroupV1LimitCappedAtMemTotal) {
+  CapacityFixture f("v1");
+  f.File("proc/meminfo", "MemTotal: 24683620 kB\n")
+      .File("proc/self/cgroup", "4:memory:/process_api/2292dd\n0::/\n")
+      .File("sys/fs/cgroup/memory/process_api/2292dd/memory.limit_in_bytes",
+            "9223372036854771712\n")  // v1's "no limit"
+      .File("sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
+  EXPECT_EQ(f.Capacity(), 24683620ull * 1024);
+  f.File("sys/fs/cgroup/memory/process_api/2292dd/memory.limit_in_bytes", "3221225472\n");
+  EXPECT_EQ(f.Capacity(), 3ull << 30);
+}
+
+TEST(ProcessMemoryCapacityTest, NothingReadableIsZero) {
+  CapacityFixture f("empty");
+  f.File("proc/self/cgroup", "0::/\n");
+  EXPECT_EQ(f.Capacity(), 0u);
+}
+
+TEST(ProcessMemoryCapacityTest, ThisProcessHasACapacity) {
+  const uint64_t c = ProcessMemoryCapacityBytes();
+  EXPECT_GT(c, 64ull << 20);
+  EXPECT_EQ(ProcessPeakMemory().capacity_bytes(), c);
 }
 
 }  // namespace

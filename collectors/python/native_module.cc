@@ -68,8 +68,9 @@ PYBIND11_MODULE(_native, m) {
       .def(
           "end_step_with_peak_rss",
           [](Collector& c, rankwatch::ProcessPeakMemory& peak) {
-            // One call at the end of a CPU rank's step: its peak RSS, then the step's end.
-            c.RecordMemory(peak.TakePeakBytes(), 0, 0);
+            // One call at the end of a CPU rank's step: its peak RSS and the process's memory
+            // capacity (cgroup limit, else MemTotal), then the step's end.
+            c.RecordMemory(peak.TakePeakBytes(), 0, peak.capacity_bytes());
             c.EndStep(Collector::NowNs());
           },
           py::arg("peak"))
@@ -142,5 +143,7 @@ PYBIND11_MODULE(_native, m) {
       .def("take_peak_bytes", &rankwatch::ProcessPeakMemory::TakePeakBytes,
            "peak RSS (bytes) since the previous call")
       .def_property_readonly("resets", &rankwatch::ProcessPeakMemory::resets)
-      .def_property_readonly("status_reads", &rankwatch::ProcessPeakMemory::status_reads);
+      .def_property_readonly("status_reads", &rankwatch::ProcessPeakMemory::status_reads)
+      .def_property_readonly("capacity_bytes", &rankwatch::ProcessPeakMemory::capacity_bytes,
+                             "the process's memory capacity: its cgroup's limit, else MemTotal");
 }

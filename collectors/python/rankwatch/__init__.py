@@ -21,9 +21,11 @@ Memory peaks per step: from torch.cuda (max_memory_allocated / max_memory_reserv
 device's total memory, peaks reset every step) when the rank uses a GPU; otherwise the
 process's peak resident set size (the kernel's high-water mark, reset every step through
 /proc/self/clear_refs; where that is not permitted, the lifetime peak), reported as
-`peak_allocated` with no capacity. It is read with getrusage (under 1 us) where that can be
-told apart from the floor exec leaves in it, else from /proc/self/status (3-16 us; every step
-of a process started by a bigger one; see collectors/lib/process_memory.h).
+`peak_allocated` with the process's memory capacity: its cgroup's memory limit (cgroup v2
+memory.max, v1 memory.limit_in_bytes), else the host's MemTotal. The peak is read with
+getrusage (under 1 us) where that can be told apart from the floor exec leaves in it, else
+from /proc/self/status (3-16 us; every step of a process started by a bigger one; see
+collectors/lib/process_memory.h).
 """
 # Let rankwatch.v1 (the generated protobuf modules, e.g. build/gen_py) live beside this package.
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)

@@ -52,7 +52,8 @@ class _Step:
 
 
 class _MemoryProbe:
-    """Per-step memory peaks: torch.cuda on a GPU rank, else the process's peak RSS."""
+    """Per-step memory peaks: torch.cuda on a GPU rank, else the process's peak RSS with the
+    process's memory capacity (its cgroup's memory limit, else the host's MemTotal)."""
 
     def __init__(self, native, device):
         self._cuda = None
@@ -77,7 +78,7 @@ class _MemoryProbe:
             peaks = (self._cuda.max_memory_allocated(), self._cuda.max_memory_reserved(), self._capacity)
             self._cuda.reset_peak_memory_stats()
             return peaks
-        return (self._rss.take_peak_bytes(), 0, 0)
+        return (self._rss.take_peak_bytes(), 0, self._rss.capacity_bytes)
 
 
 class Collector:
