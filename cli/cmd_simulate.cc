@@ -191,11 +191,12 @@ int RunSimulate(const SimulateFlags& f) {
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::printf(
       "{\"records\": %llu, \"messages\": %llu, \"seconds\": %.3f, \"records_per_second\": %.0f, "
-      "\"delivered\": %llu, \"failed\": %llu}\n",
+      "\"delivered\": %llu, \"failed\": %llu, \"job_seconds\": %.9f}\n",
       static_cast<unsigned long long>(fleet.records()),
       static_cast<unsigned long long>(fleet.messages()), secs, fleet.records() / secs,
       static_cast<unsigned long long>((*publisher)->delivered()),
-      static_cast<unsigned long long>((*publisher)->failed()));
+      static_cast<unsigned long long>((*publisher)->failed()),
+      static_cast<double>(model.elapsed_ns()) * 1e-9);
   std::fflush(stdout);
   if (!status.ok()) {
     spdlog::error("simulate: {}", std::string(status.message()));
@@ -239,8 +240,8 @@ CommandRunner AddSimulateCommand(CLI::App& app) {
   cmd->add_option(
       "--fault", f->faults,
       "KIND:TARGET[:MAGNITUDE[:FROM_STEP[-UNTIL_STEP]]]; KIND slow-compute, slow-input, "
-      "input-bound, wait, memory-leak, memory-imbalance, memory-pressure, hang; "
-      "TARGET a rank, node<N> or all");
+      "slow-host (host code outside every phase, MAGNITUDE x step), input-bound, wait, "
+      "memory-leak, memory-imbalance, memory-pressure, hang; TARGET a rank, node<N> or all");
   cmd->add_option("--rate", f->rate,
                   "with --speed max: offer at most this many records/s (0 = as fast as possible)")
       ->capture_default_str()
