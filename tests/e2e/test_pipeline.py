@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from harness import BIN, Fleet, metric, parse_metrics, scrape, wait_until
 from rankwatch.v1 import service_pb2, service_pb2_grpc, telemetry_pb2
 
-NOMINAL_MS = {"dataloader": 10, "forward": 30, "backward": 50, "optimizer": 8, "wait": 2, "step": 100}
+NOMINAL_MS = {"dataloader": 5, "forward": 30, "backward": 55, "optimizer": 8, "wait": 2, "step": 100}
 
 
 class PipelineTest(unittest.TestCase):
@@ -84,7 +84,7 @@ class PipelineTest(unittest.TestCase):
 
     def test_diagnose_cli(self):
         self.fleet.simulate(self.brokers, "--job", "cli", "--ranks", "16", "--steps", "60", "--speed", "max",
-                            "--sync", "none", "--fault", "slow-input:9:1.0")
+                            "--sync", "none", "--fault", "slow-input:9:3.0")
         self.wait_aligned("cli", 60)
         rw = os.path.join(BIN, "rankwatch")
         r = subprocess.run([rw, "diagnose", "--server", self.daemon.endpoints["grpc"], "--job", "cli"],
@@ -93,7 +93,7 @@ class PipelineTest(unittest.TestCase):
         lines = r.stdout.splitlines()
         self.assertIn("job cli", lines[0])
         self.assertIn("STEP TIME  INPUT STRAGGLER", r.stdout)
-        self.assertIn("rank 9 on node-1 spends 100% more time in dataloader", r.stdout)
+        self.assertRegex(r.stdout, r"rank 9 on node-1 spends (29\d|30\d)% more time in dataloader")
         self.assertIn("median ms", r.stdout)
         self.assertIn("MEMORY     BALANCED", r.stdout)
         r = subprocess.run([rw, "diagnose", "--server", self.daemon.endpoints["grpc"], "--job", "cli", "--json"],

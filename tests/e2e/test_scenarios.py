@@ -64,7 +64,7 @@ class ScenarioTest(unittest.TestCase):
                          "STEP_WAIT_HEAVY")
 
     def test_input_straggler_under_ddp(self):
-        self.assert_step(self.run_fleet("s-input", 32, 60, "--fault", "slow-input:21:2.0"),
+        self.assert_step(self.run_fleet("s-input", 32, 60, "--fault", "slow-input:21:4.0"),
                          "STEP_INPUT_STRAGGLER", culprits=[21], node="node-2", scope=service_pb2.SCOPE_RANK)
 
     def test_compute_straggler_under_ddp_with_collective_times(self):
@@ -81,7 +81,7 @@ class ScenarioTest(unittest.TestCase):
         self.assertIn("firing: s-alert|straggler|rank:7", self.daemon.stderr())
 
     def test_input_and_compute_straggler(self):
-        self.assert_step(self.run_fleet("s-both", 16, 60, "--sync", "none", "--fault", "slow-input:3:1.5",
+        self.assert_step(self.run_fleet("s-both", 16, 60, "--sync", "none", "--fault", "slow-input:3:3.0",
                                         "--fault", "slow-compute:3:0.3"),
                          "STEP_STRAGGLER", culprits=[3])
 
