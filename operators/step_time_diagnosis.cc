@@ -95,29 +95,37 @@ double OutsideOf(const std::array<double, kPhaseCount>& m, uint32_t present, dou
   return std::max(0.0, own - dl - (Known(compute) ? compute : 0.0));
 }
 
-Signals FullWindowSignals(const StepWindow& w, const BlockedModel& model) {
+// Per-rank window means of every phase (NaN where not reported) and the phase bits present.
+Signals WindowMeans(const StepWindow& w, std::vector<uint32_t>* present) {
   const uint32_t n = w.world_size();
   Signals s;
   for (auto& v : s.phase) v.assign(n, NAN);
-  s.compute.assign(n, NAN);
-  s.own.assign(n, NAN);
-  s.outside.assign(n, NAN);
+  present->assign(n, 0);
   for (uint32_t r = 0; r < n; ++r) {
     const StepWindow::RankTotals& t = w.totals()[r];
-    std::array<double, kPhaseCount> mean{};
-    uint32_t present = 0;
     for (int p = 0; p < kPhaseCount; ++p) {
       const double m = WindowMean(t, static_cast<Phase>(p));
       if (!Known(m)) continue;
-      mean[p] = m;
       s.phase[p][r] = m;
-      present |= 1u << p;
+      (*present)[r] |= 1u << p;
     }
-    if (present & kComputeMask) s.compute[r] = ComputeOf(mean, present, model);
-    s.own[r] = OwnTime(mean, present, model);
-    s.outside[r] = OutsideOf(mean, present, s.own[r], s.compute[r]);
   }
   return s;
+}
+
+// Fills each rank's compute, own and outside time from its means, as `model` says.
+void DeriveSignals(const std::vector<uint32_t>& present, const BlockedModel& model, Signals* s) {
+  const size_t n = present.size();
+  s->compute.assign(n, NAN);
+  s->own.assign(n, NAN);
+  s->outside.assign(n, NAN);
+  std::array<double, kPhaseCount> mean{};
+  for (size_t r = 0; r < n; ++r) {
+    for (int p = 0; p < kPhaseCount; ++p) mean[p] = (present[r] >> p) & 1 ? s->phase[p][r] : 0.0;
+    if (present[r] & kComputeMask) s->compute[r] = ComputeOf(mean, present[r], model);
+    s->own[r] = OwnTime(mean, present[r], model);
+    s->outside[r] = OutsideOf(mean, present[r], s->own[r], s->compute[r]);
+  }
 }
 
 // The newest `k` steps (fast onset): per rank, its consistent excess, the least, over those
@@ -410,13 +418,14 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::strin
 
   // Phase statistics over the full window, then the synchronisation test and how each rank's
   // blocked time is known.
-  Signals full = FullWindowSignals(w, BlockedModel{});
+  std::vector<uint32_t> present;
+  Signals full = WindowMeans(w, &present);
   for (int p = 0; p < kPhaseCount; ++p) d.phases[p] = Evidence(full.phase[p]);
   const PhaseStat& step = d.phases[P(Phase::kStep)].stat;
   d.collective_reported = d.phases[P(Phase::kCollective)].stat.present;
   d.synchronized = step.present && step.ranks > 1 && step.skew <= o.sync_max_step_skew;
   d.blocked = BlockedModelOf(w, d.synchronized, sharded);
-  if (d.blocked.kind != BlockedModel::Kind::kNone) full = FullWindowSignals(w, d.blocked);
+  DeriveSignals(present, d.blocked, &full);
   d.missing = MissingSignals(w);
   const bool compute_consistent = ComputeConsistent(d.missing);
   d.compute = Evidence(full.compute);
