@@ -43,18 +43,16 @@ bool Steady(const TrendFit& f, const MemoryDiagnosisOptions& o) {
          f.growth_bytes() >= o.trend_noise * f.sigma;
 }
 
-MemoryTrendEvidence AssessTrend(const MemoryTrend& t, MemoryKind kind,
-                                const MemoryDiagnosisOptions& o) {
+// Judges the trend on `points` (a horizon covering `steps` memory steps).
+MemoryTrendEvidence JudgeHorizon(const std::vector<MemoryTrend::Point>& points, uint64_t steps,
+                                 const MemoryDiagnosisOptions& o, std::vector<double>* scratch) {
   MemoryTrendEvidence e;
-  e.steps = t.steps(kind);
-  if (t.point_count(kind) < std::max<uint32_t>(o.trend_min_points, 3)) return e;
-  std::vector<MemoryTrend::Point> points;
-  t.Points(kind, &points);
-  std::vector<double> scratch;
+  e.steps = steps;
+  if (points.size() < std::max<uint32_t>(o.trend_min_points, 3)) return e;
   e.worst = FitTrend(points, TrendSeries::kWorst, o.trend_recent_fraction, o.trend_max_pairs,
-                     &scratch);
+                     scratch);
   e.median = FitTrend(points, TrendSeries::kMedian, o.trend_recent_fraction, o.trend_max_pairs,
-                      &scratch);
+                      scratch);
   e.present = e.worst.present && e.median.present && e.worst.span_steps >= o.trend_min_steps;
   if (!e.present) return e;
   e.worst_growth = e.worst.level > 0 ? e.worst.growth_bytes() / e.worst.level : 0;
@@ -70,6 +68,26 @@ MemoryTrendEvidence AssessTrend(const MemoryTrend& t, MemoryKind kind,
     e.label = MemoryLabel::kCreepEarly;
   }
   return e;
+}
+
+// The job's whole life; when that finds no creep, the later half of it (a leak that began late
+// in a long job: the whole life's slope is the median of pairwise slopes mostly between the
+// flat points before it).
+MemoryTrendEvidence AssessTrend(const MemoryTrend& t, MemoryKind kind,
+                                const MemoryDiagnosisOptions& o) {
+  std::vector<MemoryTrend::Point> points;
+  t.Points(kind, &points);
+  std::vector<double> scratch;
+  MemoryTrendEvidence whole = JudgeHorizon(points, t.steps(kind), o, &scratch);
+  if (whole.label != MemoryLabel::kBalanced || !o.trend_last_half) return whole;
+  // Drop the older half of the points (all full points: stride steps each).
+  const size_t drop = points.size() / 2;
+  points.erase(points.begin(), points.begin() + static_cast<std::ptrdiff_t>(drop));
+  MemoryTrendEvidence half = JudgeHorizon(points, t.steps(kind) - drop * t.stride(kind), o,
+                                          &scratch);
+  if (half.label == MemoryLabel::kBalanced) return whole;
+  half.last_half = true;
+  return half;
 }
 
 MemoryKindEvidence Assess(const MemoryWindow& w, const MemoryTrend* trend,
@@ -152,7 +170,7 @@ MemoryKindEvidence Assess(const MemoryWindow& w, const MemoryTrend* trend,
     e.label = MemoryLabel::kBalanced;
   }
   // A creep found by the trend grows at the trend's rate.
-  if (e.lifetime_trend) e.creep_bytes_per_step = e.trend.worst.slope;
+  if (e.lifetime_trend) e.creep_bytes_per_step = e.trend.bytes_per_step();
   if (capacity > 0 && e.creep_bytes_per_step > 0) {
     const double room = std::max(0.0, cap - worst.back());
     e.projected_steps_to_full = static_cast<uint64_t>(std::ceil(room / e.creep_bytes_per_step));
@@ -255,8 +273,9 @@ MemoryDiagnosis DiagnoseMemory(const MemoryWindow& w, const MemoryTrend* trend,
     case MemoryLabel::kCreepEarly:
       if (e.lifetime_trend) {
         d.note = fmt::format(
-            "{} memory grows {} MiB a step over the job's {} steps (steady, +{:.0f}%){}", kind,
-            MiBPerStep(e.creep_bytes_per_step), Grouped(e.trend.steps),
+            "{} memory grows {} MiB a step {} the job's {}{} steps (steady, +{:.0f}%){}", kind,
+            MiBPerStep(e.creep_bytes_per_step), e.trend.last_half ? "now, steadily over" : "over",
+            e.trend.last_half ? "last " : "", Grouped(e.trend.steps),
             e.trend.worst_growth * 100,
             e.projected_steps_to_full
                 ? fmt::format("; full in ~{} steps", Grouped(*e.projected_steps_to_full))

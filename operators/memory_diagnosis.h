@@ -73,18 +73,26 @@ struct MemoryDiagnosisOptions {
   double trend_early_growth = 0.10;      // memory_creep_early
   double trend_confirmed_growth = 0.25;  // memory_creep
   double trend_median_ratio = 0.5;  // the median rank's growth shares: the above x this
+  // When the whole life shows no creep, judge the later half of the points the same way (a
+  // leak that began late in a long job).
+  bool trend_last_half = true;
 };
 
 // The lifetime trend of one kind of memory.
 struct MemoryTrendEvidence {
   bool present = false;  // enough points over enough steps to judge
-  uint64_t steps = 0;    // memory steps the trend covers (the job's, since its start)
+  // The horizon judged: the job's whole life, or (when only that found a creep) its later half.
+  bool last_half = false;
+  uint64_t steps = 0;  // memory steps the horizon covers
   TrendFit worst;        // fit of the worst-rank series
   TrendFit median;       // fit of the median-rank series
   bool steady = false;   // both series grow steadily and significantly (growth thresholds aside)
   double worst_growth = 0;   // worst.growth_bytes() / worst.level
   double median_growth = 0;  // median.growth_bytes() / median.level
   MemoryLabel label = MemoryLabel::kBalanced;  // kCreep, kCreepEarly or kBalanced
+  // The growth rate it reports, bytes per step: the worst rank's slope over the whole life; on
+  // the later half, the slope of its recent third (the half may still hold flat points).
+  double bytes_per_step() const { return last_half ? worst.recent_slope : worst.slope; }
 };
 
 // Statistics of one kind of memory (allocated or reserved) over the window.

@@ -218,6 +218,22 @@ TEST(MemoryTrendDiagnosisTest, GrowthThatLevelsOffIsNotCreep) {
   EXPECT_LT(std::fabs(t.worst.recent_slope), 0.01 * kMiB);
 }
 
+TEST(MemoryTrendDiagnosisTest, GrowthThatLevelsOffLateInTheJobIsNotCreep) {
+  // A cache that fills once after 1,000 steps (+2 MiB a step for 50 steps), then flat: never
+  // a creep, on either horizon, over 4,000 steps.
+  Job job(4, 16ull << 30);
+  Noise noise(4);
+  auto bytes = [&](uint64_t s, uint32_t) {
+    const uint64_t grown = s < 1000 ? 0 : std::min<uint64_t>(s - 1000, 50);
+    return 200 * kMiB + 2 * kMiB * static_cast<double>(grown) + 4 * kMiB * noise.Next();
+  };
+  while (job.next_step() < 4000) {
+    job.Step(bytes);
+    const MemoryDiagnosis d = job.Diagnose();
+    ASSERT_FALSE(IsCreep(d.label)) << "step " << job.next_step() << ": " << d.note;
+  }
+}
+
 TEST(MemoryTrendDiagnosisTest, ANoisyFlatSeriesIsNotCreep) {
   // 300 MiB +-15 MiB per rank and step (5 % noise), 5,000 steps.
   Job job(4, 16ull << 30);
@@ -231,6 +247,35 @@ TEST(MemoryTrendDiagnosisTest, ANoisyFlatSeriesIsNotCreep) {
   const MemoryTrendEvidence& t = job.Diagnose().kinds[0].trend;
   EXPECT_FALSE(t.steady);
   EXPECT_LT(std::fabs(t.worst.growth_bytes()), 2 * kMiB);  // slope x 5,000 steps
+}
+
+TEST(MemoryTrendDiagnosisTest, ALateSlowLeakIsFoundOnTheLaterHalf) {
+  // 1,000 flat steps, then the slow leak of the first test (0.5 MiB a step on ~200 MiB, +-4 MiB).
+  // The whole life's slope is the median of pairwise slopes, most of them between flat points:
+  // alone it reports the leak at step 1,725 (+360 MiB); the later half of the points, at 1,269.
+  Job job(4, 16ull << 30);
+  Noise noise(7);
+  auto bytes = [&](uint64_t s, uint32_t) {
+    return 200 * kMiB + 0.5 * kMiB * static_cast<double>(s > 1000 ? s - 1000 : 0) +
+           4 * kMiB * noise.Next();
+  };
+  auto found = [&](const MemoryDiagnosisOptions& o) {
+    while (job.next_step() < 4000) {
+      job.Step(bytes);
+      if (IsCreep(job.Diagnose(o).label)) return static_cast<int64_t>(job.next_step());
+    }
+    return int64_t{-1};
+  };
+  const int64_t at = found({});
+  EXPECT_GT(at, 1200);
+  EXPECT_LT(at, 1350);
+  const MemoryDiagnosis d = job.Diagnose();
+  EXPECT_TRUE(d.lifetime_trend);
+  EXPECT_TRUE(d.kinds[0].trend.last_half);
+  // The rate: the recent third of the later half (the half itself still holds flat steps).
+  EXPECT_NEAR(d.kinds[0].creep_bytes_per_step / kMiB, 0.5, 0.1);
+  EXPECT_NE(d.note.find("a step now, steadily over the job's last 6"), std::string::npos)
+      << d.note;
 }
 
 TEST(MemoryTrendDiagnosisTest, WithoutTheTrendOrWithItOffTheSlowLeakGoesUnseen) {

@@ -51,7 +51,7 @@ void FillMemory(const JobSnapshot& s, v1::MemoryDiagnosis* out) {
   out->set_lifetime_trend(m.lifetime_trend);
   if (e.trend.present) {
     out->set_trend_steps(e.trend.steps);
-    out->set_trend_bytes_per_step(e.trend.worst.slope);
+    out->set_trend_bytes_per_step(e.trend.bytes_per_step());
     out->set_trend_steady(e.trend.steady);
   }
 }
