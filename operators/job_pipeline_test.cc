@@ -89,5 +89,44 @@ TEST(JobPipelineTest, AWorldSizeChangeRestartsAlignment) {
   EXPECT_EQ(p.world_size(), 1u);
 }
 
+TEST(JobPipelineTest, AHangCostsEveryRankEverySecondUntilAStepAligns) {
+  // 10 steps of 100 ms on 4 ranks, then silence: the hang timeout is max(5 x 0.1 s, 30 s).
+  JobPipeline p("j", 4, {});
+  const TimePoint t0{};
+  for (uint32_t r = 0; r < 4; ++r) p.AddBatch(MakeBatch("j", r, 4, 0, 10), t0);
+  EXPECT_NEAR(p.Snapshot(t0).lost.total_rank_seconds, 4 * 10 * 0.1, 1e-9);
+  p.Tick(t0 + std::chrono::seconds(20));  // not hung yet
+  EXPECT_DOUBLE_EQ(p.Snapshot(t0).lost.total_hang_rank_seconds, 0);
+  p.Tick(t0 + std::chrono::seconds(40));  // hung since t0: 4 ranks x 40 s
+  EXPECT_DOUBLE_EQ(p.Snapshot(t0).lost.total_hang_rank_seconds, 160);
+  p.Tick(t0 + std::chrono::seconds(50));
+  EXPECT_DOUBLE_EQ(p.Snapshot(t0).lost.total_hang_rank_seconds, 200);
+  // Step 10 aligns at 55 s: the hang ends there; the step itself adds nothing more.
+  for (uint32_t r = 0; r < 4; ++r)
+    p.AddBatch(MakeBatch("j", r, 4, 10, 1), t0 + std::chrono::seconds(55));
+  const LostTimeSummary l = p.Snapshot(t0 + std::chrono::seconds(56)).lost;
+  EXPECT_DOUBLE_EQ(l.total_hang_rank_seconds, 220);
+  EXPECT_NEAR(l.total_rank_seconds, 4.0 + 220, 1e-9);
+  EXPECT_DOUBLE_EQ(l.total_straggler_rank_seconds, 0);
+  p.Tick(t0 + std::chrono::seconds(60));  // progressing again
+  EXPECT_DOUBLE_EQ(p.Snapshot(t0).lost.total_hang_rank_seconds, 220);
+}
+
+TEST(JobPipelineTest, LostTimeSurvivesACheckpointAndRestore) {
+  JobPipelineOptions o;
+  o.record_changes = true;
+  JobPipeline p("j", 4, o);
+  const TimePoint t0{};
+  for (uint32_t r = 0; r < 4; ++r) p.AddBatch(MakeBatch("j", r, 4, 0, 10), t0);
+  p.Tick(t0 + std::chrono::seconds(40));
+  JobCheckpoint c = p.TakeCheckpoint(t0 + std::chrono::seconds(40), 1'000'000'000'000);
+  auto restored = JobPipeline::Restore(c.meta, c.new_steps, o, t0, 1'000'000'000'000);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  const LostTimeSummary a = p.Snapshot(t0).lost, b = (*restored)->Snapshot(t0).lost;
+  EXPECT_DOUBLE_EQ(a.total_hang_rank_seconds, b.total_hang_rank_seconds);
+  EXPECT_DOUBLE_EQ(a.total_rank_seconds, b.total_rank_seconds);
+  EXPECT_DOUBLE_EQ(a.window_rank_seconds, b.window_rank_seconds);
+}
+
 }  // namespace
 }  // namespace rankwatch
