@@ -149,7 +149,7 @@ class DashboardLiveTest(unittest.TestCase):
         def empty_rules():
             groups = self.api("rules", type="record")["data"]["groups"]
             rules = [r for g in groups for r in g["rules"]]
-            self.assertEqual(len(rules), 9)
+            self.assertEqual(len(rules), 10)
             for r in rules:
                 self.assertEqual(r["health"], "ok", r)
             return [r["name"] for r in rules if not self.query(r["name"])[1]]
