@@ -7,6 +7,7 @@
 #include "collectors/simulator/fleet_model.h"
 #include "operators/job_pipeline.h"
 #include "operators/memory_diagnosis.h"
+#include "operators/memory_trend.h"
 #include "operators/phase_stats.h"
 #include "operators/step_time_diagnosis.h"
 
@@ -52,6 +53,29 @@ void BM_DiagnoseMemory(benchmark::State& state) {
 }
 BENCHMARK(BM_DiagnoseMemory)->Arg(1024)->Arg(16384)->Unit(benchmark::kMillisecond);
 
+// The memory diagnosis with a full lifetime trend (512 points a kind: 1,023 steps with memory,
+// as any job past 512 steps has; a slow leak, so that every fit runs: both horizons, both
+// series), Theil–Sen on at most range(1) pairs per fit: 1,024 (the default), 2,048, or every
+// pair (130,816 for 512 points).
+void BM_DiagnoseMemoryWithTrend(benchmark::State& state) {
+  Job job(static_cast<uint32_t>(state.range(0)));
+  MemoryTrend trend;
+  for (uint64_t s = 0; s < 1023; ++s) {
+    const double b = (40.0 + 0.01 * static_cast<double>(s % 7) + 0.001 * static_cast<double>(s))
+                     * (1 << 30);
+    trend.Add({s, job.memory.world_size(), {b, 1.04 * b}, {0.99 * b, 1.03 * b}, 80ull << 30});
+  }
+  MemoryDiagnosisOptions o;
+  o.trend_max_pairs = static_cast<size_t>(state.range(1));
+  for (auto _ : state) benchmark::DoNotOptimize(DiagnoseMemory(job.memory, &trend, o));
+}
+BENCHMARK(BM_DiagnoseMemoryWithTrend)
+    ->Args({1024, 1024})
+    ->Args({16384, 1024})
+    ->Args({16384, 2048})
+    ->Args({16384, 1 << 20})
+    ->Unit(benchmark::kMillisecond);
+
 void BM_PhaseStatsOnly(benchmark::State& state) {
   Job job(static_cast<uint32_t>(state.range(0)));
   for (auto _ : state) benchmark::DoNotOptimize(ComputePhaseStats(job.window));
@@ -85,6 +109,55 @@ void BM_JobSnapshot(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(pipeline.Snapshot(now));
 }
 BENCHMARK(BM_JobSnapshot)->Arg(1024)->Arg(16384)->Unit(benchmark::kMillisecond);
+
+// BM_JobSnapshot for a long job: the same 100-step windows, restored from a checkpoint whose
+// lifetime memory trend is full (512 points a kind: 1,023 steps of a slow leak), so every
+// evaluation fits it. range(1) = 0: the trend off (the memory diagnosis of the window alone, as
+// before the trend existed); 1: on (the default).
+void BM_JobSnapshotLongJob(benchmark::State& state) {
+  const auto ranks = static_cast<uint32_t>(state.range(0));
+  FleetOptions o;
+  o.ranks = ranks;
+  o.report_collective = true;
+  FleetModel model(o);
+  JobPipelineOptions options;
+  options.record_changes = true;
+  JobPipeline pipeline("bench", ranks, options);
+  std::vector<v1::StepRecord> rec;
+  std::vector<bool> rep;
+  const TimePoint now{};
+  for (uint64_t s = 0; s < 100; ++s) {
+    model.Step(s, &rec, &rep);
+    for (uint32_t r = 0; r < ranks; ++r) {
+      v1::Batch b;
+      b.mutable_source()->set_training_job("bench");
+      b.mutable_source()->set_rank(r);
+      b.mutable_source()->set_world_size(ranks);
+      b.mutable_source()->set_node(model.NodeName(r));
+      *b.add_steps() = rec[r];
+      pipeline.AddBatch(b, now);
+    }
+  }
+  JobCheckpoint c = pipeline.TakeCheckpoint(now, 0);
+  MemoryTrend trend;
+  for (uint64_t s = 0; s < 1023; ++s) {
+    const double b = (40.0 + 0.01 * static_cast<double>(s % 7) + 0.001 * static_cast<double>(s))
+                     * (1 << 30);
+    trend.Add({s, ranks, {b, 1.04 * b}, {0.99 * b, 1.03 * b}, 80ull << 30});
+  }
+  *c.meta.mutable_memory_trend() = trend.ExportState();
+  options.memory.trend = state.range(1) != 0;
+  auto long_job = JobPipeline::Restore(c.meta, c.new_steps, options, now, 0);
+  if (!long_job.ok()) {
+    state.SkipWithError("restore failed");
+    return;
+  }
+  for (auto _ : state) benchmark::DoNotOptimize((*long_job)->Snapshot(now));
+}
+BENCHMARK(BM_JobSnapshotLongJob)
+    ->Args({16384, 0})
+    ->Args({16384, 1})
+    ->Unit(benchmark::kMillisecond);
 
 // The operators end to end on one core: batches of one rank's 20 steps (already decoded)
 // through alignment, both windows, and a full snapshot with the step and memory diagnoses

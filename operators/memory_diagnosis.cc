@@ -51,14 +51,15 @@ MemoryTrendEvidence JudgeHorizon(const std::vector<MemoryTrend::Point>& points, 
   if (points.size() < std::max<uint32_t>(o.trend_min_points, 3)) return e;
   e.worst = FitTrend(points, TrendSeries::kWorst, o.trend_recent_fraction, o.trend_max_pairs,
                      scratch);
-  e.median = FitTrend(points, TrendSeries::kMedian, o.trend_recent_fraction, o.trend_max_pairs,
-                      scratch);
-  e.present = e.worst.present && e.median.present && e.worst.span_steps >= o.trend_min_steps;
+  e.present = e.worst.present && e.worst.span_steps >= o.trend_min_steps;
   if (!e.present) return e;
   e.worst_growth = e.worst.level > 0 ? e.worst.growth_bytes() / e.worst.level : 0;
+  // The median rank's series only when the worst rank's grows (half the cost otherwise).
+  if (!Steady(e.worst, o) || e.worst.growth_bytes() < o.trend_min_growth_bytes) return e;
+  e.median = FitTrend(points, TrendSeries::kMedian, o.trend_recent_fraction, o.trend_max_pairs,
+                      scratch);
   e.median_growth = e.median.level > 0 ? e.median.growth_bytes() / e.median.level : 0;
-  e.steady = Steady(e.worst, o) && Steady(e.median, o) &&
-             e.worst.growth_bytes() >= o.trend_min_growth_bytes;
+  e.steady = Steady(e.median, o);
   if (!e.steady) return e;
   if (e.worst_growth >= o.trend_confirmed_growth &&
       e.median_growth >= o.trend_median_ratio * o.trend_confirmed_growth) {

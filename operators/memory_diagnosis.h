@@ -60,7 +60,7 @@ struct MemoryDiagnosisOptions {
   bool trend = true;              // use the lifetime trend
   uint32_t trend_min_steps = 200;  // the points must span at least this many steps
   uint32_t trend_min_points = 32;  // and number at least this many
-  size_t trend_max_pairs = 2048;   // Theil–Sen pairs per fit (beyond: a deterministic subsample)
+  size_t trend_max_pairs = 1024;   // Theil–Sen pairs per fit (beyond: a deterministic subsample)
   double trend_recent_fraction = 1.0 / 3;  // the recent part: the last third of the points
   // Steady: still growing at the end. The recent slope >= trend_steady_ratio x the overall
   // slope, and the recent growth (recent slope x recent span) >= trend_recent_noise x sigma.
@@ -85,7 +85,7 @@ struct MemoryTrendEvidence {
   bool last_half = false;
   uint64_t steps = 0;  // memory steps the horizon covers
   TrendFit worst;        // fit of the worst-rank series
-  TrendFit median;       // fit of the median-rank series
+  TrendFit median;       // fit of the median-rank series (only when the worst one grows steadily)
   bool steady = false;   // both series grow steadily and significantly (growth thresholds aside)
   double worst_growth = 0;   // worst.growth_bytes() / worst.level
   double median_growth = 0;  // median.growth_bytes() / median.level
