@@ -98,16 +98,18 @@ struct MissingSignal {
 // How the time a rank spent blocked waiting for other ranks is known, per rank and step.
 struct BlockedModel {
   enum class Kind : uint8_t {
-    kNone,        // ranks run independently: nothing is blocked time
-    kUnknown,     // synchronised, but nothing measures or estimates the waiting
-    kCollective,  // the reported collective time
-    kBackward,    // synchronised, no collective: backward - forward x ratio
-    kSharded,     // sharded, no collective: (forward + backward) - the least rank's
+    kNone,           // ranks run independently: nothing is blocked time
+    kUnknown,        // synchronised, but nothing measures or estimates the waiting
+    kCollective,     // the reported collective time
+    kBackward,       // synchronised, no collective: backward - forward x ratio
+    kSharded,        // sharded, no collective: (forward + backward) - the least rank's
+    kLeastBackward,  // synchronised, no collective, no forward: backward - the least rank's
   };
   Kind kind = Kind::kNone;
   // kBackward: the least backward/forward ratio of any rank, the rank that waits least.
   double ratio = 0;
-  // kSharded: the least per-step forward + backward (+ forward_backward) of any rank.
+  // kSharded: the least per-step forward + backward (+ forward_backward) of any rank;
+  // kLeastBackward: the least per-step backward (+ forward_backward).
   double least_forward_backward = 0;
 };
 

@@ -506,5 +506,63 @@ TEST(StepTimeDiagnosisTest, AShardedJobWhoseRanksAllWaitInForwardNamesNobody) {
   EXPECT_TRUE(d.culprit_ranks.empty()) << d.note;
 }
 
+TEST(StepTimeDiagnosisTest, WithoutForwardOrCollectiveTheWaitingRankIsNotACulprit) {
+  // 2 synchronised ranks, no forward, no collective: rank 0 fetches for 100 ms, rank 1 waits
+  // for it in backward (120 ms). Backward absorbs the waiting, so only the input names anyone.
+  const StepDiagnosis d = DiagnoseSteps(2, 20, [](uint64_t, uint32_t r) {
+    return r == 0 ? Ms{.dl = 100, .bwd = 20, .opt = 10, .step = 150}
+                  : Ms{.dl = 0, .bwd = 120, .opt = 10, .step = 150};
+  });
+  EXPECT_EQ(d.blocked.kind, BlockedModel::Kind::kLeastBackward);
+  EXPECT_EQ(d.label, StepLabel::kInputStraggler) << d.note;
+  EXPECT_EQ(d.culprit_ranks, std::vector<uint32_t>{0});
+}
+
+TEST(StepTimeDiagnosisTest, WithoutForwardTheLongerBackwardIsWaiting) {
+  // No forward, no optimizer, no collective: rank 1's backward is 20 ms longer because it waits
+  // for rank 0, which spends 20 ms somewhere no phase measures. Rank 0 is named, unattributed.
+  const StepDiagnosis d = DiagnoseSteps(2, 20, [](uint64_t, uint32_t r) {
+    return Ms{.dl = 20, .bwd = r == 0 ? 20.0 : 40.0, .step = 120};
+  });
+  EXPECT_EQ(d.label, StepLabel::kStraggler) << d.note;
+  EXPECT_EQ(d.culprit_ranks, std::vector<uint32_t>{0});
+  EXPECT_EQ(d.cause, StragglerCause::kNone);
+  EXPECT_NE(d.note.find("where the excess sits is unknown"), std::string::npos) << d.note;
+}
+
+TEST(StepTimeDiagnosisTest, ASharePreciselyAtTheThresholdReachesIt) {
+  // 10 ms of a 100 ms step is a share of 0.1 (0.09999999999999999 in doubles).
+  const StepDiagnosis d = DiagnoseSteps(1, 20, [](uint64_t, uint32_t) {
+    return Ms{.dl = 10, .fwd = 50, .bwd = 30, .opt = 10, .step = 100};
+  });
+  EXPECT_EQ(d.label, StepLabel::kInputBound) << d.note;
+}
+
+TEST(StepTimeDiagnosisTest, ARankThatNeverReportsMakesTheDataIncomplete) {
+  StepWindow w(4, {.steps = 100});
+  for (uint64_t s = 0; s < 20; ++s) {
+    AlignedStep a{s, 4, true, {}};
+    for (uint32_t r = 0; r < 3; ++r) {
+      a.samples.push_back(ToStepSample(
+          Record(s, Ms{.dl = 5, .fwd = 20, .bwd = 20, .opt = 5, .coll = 2, .step = 52}), r));
+    }
+    w.Add(a);
+  }
+  const StepDiagnosis d = DiagnoseStepTime(w, std::vector<std::string>(4), {}, {});
+  EXPECT_EQ(d.label, StepLabel::kIncompleteData) << d.note;
+  ASSERT_EQ(d.missing.size(), 1u);
+  EXPECT_EQ(d.missing[0].phase, Phase::kStep);
+  EXPECT_EQ(d.missing[0].missing_ranks, std::vector<uint32_t>{3});
+}
+
+TEST(StepTimeDiagnosisTest, AnExcessInAPhaseOtherRanksDoNotReportIsUnattributed) {
+  // Rank 0 alone reports its dataloader (40 ms); rank 1 reports step time only.
+  const StepDiagnosis d = DiagnoseSteps(2, 20, [](uint64_t, uint32_t r) {
+    return r == 0 ? Ms{.dl = 40, .fwd = 30, .bwd = 30, .opt = 10, .step = 116} : Ms{.step = 80};
+  });
+  EXPECT_EQ(d.note.find("0.0 ms more"), std::string::npos) << d.note;
+  EXPECT_EQ(d.note.find("0% more"), std::string::npos) << d.note;
+}
+
 }  // namespace
 }  // namespace rankwatch
