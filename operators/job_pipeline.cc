@@ -21,7 +21,7 @@ void JobPipeline::Reset(uint32_t world_size) {
   if (lost_ != nullptr) {
     state::v1::LostTimeState totals = lost_->ExportState();
     totals.clear_cost_ranks();
-    totals.clear_cost_rank_seconds();
+    totals.clear_cost_rank_ns();
     lost->ImportState(totals).IgnoreError();
   }
   lost_ = std::move(lost);

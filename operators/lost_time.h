@@ -63,10 +63,12 @@ class LostTime {
   absl::Status ImportState(const state::v1::LostTimeState& state);
 
  private:
+  // Rank-nanoseconds: integer sums are exact, so a restored job counts exactly as one that
+  // never stopped, whatever the order of additions.
   struct StepCost {
     uint32_t culprit = 0;
-    double straggler = 0;  // rank-seconds
-    double rank_seconds = 0;
+    int64_t straggler = 0;
+    int64_t rank_ns = 0;
   };
   StepCost CostOf(const StepWindow::Step& step, const BlockedModel& model);
   void Push(const StepCost& c);
@@ -74,9 +76,9 @@ class LostTime {
   const uint32_t world_size_;
   const size_t window_steps_;
   std::deque<StepCost> window_;
-  double window_rank_seconds_ = 0, window_straggler_ = 0;
-  std::vector<double> window_by_rank_, total_by_rank_;
-  double total_rank_seconds_ = 0, total_straggler_ = 0, total_hang_ = 0;
+  int64_t window_rank_ns_ = 0, window_straggler_ = 0;
+  std::vector<int64_t> window_by_rank_, total_by_rank_;
+  int64_t total_rank_ns_ = 0, total_straggler_ = 0, total_hang_ = 0;
   double last_median_step_seconds_ = 0;
   std::vector<double> own_, step_;  // scratch
 };

@@ -87,7 +87,7 @@ TEST(LostTimeTest, TotalsSurviveExportAndImport) {
 TEST(LostTimeTest, ADamagedStateIsDataLoss) {
   state::v1::LostTimeState st;
   st.add_cost_ranks(7);  // out of range for 4 ranks
-  st.add_cost_rank_seconds(1);
+  st.add_cost_rank_ns(1);
   LostTime lost(4, 100);
   EXPECT_EQ(lost.ImportState(st).code(), absl::StatusCode::kDataLoss);
   st.add_cost_ranks(1);
