@@ -76,6 +76,16 @@ std::map<std::string, Setter> MemoryDiagnosisSetters(DaemonConfig* c) {
       {"pressure-crit", d(&o->pressure_crit)},
       {"imbalance-warn", d(&o->imbalance_warn)},
       {"imbalance-crit", d(&o->imbalance_crit)},
+      {"imbalance-min-pressure", d(&o->imbalance_min_pressure)},
+      {"trend", [o](const YAML::Node& n) { o->trend = n.as<bool>(); }},
+      {"trend-min-steps", [o](const YAML::Node& n) { o->trend_min_steps = n.as<uint32_t>(); }},
+      {"trend-min-points", [o](const YAML::Node& n) { o->trend_min_points = n.as<uint32_t>(); }},
+      {"trend-steady-ratio", d(&o->trend_steady_ratio)},
+      {"trend-noise", d(&o->trend_noise)},
+      {"trend-min-growth-bytes", d(&o->trend_min_growth_bytes)},
+      {"trend-early-growth", d(&o->trend_early_growth)},
+      {"trend-confirmed-growth", d(&o->trend_confirmed_growth)},
+      {"trend-last-half", [o](const YAML::Node& n) { o->trend_last_half = n.as<bool>(); }},
   };
 }
 

@@ -1,6 +1,7 @@
 #include "operators/job_pipeline.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "operators/step_codec.h"
 
@@ -167,6 +168,7 @@ JobCheckpoint JobPipeline::TakeCheckpoint(TimePoint now, int64_t wall_now_unix_n
   *m.mutable_memory_trend() = memory_trend_->ExportState();
   *m.mutable_lost_time() = lost_->ExportState();
   m.set_sharded(sharded_);
+  m.set_hang_counted_ns(std::llround(hang_counted_seconds_ * 1e9));
   c.new_steps = std::move(unsaved_steps_);
   unsaved_steps_.clear();
   // The oldest step either window still holds; stored steps before it are no longer needed.
@@ -208,6 +210,7 @@ absl::StatusOr<std::unique_ptr<JobPipeline>> JobPipeline::Restore(
     p->memory_trend_ = std::make_unique<MemoryTrend>(std::move(*trend));
   }
   p->sharded_ = m.sharded();
+  p->hang_counted_seconds_ = static_cast<double>(std::max<int64_t>(0, m.hang_counted_ns())) * 1e-9;
   if (absl::Status s = p->lost_->ImportState(m.lost_time()); !s.ok()) return s;
   AlignedStep step;
   for (const state::v1::StoredStep& stored : steps) {

@@ -126,6 +126,12 @@ TEST(JobPipelineTest, LostTimeSurvivesACheckpointAndRestore) {
   EXPECT_DOUBLE_EQ(a.total_hang_rank_seconds, b.total_hang_rank_seconds);
   EXPECT_DOUBLE_EQ(a.total_rank_seconds, b.total_rank_seconds);
   EXPECT_DOUBLE_EQ(a.window_rank_seconds, b.window_rank_seconds);
+  // Still hung: both go on counting from where the checkpoint was, not from the last progress.
+  // (The restored pipeline's t0 is the checkpoint's moment, t0 + 40 s of the original.)
+  p.Tick(t0 + std::chrono::seconds(50));
+  (*restored)->Tick(t0 + std::chrono::seconds(10));
+  EXPECT_DOUBLE_EQ(p.Snapshot(t0).lost.total_hang_rank_seconds, 200);
+  EXPECT_DOUBLE_EQ((*restored)->Snapshot(t0).lost.total_hang_rank_seconds, 200);
 }
 
 }  // namespace
