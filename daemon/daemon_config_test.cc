@@ -44,8 +44,14 @@ TEST(DaemonConfigTest, DiagnosisThresholdsAreConfigurable) {
                                      "  onset-steps: 12\n"
                                      "memory-diagnosis:\n"
                                      "  window-steps: 200\n"
-                                     "  pressure-crit: 0.99\n");
+                                     "  pressure-crit: 0.99\n"
+                                     "  imbalance-min-pressure: 0.5\n"
+                                     "  trend-early-growth: 0.2\n"
+                                     "  trend: false\n");
   ASSERT_TRUE(LoadDaemonConfigFile(path, &c).ok());
+  EXPECT_DOUBLE_EQ(c.memory_diagnosis.imbalance_min_pressure, 0.5);
+  EXPECT_DOUBLE_EQ(c.memory_diagnosis.trend_early_growth, 0.2);
+  EXPECT_FALSE(c.memory_diagnosis.trend);
   EXPECT_DOUBLE_EQ(c.step_diagnosis.straggler_warn, 0.15);
   EXPECT_DOUBLE_EQ(c.step_diagnosis.straggler_crit, 0.20);  // untouched default
   EXPECT_EQ(c.step_diagnosis.onset_steps, 12u);
