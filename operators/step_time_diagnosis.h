@@ -1,8 +1,11 @@
 // Step-time diagnosis (docs/spec/step-diagnosis.md section 3, with its "beyond" parts): from the
 // rolling window of one job, says whether the job is a straggler, input-bound, wait-heavy,
-// compute-bound or balanced, names the culprit rank or node, and carries the evidence.
+// compute-bound, balanced or incompletely instrumented, names the culprit rank or node by its
+// own time (step time less the time it spent blocked on other ranks) wherever its time goes,
+// and carries the evidence.
 //
-// Pure: a function of the window, the ranks' nodes, the hang input and the options.
+// Pure: a function of the window, the ranks' nodes, the hang input, the options and whether the
+// job is sharded.
 #pragma once
 
 #include <array>
@@ -44,7 +47,7 @@ enum class CulpritScope : uint8_t { kNone, kRank, kNode };
 enum class StragglerCause : uint8_t { kNone, kInput, kCompute, kBoth, kOutside };
 std::string_view StragglerCauseName(StragglerCause cause);  // "input", "compute", ...
 
-// Thresholds of the spec (TraceML 0.3.5's defaults), each with its default.
+// Thresholds of the spec, with TraceML 0.3.5's share defaults (docs/diagnoses.md).
 struct StepDiagnosisOptions {
   uint32_t min_steps = 8;        // fewer aligned steps -> no_data
   double straggler_warn = 0.10;  // input / compute / own-time straggler score
@@ -91,7 +94,9 @@ struct HangInput {
 struct MissingSignal {
   Phase phase = Phase::kDataloader;
   uint32_t reporting = 0;               // ranks that report it
-  uint32_t ranks = 0;                   // ranks in the window (those that report a step time)
+  // Ranks in the window (those that report a step time); for Phase::kStep, the world size
+  // (ranks silent for the whole window).
+  uint32_t ranks = 0;
   std::vector<uint32_t> missing_ranks;  // the first ranks that do not (<= 16)
 };
 
@@ -118,8 +123,9 @@ struct StepDiagnosis {
   Severity severity = Severity::kInfo;
   uint32_t window_steps = 0;
   std::array<SignalEvidence, kPhaseCount> phases;
-  // compute = forward + backward + optimizer (+ forward_backward) - collective, per rank;
-  // under synchronisation without collective times, a forward-calibrated estimate.
+  // compute = forward + backward + optimizer (+ forward_backward) less the blocked time the
+  // BlockedModel finds in them, per rank (e.g. - collective; without collective times under
+  // synchronisation, a forward-calibrated estimate).
   SignalEvidence compute;
   // own = step time - blocked waiting (BlockedModel); outside = own - dataloader - compute, the
   // time outside every measured phase. Absent when the blocked time is unknown.
@@ -166,7 +172,7 @@ BlockedModel BlockedModelOf(const StepWindow& window, const StepDiagnosisOptions
                             bool sharded);
 
 // One rank's own time in one step (or over the window, from its means), or NaN when unknown.
-// `ns` are nanoseconds or seconds alike; `present` is the phase bit set.
+// `v` holds the phases in any one unit (the result is in it); `present` is the phase bit set.
 double OwnTime(const std::array<double, kPhaseCount>& v, uint32_t present,
                const BlockedModel& model);
 
