@@ -195,6 +195,10 @@ int Run(const DaemonConfig& config) {
   consumer_options.on_revoked = [&](const std::string& topic, const std::vector<int32_t>& ids) {
     if (topic == config.topic) tasks.OnRevoked(ids, Clock::now(), WallNowUnixNs());
   };
+  consumer_options.on_lost = [&](const std::string& topic, int32_t partition, int64_t expected,
+                                 int64_t got) {
+    metrics.InputLost(topic, partition)->Add(static_cast<double>(got - expected));
+  };
   auto consumer = KafkaConsumer::Create(consumer_options);
   if (!consumer.ok()) return Fail(consumer.status());
 

@@ -89,10 +89,14 @@ void KafkaConsumer::OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
       std::vector<int32_t> ids;
       for (int i : indexes) ids.push_back(partitions->elems[i].partition);
       const std::vector<std::optional<int64_t>> offsets = self->options_.on_assigned(topic, ids);
+      for (int32_t id : ids) {
+        if (topic == self->options_.topic) self->next_offset_.erase(id);
+      }
       for (size_t k = 0; k < indexes.size() && k < offsets.size(); ++k) {
         rd_kafka_topic_partition_t& tp = partitions->elems[indexes[k]];
         if (!offsets[k]) continue;
         tp.offset = *offsets[k];
+        if (topic == self->options_.topic) self->next_offset_[tp.partition] = *offsets[k];
         spdlog::info("kafka: {} [{}] resumes at stored offset {}", tp.topic, tp.partition,
                      *offsets[k]);
       }
@@ -114,6 +118,9 @@ void KafkaConsumer::OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
       if (!self->options_.on_revoked) break;
       std::vector<int32_t> ids;
       for (int i : indexes) ids.push_back(partitions->elems[i].partition);
+      for (int32_t id : ids) {
+        if (topic == self->options_.topic) self->next_offset_.erase(id);
+      }
       self->options_.on_revoked(topic, ids);
     }
     if (cooperative) {
@@ -137,6 +144,35 @@ void KafkaConsumer::Close() {
   if (rd_kafka_resp_err_t e = rd_kafka_consumer_close(rk_); e != RD_KAFKA_RESP_ERR_NO_ERROR) {
     spdlog::warn("closing the Kafka consumer: {}", rd_kafka_err2str(e));
   }
+}
+
+void KafkaConsumer::CheckContinuity(const rd_kafka_message_t* m) {
+  auto it = next_offset_.find(m->partition);
+  if (it != next_offset_.end() && m->offset > it->second) {
+    const int64_t expected = it->second;
+    // A gap in the offsets is a loss when the broker no longer has the messages: its log now
+    // starts past them. Offsets a log keeps but never hands out (transaction markers,
+    // compacted keys) are not. When the log start is not known, the gap counts as lost.
+    int64_t low = RD_KAFKA_OFFSET_INVALID, high = RD_KAFKA_OFFSET_INVALID;
+    const rd_kafka_resp_err_t e =
+        rd_kafka_get_watermark_offsets(rk_, rd_kafka_topic_name(m->rkt), m->partition, &low, &high);
+    const bool known = e == RD_KAFKA_RESP_ERR_NO_ERROR && low >= 0;
+    if (!known || low > expected) {
+      const int64_t got = known ? std::min(m->offset, low) : m->offset;
+      spdlog::warn(
+          "kafka: {} [{}] lost {} messages: the consumer should have read offset {} next, the "
+          "broker's log {} (retention deleted them before they were read: a consumer lagging "
+          "behind its producers, or a broker keeping too little); the diagnoses of the jobs on "
+          "this partition miss their steps",
+          rd_kafka_topic_name(m->rkt), m->partition, got - expected, expected,
+          known ? "now starts at offset " + std::to_string(low)
+                : "went on at offset " + std::to_string(m->offset));
+      if (options_.on_lost) {
+        options_.on_lost(rd_kafka_topic_name(m->rkt), m->partition, expected, got);
+      }
+    }
+  }
+  next_offset_[m->partition] = m->offset + 1;
 }
 
 size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_messages,
@@ -170,6 +206,7 @@ size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_message
       msg.key = std::string_view(static_cast<const char*>(m->key), m->key_len);
       msg.partition = m->partition;
       msg.offset = m->offset;
+      if (rd_kafka_topic_name(m->rkt) == options_.topic) CheckContinuity(m);
       on_message(msg);
       ++handled;
     }

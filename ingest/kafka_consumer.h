@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +40,13 @@ struct KafkaConsumerOptions {
   // Partitions were revoked (or lost): the member must hand them over. Runs inside Poll,
   // before they are unassigned.
   std::function<void(const std::string& topic, const std::vector<int32_t>& partitions)> on_revoked;
+  // Messages of a partition were skipped: the consumer's position jumped from `expected` (the
+  // next offset it should have read) to `got`, because the messages in between are gone from
+  // the broker (retention, the log start moved past the position, an offset reset). Called
+  // once per event, inside Poll, before the message at `got` is handed out; the consumer has
+  // logged one warning with the offsets.
+  std::function<void(const std::string& topic, int32_t partition, int64_t expected, int64_t got)>
+      on_lost;
 };
 
 struct KafkaMessage {
@@ -72,8 +80,14 @@ class KafkaConsumer {
   static void OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
                           rd_kafka_topic_partition_list_t* partitions, void* opaque);
 
+  // Checks message `m` against the next offset expected on its partition, and reports a loss.
+  void CheckContinuity(const rd_kafka_message_t* m);
+
   rd_kafka_t* rk_;
   rd_kafka_queue_t* queue_;
+  // Per partition: the next offset the consumer should read, once known (the stored offset it
+  // resumes at, or the offset after the last message handed out). Written inside Poll.
+  std::map<int32_t, int64_t> next_offset_;
   bool closed_ = false;
   int assigned_partitions_ = 0;  // written by OnRebalance, which runs inside Poll
   KafkaConsumerOptions options_;

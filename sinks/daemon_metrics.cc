@@ -118,6 +118,11 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
       "Unix time at which the newest step record of a job ended (time() minus it: how stale "
       "the job's input is).",
       {"training_job"});
+  input_lost_ =
+      r->Counter("rankwatch_input_lost_messages_total",
+                 "Telemetry messages the daemon never read because the broker no longer had them "
+                 "(retention deleted them first; the consumer's position jumped past them).",
+                 {"topic", "partition"});
   lost_rank_seconds_ = r->Counter(
       "rankwatch_job_lost_rank_seconds_total",
       "Rank-seconds a job lost since it started: cause straggler (every rank waiting for the "
@@ -154,6 +159,10 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
       "rankwatch_memory_steps_to_full",
       "Projected steps until the device is full at the current creep rate (only while it grows).",
       {"training_job", "kind"});
+}
+
+MetricCell* DaemonMetrics::InputLost(const std::string& topic, int32_t partition) {
+  return input_lost_->WithLabels({topic, std::to_string(partition)});
 }
 
 MetricCell* DaemonMetrics::StepsAligned(const std::string& job) {

@@ -50,6 +50,9 @@ class DaemonMetrics {
   MetricCell* alert_subscribers_dropped;
   MetricCell* alerts_delivered;
 
+  // Messages of a telemetry partition skipped because the broker no longer had them.
+  MetricCell* InputLost(const std::string& topic, int32_t partition);
+
   // Per-job series.
   MetricCell* StepsAligned(const std::string& job);
   MetricCell* StepsTimedOut(const std::string& job);
@@ -76,6 +79,7 @@ class DaemonMetrics {
   MetricFamily* rank_excess_;
   MetricFamily* straggler_culprit_;
   MetricFamily* last_record_;
+  MetricFamily* input_lost_ = nullptr;
   MetricFamily* lost_rank_seconds_ = nullptr;
   MetricFamily* rank_seconds_ = nullptr;
   MetricFamily* alerts_firing_;
