@@ -181,6 +181,12 @@ int RunDiagnose(const DiagnoseFlags& f) {
               d.training_job().c_str(), static_cast<unsigned long long>(w.first_step()),
               static_cast<unsigned long long>(w.last_step()), w.steps(), w.ranks_present(),
               w.world_size(), static_cast<unsigned long long>(d.aligned_steps()));
+  if (d.input_lost_messages() > 0) {
+    std::printf(
+        "INPUT LOST %llu messages of this job's partition were deleted before rankwatchd "
+        "read them: the diagnosis may miss some of its steps\n\n",
+        static_cast<unsigned long long>(d.input_lost_messages()));
+  }
   PrintStep(d.step());
   PrintMemory(d.memory());
   PrintLostTime(d.lost_time());

@@ -198,6 +198,7 @@ int Run(const DaemonConfig& config) {
   consumer_options.on_lost = [&](const std::string& topic, int32_t partition, int64_t expected,
                                  int64_t got) {
     metrics.InputLost(topic, partition)->Add(static_cast<double>(got - expected));
+    if (topic == config.topic) router.InputLost(partition, static_cast<uint64_t>(got - expected));
   };
   auto consumer = KafkaConsumer::Create(consumer_options);
   if (!consumer.ok()) return Fail(consumer.status());

@@ -140,6 +140,7 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   for (uint32_t r = 0; r < s.world_size; ++r) hang.last_step_by_rank[r] = aligner_->last_step_of(r);
   s.step = DiagnoseStepTime(*window_, *rank_nodes_, hang, options_.diagnosis, sharded_);
   s.lost = lost_->Summary();
+  s.input_lost_messages = input_lost_messages_;
   for (int p = 0; p < kPhaseCount; ++p) s.phases[p] = s.step.phases[p].stat;
   s.memory = DiagnoseMemory(*memory_window_, memory_trend_.get(), options_.memory);
   s.rank_nodes = rank_nodes_;
@@ -169,6 +170,7 @@ JobCheckpoint JobPipeline::TakeCheckpoint(TimePoint now, int64_t wall_now_unix_n
   *m.mutable_lost_time() = lost_->ExportState();
   m.set_sharded(sharded_);
   m.set_hang_counted_ns(std::llround(hang_counted_seconds_ * 1e9));
+  m.set_input_lost_messages(input_lost_messages_);
   c.new_steps = std::move(unsaved_steps_);
   unsaved_steps_.clear();
   // The oldest step either window still holds; stored steps before it are no longer needed.
@@ -210,6 +212,7 @@ absl::StatusOr<std::unique_ptr<JobPipeline>> JobPipeline::Restore(
     p->memory_trend_ = std::make_unique<MemoryTrend>(std::move(*trend));
   }
   p->sharded_ = m.sharded();
+  p->input_lost_messages_ = m.input_lost_messages();
   p->hang_counted_seconds_ = static_cast<double>(std::max<int64_t>(0, m.hang_counted_ns())) * 1e-9;
   if (absl::Status s = p->lost_->ImportState(m.lost_time()); !s.ok()) return s;
   AlignedStep step;

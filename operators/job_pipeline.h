@@ -60,7 +60,10 @@ struct JobSnapshot {
   bool finished = false;  // every rank sent its final batch
   StepDiagnosis step;
   MemoryDiagnosis memory;
-  LostTimeSummary lost;           // what stragglers and hangs cost the job
+  LostTimeSummary lost;  // what stragglers and hangs cost the job
+  // Telemetry messages of the job's partition the daemon never read (retention deleted them
+  // first) while the job was on it: some of the job's records may be among them.
+  uint64_t input_lost_messages = 0;
   int64_t evaluated_unix_ns = 0;  // wall clock of the evaluation, set by the caller
   // Each rank's phase sums and counts over the window (for per-rank detail), and its memory
   // peaks over the memory window (0 = none reported), indexed by rank.
@@ -93,6 +96,10 @@ class JobPipeline {
   // Closes steps whose alignment timeout passed. Call periodically even without input.
   JobDelta Tick(TimePoint now);
 
+  // Messages of the job's partition were lost before they were read (the consumer's position
+  // jumped past them): the job's input may be incomplete.
+  void NoteInputLost(uint64_t messages) { input_lost_messages_ += messages; }
+
   // Computes the current snapshot and diagnosis at `now` (O(ranks * phases)).
   JobSnapshot Snapshot(TimePoint now) const;
 
@@ -124,7 +131,8 @@ class JobPipeline {
   std::unique_ptr<LostTime> lost_;
   bool sharded_ = false;             // a collector said the job shards its parameters
   double hang_counted_seconds_ = 0;  // hang loss counted since the last progress
-  std::vector<AlignedStep> closed_;  // scratch, reused
+  uint64_t input_lost_messages_ = 0;
+  std::vector<AlignedStep> closed_;                   // scratch, reused
   std::vector<state::v1::StoredStep> unsaved_steps_;  // with options.record_changes
   std::shared_ptr<const std::vector<std::string>> rank_nodes_;
   TimePoint last_progress_{};  // when a step last aligned, or when the job was first seen

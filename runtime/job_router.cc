@@ -175,6 +175,10 @@ absl::Status JobRouter::RestorePartition(const StateStore& store, int32_t partit
   return s;
 }
 
+void JobRouter::InputLost(int32_t partition, uint64_t messages) {
+  if (auto it = tasks_.find(partition); it != tasks_.end()) it->second->InputLost(messages);
+}
+
 void JobRouter::ReleasePartition(int32_t partition) {
   auto it = tasks_.find(partition);
   if (it == tasks_.end()) return;

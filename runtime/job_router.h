@@ -79,6 +79,8 @@ class JobRouter {
   // Drops the task of `partition`: its jobs leave memory, metrics and snapshots; their stored
   // state stays (another instance owns the partition now). Checkpoint first.
   void ReleasePartition(int32_t partition);
+  // `messages` of `partition` were lost before they were read: its jobs are marked.
+  void InputLost(int32_t partition, uint64_t messages);
 
   // The jobs of `partition`'s task.
   std::vector<std::string> JobsOf(int32_t partition) const;

@@ -82,6 +82,14 @@ void PartitionTask::Consumed(int64_t offset) {
   offset_unsaved_ = true;
 }
 
+void PartitionTask::InputLost(uint64_t messages) {
+  for (auto& [name, job] : jobs_) {
+    job->pipeline->NoteInputLost(messages);
+    job->dirty = true;
+    job->unsaved = true;
+  }
+}
+
 void PartitionTask::MoveJob(const std::string& name, PartitionTask* to) {
   auto it = jobs_.find(name);
   if (it == jobs_.end()) return;

@@ -87,6 +87,9 @@ class PartitionTask {
   // The message at `offset` was consumed (accepted or not): the next offset to consume is
   // part of the task's state from now on.
   void Consumed(int64_t offset);
+  // `messages` of this partition were lost before they were read: every job on it is marked
+  // (its records may be among them) and re-evaluated.
+  void InputLost(uint64_t messages);
   std::optional<int64_t> next_offset() const { return next_offset_; }
   // The offset a restored state covers, until something is consumed.
   void set_resumed_at(int64_t offset) { resumed_at_ = offset; }

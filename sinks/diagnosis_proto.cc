@@ -169,6 +169,7 @@ void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out
   }
   FillMemory(s, out->mutable_memory());
   ToProto(s, out->mutable_lost_time());
+  out->set_input_lost_messages(s.input_lost_messages);
 }
 
 void ToProto(const JobSnapshot& s, v1::LostTime* lost) {

@@ -3,11 +3,15 @@ partition) is published faster than the daemon reads it, so retention deletes me
 they are read. The daemon counts them in rankwatch_input_lost_messages_total{topic,partition}
 and logs one warning per event naming the partition and the offsets; every message is either
 read or counted as lost. A paced job loses nothing."""
+import os
 import re
-import time
+import subprocess
 import unittest
 
-from harness import Fleet, metric, parse_metrics, scrape, wait_until
+import grpc
+
+from harness import BIN, Fleet, metric, parse_metrics, scrape, wait_until
+from rankwatch.v1 import service_pb2, service_pb2_grpc
 
 LOST = re.compile(r"kafka: (\S+) \[(\d+)\] lost (\d+) messages: the consumer should have read "
                   r"offset (\d+) next, the broker's log now starts at offset (\d+)")
@@ -27,13 +31,30 @@ class InputLossTest(unittest.TestCase):
                 if n == "rankwatch_input_lost_messages_total"}
 
     def test_a_burst_beyond_retention_is_counted_and_logged(self):
+        # The daemon first reads the job's partition (a loss is a jump from where it was: before
+        # it has read a partition, or resumed it from its state, it has no position to lose).
+        self.fleet.simulate(self.brokers, "--job", "burst", "--ranks", "256", "--steps", "10",
+                            "--speed", "max")
+        wait_until(lambda: metric(parse_metrics(scrape(self.daemon)), "rankwatch_steps_aligned_total",
+                                  training_job="burst") == 10, 60, "the first steps aligned")
+        before = metric(parse_metrics(scrape(self.daemon)), "rankwatch_events_total", kind="batch")
         # 256 ranks x 2,000 steps, all to one partition (one job), at full speed: ~26,000
-        # messages, far more than 5 MiB.
+        # messages, far more than 5 MiB. (Its first 10 steps are duplicates, counted as such.)
         out = self.fleet.simulate(self.brokers, "--job", "burst", "--ranks", "256", "--steps", "2000",
                                   "--speed", "max", timeout=300)
         total = out["messages"]
         self.assertEqual(out["failed"], 0)
-        wait_until(lambda: self.lost_series(), 60, "a loss counted")
+        # Either every step aligns (the daemon kept up) or the loss is reported.
+        aligned = lambda: metric(parse_metrics(scrape(self.daemon)), "rankwatch_steps_aligned_total",
+                                 training_job="burst")
+        wait_until(lambda: self.lost_series() or aligned() == 2000, 60, "a loss counted or every step")
+        if not self.lost_series():
+            # Then it read every message: nothing was lost unseen.
+            wait_until(lambda: metric(parse_metrics(scrape(self.daemon)), "rankwatch_events_total",
+                                      kind="batch") == before + total, 30, "every message read")
+            self.assertEqual(self.lost_series(), {})
+            print("the daemon kept up: all 2,000 steps aligned, every message read")
+            return
         def warnings():
             return [m.groups() for m in LOST.finditer(self.daemon.stderr())]
         wait_until(warnings, 30, "a loss warning")
@@ -50,8 +71,15 @@ class InputLossTest(unittest.TestCase):
         self.assertEqual(self.lost_series(), {partitions.pop(): float(lost)})
         # Every message is read or counted lost.
         wait_until(lambda: metric(parse_metrics(scrape(self.daemon)), "rankwatch_events_total",
-                                  kind="batch") == total - lost, 60,
+                                  kind="batch") == before + total - lost, 60,
                    "every message after the loss read")
+        # The job's diagnosis says its input may be partial, and how much was lost.
+        d = self.diagnosis("burst")
+        self.assertEqual(d.input_lost_messages, lost)
+        r = subprocess.run([os.path.join(BIN, "rankwatch"), "diagnose", "--server",
+                            self.daemon.endpoints["grpc"], "--job", "burst"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertIn("INPUT LOST %d messages" % lost, r.stdout)
 
     def test_a_paced_job_loses_nothing(self):
         self.fleet.simulate(self.brokers, "--job", "paced", "--ranks", "16", "--steps", "200",
@@ -60,6 +88,11 @@ class InputLossTest(unittest.TestCase):
                                   training_job="paced") == 200, 60, "every step aligned")
         self.assertEqual(self.lost_series(), {})
         self.assertNotIn("lost", self.daemon.stderr())
+        self.assertEqual(self.diagnosis("paced").input_lost_messages, 0)
+
+    def diagnosis(self, job):
+        stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(self.daemon.endpoints["grpc"]))
+        return stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job=job), timeout=10)
 
 
 if __name__ == "__main__":
