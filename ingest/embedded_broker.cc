@@ -46,6 +46,22 @@ EmbeddedBroker::EmbeddedBroker(rd_kafka_t* rk, rd_kafka_mock_cluster_t* cluster,
                                std::string bootstrap)
     : rk_(rk), cluster_(cluster), bootstrap_(std::move(bootstrap)) {}
 
+absl::Status EmbeddedBroker::SetDown() {
+  const rd_kafka_resp_err_t e = rd_kafka_mock_broker_set_down(cluster_, -1);
+  if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return absl::InternalError(std::string("mock broker down: ") + rd_kafka_err2str(e));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddedBroker::SetUp() {
+  const rd_kafka_resp_err_t e = rd_kafka_mock_broker_set_up(cluster_, -1);
+  if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return absl::InternalError(std::string("mock broker up: ") + rd_kafka_err2str(e));
+  }
+  return absl::OkStatus();
+}
+
 EmbeddedBroker::~EmbeddedBroker() {
   rd_kafka_mock_cluster_destroy(cluster_);
   rd_kafka_destroy(rk_);

@@ -36,6 +36,13 @@ class EmbeddedBroker {
   // Bootstrap address list, "127.0.0.1:PORT[,...]".
   const std::string& bootstrap() const { return bootstrap_; }
 
+  // Takes every broker down: open connections are closed and new ones refused, while the
+  // partitions' logs, committed offsets and group state stay in memory. The closest this
+  // in-memory cluster comes to a broker restart (a real restart of the process would lose the
+  // data and the port). SetUp() accepts connections again. Clients reconnect by themselves.
+  absl::Status SetDown();
+  absl::Status SetUp();
+
  private:
   EmbeddedBroker(rd_kafka_t* rk, rd_kafka_mock_cluster_t* cluster, std::string bootstrap);
 
