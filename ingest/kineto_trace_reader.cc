@@ -403,6 +403,22 @@ absl::StatusOr<KinetoTrace> ParseKinetoTrace(std::string_view json,
   return t;
 }
 
+absl::StatusOr<KinetoTrace> ParseKinetoTraceInPieces(std::string_view json, size_t piece,
+                                                     const std::filesystem::path& file) {
+  KinetoTrace t;
+  t.file = file;
+  t.decompressed_bytes = json.size();
+  TraceStream stream(&t);
+  piece = std::max<size_t>(piece, 1);
+  absl::Status s;
+  for (size_t at = 0; at < json.size() && s.ok(); at += piece) {
+    s = stream.Feed(json.data() + at, std::min(piece, json.size() - at));
+  }
+  if (s.ok()) s = stream.Finish();
+  if (!s.ok()) return Fail(file, std::string(s.message()));
+  return t;
+}
+
 absl::StatusOr<KinetoTrace> ReadKinetoTrace(const std::filesystem::path& file) {
   KinetoTrace t;
   t.file = file;

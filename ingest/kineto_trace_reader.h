@@ -67,6 +67,12 @@ absl::StatusOr<KinetoTrace> ReadKinetoTrace(const std::filesystem::path& file);
 absl::StatusOr<KinetoTrace> ParseKinetoTrace(std::string_view json,
                                              const std::filesystem::path& file);
 
+// Parses trace JSON fed in pieces of `piece` bytes (at least 1), as ReadKinetoTrace feeds a
+// file's pieces: the result is the same as ParseKinetoTrace's wherever the pieces end. For
+// tests; no padding is needed after `json`.
+absl::StatusOr<KinetoTrace> ParseKinetoTraceInPieces(std::string_view json, size_t piece,
+                                                     const std::filesystem::path& file);
+
 // Expands `paths` (files, or directories searched recursively for *.json and *.json.gz) into
 // trace files, sorted. A missing path, or a directory without traces, is an error.
 absl::StatusOr<std::vector<std::filesystem::path>> FindKinetoTraces(

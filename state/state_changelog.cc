@@ -131,31 +131,81 @@ absl::Status EnsureTopic(rd_kafka_t* rk, const StateChangelogOptions& options) {
   return status;
 }
 
-// One checkpoint of a partition as read back, before its commit record arrived.
-struct PendingCheckpoint {
-  bool full = false;
-  std::vector<std::pair<std::string, std::optional<std::string>>> records;  // key, value
-};
-
-void ApplyRecord(ChangelogPartition* state, const std::string& key,
-                 const std::optional<std::string>& value) {
-  const auto family = static_cast<StateFamily>(key[1]);
-  std::string state_key = key.substr(2);
-  if (key[0] == 'k') {
-    if (value) {
-      state->values[{family, std::move(state_key)}] = *value;
+void ApplyRecord(ChangelogPartition* state, const ChangelogRecord& record) {
+  const auto family = static_cast<StateFamily>(record.key[1]);
+  std::string state_key = record.key.substr(2);
+  if (record.key[0] == 'k') {
+    if (record.value) {
+      state->values[{family, std::move(state_key)}] = *record.value;
     } else {
       state->values.erase({family, state_key});
     }
-  } else if (value) {  // 'r': delete [state_key, *value)
+  } else if (record.value) {  // 'r': delete [state_key, *value)
     auto it = state->values.lower_bound({family, state_key});
-    while (it != state->values.end() && it->first.first == family && it->first.second < *value) {
+    while (it != state->values.end() && it->first.first == family &&
+           it->first.second < *record.value) {
       it = state->values.erase(it);
     }
   }
 }
 
 }  // namespace
+
+std::vector<ChangelogRecord> ChangelogRecords(const Checkpoint& delta, int64_t next_offset,
+                                              uint64_t sequence, bool full) {
+  std::vector<ChangelogRecord> records;
+  records.reserve(delta.ops().size() + 2);
+  if (full) records.push_back({MarkerKey('b', sequence), std::nullopt});
+  for (const Checkpoint::Op& op : delta.ops()) {
+    if (op.deferred) {
+      spdlog::critical("StateChangelog::Append: checkpoint not materialised");
+      std::abort();
+    }
+    if (op.range_end) {
+      records.push_back({FamilyKey('r', op.family, op.key), *op.range_end});
+    } else {
+      records.push_back({FamilyKey('k', op.family, op.key), op.value});
+    }
+  }
+  std::string commit;
+  PutBigEndian(&commit, static_cast<uint64_t>(next_offset));
+  PutBigEndian(&commit, sequence);
+  commit.push_back(full ? 1 : 0);
+  records.push_back({MarkerKey('c', sequence), std::move(commit)});
+  return records;
+}
+
+void ChangelogReader::Add(std::string_view key, std::optional<std::string_view> value) {
+  if (key.empty()) {
+    ++ignored_;
+  } else if (key[0] == 'b') {
+    pending_.emplace();
+    pending_->full = true;
+  } else if (key[0] == 'c' && value && value->size() == 17) {
+    const int64_t offset = static_cast<int64_t>(GetBigEndian(value->data()));
+    const uint64_t sequence = GetBigEndian(value->data() + 8);
+    const bool full = (*value)[16] != 0;
+    if (pending_ && full && pending_->full) {
+      state_.values.clear();
+      state_.present = true;
+    }
+    if (pending_ && pending_->full == full && state_.present &&
+        (full || sequence == state_.sequence + 1)) {
+      for (const ChangelogRecord& r : pending_->records) ApplyRecord(&state_, r);
+      state_.next_offset = offset;
+      state_.sequence = sequence;
+    }
+    pending_.emplace();  // deltas follow a commit directly
+  } else if ((key[0] == 'k' || key[0] == 'r') && key.size() >= 2 &&
+             static_cast<uint8_t>(key[1]) < kStateFamilyCount) {
+    if (pending_) {
+      pending_->records.push_back(
+          {std::string(key), value ? std::optional<std::string>(*value) : std::nullopt});
+    }
+  } else {
+    ++ignored_;  // not a record this build writes (an unknown family, a short commit)
+  }
+}
 
 absl::StatusOr<std::unique_ptr<StateChangelog>> StateChangelog::Open(
     const StateChangelogOptions& options) {
@@ -231,25 +281,13 @@ void StateChangelog::Append(int32_t partition, const Checkpoint& delta, int64_t 
                             bool full) {
   PartitionLog& log = logs_[partition];
   const uint64_t sequence = ++log.sequence;
-  if (full) Produce(partition, MarkerKey('b', sequence), nullptr);
   size_t bytes = 0;
   for (const Checkpoint::Op& op : delta.ops()) {
-    if (op.deferred) {
-      spdlog::critical("StateChangelog::Append: checkpoint not materialised");
-      std::abort();
-    }
     bytes += op.key.size() + (op.value ? op.value->size() : 0);
-    if (op.range_end) {
-      Produce(partition, FamilyKey('r', op.family, op.key), &*op.range_end);
-    } else {
-      Produce(partition, FamilyKey('k', op.family, op.key), op.value ? &*op.value : nullptr);
-    }
   }
-  std::string commit;
-  PutBigEndian(&commit, static_cast<uint64_t>(next_offset));
-  PutBigEndian(&commit, sequence);
-  commit.push_back(full ? 1 : 0);
-  Produce(partition, MarkerKey('c', sequence), &commit);
+  for (ChangelogRecord& r : ChangelogRecords(delta, next_offset, sequence, full)) {
+    Produce(partition, std::move(r.key), r.value ? &*r.value : nullptr);
+  }
   if (full) {
     log.needs_snapshot = false;
     log.bytes_since_snapshot = 0;
@@ -306,8 +344,7 @@ absl::StatusOr<ChangelogPartition> StateChangelog::Read(int32_t partition) {
   rd_kafka_resp_err_t e =
       rd_kafka_query_watermark_offsets(rk, options_.topic.c_str(), partition, &low, &high,
                                        static_cast<int>(options_.read_timeout.count()));
-  ChangelogPartition state;
-  uint64_t last_sequence = 0;
+  ChangelogReader reader;
   if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
     status = absl::UnavailableError(where + ": watermarks: " + rd_kafka_err2str(e));
   } else if (high > low) {
@@ -316,7 +353,6 @@ absl::StatusOr<ChangelogPartition> StateChangelog::Read(int32_t partition) {
     rd_kafka_assign(rk, tps);
     rd_kafka_topic_partition_list_destroy(tps);
     const auto deadline = std::chrono::steady_clock::now() + options_.read_timeout;
-    std::optional<PendingCheckpoint> pending;
     int64_t next = low;
     while (next < high && status.ok()) {
       if (std::chrono::steady_clock::now() > deadline) {
@@ -330,32 +366,11 @@ absl::StatusOr<ChangelogPartition> StateChangelog::Read(int32_t partition) {
         next = std::max(next, m->offset);
       } else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
         status = absl::UnavailableError(where + ": " + rd_kafka_message_errstr(m));
-      } else if (m->key_len >= 1) {
+      } else {
         next = m->offset + 1;
-        const std::string key(static_cast<const char*>(m->key), m->key_len);
-        std::optional<std::string> value;
+        std::optional<std::string_view> value;
         if (m->payload != nullptr) value.emplace(static_cast<const char*>(m->payload), m->len);
-        if (key[0] == 'b') {
-          pending.emplace();
-          pending->full = true;
-        } else if (key[0] == 'c' && value && value->size() == 17) {
-          const int64_t offset = static_cast<int64_t>(GetBigEndian(value->data()));
-          const uint64_t sequence = GetBigEndian(value->data() + 8);
-          const bool full = (*value)[16] != 0;
-          if (pending && full && pending->full) {
-            state.values.clear();
-            state.present = true;
-          }
-          if (pending && pending->full == full && state.present &&
-              (full || sequence == last_sequence + 1)) {
-            for (const auto& [k, v] : pending->records) ApplyRecord(&state, k, v);
-            state.next_offset = offset;
-            last_sequence = sequence;
-          }
-          pending.emplace();  // deltas follow a commit directly
-        } else if ((key[0] == 'k' || key[0] == 'r') && key.size() >= 2 && pending) {
-          pending->records.emplace_back(key, std::move(value));
-        }
+        reader.Add(std::string_view(static_cast<const char*>(m->key), m->key_len), value);
       }
       rd_kafka_message_destroy(m);
     }
@@ -363,9 +378,13 @@ absl::StatusOr<ChangelogPartition> StateChangelog::Read(int32_t partition) {
   rd_kafka_consumer_close(rk);
   rd_kafka_destroy(rk);
   if (!status.ok()) return status;
-  state.sequence = last_sequence;
+  if (reader.ignored() > 0) {
+    spdlog::warn("{}: {} records that this build does not write were ignored", where,
+                 reader.ignored());
+  }
+  ChangelogPartition state = reader.state();
   PartitionLog& log = logs_[partition];
-  log.sequence = std::max(log.sequence, last_sequence);
+  log.sequence = std::max(log.sequence, state.sequence);
   log.needs_snapshot = true;
   return state;
 }

@@ -26,8 +26,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -56,6 +59,38 @@ struct ChangelogPartition {
   int64_t next_offset = 0;  // telemetry offset the state covers (consume from here)
   uint64_t sequence = 0;    // of the last applied checkpoint
   std::map<std::pair<StateFamily, std::string>, std::string> values;
+};
+
+// One changelog record: a Kafka message's key and value (nullopt: a null value, a deletion).
+struct ChangelogRecord {
+  std::string key;
+  std::optional<std::string> value;
+};
+
+// The records one checkpoint of a partition appends (a begin record when `full`, every write of
+// the materialised `delta`, the commit record with `next_offset` and `sequence`).
+std::vector<ChangelogRecord> ChangelogRecords(const Checkpoint& delta, int64_t next_offset,
+                                              uint64_t sequence, bool full);
+
+// Rebuilds a partition's state from its records, read in log order. The records are outside
+// input (any producer can write to the topic): a record that is not whole, or that names a
+// state family this build does not have, is ignored and counted in `ignored()`; only whole
+// checkpoints in an unbroken sequence (or a full snapshot) are applied, so what comes out can
+// be committed to the StateStore as it is.
+class ChangelogReader {
+ public:
+  void Add(std::string_view key, std::optional<std::string_view> value);
+  const ChangelogPartition& state() const { return state_; }
+  uint64_t ignored() const { return ignored_; }
+
+ private:
+  struct Pending {
+    bool full = false;
+    std::vector<ChangelogRecord> records;
+  };
+  ChangelogPartition state_;
+  std::optional<Pending> pending_;
+  uint64_t ignored_ = 0;
 };
 
 class StateChangelog {
