@@ -1,5 +1,8 @@
 #include "ingest/batch_decoder.h"
 
+#include <cmath>
+#include <utility>
+
 #include <fmt/format.h>
 
 namespace rankwatch {
@@ -23,12 +26,13 @@ std::string_view RejectReasonName(RejectReason reason) {
     case RejectReason::kTooManyRecords: return "too_many_records";
     case RejectReason::kBadValue: return "bad_value";
     case RejectReason::kBadString: return "bad_string";
+    case RejectReason::kFutureTimestamp: return "future_timestamp";
   }
   return "unknown";
 }
 
-RejectReason BatchDecoder::Decode(std::string_view bytes, v1::Batch* batch,
-                                  std::string* detail) const {
+RejectReason BatchDecoder::Decode(std::string_view bytes, v1::Batch* batch, std::string* detail,
+                                  int64_t wall_now_unix_ns) const {
   if (bytes.size() > limits_.max_bytes) {
     return Reject(RejectReason::kOversized, detail,
                   fmt::format("message of {} bytes exceeds the limit of {}", bytes.size(),
@@ -39,26 +43,17 @@ RejectReason BatchDecoder::Decode(std::string_view bytes, v1::Batch* batch,
     return Reject(RejectReason::kMalformed, detail,
                   fmt::format("{} bytes are not a protobuf rankwatch.v1.Batch", bytes.size()));
   }
-  return Validate(*batch, detail);
+  return Validate(*batch, detail, wall_now_unix_ns);
 }
 
-RejectReason BatchDecoder::Validate(const v1::Batch& batch, std::string* detail) const {
+RejectReason BatchDecoder::Validate(const v1::Batch& batch, std::string* detail,
+                                    int64_t wall_now_unix_ns) const {
   if (batch.schema_version() == 0 || batch.schema_version() > kSchemaVersion) {
     return Reject(RejectReason::kSchemaVersion, detail,
                   fmt::format("schema_version {} (this daemon reads 1..{})", batch.schema_version(),
                               kSchemaVersion));
   }
-  const v1::SourceIdentity& src = batch.source();
-  if (!batch.has_source() || src.training_job().empty() ||
-      src.training_job().size() > limits_.max_job_id_bytes) {
-    return Reject(RejectReason::kMissingSource, detail,
-                  "source.training_job is missing or longer than the limit");
-  }
-  if (src.world_size() == 0 || src.world_size() > limits_.max_world_size ||
-      src.rank() >= src.world_size()) {
-    return Reject(RejectReason::kBadRank, detail,
-                  fmt::format("rank {} of world size {}", src.rank(), src.world_size()));
-  }
+  if (RejectReason r = ValidateSource(batch, detail); r != RejectReason::kNone) return r;
   if (static_cast<size_t>(batch.steps_size()) > limits_.max_steps ||
       static_cast<size_t>(batch.kernels_size()) > limits_.max_kernels ||
       static_cast<size_t>(batch.samples_size()) > limits_.max_samples ||
@@ -67,13 +62,75 @@ RejectReason BatchDecoder::Validate(const v1::Batch& batch, std::string* detail)
                   fmt::format("{} steps, {} kernels, {} samples, {} strings", batch.steps_size(),
                               batch.kernels_size(), batch.samples_size(), batch.strings_size()));
   }
-  if (RejectReason r = ValidateSteps(batch, detail); r != RejectReason::kNone) return r;
+  if (RejectReason r =
+          CheckTime(batch.created_unix_ns(), wall_now_unix_ns, "created_unix_ns", detail);
+      r != RejectReason::kNone) {
+    return r;
+  }
+  if (RejectReason r = ValidateSteps(batch, detail, wall_now_unix_ns); r != RejectReason::kNone) {
+    return r;
+  }
+  if (RejectReason r = ValidateSamples(batch, detail, wall_now_unix_ns); r != RejectReason::kNone) {
+    return r;
+  }
   return ValidateKernels(batch, detail);
 }
 
-RejectReason BatchDecoder::ValidateSteps(const v1::Batch& batch, std::string* detail) const {
+RejectReason BatchDecoder::ValidateSource(const v1::Batch& batch, std::string* detail) const {
+  const v1::SourceIdentity& src = batch.source();
+  if (!batch.has_source() || src.training_job().empty()) {
+    return Reject(RejectReason::kMissingSource, detail, "source.training_job is missing");
+  }
+  if (src.training_job().size() > limits_.max_job_id_bytes) {
+    return Reject(RejectReason::kBadString, detail,
+                  fmt::format("source.training_job of {} bytes (limit {})",
+                              src.training_job().size(), limits_.max_job_id_bytes));
+  }
+  const std::pair<const char*, const std::string*> strings[] = {
+      {"source.node", &src.node()},
+      {"source.device", &src.device()},
+      {"source.collector", &src.collector()},
+      {"source.training_strategy", &src.training_strategy()},
+      {"trace.source_format", &batch.trace().source_format()},
+      {"trace.device_type", &batch.trace().device_type()},
+      {"trace.file", &batch.trace().file()}};
+  for (const auto& [field, value] : strings) {
+    if (value->size() > limits_.max_string_bytes) {
+      return Reject(
+          RejectReason::kBadString, detail,
+          fmt::format("{} of {} bytes (limit {})", field, value->size(), limits_.max_string_bytes));
+    }
+  }
+  if (src.world_size() == 0 || src.world_size() > limits_.max_world_size ||
+      src.rank() >= src.world_size()) {
+    return Reject(RejectReason::kBadRank, detail,
+                  fmt::format("rank {} of world size {}", src.rank(), src.world_size()));
+  }
+  return RejectReason::kNone;
+}
+
+RejectReason BatchDecoder::CheckTime(int64_t unix_ns, int64_t wall_now_unix_ns, const char* what,
+                                     std::string* detail) const {
+  if (unix_ns < 0) {
+    return Reject(RejectReason::kBadValue, detail, fmt::format("negative {}: {}", what, unix_ns));
+  }
+  if (wall_now_unix_ns > 0 && unix_ns > wall_now_unix_ns &&
+      unix_ns - wall_now_unix_ns > limits_.max_clock_ahead_ns) {
+    return Reject(RejectReason::kFutureTimestamp, detail,
+                  fmt::format("{} is {:.0f} s ahead of this daemon's clock (limit {:.0f} s): "
+                              "the producer's clock is wrong",
+                              what, static_cast<double>(unix_ns - wall_now_unix_ns) * 1e-9,
+                              static_cast<double>(limits_.max_clock_ahead_ns) * 1e-9));
+  }
+  return RejectReason::kNone;
+}
+
+RejectReason BatchDecoder::ValidateSteps(const v1::Batch& batch, std::string* detail,
+                                         int64_t wall_now_unix_ns) const {
   const uint64_t max = limits_.max_duration_ns;
   for (const v1::StepRecord& s : batch.steps()) {
+    // Durations are unsigned on the wire: a negative one written as an integer arrives as a
+    // value near 2^64, far over the limit.
     const bool bad_duration = s.step_time_ns() > max || s.dataloader_ns() > max ||
                               s.forward_ns() > max || s.backward_ns() > max ||
                               s.optimizer_ns() > max || s.forward_backward_ns() > max ||
@@ -82,6 +139,32 @@ RejectReason BatchDecoder::ValidateSteps(const v1::Batch& batch, std::string* de
       return Reject(
           RejectReason::kBadValue, detail,
           fmt::format("step {}: a duration exceeds one day or the step is too large", s.step()));
+    }
+    if (RejectReason r = CheckTime(s.end_unix_ns(), wall_now_unix_ns, "step end_unix_ns", detail);
+        r != RejectReason::kNone) {
+      return r;
+    }
+  }
+  return RejectReason::kNone;
+}
+
+RejectReason BatchDecoder::ValidateSamples(const v1::Batch& batch, std::string* detail,
+                                           int64_t wall_now_unix_ns) const {
+  // Utilisations, temperatures and powers are finite and not negative.
+  auto bad = [](double v) { return !std::isfinite(v) || v < 0; };
+  for (const v1::SystemSample& s : batch.samples()) {
+    if (RejectReason r = CheckTime(s.unix_ns(), wall_now_unix_ns, "sample unix_ns", detail);
+        r != RejectReason::kNone) {
+      return r;
+    }
+    bool bad_value = bad(s.cpu_utilization());
+    for (const v1::ProcessSample& p : s.processes()) bad_value |= bad(p.cpu_utilization());
+    for (const v1::DeviceSample& d : s.devices()) {
+      bad_value |= bad(d.utilization()) || bad(d.temperature_celsius()) || bad(d.power_watts());
+    }
+    if (bad_value) {
+      return Reject(RejectReason::kBadValue, detail,
+                    "a sample's utilisation, temperature or power is negative, NaN or infinite");
     }
   }
   return RejectReason::kNone;
@@ -95,12 +178,19 @@ RejectReason BatchDecoder::ValidateKernels(const v1::Batch& batch, std::string* 
     }
   }
   const auto n = static_cast<uint32_t>(batch.strings_size());
+  const auto max = static_cast<int64_t>(limits_.max_duration_ns);
   for (const v1::KernelEvent& k : batch.kernels()) {
     // Index 0 is the empty string and is valid even with an empty table.
     auto bad = [n](uint32_t index) { return index != 0 && index >= n; };
     if (bad(k.name()) || bad(k.category()) || bad(k.collective_name()) || bad(k.dtype())) {
       return Reject(RejectReason::kBadString, detail,
                     fmt::format("kernel event references a string outside the table of {}", n));
+    }
+    // Durations may be negative in replays of quirky traces, never longer than the limit.
+    if (k.dur_ns() > max || k.dur_ns() < -max || !std::isfinite(k.memory_bw_gbps())) {
+      return Reject(
+          RejectReason::kBadValue, detail,
+          fmt::format("kernel event of {} ns or a bandwidth that is not finite", k.dur_ns()));
     }
   }
   return RejectReason::kNone;

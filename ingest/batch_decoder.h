@@ -18,16 +18,17 @@ namespace rankwatch {
 
 enum class RejectReason {
   kNone = 0,
-  kOversized,       // message larger than BatchLimits::max_bytes
-  kMalformed,       // not a protobuf Batch
-  kSchemaVersion,   // version 0 (not a rankwatch batch) or newer than kSchemaVersion
-  kMissingSource,   // no source identity or no training job id
-  kBadRank,         // world size 0 or too large, rank >= world size
-  kTooManyRecords,  // a repeated field over its limit
-  kBadValue,        // a duration or step number outside its range
-  kBadString,       // string table index out of range, or an oversized string
+  kOversized,        // message larger than BatchLimits::max_bytes
+  kMalformed,        // not a protobuf Batch
+  kSchemaVersion,    // version 0 (not a rankwatch batch) or newer than kSchemaVersion
+  kMissingSource,    // no source identity or no training job id
+  kBadRank,          // world size 0 or too large, rank >= world size
+  kTooManyRecords,   // a repeated field over its limit
+  kBadValue,         // a duration, step number, timestamp or sample outside its range (NaN, inf)
+  kBadString,        // string table index out of range, or an oversized string in any field
+  kFutureTimestamp,  // a timestamp further ahead of the daemon's clock than max_clock_ahead_ns
 };
-inline constexpr int kRejectReasonCount = 9;
+inline constexpr int kRejectReasonCount = 10;
 
 // Metric label value ("oversized", "malformed", ...).
 std::string_view RejectReasonName(RejectReason reason);
@@ -38,16 +39,26 @@ class BatchDecoder {
 
   // Parses `bytes` into `batch` (cleared first; reuse it across calls to keep its memory)
   // and validates it. Returns kNone on success; otherwise the reason, with a one-line
-  // explanation in `detail` when it is not null.
+  // explanation in `detail` when it is not null. Timestamps are checked against
+  // `wall_now_unix_ns` when it is not 0.
   [[nodiscard]] RejectReason Decode(std::string_view bytes, v1::Batch* batch,
-                                    std::string* detail = nullptr) const;
+                                    std::string* detail = nullptr,
+                                    int64_t wall_now_unix_ns = 0) const;
 
   // Validates an already-parsed batch (what Decode runs after parsing).
-  [[nodiscard]] RejectReason Validate(const v1::Batch& batch, std::string* detail) const;
+  [[nodiscard]] RejectReason Validate(const v1::Batch& batch, std::string* detail,
+                                      int64_t wall_now_unix_ns = 0) const;
 
  private:
-  RejectReason ValidateSteps(const v1::Batch& batch, std::string* detail) const;
+  RejectReason ValidateSource(const v1::Batch& batch, std::string* detail) const;
+  RejectReason ValidateSteps(const v1::Batch& batch, std::string* detail,
+                             int64_t wall_now_unix_ns) const;
   RejectReason ValidateKernels(const v1::Batch& batch, std::string* detail) const;
+  RejectReason ValidateSamples(const v1::Batch& batch, std::string* detail,
+                               int64_t wall_now_unix_ns) const;
+  // Whether `unix_ns` is negative, or ahead of the clock by more than the limit.
+  RejectReason CheckTime(int64_t unix_ns, int64_t wall_now_unix_ns, const char* what,
+                         std::string* detail) const;
 
   BatchLimits limits_;
 };

@@ -21,11 +21,14 @@ struct BatchLimits {
   size_t max_kernels = 1'000'000;
   size_t max_samples = 10'000;
   size_t max_strings = 1'000'000;
-  size_t max_string_bytes = 4096;
+  size_t max_string_bytes = 4096;  // every string field and interned string
   size_t max_job_id_bytes = 256;
   uint32_t max_world_size = 1u << 20;
   uint64_t max_duration_ns = 86'400ull * 1'000'000'000ull;  // one day
   uint64_t max_step = 1ull << 62;
+  // A timestamp (batch creation, step end, sample) more than this ahead of the reader's clock
+  // is a producer with a wrong clock: its batches are rejected. Default: one hour.
+  int64_t max_clock_ahead_ns = 3'600'000'000'000;
 };
 
 }  // namespace rankwatch
