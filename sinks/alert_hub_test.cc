@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <future>
+#include <thread>
 
 namespace rankwatch {
 namespace {
@@ -158,6 +160,102 @@ TEST_F(AlertHubTest, AppendNeverWaitsForTheDiskAndPublishesOnlyWhatIsStored) {
   auto stored = job_state::LastAlertSequence(*store_);
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(*stored, 1000u);
+}
+
+// Reads every alert after `after` as WatchAlerts does (subscribe, backlog up to live_from, then
+// live), resuming from the last one it got when its queue overflowed, until it has `total`.
+// Returns the sequences in the order they were read.
+std::vector<uint64_t> ReadLikeWatchAlerts(AlertHub& hub, uint64_t total,
+                                          std::chrono::milliseconds pause_every_16) {
+  std::vector<uint64_t> got;
+  uint64_t last = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (last < total && std::chrono::steady_clock::now() < deadline) {
+    auto sub = hub.Subscribe({});
+    EXPECT_TRUE(hub.Backlog(last, sub->live_from(), {}, [&](std::shared_ptr<const v1::Alert> a) {
+      got.push_back(a->sequence());
+      last = a->sequence();
+    }));
+    for (;;) {
+      std::shared_ptr<const v1::Alert> a;
+      const auto wait = sub->Next(std::chrono::milliseconds(20), &a);
+      if (wait == AlertHub::Subscription::Wait::kOverflow) break;  // resume after `last`
+      if (wait == AlertHub::Subscription::Wait::kClosed) return got;
+      if (wait == AlertHub::Subscription::Wait::kTimeout) {
+        if (last >= total) return got;
+        continue;
+      }
+      if (a->sequence() <= last) continue;  // also read as backlog
+      got.push_back(a->sequence());
+      last = a->sequence();
+      if (got.size() % 16 == 0) std::this_thread::sleep_for(pause_every_16);
+      if (last >= total) return got;
+    }
+  }
+  return got;
+}
+
+// Concurrency (run under TSan by scripts/test.sh --sanitize=thread): the ingest thread appends
+// while the writer thread stores and publishes, four readers on threads of their own read as
+// WatchAlerts does (two of them slow enough to overflow and resume), a stuck subscriber is
+// cancelled by the reaper, and another thread asks for the firing alerts as ListJobs does.
+// Every reader gets every alert exactly once, in order.
+TEST_F(AlertHubTest, ReadersTheReaperAndAppendRaceWithoutLosingOrDuplicatingAlerts) {
+  AlertHubOptions options;
+  options.subscriber_queue = 8;
+  options.ring_capacity = 64;  // resumption reads older alerts from the store
+  options.stuck_after = std::chrono::milliseconds(50);
+  AlertHub hub(store_.get(), writer_.get(), options, {});
+  constexpr uint64_t kAlerts = 1500;
+  std::atomic<bool> stuck_cancelled{false};
+  auto stuck = hub.Subscribe({}, [&] { stuck_cancelled = true; });  // never reads
+  std::vector<std::vector<uint64_t>> got(4);
+  std::vector<std::thread> readers;
+  for (size_t r = 0; r < got.size(); ++r) {
+    readers.emplace_back([&, r] {
+      got[r] = ReadLikeWatchAlerts(hub, kAlerts, std::chrono::milliseconds(r < 2 ? 0 : 3));
+    });
+  }
+  std::atomic<bool> done{false};
+  std::atomic<int> queries{0};
+  std::thread lister([&] {
+    while (!done) {
+      for (const std::string& id : hub.Firing("job-1")) EXPECT_EQ(id, "job-1|straggler|rank:1");
+      EXPECT_LE(hub.last_sequence(), kAlerts);
+      ++queries;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  std::thread ingest([&] {
+    uint64_t appended = 0;
+    for (int round = 0; appended < kAlerts; ++round) {
+      std::vector<v1::Alert> alerts;
+      for (int i = 0; i < 1 + round % 3 && appended < kAlerts; ++i, ++appended) {
+        alerts.push_back(MakeAlert("job-" + std::to_string(appended % 3),
+                                   appended % 2 ? v1::ALERT_RESOLVED : v1::ALERT_FIRING,
+                                   v1::SEVERITY_WARN));
+      }
+      hub.Append(std::move(alerts), {});
+      if (round % 20 == 19) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_TRUE(hub.Flush().ok());
+  });
+  ingest.join();
+  for (std::thread& t : readers) t.join();
+  done = true;
+  lister.join();
+  std::vector<uint64_t> all(kAlerts);
+  for (uint64_t i = 0; i < kAlerts; ++i) all[i] = i + 1;
+  for (size_t r = 0; r < got.size(); ++r) EXPECT_EQ(got[r], all) << "reader " << r;
+  EXPECT_EQ(hub.last_sequence(), kAlerts);
+  EXPECT_GT(queries.load(), 0);
+  // The stuck subscriber overflowed long ago; the reaper (every 250 ms) cancels it.
+  for (int i = 0; i < 200 && !stuck_cancelled; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(stuck_cancelled.load());
+  std::shared_ptr<const v1::Alert> a;
+  EXPECT_EQ(stuck->Next(std::chrono::milliseconds(0), &a), AlertHub::Subscription::Wait::kOverflow);
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <algorithm>
-
+#include <atomic>
 #include <thread>
 
 #include "collectors/lib/rankwatch_collector.h"
@@ -309,6 +309,111 @@ TEST(CollectorTest, BrokerDownNeverBlocksBoundsMemoryAndRecovers) {
   EXPECT_EQ(steps.size() + after.records_dropped, step);  // every step delivered or counted
   EXPECT_GT(reported, 0u);
   EXPECT_LE(reported, after.records_dropped);
+}
+
+// Concurrency (run under TSan by scripts/test.sh --sanitize=thread): the training thread opens
+// and closes steps while four threads record kernel events, one adds phases and raises memory
+// peaks, one changes the training strategy, and one reads stats and flushes, all while the
+// sender thread seals and produces batches every 5 ms. Nothing is dropped: every step arrives
+// once and in order, every kernel event arrives once and in each thread's order, the phase time
+// added adds up, and the strategy set last is on the final batch.
+TEST(CollectorTest, ManyRecordingThreadsRaceTheSenderWithoutLosingAnything) {
+  MockKafka kafka;
+  CollectorOptions o;
+  o.brokers = kafka.bootstrap();
+  o.flush_interval_ms = 5;
+  o.max_pending_bytes = 64u << 20;  // room for everything: any loss is a bug, not a bound
+  auto c = Collector::Create(Identity(), o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  Collector& collector = **c;
+  constexpr int kKernelThreads = 4, kKernelBatches = 100, kPerBatch = 10;
+  constexpr uint64_t kSteps = 300, kPhaseAdds = 2000, kPhaseNs = 7;
+  std::atomic<bool> done{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kKernelThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int b = 0; b < kKernelBatches; ++b) {
+        std::vector<KernelEventInput> events(kPerBatch);
+        for (int i = 0; i < kPerBatch; ++i) {
+          events[i].name = "kernel-" + std::to_string(t);
+          events[i].category = "kernel";
+          events[i].ts_ns = b * kPerBatch + i;  // this thread's order
+          events[i].dur_ns = 1;
+          events[i].stream = t;
+        }
+        collector.RecordKernels(events);
+        if (b % 10 == 9) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    for (uint64_t i = 0; i < kPhaseAdds; ++i) {
+      collector.AddPhase(StepPhase::kForward, 1000, 1000 + kPhaseNs);
+      collector.RecordMemory(i, 2 * i, 0);
+    }
+  });
+  threads.emplace_back([&] {
+    for (int i = 0; i < 200; ++i) {
+      collector.SetTrainingStrategy(i % 2 ? "fsdp" : "ddp", i % 2 == 1);
+      EXPECT_FALSE(collector.identity().training_strategy.empty());
+    }
+    collector.SetTrainingStrategy("deepspeed_zero3", true);
+  });
+  std::thread observer([&] {
+    uint64_t last_steps = 0;
+    while (!done) {
+      const CollectorStats s = collector.stats();
+      EXPECT_GE(s.steps_recorded, last_steps);
+      last_steps = s.steps_recorded;
+      EXPECT_TRUE(collector.Flush(std::chrono::seconds(30)).ok());
+    }
+  });
+  // The training thread; its last step opens after every other recorder finished, so every
+  // phase added lands in some step.
+  for (uint64_t step = 0; step + 1 < kSteps; ++step) {
+    collector.BeginStep(step, 10 * step);
+    collector.EndStep(10 * step + 5);
+    if (step % 50 == 49) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (std::thread& t : threads) t.join();
+  collector.BeginStep(kSteps - 1, 10 * kSteps);
+  collector.EndStep(10 * kSteps + 5);
+  done = true;
+  observer.join();
+  ASSERT_TRUE(collector.Close(true, std::chrono::seconds(30)).ok());
+
+  const CollectorStats stats = collector.stats();
+  EXPECT_EQ(stats.records_dropped, 0u);
+  EXPECT_EQ(stats.steps_recorded, kSteps);
+  EXPECT_EQ(stats.kernels_recorded, uint64_t{kKernelThreads * kKernelBatches * kPerBatch});
+  const std::vector<v1::Batch> batches = kafka.ReadAll(std::chrono::milliseconds(1500));
+  ASSERT_FALSE(batches.empty());
+  EXPECT_TRUE(batches.back().final());
+  EXPECT_EQ(batches.back().source().training_strategy(), "deepspeed_zero3");
+  const std::vector<v1::StepRecord> steps = Steps(batches);
+  ASSERT_EQ(steps.size(), kSteps);
+  uint64_t forward_ns = 0;
+  for (uint64_t i = 0; i < kSteps; ++i) {
+    EXPECT_EQ(steps[i].step(), i);
+    forward_ns += steps[i].forward_ns();
+  }
+  EXPECT_EQ(forward_ns, kPhaseAdds * kPhaseNs);
+  std::vector<std::vector<int64_t>> per_thread(kKernelThreads);
+  for (size_t i = 0; i < batches.size(); ++i) {
+    EXPECT_EQ(batches[i].sequence(), i);
+    for (const auto& k : batches[i].kernels()) {
+      ASSERT_GE(k.stream(), 0);
+      ASSERT_LT(k.stream(), kKernelThreads);
+      EXPECT_EQ(batches[i].strings(k.name()), "kernel-" + std::to_string(k.stream()));
+      per_thread[k.stream()].push_back(k.ts_ns());
+    }
+  }
+  for (int t = 0; t < kKernelThreads; ++t) {
+    ASSERT_EQ(per_thread[t].size(), size_t{kKernelBatches * kPerBatch}) << "thread " << t;
+    for (size_t i = 0; i < per_thread[t].size(); ++i) {
+      EXPECT_EQ(per_thread[t][i], static_cast<int64_t>(i)) << "thread " << t;
+    }
+  }
 }
 
 TEST(CollectorCApiTest, CreateRecordFlushDestroy) {

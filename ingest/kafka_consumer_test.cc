@@ -1,0 +1,185 @@
+// KafkaConsumer in a consumer group on the embedded broker (librdkafka's mock cluster), with
+// rebalances while a producer thread publishes (run under TSan by scripts/test.sh
+// --sanitize=thread): two members, each polled on a thread of its own as the daemon's ingest
+// thread does, keep their resume offsets as state, handed over on revocation as TaskManager
+// does. A second member joins mid-stream and the first leaves later; every message is handled
+// exactly once, only by the member that owns its partition at that moment, in offset order.
+#include "ingest/kafka_consumer.h"
+
+#include <gtest/gtest.h>
+#include <librdkafka/rdkafka.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ingest/embedded_broker.h"
+
+namespace rankwatch {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr char kTopic[] = "consumer-test";
+constexpr int kPartitions = 4;
+constexpr int kMessages = 3000;
+
+// What the members share: the "state store" (where each partition resumes) and the count of
+// each message handled.
+struct Shared {
+  std::mutex mu;
+  std::map<int32_t, int64_t> stored_next;  // as a checkpoint would keep them
+  std::vector<int> handled = std::vector<int>(kMessages, 0);
+  std::atomic<int> total{0};
+};
+
+// One daemon instance's ingest thread: owns its consumer, polls until told to stop, then
+// closes (its revocation hands its offsets over).
+class Member {
+ public:
+  Member(const std::string& name, const std::string& brokers, Shared* shared)
+      : name_(name), shared_(shared) {
+    thread_ = std::thread([this, brokers] { Run(brokers); });
+  }
+  ~Member() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  int handled() const { return handled_; }
+  int assignments() const { return assignments_; }
+
+ private:
+  void Run(const std::string& brokers) {
+    KafkaConsumerOptions o;
+    o.brokers = brokers;
+    o.topic = kTopic;
+    o.group = "consumer-test";
+    o.properties = {{"log_level", "0"}, {"client.id", name_}};
+    o.on_assigned = [this](const std::string& topic, const std::vector<int32_t>& partitions) {
+      std::vector<std::optional<int64_t>> out;
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      for (int32_t p : partitions) {
+        EXPECT_EQ(topic, kTopic);
+        EXPECT_TRUE(owned_.insert(p).second) << name_ << " assigned " << p << " twice";
+        next_[p] = shared_->stored_next[p];
+        out.push_back(next_[p]);
+      }
+      ++assignments_;
+      return out;
+    };
+    o.on_revoked = [this](const std::string&, const std::vector<int32_t>& partitions) {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      for (int32_t p : partitions) {
+        EXPECT_EQ(owned_.erase(p), 1u) << name_ << " revoked " << p << " it did not own";
+        shared_->stored_next[p] = next_[p];
+        next_.erase(p);
+      }
+    };
+    auto consumer = KafkaConsumer::Create(o);
+    ASSERT_TRUE(consumer.ok()) << consumer.status();
+    while (!stop_) {
+      (*consumer)->Poll(50ms, 100, [&](const KafkaMessage& m) {
+        std::lock_guard<std::mutex> lock(shared_->mu);
+        EXPECT_TRUE(owned_.count(m.partition)) << name_ << " got partition " << m.partition
+                                               << " offset " << m.offset << " after it was revoked";
+        EXPECT_EQ(m.offset, next_[m.partition]) << name_ << " partition " << m.partition;
+        next_[m.partition] = m.offset + 1;
+        const int id = std::stoi(std::string(m.payload));
+        ASSERT_GE(id, 0);
+        ASSERT_LT(id, kMessages);
+        ++shared_->handled[id];
+        ++shared_->total;
+        ++handled_;
+      });
+    }
+    (*consumer)->Close();  // leaves the group: the revocation runs in here
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    EXPECT_TRUE(owned_.empty()) << name_ << " left the group still owning partitions";
+  }
+
+  const std::string name_;
+  Shared* shared_;
+  std::set<int32_t> owned_;          // guarded by shared_->mu (read in the message callback)
+  std::map<int32_t, int64_t> next_;  // guarded by shared_->mu
+  std::atomic<int> handled_{0}, assignments_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+TEST(KafkaConsumerTest, MembersJoiningAndLeavingMidStreamHandleEveryMessageOnce) {
+  auto broker = EmbeddedBroker::Start({kTopic, kPartitions, 1, /*changelog_topic=*/false});
+  ASSERT_TRUE(broker.ok()) << broker.status();
+  const std::string brokers = (*broker)->bootstrap();
+  Shared shared;
+  for (int p = 0; p < kPartitions; ++p) shared.stored_next[p] = 0;
+
+  std::atomic<int> produced{0};
+  std::thread producer([&] {
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    char err[256];
+    rd_kafka_conf_set(conf, "bootstrap.servers", brokers.c_str(), err, sizeof(err));
+    rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
+    rd_kafka_conf_set(conf, "linger.ms", "1", err, sizeof(err));
+    rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    ASSERT_NE(rk, nullptr) << err;
+    for (int i = 0; i < kMessages; ++i) {
+      const std::string payload = std::to_string(i);
+      rd_kafka_resp_err_t e;
+      while ((e = rd_kafka_producev(
+                  rk, RD_KAFKA_V_TOPIC(kTopic), RD_KAFKA_V_PARTITION(i % kPartitions),
+                  RD_KAFKA_V_VALUE(const_cast<char*>(payload.data()), payload.size()),
+                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END)) ==
+             RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+        rd_kafka_poll(rk, 10);
+      }
+      EXPECT_EQ(e, RD_KAFKA_RESP_ERR_NO_ERROR);
+      ++produced;
+      rd_kafka_poll(rk, 0);
+      if (i % 100 == 99) std::this_thread::sleep_for(20ms);  // about 5,000 messages/s
+    }
+    EXPECT_EQ(rd_kafka_flush(rk, 30000), RD_KAFKA_RESP_ERR_NO_ERROR);
+    rd_kafka_destroy(rk);
+  });
+
+  auto a = std::make_unique<Member>("member-a", brokers, &shared);
+  ASSERT_TRUE(WaitFor([&] { return a->handled() >= 300; }, 60s)) << "member a never read";
+  auto b = std::make_unique<Member>("member-b", brokers, &shared);
+  ASSERT_TRUE(WaitFor([&] { return b->handled() >= 100; }, 60s)) << "member b never read";
+  a->Stop();  // leaves while the producer still publishes (unless the machine is very slow)
+  const int a_handled = a->handled();
+  ASSERT_TRUE(WaitFor([&] { return shared.total >= kMessages; }, 90s))
+      << shared.total << " of " << kMessages << " handled";
+  producer.join();
+  std::this_thread::sleep_for(300ms);  // a duplicate would arrive now
+  b->Stop();
+
+  EXPECT_GT(a_handled, 0);
+  EXPECT_GT(b->handled(), 0);
+  EXPECT_GE(a->assignments(), 2) << "member a was not rebalanced when b joined";
+  EXPECT_GE(b->assignments(), 2) << "member b did not take over a's partitions";
+  std::lock_guard<std::mutex> lock(shared.mu);
+  EXPECT_EQ(shared.total.load(), kMessages);
+  for (int i = 0; i < kMessages; ++i) EXPECT_EQ(shared.handled[i], 1) << "message " << i;
+  for (int p = 0; p < kPartitions; ++p) {
+    EXPECT_EQ(shared.stored_next[p], kMessages / kPartitions) << "partition " << p;
+  }
+}
+
+}  // namespace
+}  // namespace rankwatch
