@@ -33,6 +33,8 @@ last minute of load, both daemons), exactly-once (rankwatch_steps_aligned_total 
 Diagnosis.aligned_steps equal to the simulated steps for every job in both daemons, no step timed
 out), diagnoses equal (step label, culprit ranks, cause, culprit phase, severity, memory label; and
 how many are equal as a whole, the evaluation time and hang evidence aside), a JSON summary.
+With --trim-probe (default when gdb is installed), malloc_trim(0) is then called in both daemons
+and their RSS after it reported: what the daemon holds against free memory glibc's malloc kept.
 Exit code 1 when a target fails: consumed rate >= RATE, RSS growth < 5 % (both), exactly once,
 diagnoses equal, no message lost, every kill and restart done.
 
@@ -45,6 +47,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -97,10 +100,13 @@ def rss_mib(pid):
 
 
 def scrape(daemon, prefixes=WANTED):
-    """The samples of `daemon` whose names start with one of `prefixes`, parsed."""
+    """The samples of `daemon` whose names start with one of `prefixes`, parsed, and a last
+    sample ("series", {}, N): how many series /metrics holds."""
     with urllib.request.urlopen("http://%s/metrics" % daemon.endpoints["metrics"], timeout=10) as r:
-        text = r.read().decode()
-    return harness.parse_metrics("\n".join(line for line in text.splitlines() if line.startswith(prefixes)))
+        lines = r.read().decode().splitlines()
+    samples = harness.parse_metrics("\n".join(line for line in lines if line.startswith(prefixes)))
+    samples.append(("series", {}, float(sum(1 for line in lines if line and not line.startswith("#")))))
+    return samples
 
 
 def total(samples, name, **labels):
@@ -276,7 +282,8 @@ class Soak:
         if last is not None and count > last:
             self.cp_written[which] += int(count - last)
             sample = (harness.metric(s, "rankwatch_checkpoint_seconds") or 0.0,
-                      harness.metric(s, "rankwatch_checkpoint_pause_seconds") or 0.0)
+                      harness.metric(s, "rankwatch_checkpoint_pause_seconds") or 0.0,
+                      harness.metric(s, "rankwatch_checkpoint_bytes") or 0.0)
             self.cp[which].append(sample)
             self.cp_all[which].append(sample)
         self.cp_last[pid] = count
@@ -370,7 +377,7 @@ class Soak:
                 "rss_mib": {w: round(statistics.mean(v), 1) if v else None for w, v in self.rss.items()},
                 "rss_max_mib": {w: round(max(v), 1) if v else None for w, v in self.rss.items()},
                 "subject_pid": subject.proc.pid if subject else None,
-                "jobs": harness.metric(ref_s, "rankwatch_jobs"),
+                "jobs": harness.metric(ref_s, "rankwatch_jobs"), "series": harness.metric(ref_s, "series"),
                 "checkpoint": {},
                 "alerts": len(latencies),
                 "alert_latency_s": {"p50": quantile(latencies, 0.5), "p99": quantile(latencies, 0.99)},
@@ -381,9 +388,13 @@ class Soak:
             for which in ("reference", "subject"):
                 w = [x[0] for x in self.cp[which]]
                 p = [x[1] for x in self.cp[which]]
+                b = [x[2] for x in self.cp[which]]
                 row["checkpoint"][which] = {"write_p50_s": quantile(w, 0.5), "write_p99_s": quantile(w, 0.99),
                                             "pause_p50_s": quantile(p, 0.5), "pause_p99_s": quantile(p, 0.99),
-                                            "sampled": len(w), "written": self.cp_written[which]}
+                                            "sampled": len(w), "written": self.cp_written[which],
+                                            # estimated: the sampled checkpoints' mean size x the number written
+                                            "mib_written": round(statistics.mean(b) * self.cp_written[which] / 2**20, 1)
+                                            if b else 0.0}
                 self.cp[which], self.cp_written[which] = [], 0
             self.lag_max = {"reference": 0.0, "subject": 0.0}
             self.rss = {"reference": [], "subject": []}
@@ -391,7 +402,8 @@ class Soak:
             c, r = row["checkpoint"], row["rss_mib"]
             log("[%3d] t=%5.0fs records/s %7d (steps %7d, kernel %6d)  RSS ref %6.1f subj %6s MiB  "
                 "ckpt write p50/p99 ref %s/%s subj %s/%s ms (pause ref %s/%s subj %s/%s ms; %d of %d, %d of %d sampled)  "
-                "alert p50/p99 %s/%s ms (%d)  lost %d/%d  kills %d/%d  broker restarts %d  lag ref %.1f subj %.1f s"
+                "alert p50/p99 %s/%s ms (%d)  lost %d/%d  kills %d/%d  broker restarts %d  lag ref %.1f subj %.1f s  "
+                "jobs %d series %d  checkpoints ref %.1f subj %.1f MiB"
                 % (minute, row["elapsed_s"], row["records_per_s"], row["step_records_per_s"],
                    row["kernel_events_per_s"], r["reference"] or 0,
                    "%.1f" % r["subject"] if r["subject"] else "-",
@@ -403,7 +415,9 @@ class Soak:
                    c["subject"]["sampled"], c["subject"]["written"],
                    fmt_ms(row["alert_latency_s"]["p50"]), fmt_ms(row["alert_latency_s"]["p99"]), len(latencies),
                    lost_ref, lost_subj, self.kills_done, a.kills, self.broker_restarts,
-                   row["max_ingest_lag_s"]["reference"], row["max_ingest_lag_s"]["subject"]))
+                   row["max_ingest_lag_s"]["reference"], row["max_ingest_lag_s"]["subject"],
+                   row["jobs"] or 0, row["series"] or 0,
+                   c["reference"]["mib_written"], c["subject"]["mib_written"]))
             if minute >= a.minutes:
                 break
 
@@ -441,6 +455,21 @@ class Soak:
         time.sleep(2)  # both publish their final snapshots
         watcher.stop()
         result = self.verdict(minutes, warmup, subject, sim_failures, drained, load_end, load_s)
+        if a.trim_probe:
+            # Separates memory the daemon holds from free memory glibc's malloc keeps after a burst
+            # (a broker outage or a catch-up fills librdkafka's fetch queue; its threads' arenas
+            # are not returned to the system): malloc_trim(0) in each daemon through gdb.
+            for which, d in (("reference", self.reference), ("subject", subject)):
+                if d is None:
+                    continue
+                before = rss_mib(d.proc.pid)
+                r = subprocess.run(["gdb", "-p", str(d.proc.pid), "-batch", "-ex", "call (int)malloc_trim(0)"],
+                                   capture_output=True, text=True, timeout=120)
+                after = rss_mib(d.proc.pid)
+                base = result["rss"][which]["after_warmup_mib"]
+                result["rss"][which]["trim_probe"] = {
+                    "before_mib": before, "after_malloc_trim_mib": after, "gdb_rc": r.returncode,
+                    "growth_after_trim_pct": round(100.0 * (after - base) / base, 2) if base and after else None}
         return result
 
     # --- the checks ----------------------------------------------------------------------------
@@ -597,6 +626,9 @@ def main():
     p.add_argument("--sample-interval", type=float, default=1.0, help="seconds between scrapes")
     p.add_argument("--drain-timeout", type=float, default=300)
     p.add_argument("--seed", type=int, default=16)
+    p.add_argument("--trim-probe", action=argparse.BooleanOptionalAction, default=shutil.which("gdb") is not None,
+                   help="after the checks, call malloc_trim(0) in both daemons (gdb) and report their RSS "
+                        "after it: memory the daemon holds vs free memory malloc kept (informative, not a check)")
     p.add_argument("--json-out", help="also write the JSON summary here")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs, state)")
     p.add_argument("--bin", default=None, help="folder with rankwatch and rankwatchd (default build/bin)")
@@ -609,6 +641,11 @@ def main():
     finally:
         soak.close()
     detail = summary.pop("minutes_detail")
+    for which, r in summary["rss"].items():
+        trim = r.get("trim_probe") or {}
+        log("soak: RSS %-9s after warm-up %s MiB, at the end %s MiB (%s %%), peak %s MiB, after malloc_trim %s MiB"
+            % (which, r["after_warmup_mib"], r["at_end_mib"], r["growth_pct"], r["max_mib"],
+               trim.get("after_malloc_trim_mib", "-")))
     for name, ok in summary["checks"].items():
         log("soak: %-22s %s" % (name, "ok" if ok else "FAILED"))
     log(json.dumps(summary))
