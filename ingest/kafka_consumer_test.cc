@@ -1,5 +1,5 @@
 // KafkaConsumer in a consumer group on the embedded broker (librdkafka's mock cluster), with
-// rebalances while a producer thread publishes (run under TSan by scripts/test.sh
+// rebalances while a producer publishes (run under TSan by scripts/test.sh
 // --sanitize=thread): two members, each polled on a thread of its own as the daemon's ingest
 // thread does, keep their resume offsets as state, handed over on revocation as TaskManager
 // does. A second member joins mid-stream and the first leaves later; every message is handled
@@ -129,43 +129,49 @@ TEST(KafkaConsumerTest, MembersJoiningAndLeavingMidStreamHandleEveryMessageOnce)
   Shared shared;
   for (int p = 0; p < kPartitions; ++p) shared.stored_next[p] = 0;
 
-  std::atomic<int> produced{0};
-  std::thread producer([&] {
-    rd_kafka_conf_t* conf = rd_kafka_conf_new();
-    char err[256];
-    rd_kafka_conf_set(conf, "bootstrap.servers", brokers.c_str(), err, sizeof(err));
-    rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
-    rd_kafka_conf_set(conf, "linger.ms", "1", err, sizeof(err));
-    rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-    ASSERT_NE(rk, nullptr) << err;
-    for (int i = 0; i < kMessages; ++i) {
-      const std::string payload = std::to_string(i);
+  // The producer publishes in three parts: before b joins, while both members own partitions,
+  // and after a left, so that each member has messages to read whatever a rebalance costs.
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  char err[256];
+  rd_kafka_conf_set(conf, "bootstrap.servers", brokers.c_str(), err, sizeof(err));
+  rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
+  rd_kafka_conf_set(conf, "linger.ms", "1", err, sizeof(err));
+  rd_kafka_t* producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+  ASSERT_NE(producer, nullptr) << err;
+  int produced = 0;
+  const auto produce = [&](int until) {
+    for (; produced < until; ++produced) {
+      const std::string payload = std::to_string(produced);
       rd_kafka_resp_err_t e;
       while ((e = rd_kafka_producev(
-                  rk, RD_KAFKA_V_TOPIC(kTopic), RD_KAFKA_V_PARTITION(i % kPartitions),
+                  producer, RD_KAFKA_V_TOPIC(kTopic), RD_KAFKA_V_PARTITION(produced % kPartitions),
                   RD_KAFKA_V_VALUE(const_cast<char*>(payload.data()), payload.size()),
                   RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END)) ==
              RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-        rd_kafka_poll(rk, 10);
+        rd_kafka_poll(producer, 10);
       }
       EXPECT_EQ(e, RD_KAFKA_RESP_ERR_NO_ERROR);
-      ++produced;
-      rd_kafka_poll(rk, 0);
-      if (i % 100 == 99) std::this_thread::sleep_for(20ms);  // about 5,000 messages/s
+      rd_kafka_poll(producer, 0);
+      if (produced % 100 == 99) std::this_thread::sleep_for(10ms);
     }
-    EXPECT_EQ(rd_kafka_flush(rk, 30000), RD_KAFKA_RESP_ERR_NO_ERROR);
-    rd_kafka_destroy(rk);
-  });
+    EXPECT_EQ(rd_kafka_flush(producer, 30000), RD_KAFKA_RESP_ERR_NO_ERROR);
+  };
 
   auto a = std::make_unique<Member>("member-a", brokers, &shared);
+  produce(kMessages / 3);
   ASSERT_TRUE(WaitFor([&] { return a->handled() >= 300; }, 60s)) << "member a never read";
   auto b = std::make_unique<Member>("member-b", brokers, &shared);
-  ASSERT_TRUE(WaitFor([&] { return b->handled() >= 100; }, 60s)) << "member b never read";
-  a->Stop();  // leaves while the producer still publishes (unless the machine is very slow)
+  ASSERT_TRUE(WaitFor([&] { return b->assignments() >= 1 && a->assignments() >= 2; }, 60s))
+      << "b never joined";
+  produce(2 * kMessages / 3);
+  ASSERT_TRUE(WaitFor([&] { return shared.total >= 2 * kMessages / 3; }, 60s))
+      << shared.total << " handled";
+  a->Stop();  // leaves the group: b takes over its partitions
   const int a_handled = a->handled();
+  produce(kMessages);
   ASSERT_TRUE(WaitFor([&] { return shared.total >= kMessages; }, 90s))
       << shared.total << " of " << kMessages << " handled";
-  producer.join();
+  rd_kafka_destroy(producer);
   std::this_thread::sleep_for(300ms);  // a duplicate would arrive now
   b->Stop();
 
