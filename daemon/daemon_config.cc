@@ -26,6 +26,8 @@ absl::StatusOr<Duration> ParseDuration(const std::string& text) {
   } else {
     return absl::InvalidArgumentError("bad duration unit in '" + text + "' (ms, s, m, h)");
   }
+  // Durations are int64 nanoseconds: about 292 years at most.
+  if (seconds > 9e9) return absl::InvalidArgumentError("duration '" + text + "' is too long");
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds));
 }
 
@@ -125,6 +127,8 @@ absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* c) {
        [&](const YAML::Node& n) { c->grpc_tls_client_ca = n.as<std::string>(); }},
       {"alert-subscriber-queue",
        [&](const YAML::Node& n) { c->alert_subscriber_queue = n.as<int>(); }},
+      {"max-jobs", [&](const YAML::Node& n) { c->max_jobs = n.as<int64_t>(); }},
+      {"max-ranks", [&](const YAML::Node& n) { c->max_ranks = n.as<int64_t>(); }},
       {"log-level", [&](const YAML::Node& n) { c->log_level = n.as<std::string>(); }},
       {"kafka",
        [&](const YAML::Node& n) {
@@ -142,7 +146,13 @@ absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* c) {
        }},
   };
   for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
+    std::string key;
+    try {
+      key = kv.first.as<std::string>();  // a key that is a map or a list is not a string
+    } catch (const YAML::Exception& e) {
+      return absl::InvalidArgumentError("config " + path +
+                                        ": a key that is not a name: " + e.what());
+    }
     auto it = setters.find(key);
     if (it == setters.end()) {
       return absl::InvalidArgumentError("config " + path + ": unknown key '" + key + "'");

@@ -91,6 +91,21 @@ TEST(DaemonConfigTest, ParsesDurations) {
   EXPECT_FALSE(ParseDuration("fast").ok());
   EXPECT_FALSE(ParseDuration("10 parsecs").ok());
   EXPECT_FALSE(ParseDuration("-1s").ok());
+  // int64 nanoseconds hold about 292 years: longer is an error, not an overflow
+  // (fuzz_daemon_config).
+  EXPECT_FALSE(ParseDuration("1e300").ok());
+  EXPECT_FALSE(ParseDuration("10000000h").ok());
+  EXPECT_EQ(*ParseDuration("1000h"), std::chrono::hours(1000));
+}
+
+TEST(DaemonConfigTest, AKeyThatIsNotANameIsAnError) {
+  // A map or a list as a key used to throw out of LoadDaemonConfigFile (fuzz_daemon_config).
+  DaemonConfig c;
+  absl::Status s = LoadDaemonConfigFile(WriteTemp("mapkey.yaml", "{a: b}: 1\n"), &c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("not a name"), std::string::npos) << s;
+  s = LoadDaemonConfigFile(WriteTemp("listkey.yaml", "? [1, 2]\n: 3\n"), &c);
+  EXPECT_FALSE(s.ok());
 }
 
 }  // namespace

@@ -8,10 +8,14 @@
 #include <string>
 
 #include "fuzz/fuzz_store.h"
+#include "google/protobuf/stubs/logging.h"
 #include "state/job_state_store.h"
 #include "state/state_changelog.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // protobuf logs every string that is not UTF-8; that is the input, not news.
+  static const bool quiet = (google::protobuf::SetLogHandler(nullptr), true);
+  (void)quiet;
   using namespace rankwatch;
   // Never destroyed: RocksDB's own statics may be gone when exit() runs destructors.
   static fuzz::FuzzStore& fuzz_store = *new fuzz::FuzzStore;

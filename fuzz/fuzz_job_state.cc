@@ -9,6 +9,7 @@
 #include <string>
 
 #include "fuzz/fuzz_store.h"
+#include "google/protobuf/stubs/logging.h"
 #include "operators/alert_tracker.h"
 #include "operators/job_pipeline.h"
 #include "rankwatch/v1/service.pb.h"
@@ -37,6 +38,9 @@ void RestoreAll(const std::vector<job_state::StoredJob>& jobs) {
 }  // namespace rankwatch
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // protobuf logs every string that is not UTF-8; that is the input, not news.
+  static const bool quiet = (google::protobuf::SetLogHandler(nullptr), true);
+  (void)quiet;
   using namespace rankwatch;
   // Never destroyed: RocksDB's own statics may be gone when exit() runs destructors.
   static fuzz::FuzzStore& fuzz_store = *new fuzz::FuzzStore;

@@ -22,6 +22,15 @@ uint64_t Ns(double v, double scale) {
   return static_cast<uint64_t>(std::llround(std::max(0.0, v) * scale));
 }
 
+// A step number: a whole number in [0, 2^63) (converting another double is undefined).
+absl::StatusOr<uint64_t> StepNumber(const CsvTable& t, size_t row, double v) {
+  if (!(v >= 0 && v < 9.2e18) || v != std::floor(v)) {
+    return absl::InvalidArgumentError(t.name() + ":" + std::to_string(t.line_of(row)) +
+                                      ": not a step number: " + std::to_string(v));
+  }
+  return static_cast<uint64_t>(v);
+}
+
 }  // namespace
 
 absl::StatusOr<IterationTrace> ReadMindSporeStepTrace(const std::filesystem::path& file) {
@@ -74,8 +83,10 @@ absl::StatusOr<IterationTrace> ReadMindSporeStepTrace(const std::filesystem::pat
       }
       v[i] = n->value_or(-1);
     }
+    auto step = StepNumber(t, row, v[0]);
+    if (!step.ok()) return step.status();
     v1::StepRecord r;
-    r.set_step(static_cast<uint64_t>(v[0]));
+    r.set_step(*step);
     r.set_step_time_ns(Ns(v[1], kTickNs));
     r.set_dataloader_ns(Ns(v[2], kTickNs));
     r.set_forward_backward_ns(Ns(v[3], kTickNs));
@@ -174,8 +185,10 @@ absl::StatusOr<IterationTrace> ReadTorchNpuStepTrace(const std::filesystem::path
     if (!t.Number(row, cols[0]).value().has_value()) continue;  // no step id (N/A)
     // Preparing can hold an absolute timestamp in some exports: not a duration.
     if (v[4] > 1e12) v[4] = 0;
+    auto step = StepNumber(t, row, v[0]);
+    if (!step.ok()) return step.status();
     v1::StepRecord r;
-    r.set_step(static_cast<uint64_t>(v[0]));
+    r.set_step(*step);
     r.set_dataloader_ns(Ns(v[4], kUsNs));
     r.set_collective_ns(Ns(v[2], kUsNs));
     r.set_forward_backward_ns(Ns(v[1] + v[2], kUsNs));

@@ -152,5 +152,35 @@ TEST(IterationTraceTest, BrokenFilesAreErrorsNamingFileAndLine) {
   EXPECT_NE(j.status().message().find("not JSON"), std::string::npos) << j.status();
 }
 
+TEST(IterationTraceTest, AStepNumberThatIsNoWholeNumberIsAnError) {
+  // Converting 1e300 or -5 to a step number was undefined behaviour (fuzz_ascend_csv).
+  const std::string dir = ::testing::TempDir() + "/rank4_ascend_pt/ASCEND_PROFILER_OUTPUT";
+  std::filesystem::create_directories(dir);
+  const std::string csv = dir + "/step_trace_time.csv";
+  for (const char* step : {"1e300", "-5", "1.5"}) {
+    std::ofstream(csv) << "Step,Computing,Communication(Not Overlapped),Stage,Preparing\r\n"
+                       << step << ",10,2,20,1\r\n";
+    auto t = ReadIterationTrace(csv);
+    ASSERT_FALSE(t.ok()) << step;
+    EXPECT_NE(t.status().message().find("not a step number"), std::string::npos) << t.status();
+  }
+  const std::string ms = ::testing::TempDir() + "/step_trace_raw_0_detail_time.csv";
+  std::ofstream(ms) << "step_num,total,iteration_interval,fp_and_bp,tail\n1e19,1,1,1,1\n";
+  EXPECT_FALSE(ReadIterationTrace(ms).ok());
+}
+
+TEST(MsprofStepTraceTest, TheSmallestIterationIdIsRead) {
+  // previous_id == id - 1 overflowed for id = INT64_MIN (fuzz_msprof).
+  const std::string json = ::testing::TempDir() + "/msprof_min/step_trace_0_1_1.json";
+  std::filesystem::create_directories(::testing::TempDir() + "/msprof_min");
+  std::ofstream(json) << R"([{"ph":"X","cat":"Iteration Time","dur":5,
+    "args":{"Iteration ID":-9223372036854775808}},
+    {"ph":"X","cat":"Iteration Time","dur":7,"args":{"Iteration ID":9223372036854775807}}])";
+  auto t = ReadIterationTrace(json);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->steps.size(), 2u);
+  EXPECT_EQ(t->steps[1].step_time_ns(), 7000u);
+}
+
 }  // namespace
 }  // namespace rankwatch

@@ -60,6 +60,9 @@ bool MicrosToNs(std::string_view tok, int64_t* ns, bool* fractional) {
     *fractional = *fractional || tok.find_first_of(".eE") != std::string_view::npos;
     return true;
   }
+  // 16 digits can still be more µs than int64 ns hold (9,223,372,036,854,775 is the most).
+  constexpr int64_t kMaxWhole = (INT64_MAX - 1000) / 1000;
+  if (whole > kMaxWhole) return false;
   *ns = (neg ? -1 : 1) * (whole * 1000 + frac);
   *fractional = *fractional || is_float;
   return true;
@@ -73,7 +76,8 @@ int64_t IntArg(od::value& v, int64_t fallback) {
     int64_t i;
     if (!v.get_int64().get(i)) return i;
     double d;
-    if (!v.get_double().get(d) && std::isfinite(d)) return static_cast<int64_t>(d);
+    // In range of int64 (a larger double would be undefined behaviour to convert).
+    if (!v.get_double().get(d) && d > -9.2e18 && d < 9.2e18) return static_cast<int64_t>(d);
     return fallback;
   }
   if (t == od::json_type::string) {

@@ -171,6 +171,54 @@ TEST(TraceFileBuffer, InflatesToTheDecompressedSize) {
   EXPECT_EQ(b->size(), 1759570u);
 }
 
+TEST(TraceFileBuffer, AGzipTrailerClaimingGigabytesIsOnlyAHint) {
+  // ISIZE said 4 GiB for 18 bytes of JSON: the buffer was allocated at that size.
+  const std::string json = R"({"traceEvents":[]})";
+  std::string gz(compressBound(json.size()) + 32, '\0');
+  z_stream zs{};
+  ASSERT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(json.data()));
+  zs.avail_in = json.size();
+  zs.next_out = reinterpret_cast<Bytef*>(gz.data());
+  zs.avail_out = gz.size();
+  ASSERT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+  gz.resize(zs.total_out);
+  deflateEnd(&zs);
+  gz.replace(gz.size() - 4, 4, "\xff\xff\xff\xff");
+  // zlib checks ISIZE at the end: the file is corrupt, an error (not a 4 GiB buffer first).
+  auto b = TraceFileBuffer::Read(WriteTemp("isize.json.gz", gz));
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(b.status().message(), ::testing::HasSubstr("corrupt gzip"));
+}
+
+TEST(KinetoTraceReader, NumbersBeyondInt64NanosecondsAreAbsentNotOverflowed) {
+  // 16 digits of µs can exceed int64 ns; a huge args.stream was an undefined conversion
+  // (fuzz_kineto). Such values read as absent.
+  auto t = ParseText(R"({"traceEvents":[
+    {"ph":"X","cat":"kernel","name":"a","ts":9999999999999999,"dur":1,"args":{"stream":1e300}},
+    {"ph":"X","cat":"kernel","name":"b","ts":9223372036854774,"dur":1,"args":{"stream":-1e19}},
+    {"ph":"X","cat":"kernel","name":"c","ts":1700000000000000.123,"dur":2}]})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->events.size(), 2u);                     // `a` has no usable ts
+  EXPECT_EQ(t->events[0].ts_ns, 9223372036854774000);  // the largest that fits
+  EXPECT_EQ(t->events[0].stream, -1);
+  EXPECT_EQ(t->events[1].ts_ns, 1700000000000000123);  // 16 digits stay exact
+}
+
+TEST(KinetoTraceReader, PiecesGiveTheSameTraceAsTheWholeFile) {
+  auto b = TraceFileBuffer::Read(kKineto + "/hta-trace-filter-2rank/sampled_rank-0.json.gz");
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto whole = ParseKinetoTrace(b->view(), "whole");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  for (size_t piece : {1u, 7u, 4096u}) {
+    auto pieces = ParseKinetoTraceInPieces(b->view(), piece, "pieces");
+    ASSERT_TRUE(pieces.ok()) << pieces.status();
+    EXPECT_EQ(pieces->events.size(), whole->events.size()) << piece;
+    EXPECT_EQ(pieces->strings, whole->strings) << piece;
+    EXPECT_EQ(pieces->hta_rank, whole->hta_rank) << piece;
+  }
+}
+
 TEST(FindKinetoTraces, FindsJsonAndGzipRecursively) {
   auto found = FindKinetoTraces({kKineto});
   ASSERT_TRUE(found.ok()) << found.status();

@@ -118,7 +118,8 @@ absl::StatusOr<IterationTrace> ReadMsprofStepTrace(const std::filesystem::path& 
     // The gap between the previous iteration's end and this FP start: data loading and
     // augmentation (msprof's "Data_aug Bound"); 0 for the first iteration in the file.
     double gap_ns = 0;
-    if (previous != nullptr && previous_id == id - 1 && !std::isnan(previous->end_us) &&
+    if (previous != nullptr &&
+        previous_id + 1 == id &&  // previous_id < id: no overflow !std::isnan(previous->end_us) &&
         !std::isnan(it.fp_start_us)) {
       gap_ns = std::max(0.0, (it.fp_start_us - previous->end_us) * 1e3);
     }

@@ -1,7 +1,9 @@
 #include "ingest/trace_file_buffer.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -23,7 +25,10 @@ absl::Status StreamTraceFile(const std::filesystem::path& file,
   if (f == nullptr) {
     return absl::NotFoundError(file.string() + ": cannot open: " + std::strerror(errno));
   }
-  constexpr size_t kChunk = 4 << 20;
+  // Pieces of at most 4 MiB; a small file gets small buffers (at least 64 KiB).
+  struct stat st{};
+  const size_t file_size = fstat(fileno(f.get()), &st) == 0 ? static_cast<size_t>(st.st_size) : 0;
+  const size_t kChunk = std::clamp<size_t>(file_size, 64 << 10, 4 << 20);
   std::unique_ptr<char[]> in(new char[kChunk]);
   size_t n = std::fread(in.get(), 1, kChunk, f.get());
   const bool gzip = n >= 2 && static_cast<unsigned char>(in[0]) == 0x1f &&
@@ -99,7 +104,9 @@ absl::StatusOr<TraceFileBuffer> TraceFileBuffer::Read(const std::filesystem::pat
   // ISIZE (the last 4 bytes) is the size mod 2^32 of the last member: a hint, not a promise.
   uint32_t isize;
   std::memcpy(&isize, raw.data() + raw.size() - 4, 4);
-  out.capacity_ = std::max<size_t>(isize, raw.size() * 2);
+  // Deflate expands at most ~1032:1, so a larger ISIZE is a lie (a damaged or hostile file):
+  // capped, a few bytes cannot make the reader allocate 4 GiB up front.
+  out.capacity_ = std::max<size_t>(std::min<size_t>(isize, raw.size() * 1032), raw.size() * 2);
   out.data_.reset(new char[out.capacity_ + kPadding]);
 
   z_stream zs{};

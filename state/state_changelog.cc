@@ -179,8 +179,7 @@ void ChangelogReader::Add(std::string_view key, std::optional<std::string_view> 
   if (key.empty()) {
     ++ignored_;
   } else if (key[0] == 'b') {
-    pending_.emplace();
-    pending_->full = true;
+    pending_.emplace(Pending{true, {}});
   } else if (key[0] == 'c' && value && value->size() == 17) {
     const int64_t offset = static_cast<int64_t>(GetBigEndian(value->data()));
     const uint64_t sequence = GetBigEndian(value->data() + 8);
@@ -195,7 +194,7 @@ void ChangelogReader::Add(std::string_view key, std::optional<std::string_view> 
       state_.next_offset = offset;
       state_.sequence = sequence;
     }
-    pending_.emplace();  // deltas follow a commit directly
+    pending_.emplace(Pending{false, {}});  // deltas follow a commit directly
   } else if ((key[0] == 'k' || key[0] == 'r') && key.size() >= 2 &&
              static_cast<uint8_t>(key[1]) < kStateFamilyCount) {
     if (pending_) {

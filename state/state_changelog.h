@@ -84,8 +84,8 @@ class ChangelogReader {
   uint64_t ignored() const { return ignored_; }
 
  private:
-  struct Pending {
-    bool full = false;
+  struct Pending {  // (no member initialisers: clang then rejects optional<Pending>::emplace)
+    bool full;
     std::vector<ChangelogRecord> records;
   };
   ChangelogPartition state_;
