@@ -231,29 +231,37 @@ class TraceStream {
  public:
   explicit TraceStream(KinetoTrace* t) : t_(t), interner_(&t->strings) {}
 
+  // Scans the new bytes only: the state where the previous piece ended (depth, inside a
+  // string or not) is kept, so a unit spanning many pieces is not scanned again for each.
   absl::Status Feed(const char* data, size_t len) {
     pending_.append(data, len);
-    size_t i = 0, unit_start = 0;
+    size_t i = scan_, unit_start = 0;
     const char* p = pending_.data();
     const size_t n = pending_.size();
     while (i < n) {
       const char c = p[i];
-      if (depth_ == 0 && c != '{' && c != ' ' && c != '\n' && c != '\r' && c != '\t') {
+      if (string_open_ == kNone && depth_ == 0 && c != '{' && c != ' ' && c != '\n' && c != '\r' &&
+          c != '\t') {
         return absl::InvalidArgumentError("not a Kineto trace: the top level is not a JSON object");
       }
-      if (c == '"') {
-        // Skip the string (escape-aware); an unfinished string waits for more input.
-        size_t j = i + 1;
+      if (string_open_ != kNone || c == '"') {
+        // Skip the string (escape-aware); an unfinished string goes on in the next piece.
+        const size_t open = string_open_ != kNone ? string_open_ : i;
+        size_t j = string_open_ != kNone ? i : i + 1;
+        string_open_ = kNone;
         while (true) {
           const void* q = std::memchr(p + j, '"', n - j);
-          if (q == nullptr) return Keep(unit_start);
+          if (q == nullptr) {
+            string_open_ = open;
+            return Keep(unit_start, n);
+          }
           j = static_cast<const char*>(q) - p;
           size_t k = j;
-          while (k > i + 1 && p[k - 1] == '\\') --k;
+          while (k > open + 1 && p[k - 1] == '\\') --k;
           ++j;
           if ((j - 1 - k) % 2 == 0) break;
         }
-        if (depth_ == 1 && key_.empty() && !in_events_) key_.assign(p + i + 1, j - i - 2);
+        if (depth_ == 1 && key_.empty() && !in_events_) key_.assign(p + open + 1, j - open - 2);
         i = j;
         continue;
       }
@@ -294,7 +302,7 @@ class TraceStream {
       }
       ++i;
     }
-    return Keep(unit_start);
+    return Keep(unit_start, n);
   }
 
   absl::Status Finish() {
@@ -308,18 +316,15 @@ class TraceStream {
   }
 
  private:
-  // Drops the processed prefix; parses the batch when it is large.
-  absl::Status Keep(size_t unit_start) {
+  // Drops the processed prefix (the unfinished unit from `unit_start` on stays); the next
+  // piece is scanned from `resume`. Parses the batch when it is large.
+  absl::Status Keep(size_t unit_start, size_t resume) {
     if (batch_.size() >= (1u << 20)) {
       if (auto s = Flush(); !s.ok()) return s;
     }
-    // Rescanning restarts at the unit's first byte with the depth it had there.
-    if (in_events_ && depth_ > 2)
-      depth_ = 2;
-    else if (!in_events_ && depth_ > 1)
-      depth_ = 1;
-    if (!in_events_ && depth_ == 1) key_.clear();
     pending_.erase(0, unit_start);
+    scan_ = resume - unit_start;
+    if (string_open_ != kNone) string_open_ -= unit_start;
     return absl::OkStatus();
   }
 
@@ -385,7 +390,10 @@ class TraceStream {
   KinetoTrace* t_;
   Interner interner_;
   od::parser parser_;
+  static constexpr size_t kNone = std::string::npos;
   std::string pending_, batch_, key_;
+  size_t scan_ = 0;             // where scanning resumes in pending_
+  size_t string_open_ = kNone;  // the opening quote of a string the last piece ended in
   size_t batch_count_ = 0;
   uint32_t index_ = 0;
   int depth_ = 0;
