@@ -127,6 +127,8 @@ absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* c) {
        [&](const YAML::Node& n) { c->grpc_tls_client_ca = n.as<std::string>(); }},
       {"alert-subscriber-queue",
        [&](const YAML::Node& n) { c->alert_subscriber_queue = n.as<int>(); }},
+      {"max-jobs", [&](const YAML::Node& n) { c->max_jobs = n.as<int64_t>(); }},
+      {"max-ranks", [&](const YAML::Node& n) { c->max_ranks = n.as<int64_t>(); }},
       {"log-level", [&](const YAML::Node& n) { c->log_level = n.as<std::string>(); }},
       {"kafka",
        [&](const YAML::Node& n) {

@@ -13,6 +13,7 @@
 //     window-steps: 100
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -49,7 +50,10 @@ struct DaemonConfig {
   std::string grpc_tls_key;
   std::string grpc_tls_client_ca;
   int alert_subscriber_queue = 1024;  // alerts a WatchAlerts subscriber may lag behind
-  std::string log_level = "info";     // trace, debug, info, warn, error
+  // The job table's bounds (runtime/job_router.h): jobs, and ranks over all jobs.
+  int64_t max_jobs = 10'000;
+  int64_t max_ranks = 1 << 20;
+  std::string log_level = "info";  // trace, debug, info, warn, error
   KafkaProperties kafka;
   StepDiagnosisOptions step_diagnosis;      // `step-diagnosis:` section; hang-timeout above
   MemoryDiagnosisOptions memory_diagnosis;  // `memory-diagnosis:` section

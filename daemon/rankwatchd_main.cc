@@ -73,6 +73,9 @@ int Run(const DaemonConfig& config) {
   if (config.alert_subscriber_queue < 1) {
     return Fail(absl::InvalidArgumentError("alert-subscriber-queue must be >= 1"));
   }
+  if (config.max_jobs < 1 || config.max_ranks < 1) {
+    return Fail(absl::InvalidArgumentError("max-jobs and max-ranks must be >= 1"));
+  }
   auto metrics_address = ParseListenAddress(config.metrics_listen);
   if (!metrics_address.ok()) return Fail(metrics_address.status());
   auto grpc_address = ParseListenAddress(config.grpc_listen);
@@ -162,6 +165,8 @@ int Run(const DaemonConfig& config) {
 
   JobRouterOptions router_options;
   router_options.topic = config.topic;
+  router_options.max_jobs = static_cast<size_t>(config.max_jobs);
+  router_options.max_ranks = static_cast<uint64_t>(config.max_ranks);
   PartitionTaskOptions& task_options = router_options.task;
   task_options.pipeline.record_changes = true;
   task_options.job_ttl = *job_ttl;
@@ -294,6 +299,14 @@ int main(int argc, char** argv) {
   app.add_option("--grpc-tls-key", config.grpc_tls_key, "PEM private key for gRPC over TLS");
   app.add_option("--grpc-tls-client-ca", config.grpc_tls_client_ca,
                  "PEM CA: gRPC clients must present a certificate it signed (mutual TLS)");
+  app.add_option("--max-jobs", config.max_jobs,
+                 "jobs tracked at most; when full, jobs that have not completed 10 steps are "
+                 "evicted to admit new ones, else new jobs are rejected")
+      ->capture_default_str();
+  app.add_option("--max-ranks", config.max_ranks,
+                 "ranks tracked at most, summed over the jobs' world sizes (~2 KiB each before "
+                 "any step; more with full windows)")
+      ->capture_default_str();
   app.add_option("--alert-subscriber-queue", config.alert_subscriber_queue,
                  "alerts a WatchAlerts subscriber may fall behind before it is disconnected "
                  "(it can resume)")

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "operators/step_codec.h"
 
 namespace rankwatch {
@@ -29,6 +31,45 @@ void JobPipeline::Reset(uint32_t world_size) {
   rank_nodes_ = std::make_shared<const std::vector<std::string>>(world_size);
   finished_ranks_.assign(world_size, false);
   finished_count_ = 0;
+  rank_last_batch_.assign(world_size, TimePoint{});
+}
+
+void JobPipeline::NoteOnce(int kind, JobDelta* delta, std::string note) {
+  if (noted_ & (1u << kind)) return;
+  noted_ |= 1u << kind;
+  delta->note = std::move(note);
+}
+
+bool JobPipeline::RankClaimedElsewhere(uint32_t rank, const std::string& node, TimePoint now,
+                                       JobDelta* delta) {
+  const std::string& owner = (*rank_nodes_)[rank];
+  if (node.empty() || owner.empty() || owner == node) return false;
+  if (now - rank_last_batch_[rank] >= options_.rank_takeover_after) return false;  // it moved
+  ++delta->rank_conflict;
+  NoteOnce(0, delta,
+           fmt::format("rank {} is claimed by two nodes, '{}' and '{}': batches from '{}' are "
+                       "rejected while '{}' keeps sending (two processes were given the same "
+                       "rank, or two jobs share this job id)",
+                       rank, owner, node, node, owner));
+  return true;
+}
+
+bool JobPipeline::StaleWorldSize(uint32_t world_size, TimePoint now, JobDelta* delta) {
+  const Duration since = now - world_size_changed_at_;
+  const bool changed_before = previous_world_size_ != 0;
+  if (changed_before &&
+      (since < options_.world_size_grace ||
+       (world_size == previous_world_size_ && since < 6 * options_.world_size_grace))) {
+    ++delta->stale_world_size;
+    NoteOnce(1, delta,
+             fmt::format("batches declare world size {} while the job changed from {} to {} "
+                         "{:.1f} s ago: they are rejected (ranks of two incarnations of the job "
+                         "are sending, or two jobs share this job id)",
+                         world_size, previous_world_size_, aligner_->world_size(),
+                         std::chrono::duration<double>(since).count()));
+    return true;
+  }
+  return false;
 }
 
 JobDelta JobPipeline::AddBatch(const v1::Batch& batch, TimePoint now) {
@@ -39,18 +80,41 @@ JobDelta JobPipeline::AddBatch(const v1::Batch& batch, TimePoint now) {
   }
   const uint32_t world_size = batch.source().world_size();
   if (world_size != aligner_->world_size()) {
+    if (StaleWorldSize(world_size, now, &delta)) return delta;
+    const uint32_t old = aligner_->world_size();
     aligner_->Expire(TimePoint::max(), &closed_);  // flush what the old world size had
     Consume(now, &delta);
     Reset(world_size);
+    previous_world_size_ = old;
+    world_size_changed_at_ = now;
+    ++delta.world_size_changed;
+    NoteOnce(3, &delta,
+             fmt::format("world size changed from {} to {}: alignment and windows restart (later "
+                         "changes are counted in rankwatch_world_size_changes_total)",
+                         old, world_size));
   }
   const uint32_t rank = batch.source().rank();
+  const std::string& node = batch.source().node();
+  if (RankClaimedElsewhere(rank, node, now, &delta)) return delta;
+  rank_last_batch_[rank] = now;
   sharded_ = sharded_ || batch.source().sharded();
-  if ((*rank_nodes_)[rank] != batch.source().node()) {
+  if (!node.empty() && (*rank_nodes_)[rank] != node) {
     auto nodes = std::make_shared<std::vector<std::string>>(*rank_nodes_);  // rare: copy on write
-    (*nodes)[rank] = batch.source().node();
+    (*nodes)[rank] = node;
     rank_nodes_ = std::move(nodes);
   }
+  const int64_t last_of_rank = aligner_->last_step_of(rank);
   for (const v1::StepRecord& record : batch.steps()) {
+    if (last_of_rank >= 0 && record.step() > static_cast<uint64_t>(last_of_rank) &&
+        record.step() - static_cast<uint64_t>(last_of_rank) > options_.max_step_jump) {
+      ++delta.step_jump;
+      NoteOnce(2, &delta,
+               fmt::format("rank {} jumped from step {} to step {}: records more than {} steps "
+                           "ahead of their rank are rejected (a step counter that was reset "
+                           "or corrupted; a restarted job needs a new job id)",
+                           rank, last_of_rank, record.step(), options_.max_step_jump));
+      continue;
+    }
     last_record_unix_ns_ = std::max(last_record_unix_ns_, record.end_unix_ns());
     switch (aligner_->Add(ToStepSample(record, rank), now, &closed_)) {
       case AlignOutcome::kAccepted: ++delta.accepted; break;

@@ -32,6 +32,15 @@ struct JobPipelineOptions {
   MemoryWindowOptions memory_window;
   MemoryTrendOptions memory_trend;
   MemoryDiagnosisOptions memory;
+  // Input that would corrupt a job is rejected and counted (JobDelta):
+  // - A rank claimed by a second node while its node sent within this long: the second
+  //   node's batches are rejected; after this much silence the rank moves. Default: 60 s.
+  Duration rank_takeover_after = std::chrono::seconds(60);
+  // - A world size change less than this after the previous one (ranks of two incarnations
+  //   interleaving), or back to the previous size within six times this. Default: 10 s.
+  Duration world_size_grace = std::chrono::seconds(10);
+  // - A step record more than this many steps ahead of its rank's previous step. Default: 2^20.
+  uint64_t max_step_jump = 1u << 20;
 };
 
 // What one call changed; the caller turns it into metrics.
@@ -42,6 +51,12 @@ struct JobDelta {
   uint32_t rank_out_of_range = 0;
   uint32_t aligned = 0;
   uint32_t aligned_timed_out = 0;
+  uint32_t rank_conflict = 0;     // batches: another node claims the rank
+  uint32_t stale_world_size = 0;  // batches: a world size change too soon after the last
+  uint32_t step_jump = 0;         // records: too far ahead of their rank's previous step
+  uint32_t world_size_changed = 0;
+  // The first time the job sees each kind of rejected input: one line for a person to read.
+  std::string note;
 };
 
 struct JobSnapshot {
@@ -90,7 +105,8 @@ class JobPipeline {
   JobPipeline(std::string training_job, uint32_t world_size, JobPipelineOptions options);
 
   // Adds the step records of a validated batch of this job. A batch that declares another
-  // world size restarts alignment and the window at that size (an elastic restart).
+  // world size restarts alignment and the window at that size (an elastic restart), unless
+  // it comes within options.world_size_grace of the previous change.
   JobDelta AddBatch(const v1::Batch& batch, TimePoint now);
 
   // Closes steps whose alignment timeout passed. Call periodically even without input.
@@ -115,12 +131,26 @@ class JobPipeline {
 
   const std::string& training_job() const { return training_job_; }
   uint32_t world_size() const { return aligner_->world_size(); }
+  // Steps every rank reported (aligned without a timeout).
+  uint64_t complete_steps() const { return aligned_steps_ - timed_out_steps_; }
+  // Whether silence can change the job's diagnosis (a hang): it has enough steps in its window
+  // and not every rank ended cleanly. A job without it needs no re-evaluation while silent.
+  bool can_hang() const {
+    return window_->size() >= options_.diagnosis.min_steps &&
+           finished_count_ < aligner_->world_size();
+  }
 
  private:
   void Reset(uint32_t world_size);
   void Consume(TimePoint now, JobDelta* delta);
   // Counts hang loss up to `now` while the job is hung (as the step diagnosis would say).
   void CountHang(TimePoint now);
+  // Whether a batch from `node` for `rank` is refused: another node holds the rank.
+  bool RankClaimedElsewhere(uint32_t rank, const std::string& node, TimePoint now, JobDelta* delta);
+  // Whether a batch declaring `world_size` is refused: a change too soon after the last.
+  bool StaleWorldSize(uint32_t world_size, TimePoint now, JobDelta* delta);
+  // Sets delta->note to `note` the first time the job sees input of `kind`.
+  void NoteOnce(int kind, JobDelta* delta, std::string note);
 
   const std::string training_job_;
   const JobPipelineOptions options_;
@@ -135,6 +165,10 @@ class JobPipeline {
   std::vector<AlignedStep> closed_;                   // scratch, reused
   std::vector<state::v1::StoredStep> unsaved_steps_;  // with options.record_changes
   std::shared_ptr<const std::vector<std::string>> rank_nodes_;
+  std::vector<TimePoint> rank_last_batch_;  // when each rank last sent a batch (in memory only)
+  uint32_t previous_world_size_ = 0;        // before the last change (0: none)
+  TimePoint world_size_changed_at_{};
+  uint32_t noted_ = 0;         // kinds of rejected input already noted (bit per kind)
   TimePoint last_progress_{};  // when a step last aligned, or when the job was first seen
   std::vector<bool> finished_ranks_;
   uint32_t finished_count_ = 0;

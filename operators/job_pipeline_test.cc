@@ -5,6 +5,8 @@
 namespace rankwatch {
 namespace {
 
+using namespace std::chrono_literals;
+
 v1::Batch MakeBatch(const std::string& job, uint32_t rank, uint32_t world, uint64_t first,
                     uint64_t count, double forward_ms = 30) {
   v1::Batch b;
@@ -132,6 +134,71 @@ TEST(JobPipelineTest, LostTimeSurvivesACheckpointAndRestore) {
   (*restored)->Tick(t0 + std::chrono::seconds(10));
   EXPECT_DOUBLE_EQ(p.Snapshot(t0).lost.total_hang_rank_seconds, 200);
   EXPECT_DOUBLE_EQ((*restored)->Snapshot(t0).lost.total_hang_rank_seconds, 200);
+}
+
+v1::Batch FromNode(v1::Batch b, const std::string& node) {
+  b.mutable_source()->set_node(node);
+  return b;
+}
+
+TEST(JobPipelineTest, ARankClaimedByASecondNodeIsRejectedWhileItsNodeSends) {
+  JobPipeline p("j", 2, {});
+  const TimePoint t0{};
+  EXPECT_EQ(p.AddBatch(FromNode(MakeBatch("j", 0, 2, 0, 5), "node-a"), t0).accepted, 5u);
+  EXPECT_EQ(p.AddBatch(FromNode(MakeBatch("j", 1, 2, 0, 5), "node-b"), t0).aligned, 5u);
+  // node-c claims rank 0 too: its batches are refused and noted once.
+  JobDelta d = p.AddBatch(FromNode(MakeBatch("j", 0, 2, 5, 5), "node-c"), t0 + 1s);
+  EXPECT_EQ(d.rank_conflict, 1u);
+  EXPECT_EQ(d.accepted, 0u);
+  EXPECT_NE(d.note.find("'node-a' and 'node-c'"), std::string::npos) << d.note;
+  d = p.AddBatch(FromNode(MakeBatch("j", 0, 2, 10, 5), "node-c"), t0 + 2s);
+  EXPECT_EQ(d.rank_conflict, 1u);
+  EXPECT_TRUE(d.note.empty()) << "noted once per job";
+  // The rightful node goes on, and the snapshot names it.
+  EXPECT_EQ(p.AddBatch(FromNode(MakeBatch("j", 0, 2, 5, 5), "node-a"), t0 + 3s).accepted, 5u);
+  EXPECT_EQ(p.Snapshot(t0 + 3s).NodeOf(0), "node-a");
+  // After a minute of silence from node-a, the rank moves to node-c (rescheduled).
+  d = p.AddBatch(FromNode(MakeBatch("j", 0, 2, 10, 5), "node-c"), t0 + 3s + 61s);
+  EXPECT_EQ(d.rank_conflict, 0u);
+  EXPECT_EQ(d.accepted, 5u);
+  EXPECT_EQ(p.Snapshot(t0 + 65s).NodeOf(0), "node-c");
+}
+
+TEST(JobPipelineTest, WorldSizeFlappingIsRejectedAfterTheFirstChange) {
+  JobPipeline p("j", 4, {});
+  const TimePoint t0{};
+  for (uint32_t r = 0; r < 4; ++r) p.AddBatch(MakeBatch("j", r, 4, 0, 10), t0);
+  JobDelta d = p.AddBatch(MakeBatch("j", 0, 8, 100, 1), t0 + 1s);  // an elastic restart
+  EXPECT_EQ(d.world_size_changed, 1u);
+  EXPECT_EQ(p.world_size(), 8u);
+  EXPECT_NE(d.note.find("from 4 to 8"), std::string::npos) << d.note;
+  // A rank of the old incarnation is still sending, and a third size comes in: both refused.
+  d = p.AddBatch(MakeBatch("j", 1, 4, 10, 1), t0 + 2s);
+  EXPECT_EQ(d.stale_world_size, 1u);
+  EXPECT_EQ(p.AddBatch(MakeBatch("j", 1, 16, 10, 1), t0 + 3s).stale_world_size, 1u);
+  EXPECT_EQ(p.world_size(), 8u);
+  // The old size stays refused for six grace periods; another size is a change after one.
+  EXPECT_EQ(p.AddBatch(MakeBatch("j", 1, 4, 11, 1), t0 + 30s).stale_world_size, 1u);
+  EXPECT_EQ(p.AddBatch(MakeBatch("j", 1, 16, 11, 1), t0 + 30s).world_size_changed, 1u);
+  EXPECT_EQ(p.world_size(), 16u);
+}
+
+TEST(JobPipelineTest, AStepFarAheadOfItsRankIsRejected) {
+  JobPipeline p("j", 2, {});
+  const TimePoint t0{};
+  p.AddBatch(MakeBatch("j", 0, 2, 0, 5), t0);
+  p.AddBatch(MakeBatch("j", 1, 2, 0, 5), t0);
+  JobDelta d = p.AddBatch(MakeBatch("j", 0, 2, 5 + (uint64_t{1} << 62) - 10, 1), t0);
+  EXPECT_EQ(d.step_jump, 1u);
+  EXPECT_EQ(d.accepted, 0u);
+  EXPECT_NE(d.note.find("jumped from step 4"), std::string::npos) << d.note;
+  // The job goes on aligning its real steps.
+  p.AddBatch(MakeBatch("j", 0, 2, 5, 5), t0);
+  EXPECT_EQ(p.AddBatch(MakeBatch("j", 1, 2, 5, 5), t0).aligned, 5u);
+  EXPECT_EQ(p.Snapshot(t0).window_last_step, 9u);
+  // Within the limit, a gap is fine (a collector that samples every k steps).
+  p.AddBatch(MakeBatch("j", 0, 2, 1000, 1), t0);
+  EXPECT_EQ(p.AddBatch(MakeBatch("j", 1, 2, 1000, 1), t0).aligned, 1u);
 }
 
 }  // namespace

@@ -10,8 +10,9 @@ namespace rankwatch {
 MemoryWindow::MemoryWindow(uint32_t world_size, MemoryWindowOptions options)
     : world_size_(world_size), slots_(options.steps) {
   assert(slots_ > 0);
+  // The rings (world size x window steps) are allocated with the first memory sample: a job
+  // that reports none, or a hostile id that never becomes a job, costs no window.
   for (int k = 0; k < kMemoryKindCount; ++k) {
-    ring_[k].assign(size_t{world_size} * slots_, 0);
     peak_[k].assign(world_size, 0);
     incoming_[k].assign(world_size, 0);
   }
@@ -42,6 +43,9 @@ const MemoryWindow::Step* MemoryWindow::Add(const AlignedStep& aligned) {
 
   // Overwrite the oldest slot of every rank (ranks absent from this step get 0) and keep
   // each rank's peak current.
+  if (ring_[0].empty()) {
+    for (auto& ring : ring_) ring.assign(size_t{world_size_} * slots_, 0);
+  }
   const size_t slot = next_slot_;
   next_slot_ = (next_slot_ + 1) % slots_;
   for (int k = 0; k < kMemoryKindCount; ++k) {

@@ -24,48 +24,162 @@ PartitionTask& JobRouter::TaskOf(int32_t partition) {
 
 void JobRouter::HandleMessage(std::string_view payload, int32_t partition, int64_t offset,
                               TimePoint now, int64_t wall_now_unix_ns) {
-  const RejectReason reason = decoder_.Decode(payload, &batch_, &detail_);
+  const RejectReason reason = decoder_.Decode(payload, &batch_, &detail_, wall_now_unix_ns);
   if (reason == RejectReason::kNone) {
     Route(partition, now, wall_now_unix_ns);
   } else {
-    sinks_.metrics->rejected_by_reason[static_cast<int>(reason)]->Add(1);
-    spdlog::debug("rejected a message ({}): {}", RejectReasonName(reason), detail_);
+    Rejected(reason, now);
   }
   // Rejected messages count too: they are consumed, and never read again.
   TaskOf(partition).Consumed(offset);
 }
 
 void JobRouter::HandleMessage(std::string_view payload, TimePoint now, int64_t wall_now_unix_ns) {
-  const RejectReason reason = decoder_.Decode(payload, &batch_, &detail_);
+  const RejectReason reason = decoder_.Decode(payload, &batch_, &detail_, wall_now_unix_ns);
   if (reason != RejectReason::kNone) {
-    sinks_.metrics->rejected_by_reason[static_cast<int>(reason)]->Add(1);
-    spdlog::debug("rejected a message ({}): {}", RejectReasonName(reason), detail_);
+    Rejected(reason, now);
     return;
   }
   Route(-1, now, wall_now_unix_ns);
 }
 
+void JobRouter::Rejected(RejectReason reason, TimePoint now) {
+  sinks_.metrics->rejected_by_reason[static_cast<int>(reason)]->Add(1);
+  // Rejected input means a producer to fix: one line the first time, then at most one a
+  // minute per reason with the count since (a flood of bad messages cannot flood the log).
+  RejectLog& log = reject_log_[static_cast<int>(reason)];
+  ++log.since;
+  if (log.ever && now - log.logged < std::chrono::minutes(1)) return;
+  spdlog::warn("rejected {} telemetry message{} ({}); the latest: {}", log.since,
+               log.since == 1 ? "" : "s", RejectReasonName(reason), detail_);
+  log = {now, true, 0};
+}
+
+JobRouter::Index::iterator JobRouter::Track(const std::string& name, int32_t partition,
+                                            uint32_t world_size, bool provisional, TimePoint now) {
+  auto it = job_partition_.find(name);
+  if (it != job_partition_.end()) Untrack(it);
+  it = job_partition_.emplace(name, Entry{partition, world_size, false, 0, now}).first;
+  total_ranks_ += world_size;
+  SetProvisional(it, provisional, 1, now);
+  return it;
+}
+
+void JobRouter::Track(const state::v1::JobMeta& meta, int32_t partition, TimePoint now) {
+  const uint64_t complete =
+      meta.aligned_steps() - std::min(meta.aligned_steps(), meta.timed_out_steps());
+  Track(meta.training_job(), partition, meta.world_size(), complete < options_.established_steps,
+        now);
+}
+
+void JobRouter::Untrack(Index::iterator it) {
+  SetProvisional(it, false, 0, it->second.last_input);
+  total_ranks_ -= it->second.world_size;
+  job_partition_.erase(it);
+}
+
+void JobRouter::SetProvisional(Index::iterator it, bool provisional, uint32_t batches,
+                               TimePoint now) {
+  Entry& e = it->second;
+  if (e.provisional) {
+    provisional_.erase({e.batches, e.last_input, it->first});
+    provisional_ranks_ -= e.world_size;
+  }
+  e.provisional = provisional;
+  e.batches = batches;
+  e.last_input = now;
+  if (provisional) {
+    provisional_.emplace(e.batches, e.last_input, it->first);
+    provisional_ranks_ += e.world_size;
+  }
+}
+
+void JobRouter::Evict(Index::iterator it) {
+  if (auto task = tasks_.find(it->second.partition); task != tasks_.end()) {
+    task->second->Evict(it->first);
+  }
+  Untrack(it);
+  sinks_.metrics->jobs_evicted->Add(1);
+  ++evicted_since_log_;
+}
+
+bool JobRouter::MakeRoom(size_t jobs, uint64_t ranks, std::string_view keep, TimePoint now) {
+  auto fits = [&] {
+    return job_partition_.size() + jobs <= options_.max_jobs &&
+           total_ranks_ + ranks <= options_.max_ranks;
+  };
+  // Evict nothing unless evicting every provisional job but `keep` would make room.
+  size_t evictable_jobs = provisional_.size();
+  uint64_t evictable_ranks = provisional_ranks_;
+  if (auto k = job_partition_.find(keep); k != job_partition_.end() && k->second.provisional) {
+    --evictable_jobs;
+    evictable_ranks -= k->second.world_size;
+  }
+  const bool possible = job_partition_.size() - evictable_jobs + jobs <= options_.max_jobs &&
+                        total_ranks_ - evictable_ranks + ranks <= options_.max_ranks;
+  auto next = provisional_.begin();
+  while (possible && !fits() && next != provisional_.end()) {
+    const std::string& name = std::get<2>(*next++);
+    if (name == keep) continue;
+    auto victim = job_partition_.find(name);
+    Evict(victim);  // invalidates only its own key in provisional_, which `next` has passed
+  }
+  const bool ok = fits();
+  RejectLog& log = reject_log_[kRejectReasonCount];
+  if (!ok) ++log.since;
+  if ((!ok || evicted_since_log_ > 0) &&
+      (!log.ever || now - log.logged >= std::chrono::minutes(1))) {
+    spdlog::warn(
+        "the job table is full ({} jobs of at most {}, {} ranks of at most {}): evicted {} jobs "
+        "that had not completed {} steps and refused {} messages of new jobs since the last "
+        "report (max-jobs, max-ranks)",
+        job_partition_.size(), options_.max_jobs, total_ranks_, options_.max_ranks,
+        evicted_since_log_, options_.established_steps, log.since);
+    log = {now, true, 0};
+    evicted_since_log_ = 0;
+  }
+  return ok;
+}
+
 void JobRouter::Route(int32_t partition, TimePoint now, int64_t wall_now_unix_ns) {
   const std::string& name = batch_.source().training_job();
+  const uint32_t world_size = batch_.source().world_size();
   auto known = job_partition_.find(name);
-  if (known == job_partition_.end() && job_partition_.size() >= options_.max_jobs) {
-    rejected_too_many_jobs_->Add(1);
+  if (known == job_partition_.end()) {
+    if (!MakeRoom(1, world_size, name, now)) {
+      rejected_too_many_jobs_->Add(1);
+      return;
+    }
+  } else if (world_size > known->second.world_size &&
+             !MakeRoom(0, world_size - known->second.world_size, name, now)) {
+    rejected_too_many_jobs_->Add(1);  // an elastic restart to more ranks than fit
     return;
   }
   // A message without a partition goes to the job's task, wherever that is.
-  if (partition < 0 && known != job_partition_.end()) partition = known->second;
+  if (partition < 0 && known != job_partition_.end()) partition = known->second.partition;
   PartitionTask& task = TaskOf(partition);
-  if (known != job_partition_.end() && known->second != partition) {
+  if (known != job_partition_.end() && known->second.partition != partition) {
     // The job's records arrive on another partition now (or it was restored without one):
     // its state moves to that partition's task.
-    if (auto it = tasks_.find(known->second); it != tasks_.end()) it->second->MoveJob(name, &task);
+    if (auto it = tasks_.find(known->second.partition); it != tasks_.end()) {
+      it->second->MoveJob(name, &task);
+    }
   }
   task.Add(batch_, now, wall_now_unix_ns);
   if (known == job_partition_.end()) {
-    job_partition_.emplace(name, partition);
+    known = Track(name, partition, world_size, true, now);
     sinks_.metrics->jobs->Set(static_cast<double>(job_partition_.size()));
-  } else {
-    known->second = partition;
+  }
+  Entry& e = known->second;
+  e.partition = partition;
+  if (const uint32_t now_size = task.WorldSizeOf(name); now_size != e.world_size) {
+    total_ranks_ = total_ranks_ - e.world_size + now_size;
+    if (e.provisional) provisional_ranks_ = provisional_ranks_ - e.world_size + now_size;
+    e.world_size = now_size;
+  }
+  if (e.provisional) {
+    const bool established = task.CompleteStepsOf(name) >= options_.established_steps;
+    SetProvisional(known, !established, std::min<uint32_t>(e.batches + 1, 1000), now);
   }
   DaemonMetrics* m = sinks_.metrics;
   m->events_batches->Add(1);
@@ -82,12 +196,15 @@ void JobRouter::Tick(TimePoint now, int64_t wall_now_unix_ns) {
   TickOutput out;
   for (auto& [partition, task] : tasks_) {
     task->Evaluate(now, wall_now_unix_ns, &out);
-    for (const std::string& name : task->TakeRemoved()) job_partition_.erase(name);
+    for (const std::string& name : task->TakeRemoved()) {
+      if (auto it = job_partition_.find(name); it != job_partition_.end()) Untrack(it);
+    }
+    task->TakeDroppedSnapshots(&out.removed_snapshots);
   }
   sinks_.metrics->jobs->Set(static_cast<double>(job_partition_.size()));
-  if (!out.snapshots.empty()) {
-    for (const auto& s : out.snapshots) sinks_.metrics->PublishJob(*s);
-    sinks_.snapshots->Update(out.snapshots);
+  for (const auto& s : out.snapshots) sinks_.metrics->PublishJob(*s);
+  if (!out.snapshots.empty() || !out.removed_snapshots.empty()) {
+    sinks_.snapshots->Update(out.snapshots, out.removed_snapshots);
   }
   for (auto& [partition, task] : tasks_) task->RaiseAlerts(wall_now_unix_ns, &out);
   // Every alert of the tick in one write; the ingest thread never waits for it.
@@ -137,7 +254,7 @@ absl::Status JobRouter::Restore(const StateStore& store, TimePoint now, int64_t 
     by_partition[p].push_back(std::move(job));
   }
   for (auto& [partition, jobs] : by_partition) {
-    for (const auto& job : jobs) job_partition_[job.meta.training_job()] = partition;
+    for (const auto& job : jobs) Track(job.meta, partition, now);
     if (absl::Status s = TaskOf(partition).Restore(std::move(jobs), now, wall_now_unix_ns);
         !s.ok()) {
       return s;
@@ -161,9 +278,9 @@ absl::Status JobRouter::RestorePartition(const StateStore& store, int32_t partit
     if (it != job_partition_.end()) {
       // Restored at start under another partition that this instance does not own: the stored
       // state of this partition wins.
-      if (auto t = tasks_.find(it->second); t != tasks_.end()) t->second->Forget(name);
+      if (auto t = tasks_.find(it->second.partition); t != tasks_.end()) t->second->Forget(name);
     }
-    job_partition_[name] = partition;
+    Track(job.meta, partition, now);
   }
   PartitionTask& task = TaskOf(partition);
   const size_t restored = stored->size();
@@ -182,8 +299,13 @@ void JobRouter::InputLost(int32_t partition, uint64_t messages) {
 void JobRouter::ReleasePartition(int32_t partition) {
   auto it = tasks_.find(partition);
   if (it == tasks_.end()) return;
-  for (const std::string& name : it->second->JobNames()) job_partition_.erase(name);
+  for (const std::string& name : it->second->JobNames()) {
+    if (auto job = job_partition_.find(name); job != job_partition_.end()) Untrack(job);
+  }
   it->second->Release();
+  std::vector<std::string> dropped;
+  it->second->TakeDroppedSnapshots(&dropped);
+  sinks_.snapshots->Update({}, dropped);
   tasks_.erase(it);
   changed_since_.erase(partition);
   sinks_.metrics->jobs->Set(static_cast<double>(job_partition_.size()));

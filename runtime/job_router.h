@@ -9,6 +9,7 @@
 // as arguments.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -17,6 +18,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,8 +33,15 @@ namespace rankwatch {
 struct JobRouterOptions {
   PartitionTaskOptions task;
   BatchLimits limits;
-  size_t max_jobs = 10'000;  // default: 10,000; batches of further jobs are rejected
-  std::string topic;         // the telemetry topic (names offsets in checkpoints)
+  // The job table's bounds: jobs, and ranks summed over their world sizes (each rank holds
+  // ~2 KiB before its first step). A new job that does not fit evicts jobs that have not yet
+  // completed `established_steps` steps — those with the fewest batches first, then the least
+  // recently heard from — and is rejected (too_many_jobs) when none is left to evict. Defaults:
+  // 10,000 jobs, 2^20 ranks, 10 steps.
+  size_t max_jobs = 10'000;
+  uint64_t max_ranks = 1u << 20;
+  uint64_t established_steps = 10;
+  std::string topic;  // the telemetry topic (names offsets in checkpoints)
 };
 
 class JobRouter {
@@ -90,10 +99,34 @@ class JobRouter {
   std::optional<int64_t> CoveredOffset(int32_t partition) const;
 
   size_t jobs() const { return job_partition_.size(); }
+  // Ranks summed over the world sizes of the jobs in the table.
+  uint64_t ranks() const { return total_ranks_; }
 
  private:
+  struct Entry {
+    int32_t partition = -1;
+    uint32_t world_size = 0;
+    bool provisional = true;  // not yet established_steps complete steps: may be evicted
+    uint32_t batches = 0;     // accepted while provisional (capped)
+    TimePoint last_input{};
+  };
+  using Index = std::map<std::string, Entry, std::less<>>;
+  // Eviction order of provisional jobs: fewest batches, then least recent input.
+  using EvictionKey = std::tuple<uint32_t, TimePoint, std::string>;
+
   PartitionTask& TaskOf(int32_t partition);
   void Route(int32_t partition, TimePoint now, int64_t wall_now_unix_ns);
+  void Rejected(RejectReason reason, TimePoint now);
+  // Makes room for `jobs` more jobs and `ranks` more ranks by evicting provisional jobs other
+  // than `keep`; false when it cannot.
+  bool MakeRoom(size_t jobs, uint64_t ranks, std::string_view keep, TimePoint now);
+  void Evict(Index::iterator it);
+  // Adds or replaces the index entry of a job (restored or routed).
+  Index::iterator Track(const std::string& name, int32_t partition, uint32_t world_size,
+                        bool provisional, TimePoint now);
+  void Track(const state::v1::JobMeta& meta, int32_t partition, TimePoint now);
+  void Untrack(Index::iterator it);
+  void SetProvisional(Index::iterator it, bool provisional, uint32_t batches, TimePoint now);
 
   const JobRouterOptions options_;
   const TaskSinks sinks_;
@@ -101,7 +134,18 @@ class JobRouter {
   v1::Batch batch_;  // reused decode target
   std::string detail_;
   std::map<int32_t, std::unique_ptr<PartitionTask>> tasks_;
-  std::map<std::string, int32_t, std::less<>> job_partition_;  // every job's task
+  Index job_partition_;  // every job: its task, world size and eviction state
+  uint64_t total_ranks_ = 0;
+  std::set<EvictionKey> provisional_;
+  uint64_t provisional_ranks_ = 0;  // ranks of the provisional jobs
+  // Log lines for rejected input: at most one per reason a minute, with the count since.
+  struct RejectLog {
+    TimePoint logged{};
+    bool ever = false;
+    uint64_t since = 0;
+  };
+  std::array<RejectLog, kRejectReasonCount + 1> reject_log_;  // the last: too_many_jobs
+  uint64_t evicted_since_log_ = 0;
   // Checkpoint calls so far, and per task with uncollected changes the call that first saw
   // them (the order budgeted checkpoints collect tasks in).
   uint64_t checkpoint_calls_ = 0;

@@ -134,14 +134,67 @@ TEST_F(JobRouterTest, CheckpointsRestoreJobsAndForgetRemovedOnes) {
   EXPECT_EQ(m2.StepsAligned("kept")->Get(), 4);
 }
 
-TEST_F(JobRouterTest, RefusesJobsBeyondTheLimit) {
+TEST_F(JobRouterTest, AFullTableEvictsJobsThatNeverBecameJobsAndRefusesOnlyThen) {
   JobRouterOptions o;
-  o.max_jobs = 1;
+  o.max_jobs = 3;
+  o.established_steps = 10;
   JobRouter router(o, {&metrics, &snapshots});
-  router.HandleMessage(EncodedStep("a", 1, 0, 1), t0, 0);
-  router.HandleMessage(EncodedStep("b", 1, 0, 1), t0, 0);
-  EXPECT_EQ(router.jobs(), 1u);
+  // "real" completes 10 steps on its 2 ranks: established.
+  for (uint64_t s = 0; s < 10; ++s) {
+    for (uint32_t r = 0; r < 2; ++r) router.HandleMessage(EncodedStep("real", s, r, 2), t0, 0);
+  }
+  // "busy" sends twice but never completes a step; a flood of one-record ids follows.
+  router.HandleMessage(EncodedStep("busy", 0, 0, 2), t0, 0);
+  router.HandleMessage(EncodedStep("busy", 1, 0, 2), t0 + std::chrono::seconds(1), 0);
+  for (int i = 0; i < 100; ++i) {
+    router.HandleMessage(EncodedStep("junk-" + std::to_string(i), 0, 0, 8),
+                         t0 + std::chrono::seconds(2 + i), 0);
+  }
+  router.Tick(t0 + std::chrono::seconds(200), 0);
+  EXPECT_EQ(router.jobs(), 3u);
+  EXPECT_EQ(metrics.jobs_evicted->Get(), 99);  // every junk id but the newest
+  EXPECT_EQ(metrics.rejected_too_many_jobs->Get(), 0);
+  auto snap = snapshots.Get();
+  EXPECT_EQ(snap->count("real"), 1u);
+  EXPECT_EQ(snap->count("busy"), 1u) << "two batches outrank one";
+  EXPECT_EQ(snap->count("junk-99"), 1u);
+  EXPECT_EQ(snap->count("junk-0"), 0u) << "evicted jobs leave the snapshots";
+  EXPECT_EQ(registry.Render().find("junk-0\""), std::string::npos) << "and the metrics";
+  EXPECT_EQ(router.ranks(), 2u + 2 + 8);
+  // Once every tracked job is established, a new job is refused.
+  JobRouterOptions one;
+  one.max_jobs = 1;
+  one.established_steps = 1;
+  MetricsRegistry r2;
+  DaemonMetrics m2{&r2, "test"};
+  SnapshotStore s2;
+  JobRouter full(one, {&m2, &s2});
+  full.HandleMessage(EncodedStep("a", 1, 0, 1), t0, 0);
+  full.HandleMessage(EncodedStep("b", 1, 0, 1), t0, 0);
+  EXPECT_EQ(full.jobs(), 1u);
+  EXPECT_EQ(m2.rejected_too_many_jobs->Get(), 1);
+  EXPECT_EQ(m2.jobs_evicted->Get(), 0);
+}
+
+TEST_F(JobRouterTest, RanksAreBoundedOverAllJobs) {
+  JobRouterOptions o;
+  o.max_ranks = 100;
+  JobRouter router(o, {&metrics, &snapshots});
+  router.HandleMessage(EncodedStep("a", 0, 0, 60), t0, 0);
+  // 60 + 60 > 100: "a" is evicted for "b"; a job larger than the whole budget evicts nothing.
+  router.HandleMessage(EncodedStep("b", 0, 0, 60), t0, 0);
+  EXPECT_EQ(metrics.jobs_evicted->Get(), 1);
+  router.HandleMessage(EncodedStep("huge", 0, 0, 1000), t0, 0);
+  EXPECT_EQ(metrics.jobs_evicted->Get(), 1);
   EXPECT_EQ(metrics.rejected_too_many_jobs->Get(), 1);
+  EXPECT_EQ(router.jobs(), 1u);
+  EXPECT_EQ(router.ranks(), 60u);
+  // An elastic restart of "b" to 90 ranks fits; to 200 it does not.
+  router.HandleMessage(EncodedStep("b", 5, 0, 90), t0 + std::chrono::seconds(1), 0);
+  EXPECT_EQ(router.ranks(), 90u);
+  router.HandleMessage(EncodedStep("b", 6, 0, 200), t0 + std::chrono::minutes(5), 0);
+  EXPECT_EQ(router.ranks(), 90u);
+  EXPECT_EQ(metrics.rejected_too_many_jobs->Get(), 2);
 }
 
 }  // namespace

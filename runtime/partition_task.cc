@@ -63,7 +63,9 @@ void PartitionTask::Add(const v1::Batch& batch, TimePoint now, int64_t wall_now_
     spdlog::info("training job '{}' is back after expiring", source.training_job());
     job->expired = false;
   }
-  Count(*job, job->pipeline->AddBatch(batch, now), wall_now_unix_ns);
+  const JobDelta delta = job->pipeline->AddBatch(batch, now);
+  if (!delta.note.empty()) spdlog::warn("training job '{}': {}", source.training_job(), delta.note);
+  Count(*job, delta, wall_now_unix_ns);
   if (job->kernel == nullptr && batch.kernels_size() > 0) {
     job->kernel =
         std::make_unique<kernel::KernelAccumulator>(source.training_job(), options_->kernel);
@@ -108,12 +110,33 @@ void PartitionTask::Forget(const std::string& name) {
   jobs_.erase(name);
 }
 
+void PartitionTask::Evict(const std::string& name) {
+  auto it = jobs_.find(name);
+  if (it == jobs_.end()) return;
+  removed_.push_back(name);
+  Drop(it);
+}
+
+uint32_t PartitionTask::WorldSizeOf(const std::string& name) const {
+  auto it = jobs_.find(name);
+  return it == jobs_.end() ? 0 : it->second->pipeline->world_size();
+}
+
+uint64_t PartitionTask::CompleteStepsOf(const std::string& name) const {
+  auto it = jobs_.find(name);
+  return it == jobs_.end() ? 0 : it->second->pipeline->complete_steps();
+}
+
 void PartitionTask::Count(Job& job, const JobDelta& d, int64_t wall_now_unix_ns) {
   DaemonMetrics* m = sinks_->metrics;
   if (d.aligned) job.triggered_unix_ns = wall_now_unix_ns;
   if (d.late) m->rejected_late->Add(d.late);
   if (d.duplicate) m->rejected_duplicate->Add(d.duplicate);
   if (d.rank_out_of_range) m->rejected_rank_out_of_range->Add(d.rank_out_of_range);
+  if (d.rank_conflict) m->rejected_rank_conflict->Add(d.rank_conflict);
+  if (d.stale_world_size) m->rejected_stale_world_size->Add(d.stale_world_size);
+  if (d.step_jump) m->rejected_step_jump->Add(d.step_jump);
+  if (d.world_size_changed) m->world_size_changes->Add(d.world_size_changed);
   job.unpublished_aligned += d.aligned;
   job.unpublished_timed_out += d.aligned_timed_out;
   if (d.aligned || d.accepted) {
@@ -131,7 +154,7 @@ void PartitionTask::Drop(std::map<std::string, std::unique_ptr<Job>, std::less<>
   }
   if (sinks_->alert_hub != nullptr) sinks_->alert_hub->SetFiring(name, {});
   sinks_->metrics->RemoveJob(name);
-  sinks_->snapshots->Remove(name);
+  dropped_snapshots_.push_back(name);
   jobs_.erase(it);
 }
 
@@ -173,8 +196,12 @@ void PartitionTask::Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput
     }
     if (job.expired) continue;  // its last diagnosis is frozen
     Count(job, job.pipeline->Tick(now), wall_now_unix_ns);
-    // Silent jobs are re-evaluated every second too: silence is itself a diagnosis (hang).
-    if (!job.dirty && now - job.published_at < std::chrono::seconds(1)) continue;
+    // Silent jobs are re-evaluated every second too: silence is itself a diagnosis (hang) —
+    // once the job has the steps a hang is judged on (ids that never became jobs cost nothing).
+    if (!job.dirty &&
+        (!job.pipeline->can_hang() || now - job.published_at < std::chrono::seconds(1))) {
+      continue;
+    }
     // A job whose evaluation is costly (thousands of ranks) is re-evaluated at most every ten
     // times that cost, so that evaluating it takes at most ~10% of the ingest thread.
     if (job.dirty && now - job.published_at < 10 * job.evaluation_cost) continue;

@@ -64,6 +64,7 @@ struct TaskSinks {
 // the AlertHub together with the lifecycle state of their jobs).
 struct TickOutput {
   std::vector<std::shared_ptr<const JobSnapshot>> snapshots;
+  std::vector<std::string> removed_snapshots;  // jobs dropped since the last tick
   std::vector<v1::Alert> alerts;
   Checkpoint alert_states;
 };
@@ -105,6 +106,13 @@ class PartitionTask {
 
   // Forgets `job` in memory only (metrics and snapshots stay: another task restores it).
   void Forget(const std::string& job);
+  // Removes `job` for good to make room in a full job table: from memory, the sinks, and the
+  // state store at the next checkpoint.
+  void Evict(const std::string& job);
+
+  // The job's current world size and its complete steps (0 for a job the task does not own).
+  uint32_t WorldSizeOf(const std::string& job) const;
+  uint64_t CompleteStepsOf(const std::string& job) const;
 
   // Expires silent jobs, removes those past their retention (their alerts resolve), closes
   // alignment timeouts and evaluates the jobs that changed (re-evaluating silent ones every
@@ -136,6 +144,13 @@ class PartitionTask {
 
   // Jobs removed (retention over) since the last call: the router drops them from its index.
   std::vector<std::string> TakeRemoved() { return std::exchange(just_removed_, {}); }
+  // Jobs dropped from memory since the last call, whose snapshots must go: removed together
+  // at the next publication (one copy of the SnapshotStore's map per tick, not per job).
+  void TakeDroppedSnapshots(std::vector<std::string>* out) {
+    out->insert(out->end(), std::make_move_iterator(dropped_snapshots_.begin()),
+                std::make_move_iterator(dropped_snapshots_.end()));
+    dropped_snapshots_.clear();
+  }
 
   std::vector<std::string> JobNames() const;
   size_t jobs() const { return jobs_.size(); }
@@ -161,6 +176,7 @@ class PartitionTask {
   bool offset_unsaved_ = false;
   std::vector<std::string> removed_;       // state to delete at the next checkpoint
   std::vector<std::string> just_removed_;  // removed since the last TakeRemoved
+  std::vector<std::string> dropped_snapshots_;
   // Evaluated by the last Evaluate, for RaiseAlerts: (job, its new snapshot).
   std::vector<std::pair<Job*, std::shared_ptr<const JobSnapshot>>> evaluated_;
 };

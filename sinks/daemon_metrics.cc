@@ -15,8 +15,9 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
   events_samples = events->WithLabels({"sample"});
   MetricFamily* rejected = r->Counter(
       "rankwatch_events_rejected_total",
-      "Rejected input by reason: whole Kafka messages for decoding reasons and too_many_jobs, "
-      "single step records for late, duplicate and rank_out_of_range.",
+      "Rejected input by reason: whole Kafka messages for decoding reasons, too_many_jobs, "
+      "rank_conflict and stale_world_size; single step records for late, duplicate, "
+      "rank_out_of_range and step_jump.",
       {"reason"});
   for (int i = 1; i < kRejectReasonCount; ++i) {
     rejected_by_reason[i] =
@@ -26,6 +27,19 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
   rejected_duplicate = rejected->WithLabels({"duplicate"});
   rejected_rank_out_of_range = rejected->WithLabels({"rank_out_of_range"});
   rejected_too_many_jobs = rejected->WithLabels({"too_many_jobs"});
+  rejected_rank_conflict = rejected->WithLabels({"rank_conflict"});
+  rejected_stale_world_size = rejected->WithLabels({"stale_world_size"});
+  rejected_step_jump = rejected->WithLabels({"step_jump"});
+  world_size_changes = r->Counter("rankwatch_world_size_changes_total",
+                                  "Jobs whose world size changed (elastic restarts): alignment "
+                                  "and windows restart at the new size.",
+                                  {})
+                           ->WithLabels({});
+  jobs_evicted = r->Counter("rankwatch_jobs_evicted_total",
+                            "Jobs evicted from a full job table before they completed enough "
+                            "steps to count as running (max-jobs, max-ranks).",
+                            {})
+                     ->WithLabels({});
   ingest_lag_seconds =
       r->Gauge("rankwatch_ingest_lag_seconds",
                "Wall-clock age of the newest batch processed, from its creation by the collector.",

@@ -25,12 +25,18 @@ class DaemonMetrics {
   MetricCell* events_kernels;
   MetricCell* events_samples;
   // Rejections by reason: RejectReason values, plus record-level "late", "duplicate" and
-  // "rank_out_of_range" from alignment, and "too_many_jobs" past the job limit.
+  // "rank_out_of_range" from alignment, "too_many_jobs" past the job table's limits, and the
+  // guards of JobPipeline ("rank_conflict", "stale_world_size", "step_jump").
   std::array<MetricCell*, kRejectReasonCount> rejected_by_reason{};
   MetricCell* rejected_late;
   MetricCell* rejected_duplicate;
   MetricCell* rejected_rank_out_of_range;
   MetricCell* rejected_too_many_jobs;
+  MetricCell* rejected_rank_conflict;
+  MetricCell* rejected_stale_world_size;
+  MetricCell* rejected_step_jump;
+  MetricCell* world_size_changes;
+  MetricCell* jobs_evicted;
   MetricCell* ingest_lag_seconds;
   MetricCell* jobs;
   MetricCell* assigned_partitions;

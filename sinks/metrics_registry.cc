@@ -62,7 +62,11 @@ void MetricFamily::RemoveSeries(const std::vector<std::string>& values) {
 
 void MetricFamily::RemoveWhereFirstLabel(std::string_view value) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::erase_if(series_, [&](const auto& kv) { return !kv.first.empty() && kv.first[0] == value; });
+  // Series are ordered by their label values: those whose first value is `value` are one run,
+  // starting at the first key not less than {value}. O(log n + removed), not a scan: removing
+  // one job of 10,000 must not touch the others' series.
+  auto it = series_.lower_bound(std::vector<std::string>{std::string(value)});
+  while (it != series_.end() && !it->first.empty() && it->first[0] == value) it = series_.erase(it);
 }
 
 void MetricFamily::Render(std::string* out) const {

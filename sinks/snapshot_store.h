@@ -33,10 +33,13 @@ class SnapshotStore {
     current_ = std::move(next);
   }
 
-  // Publishes shared snapshots for their jobs, keeping the others.
-  void Update(const std::vector<std::shared_ptr<const JobSnapshot>>& updates) {
+  // Publishes shared snapshots for their jobs, keeping the others; first forgets the jobs in
+  // `removed` (one copy of the map for all of them).
+  void Update(const std::vector<std::shared_ptr<const JobSnapshot>>& updates,
+              const std::vector<std::string>& removed = {}) {
     std::lock_guard<std::mutex> lock(mu_);
     auto next = std::make_shared<Map>(*current_);
+    for (const std::string& job : removed) next->erase(job);
     for (const auto& s : updates) (*next)[s->training_job] = s;
     current_ = std::move(next);
   }

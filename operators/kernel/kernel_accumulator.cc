@@ -1,5 +1,6 @@
 #include "operators/kernel/kernel_accumulator.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "operators/kernel/timeline_builder.h"
@@ -10,6 +11,14 @@ KernelAccumulator::KernelAccumulator(std::string training_job, KernelAccumulator
     : training_job_(std::move(training_job)), options_(std::move(options)) {}
 
 uint32_t KernelAccumulator::Intern(Rank& r, const std::string& s) {
+  if (r.strings.size() >= options_.max_names_per_rank) {
+    auto found = r.ids.find(s);
+    if (found != r.ids.end()) return found->second;
+    static const std::string kOther = "(other names)";
+    auto [it, inserted] = r.ids.try_emplace(kOther, static_cast<uint32_t>(r.strings.size()));
+    if (inserted) r.strings.push_back(kOther);
+    return it->second;
+  }
   auto [it, inserted] = r.ids.try_emplace(s, static_cast<uint32_t>(r.strings.size()));
   if (inserted) r.strings.push_back(s);
   return it->second;
@@ -31,6 +40,7 @@ KernelDelta KernelAccumulator::Add(const v1::Batch& batch) {
   };
   int64_t step = INT64_MIN;
   OpenStep* open = nullptr;
+  size_t new_steps = 0;
   for (const v1::KernelEvent& e : batch.kernels()) {
     if (e.step() < 0) {
       ++d.unstepped;
@@ -41,13 +51,24 @@ KernelDelta KernelAccumulator::Add(const v1::Batch& batch) {
       continue;
     }
     if (e.step() != step) {
+      auto found = r.open.find(e.step());
+      if (found == r.open.end()) {
+        if (new_steps >= options_.max_new_steps_per_batch) {
+          ++d.over_limit;
+          continue;
+        }
+        ++new_steps;
+        found = r.open.try_emplace(e.step()).first;
+      }
       step = e.step();
-      open = &r.open[step];
+      open = &found->second;
     }
-    if (open->events.size() >= options_.max_events_per_step) {
+    if (open->events.size() >= options_.max_events_per_step ||
+        open_events_ >= options_.max_open_events) {
       ++d.over_limit;
       continue;
     }
+    ++open_events_;
     TraceEvent& t = open->events.emplace_back();
     t.ts_ns = e.ts_ns();
     t.dur_ns = e.dur_ns();
@@ -89,6 +110,7 @@ uint32_t KernelAccumulator::CloseAll() {
 }
 
 void KernelAccumulator::Close(uint32_t rank_id, Rank& r, int64_t step, OpenStep& open) {
+  open_events_ -= std::min(open_events_, open.events.size());
   r.closed_through = std::max(r.closed_through, step);
   ++r.steps_closed;
   ++steps_closed_;

@@ -33,6 +33,14 @@ struct KernelAccumulatorOptions {
   size_t open_steps_per_rank = 2;  // default 2: one step of grace for late kernels
   // Events kept for one (rank, step); further ones are dropped and counted. Default 4,000,000.
   size_t max_events_per_step = 4'000'000;
+  // Events held in open steps over all ranks of the job (default 4,000,000, ~0.4 GB), and new
+  // steps one batch may open (default 64): further events are dropped and counted over_limit,
+  // so one hostile batch can neither hold unbounded memory nor force a million step analyses.
+  size_t max_open_events = 4'000'000;
+  size_t max_new_steps_per_batch = 64;
+  // Distinct operator / kernel names kept per rank (default 65,536); further names are
+  // counted under one "(other names)" entry.
+  size_t max_names_per_rank = 65'536;
   size_t history_steps = 32;  // closed steps kept per rank: the job's window (default 32)
   KernelOutlierOptions outliers;
 };
@@ -85,6 +93,7 @@ class KernelAccumulator {
   std::map<uint32_t, Rank> ranks_;
   std::vector<uint32_t> remap_;  // scratch: batch string id -> rank string id
   uint64_t accepted_ = 0, late_ = 0, unstepped_ = 0, over_limit_ = 0, steps_closed_ = 0;
+  size_t open_events_ = 0;  // events held in open steps, over every rank
 };
 
 }  // namespace rankwatch::kernel

@@ -241,6 +241,50 @@ TEST(KernelAccumulator, ClosesTheOldestOpenStepAndCountsLateAndUnsteppedEvents) 
   EXPECT_EQ(s.events_unstepped, 1u);
 }
 
+TEST(KernelAccumulator, AHostileBatchIsBoundedInEventsStepsAndNames) {
+  KernelAccumulatorOptions o;
+  o.max_open_events = 1000;
+  o.max_new_steps_per_batch = 8;
+  o.max_names_per_rank = 16;
+  KernelAccumulator acc("j", o);
+  v1::Batch b;
+  b.mutable_source()->set_world_size(1);
+  b.add_strings("");
+  for (int i = 0; i < 100; ++i) b.add_strings("kernel-" + std::to_string(i));
+  // 5,000 events, each of another step and name: 8 steps open, the rest is over the limit.
+  for (int i = 0; i < 5000; ++i) {
+    v1::KernelEvent* e = b.add_kernels();
+    e->set_step(i);
+    e->set_name(1 + i % 100);
+    e->set_stream(7);
+    e->set_dur_ns(10);
+  }
+  KernelDelta d = acc.Add(b);
+  EXPECT_EQ(d.accepted, 8u);
+  EXPECT_EQ(d.over_limit, 4992u);
+  EXPECT_EQ(d.steps_closed, 6u);  // all but open_steps_per_rank
+  // 5,000 events of one step: held up to max_open_events over the job.
+  b.clear_kernels();
+  for (int i = 0; i < 5000; ++i) {
+    v1::KernelEvent* e = b.add_kernels();
+    e->set_step(10'000);
+    e->set_name(1 + i % 100);
+    e->set_stream(7);
+    e->set_dur_ns(10);
+  }
+  d = acc.Add(b);
+  EXPECT_EQ(d.accepted, 1000u - 2);  // the two steps still open hold one event each
+  EXPECT_EQ(d.over_limit, 5000u - 998);
+  b.clear_kernels();
+  b.set_final(true);
+  EXPECT_EQ(acc.Add(b).steps_closed, 2u);
+  // Closed steps free their events.
+  b.set_final(false);
+  b.add_kernels()->set_step(20'000);
+  EXPECT_EQ(acc.Add(b).accepted, 1u);
+  EXPECT_EQ(acc.Snapshot().events_over_limit, 4992u + 4002u);
+}
+
 TEST(KernelAccumulator, TheEndOfATraceFileClosesItsStepsAndTheRankGoesOn) {
   KernelAccumulator acc("j", {});
   auto batch = [](int64_t step, bool end_of_file) {
