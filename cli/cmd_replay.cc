@@ -48,6 +48,7 @@ absl::StatusOr<std::unique_ptr<BatchPublisher>> ConnectPublisher(const ReplayFla
   po.brokers = f.brokers;
   po.topic = f.topic;
   po.client_id = "rankwatch-replay";
+  po.warn_as = "rankwatch replay";
   return BatchPublisher::Connect(po, std::chrono::seconds(10));
 }
 

@@ -139,6 +139,7 @@ int RunSimulate(const SimulateFlags& f) {
   po.topic = f.topic;
   po.compression = f.compression;
   po.client_id = "rankwatch-simulate";
+  po.warn_as = "rankwatch simulate";
   auto publisher = BatchPublisher::Connect(po, std::chrono::seconds(10));
   if (!publisher.ok()) {
     std::fprintf(stderr, "rankwatch simulate: %s\n",

@@ -76,6 +76,9 @@ absl::Status BatchPublisher::Publish(std::string_view key, std::string_view payl
                           RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
     if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
       rd_kafka_poll(rk_, 0);
+      if (development_broker_ && !options_.warn_as.empty()) {
+        CheckDevelopmentBrokerRate(payload.size());
+      }
       return absl::OkStatus();
     }
     if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
@@ -89,6 +92,28 @@ absl::Status BatchPublisher::Publish(std::string_view key, std::string_view payl
   }
 }
 
+void BatchPublisher::CheckDevelopmentBrokerRate(size_t bytes) {
+  std::lock_guard<std::mutex> lock(rate_mu_);
+  if (rate_warned_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (window_start_ == std::chrono::steady_clock::time_point{}) window_start_ = now;
+  window_bytes_ += static_cast<double>(bytes);
+  const double seconds = std::chrono::duration<double>(now - window_start_).count();
+  // Judged over windows of 0.25 s: a burst shorter than that stays within the broker's 5 MiB.
+  if (seconds < 0.25) return;
+  const double rate = window_bytes_ / seconds;
+  window_start_ = now;
+  window_bytes_ = 0;
+  if (rate <= kDevelopmentBrokerBytesPerSecond) return;
+  rate_warned_ = true;
+  spdlog::warn(
+      "{}: publishing {:.0f} MB/s into the development broker, which keeps only 5 MiB per "
+      "partition (~50,000 step records): a rankwatchd that falls that far behind loses the "
+      "oldest messages (counted in rankwatch_input_lost_messages_total). Stay under {:.0f} MB/s "
+      "(simulate --rate 200000) or use a Kafka cluster",
+      options_.warn_as, rate * 1e-6, kDevelopmentBrokerBytesPerSecond * 1e-6);
+}
+
 absl::Status BatchPublisher::WaitUntilConnected(std::chrono::milliseconds timeout) {
   rd_kafka_topic_t* topic = rd_kafka_topic_new(rk_, options_.topic.c_str(), nullptr);
   const rd_kafka_metadata_t* metadata = nullptr;
@@ -99,6 +124,11 @@ absl::Status BatchPublisher::WaitUntilConnected(std::chrono::milliseconds timeou
   if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
     return absl::UnavailableError("cannot reach Kafka at " + options_.brokers + " (" +
                                   rd_kafka_err2str(e) + ")");
+  }
+  // librdkafka's mock cluster names itself "mockCluster<hex>".
+  if (char* id = rd_kafka_clusterid(rk_, static_cast<int>(timeout.count())); id != nullptr) {
+    development_broker_ = std::string_view(id).starts_with("mockCluster");
+    rd_kafka_mem_free(rk_, id);
   }
   return absl::OkStatus();
 }

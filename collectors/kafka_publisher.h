@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -42,7 +43,18 @@ struct PublisherOptions {
   enum class WhenFull { kBlock, kDropNewest } when_full = WhenFull::kBlock;
   std::string client_id = "rankwatch";
   KafkaProperties properties;  // passed through to librdkafka
+  // A tool's name ("rankwatch simulate"): when the brokers are the development broker
+  // (`rankwatch kafka`, librdkafka's mock cluster, which keeps 5 MiB per partition), warn once
+  // if this publisher offers more than kDevelopmentBrokerBytesPerSecond. Empty: never.
+  std::string warn_as;
 };
+
+// What one partition of the development broker takes without loss on the development machine
+// (2 cores, the daemon beside it): the 5 MiB it keeps are ~2,600 messages of 20 step records
+// (~100 bytes each), so a daemon that falls behind by more than that loses the oldest. Measured:
+// 256 ranks unpaced (65 MB/s, 640 k records/s) lost 3,000-17,500 of 25,856 messages
+// (e2e_input_loss); paced jobs under 20 MB/s lost none.
+constexpr double kDevelopmentBrokerBytesPerSecond = 20e6;
 
 class BatchPublisher {
  public:
@@ -73,6 +85,8 @@ class BatchPublisher {
   uint64_t delivered() const { return delivered_.load(std::memory_order_relaxed); }
   uint64_t failed() const { return failed_.load(std::memory_order_relaxed); }
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  // Whether the brokers are the development broker (known after WaitUntilConnected).
+  bool development_broker() const { return development_broker_; }
 
  private:
   BatchPublisher(rd_kafka_t* rk, PublisherOptions options);
@@ -84,6 +98,14 @@ class BatchPublisher {
   std::atomic<uint64_t> failed_{0};
   std::atomic<uint64_t> dropped_{0};
   std::atomic<bool> logged_failure_{false};
+  // The development broker's rate warning (options_.warn_as): bytes offered since the window
+  // started, and whether the warning was given.
+  void CheckDevelopmentBrokerRate(size_t bytes);
+  bool development_broker_ = false;
+  std::mutex rate_mu_;
+  std::chrono::steady_clock::time_point window_start_{};
+  double window_bytes_ = 0;
+  bool rate_warned_ = false;
 };
 
 }  // namespace rankwatch

@@ -81,6 +81,20 @@ class InputLossTest(unittest.TestCase):
                            capture_output=True, text=True, timeout=30)
         self.assertIn("INPUT LOST %d messages" % lost, r.stdout)
 
+    def test_simulate_warns_when_it_publishes_faster_than_the_development_broker_keeps(self):
+        def stderr_of(*args):
+            r = subprocess.run([os.path.join(BIN, "rankwatch"), "simulate", "--brokers", self.brokers]
+                               + list(args), capture_output=True, text=True, timeout=120,
+                               stdin=subprocess.DEVNULL)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return r.stderr
+        fast = stderr_of("--job", "fast", "--ranks", "256", "--steps", "1000", "--speed", "max")
+        self.assertIn("into the development broker, which keeps only 5 MiB per partition", fast)
+        self.assertEqual(fast.count("development broker"), 1, "warned once")
+        paced = stderr_of("--job", "slow", "--ranks", "64", "--steps", "400", "--speed", "max",
+                          "--rate", "100000")
+        self.assertNotIn("development broker", paced)
+
     def test_a_paced_job_loses_nothing(self):
         self.fleet.simulate(self.brokers, "--job", "paced", "--ranks", "16", "--steps", "200",
                             "--speed", "max", "--rate", "20000")
