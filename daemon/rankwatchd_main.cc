@@ -2,12 +2,18 @@
 // step, and serves Prometheus metrics and the gRPC service. Wiring only.
 #include <spdlog/spdlog.h>
 
+#include <malloc.h>
+
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <mutex>
+#include <stop_token>
+#include <thread>
 
 #include "common/logging.h"
 #include "common/stop_signal.h"
@@ -207,6 +213,20 @@ int Run(const DaemonConfig& config) {
   };
   auto consumer = KafkaConsumer::Create(consumer_options);
   if (!consumer.ok()) return Fail(consumer.status());
+
+  // glibc keeps memory freed after a burst (a backlog after a broker outage, a churned job
+  // table) in its arenas: without a trim the RSS stays at the burst's peak. Once a minute, off
+  // the ingest thread, free pages go back to the system.
+  std::jthread trimmer([](std::stop_token stop) {
+    std::mutex mu;
+    std::condition_variable_any wake;
+    std::unique_lock<std::mutex> lock(mu);
+    while (true) {
+      wake.wait_for(lock, stop, std::chrono::minutes(1), [] { return false; });
+      if (stop.stop_requested()) return;
+      malloc_trim(0);
+    }
+  });
 
   // Diagnoses (and alerts) are evaluated at most this long after the step that changes them.
   constexpr auto kTick = std::chrono::milliseconds(20);
