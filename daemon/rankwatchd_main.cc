@@ -1,5 +1,6 @@
 // rankwatchd: consumes telemetry from Kafka, aligns the ranks of every training job step by
 // step, and serves Prometheus metrics and the gRPC service. Wiring only.
+#include <google/protobuf/stubs/logging.h>
 #include <spdlog/spdlog.h>
 
 #include <malloc.h>
@@ -262,10 +263,35 @@ int Run(const DaemonConfig& config) {
 }  // namespace
 }  // namespace rankwatch
 
+// protobuf logs an error for every string field that is not UTF-8 when it parses a message
+// (the batch is then rejected as malformed, and counted): a hostile producer would flood the
+// log. Its lines go to the daemon's log at most once a minute, with the count since.
+static void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
+                        const std::string& message) {
+  if (level == google::protobuf::LOGLEVEL_FATAL) {
+    spdlog::critical("protobuf {}:{}: {}", file, line, message);
+    return;
+  }
+  static std::mutex mu;
+  static std::chrono::steady_clock::time_point logged{};
+  static uint64_t since = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  ++since;
+  const auto now = std::chrono::steady_clock::now();
+  if (logged != std::chrono::steady_clock::time_point{} && now - logged < std::chrono::minutes(1)) {
+    return;
+  }
+  spdlog::warn("protobuf ({} message{} since the last report): {}", since, since == 1 ? "" : "s",
+               message);
+  logged = now;
+  since = 0;
+}
+
 int main(int argc, char** argv) {
   using rankwatch::DaemonConfig;
   rankwatch::InstallStopSignalHandlers();
   rankwatch::SetupLogging("info");
+  google::protobuf::SetLogHandler(&ProtobufLog);
   DaemonConfig config;
   const std::string config_file = rankwatch::FindConfigFlag(argc, argv);
   if (!config_file.empty()) {

@@ -240,6 +240,18 @@ class HostileMessagesTest(Base):
         print("10^6 kernel events: daemon RSS %.0f MiB, over_limit %s"
               % (rss_bytes(self.daemon.proc.pid) / MIB, held))
 
+    def test_strings_that_are_not_utf8_are_malformed_and_logged_at_most_once_a_minute(self):
+        before = self.rejected("malformed")
+        b = batch("utf8", steps=[1])
+        b.source.node = "node-x"
+        data = b.SerializeToString().replace(b"node-x", b"node\xff\xfe")
+        for _ in range(100):
+            self.send(data, key=b"utf8")
+        self.flush()
+        self.wait_rejected("malformed", before + 100, "100 batches with invalid UTF-8")
+        self.assertLessEqual(self.daemon.stderr().count("invalid UTF-8"), 1)
+        self.assert_healthy()
+
     def test_garbage_is_malformed_and_logged_at_most_once_a_minute(self):
         before = self.rejected("malformed")
         for i in range(200):
