@@ -133,12 +133,10 @@ class JobPipeline {
   uint32_t world_size() const { return aligner_->world_size(); }
   // Steps every rank reported (aligned without a timeout).
   uint64_t complete_steps() const { return aligned_steps_ - timed_out_steps_; }
-  // Whether silence can change the job's diagnosis (a hang): it has enough steps in its window
-  // and not every rank ended cleanly. A job without it needs no re-evaluation while silent.
-  bool can_hang() const {
-    return window_->size() >= options_.diagnosis.min_steps &&
-           finished_count_ < aligner_->world_size();
-  }
+  // Whether the job has a diagnosis that time alone can change: enough steps in its window to
+  // be judged (a hang; an alert's pending time). A job without it — an id that never became a
+  // job — needs no re-evaluation while silent.
+  bool judged() const { return window_->size() >= options_.diagnosis.min_steps; }
 
  private:
   void Reset(uint32_t world_size);

@@ -196,10 +196,11 @@ void PartitionTask::Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput
     }
     if (job.expired) continue;  // its last diagnosis is frozen
     Count(job, job.pipeline->Tick(now), wall_now_unix_ns);
-    // Silent jobs are re-evaluated every second too: silence is itself a diagnosis (hang) —
-    // once the job has the steps a hang is judged on (ids that never became jobs cost nothing).
+    // Silent jobs are re-evaluated every second too: silence is itself a diagnosis (a hang),
+    // and alerts pending on a diagnosis fire with time. Only jobs with the steps they are
+    // judged on: ids that never became jobs cost nothing while silent.
     if (!job.dirty &&
-        (!job.pipeline->can_hang() || now - job.published_at < std::chrono::seconds(1))) {
+        (!job.pipeline->judged() || now - job.published_at < std::chrono::seconds(1))) {
       continue;
     }
     // A job whose evaluation is costly (thousands of ranks) is re-evaluated at most every ten
