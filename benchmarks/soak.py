@@ -3,11 +3,12 @@
 
 Real processes on this machine over loopback TCP:
   * `rankwatch kafka --partitions 128`, the development broker (librdkafka's mock cluster);
-  * JOBS `rankwatch simulate` processes (8 to 64 ranks, `--speed max --rate` paced so that the
-    fleet offers RATE step records/s in total; the nominal step is chosen so that record time
-    keeps pace with wall time); one job in ten has a permanent compute straggler, one in ten an
-    input straggler, one in ten a compute straggler that comes and goes every minute (alert
-    traffic), one in twenty a memory leak; the rest are balanced;
+  * JOBS simulated jobs (8 to 64 ranks, `--speed max --rate` paced so that the fleet offers RATE
+    step records/s in total; the nominal step is chosen so that record time keeps pace with wall
+    time); one job in ten has a permanent compute straggler, one in ten an input straggler, one in
+    ten a compute straggler that comes and goes every minute (alert traffic), one in twenty a
+    memory leak; the rest are balanced. Jobs of one shape (ranks, faults) share one
+    `rankwatch simulate --jobs N` process: ~20 producers for 200 jobs;
   * KERNEL_LOOPS loops of `rankwatch replay --format kineto` over the Kineto fixtures
     (tests/fixtures/kineto), one replay every KERNEL_PERIOD s per loop, each under a new job id
     (kernel results are analysed per job and a replay of the same id would be late); the daemons
@@ -114,36 +115,69 @@ def total(samples, name, **labels):
 
 
 class Job:
-    def __init__(self, index, ranks, steps, step_ms, rate, faults):
-        self.name = "soak-%03d" % index
-        self.index, self.ranks, self.steps, self.step_ms, self.rate, self.faults = (
-            index, ranks, steps, step_ms, rate, faults)
+    def __init__(self, name, ranks, steps):
+        self.name, self.ranks, self.steps = name, ranks, steps
+
+
+class Producer:
+    """One `rankwatch simulate --jobs N` process: N jobs of one shape (ranks, faults)."""
+
+    def __init__(self, prefix, count, ranks, steps, step_ms, rate, faults, seed):
+        self.prefix, self.count, self.ranks, self.steps, self.step_ms, self.rate, self.faults, self.seed = (
+            prefix, count, ranks, steps, step_ms, rate, faults, seed)
+        width = max(3, len(str(count - 1)))
+        names = [prefix] if count == 1 else ["%s-%0*d" % (prefix, width, i) for i in range(count)]
+        self.jobs = [Job(n, ranks, steps) for n in names]
         self.proc = None
         self.result = None
 
 
 def plan_jobs(args, load_seconds):
+    """The jobs, grouped into producers of one shape each.
+
+    Job i has RANK_CYCLE[i] ranks and a fault class: one in ten a permanent compute straggler,
+    one in ten an input straggler, one in ten a compute straggler a third of every minute, one in
+    twenty a memory leak (the rest balanced). Jobs of the same ranks and class share a producer
+    process (`rankwatch simulate --jobs`), its faults on the same ranks: ~20 processes for 200 jobs
+    instead of 200, whose librdkafka threads alone would saturate a 2-core machine.
+    """
     ranks = [RANK_CYCLE[i % len(RANK_CYCLE)] for i in range(args.jobs)]
     total_ranks = sum(ranks)
     steps_per_s = args.rate / total_ranks           # every rank steps at this pace
     step_ms = 1000.0 / steps_per_s                  # record time keeps pace with wall time
     steps = max(1, int(steps_per_s * load_seconds))
     period = max(40, int(60 * steps_per_s))         # intermittent fault: a minute's steps
-    jobs = []
+    classes = {}
     for i, r in enumerate(ranks):
+        c = i + i // len(RANK_CYCLE)  # shifted each cycle, so that every size meets every fault
+        if c % 10 == 3:
+            kind = "slow"
+        elif c % 10 == 7:
+            kind = "input"
+        elif c % 10 == 5:
+            kind = "intermittent"
+        else:
+            kind = "balanced"
+        leak = c % 20 == 9
+        key = (r, kind, leak)
+        classes[key] = classes.get(key, 0) + 1
+    producers = []
+    for n, ((r, kind, leak), count) in enumerate(sorted(classes.items())):
         faults = []
-        if i % 10 == 3:
-            faults.append("slow-compute:%d:0.5" % (i % r))
-        elif i % 10 == 7:
-            faults.append("slow-input:%d:4" % ((3 * i) % r))
-        elif i % 10 == 5:
-            first = (i * 7) % period
+        if kind == "slow":
+            faults.append("slow-compute:%d:0.5" % ((5 * n + 3) % r))
+        elif kind == "input":
+            faults.append("slow-input:%d:4" % ((3 * n + 1) % r))
+        elif kind == "intermittent":
+            first = (n * 7) % period
             for a in range(first, steps, period):
-                faults.append("slow-compute:%d:0.5:%d-%d" % ((i + 1) % r, a, a + period // 3))
-        if i % 20 == 9:
+                faults.append("slow-compute:%d:0.5:%d-%d" % ((n + 1) % r, a, a + period // 3))
+        if leak:
             faults.append("memory-leak:all:%.6f" % (20 * 1024.0 / steps))  # 20 GiB over the run
-        jobs.append(Job(i, r, steps, step_ms, args.rate * r / total_ranks, faults))
-    return jobs, steps_per_s, step_ms
+        prefix = "soak-r%d-%s%s" % (r, kind, "-leak" if leak else "")
+        producers.append(Producer(prefix, count, r, steps, step_ms, args.rate * r * count / total_ranks,
+                                  faults, seed=1000 * (n + 1)))
+    return producers, steps_per_s, step_ms
 
 
 class Soak:
@@ -189,14 +223,14 @@ class Soak:
         return self.fleet.start_daemon(self.brokers, extra=self.daemon_args(group), state_dir=state)
 
     def start_jobs(self):
-        for job in self.jobs:
+        for prod in self.producers:
             cmd = [os.path.join(harness.BIN, "rankwatch"), "simulate", "--brokers", self.brokers,
-                   "--job", job.name, "--ranks", str(job.ranks), "--steps", str(job.steps),
-                   "--step-ms", "%.6f" % job.step_ms, "--speed", "max", "--rate", "%.3f" % job.rate,
-                   "--report-collective", "--seed", str(job.index + 1)]
-            for f in job.faults:
+                   "--job", prod.prefix, "--jobs", str(prod.count), "--ranks", str(prod.ranks),
+                   "--steps", str(prod.steps), "--step-ms", "%.6f" % prod.step_ms, "--speed", "max",
+                   "--rate", "%.3f" % prod.rate, "--report-collective", "--seed", str(prod.seed)]
+            for f in prod.faults:
                 cmd += ["--fault", f]
-            job.proc = self.fleet.start("sim-" + job.name, cmd)
+            prod.proc = self.fleet.start("sim-" + prod.prefix, cmd)
 
     def kernel_loop(self, loop):
         a = self.args
@@ -305,11 +339,12 @@ class Soak:
         a = self.args
         load_s = a.minutes * 60.0
         warmup = min(a.warmup_minutes, max(1, a.minutes // 2))
-        self.jobs, steps_per_s, step_ms = plan_jobs(a, load_s)
-        log("soak: %d jobs, %d ranks, %.0f step records/s offered (%.1f steps/s a rank, %.2f ms steps, %d steps a "
-            "job), %d kernel replay loops every %.0f s, %d partitions, %.0f min, %d kills, broker restart %s, "
+        self.producers, steps_per_s, step_ms = plan_jobs(a, load_s)
+        self.jobs = [j for prod in self.producers for j in prod.jobs]
+        log("soak: %d jobs in %d producer processes, %d ranks, %.0f step records/s offered (%.1f steps/s a rank, "
+            "%.2f ms steps, %d steps a job), %d kernel replay loops every %.0f s, %d partitions, %.0f min, %d kills, broker restart %s, "
             "warm-up %d min"
-            % (len(self.jobs), sum(j.ranks for j in self.jobs), a.rate, steps_per_s, step_ms, self.jobs[0].steps,
+            % (len(self.jobs), len(self.producers), sum(j.ranks for j in self.jobs), a.rate, steps_per_s, step_ms, self.jobs[0].steps,
                a.kernel_loops, a.kernel_period, a.partitions, a.minutes, a.kills,
                "on" if a.broker_restart else "off", warmup))
         self.group_config = harness.fast_group_config(self.fleet)
@@ -427,14 +462,14 @@ class Soak:
         for t in kernel_threads:
             t.join(300)
         sim_failures = []
-        for job in self.jobs:
+        for prod in self.producers:
             try:
-                job.proc.proc.wait(max(10.0, self.t0 + load_s + 120 - time.monotonic()))
-                job.result = json.loads(job.proc.stdout().strip().splitlines()[-1])
-                if job.proc.proc.returncode != 0 or job.result["failed"]:
-                    sim_failures.append("%s: rc %d, %s" % (job.name, job.proc.proc.returncode, job.result))
+                prod.proc.proc.wait(max(10.0, self.t0 + load_s + 120 - time.monotonic()))
+                prod.result = json.loads(prod.proc.stdout().strip().splitlines()[-1])
+                if prod.proc.proc.returncode != 0 or prod.result["failed"]:
+                    sim_failures.append("%s: rc %d, %s" % (prod.prefix, prod.proc.proc.returncode, prod.result))
             except (subprocess.TimeoutExpired, ValueError, IndexError) as e:
-                sim_failures.append("%s: %r %s" % (job.name, e, job.proc.stderr()[-300:]))
+                sim_failures.append("%s: %r %s" % (prod.prefix, e, prod.proc.stderr()[-300:]))
         load_end = time.monotonic()
         with self.lock:
             subject = self.subject

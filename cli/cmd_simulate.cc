@@ -2,6 +2,9 @@
 // batched per rank, to Kafka (see collectors/simulator/fleet_model.h for the model).
 #include <spdlog/spdlog.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -21,6 +24,7 @@ struct SimulateFlags {
   std::string brokers;
   std::string topic = "rankwatch.telemetry";
   std::string job;
+  uint32_t jobs = 1;  // > 1: JOB-000, JOB-001, ... of the same shape, one producer
   uint32_t ranks = 0;
   uint64_t steps = 0;
   uint32_t ranks_per_node = 8;
@@ -108,9 +112,15 @@ class FleetPublisher {
   uint64_t messages_ = 0;
 };
 
+// The training job id of job `i` of `jobs`: JOB itself for one job, else JOB-000, JOB-001, ...
+std::string JobId(const std::string& job, uint32_t i, uint32_t jobs) {
+  if (jobs == 1) return job;
+  const int width = std::max<int>(3, std::to_string(jobs - 1).size());
+  return fmt::format("{}-{:0{}}", job, i, width);
+}
+
 int RunSimulate(const SimulateFlags& f) {
   FleetOptions o;
-  o.training_job = f.job;
   o.ranks = f.ranks;
   o.ranks_per_node = f.ranks_per_node;
   o.step_ms = f.step_ms;
@@ -147,57 +157,90 @@ int RunSimulate(const SimulateFlags& f) {
     return publisher.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
 
-  FleetModel model(o);
+  // One model and one set of batches per job; the jobs step in lock step through one producer.
+  struct Job {
+    std::unique_ptr<FleetModel> model;
+    std::unique_ptr<FleetPublisher> fleet;
+    std::vector<v1::StepRecord> records;
+    std::vector<bool> reported;
+  };
+  std::vector<Job> jobs(f.jobs);
   const int64_t start_wall = WallNowNs();
-  model.set_job_start_unix_ns(start_wall);
-  FleetPublisher fleet(model, publisher->get());
-  std::vector<v1::StepRecord> records;
-  std::vector<bool> reported;
+  for (uint32_t i = 0; i < f.jobs; ++i) {
+    FleetOptions jo = o;
+    jo.training_job = JobId(f.job, i, f.jobs);
+    jo.seed = f.seed + i;
+    jobs[i].model = std::make_unique<FleetModel>(jo);
+    jobs[i].model->set_job_start_unix_ns(start_wall);
+    jobs[i].fleet = std::make_unique<FleetPublisher>(*jobs[i].model, publisher->get());
+  }
+  auto records_sent = [&jobs] {
+    uint64_t n = 0;
+    for (const Job& j : jobs) n += j.fleet->records();
+    return n;
+  };
+  auto job_elapsed_ns = [&jobs] {
+    int64_t ns = 0;
+    for (const Job& j : jobs) ns = std::max<int64_t>(ns, j.model->elapsed_ns());
+    return ns;
+  };
   const auto start = Clock::now();
   auto last_flush = start;
   auto last_progress = start;
-  spdlog::info("simulate: job '{}', {} ranks x {} steps, {} ms steps, sync {}, speed {}, {} faults",
-               f.job, f.ranks, f.steps, f.step_ms, f.sync, f.speed, o.faults.size());
+  spdlog::info(
+      "simulate: {} '{}', {} ranks x {} steps, {} ms steps, sync {}, speed {}, {} faults",
+      f.jobs == 1 ? "job" : fmt::format("{} jobs", f.jobs),
+      f.jobs == 1 ? f.job : JobId(f.job, 0, f.jobs) + "..." + JobId(f.job, f.jobs - 1, f.jobs),
+      f.ranks, f.steps, f.step_ms, f.sync, f.speed, o.faults.size());
   absl::Status status;
   for (uint64_t step = 0; step < f.steps && status.ok() && !StopRequested(); ++step) {
-    model.Step(step, &records, &reported);
+    for (Job& j : jobs) j.model->Step(step, &j.records, &j.reported);
     if (realtime) {
-      std::this_thread::sleep_until(start + std::chrono::nanoseconds(model.elapsed_ns()));
+      std::this_thread::sleep_until(start + std::chrono::nanoseconds(job_elapsed_ns()));
     } else if (f.rate > 0) {
-      const double due_s = static_cast<double>(fleet.records()) / f.rate;
+      const double due_s = static_cast<double>(records_sent()) / f.rate;
       std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                 std::chrono::duration<double>(due_s)));
     }
     const auto now = Clock::now();
     const bool interval_due = realtime && now - last_flush >= std::chrono::seconds(1);
-    for (uint32_t r = 0; r < f.ranks && status.ok(); ++r) {
-      if (reported[r]) fleet.Append(r, &records[r]);
-      if (fleet.Pending(r) >= f.batch_steps || interval_due) status = fleet.Flush(r);
+    for (Job& j : jobs) {
+      for (uint32_t r = 0; r < f.ranks && status.ok(); ++r) {
+        if (j.reported[r]) j.fleet->Append(r, &j.records[r]);
+        if (j.fleet->Pending(r) >= f.batch_steps || interval_due) status = j.fleet->Flush(r);
+      }
     }
     if (interval_due) last_flush = now;
     if (now - last_progress >= std::chrono::seconds(2)) {
       last_progress = now;
       const double secs = std::chrono::duration<double>(now - start).count();
       spdlog::info("simulate: step {}/{}, {} records sent ({:.0f}/s)", step + 1, f.steps,
-                   fleet.records(), fleet.records() / secs);
+                   records_sent(), records_sent() / secs);
     }
   }
-  if (status.ok()) status = fleet.FlushAll();
+  for (Job& j : jobs) {
+    if (status.ok()) status = j.fleet->FlushAll();
+  }
   // Ranks that ran to the end say so; hung ranks (and an interrupted run) stay silent.
   const bool completed = !StopRequested();
-  for (uint32_t r = 0; r < f.ranks && status.ok() && completed; ++r) {
-    if (reported.empty() || reported[r]) status = fleet.Finish(r);
+  for (Job& j : jobs) {
+    for (uint32_t r = 0; r < f.ranks && status.ok() && completed; ++r) {
+      if (j.reported.empty() || j.reported[r]) status = j.fleet->Finish(r);
+    }
   }
   if (status.ok()) status = (*publisher)->Flush(std::chrono::seconds(60));
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  uint64_t messages = 0;
+  for (const Job& j : jobs) messages += j.fleet->messages();
   std::printf(
-      "{\"records\": %llu, \"messages\": %llu, \"seconds\": %.3f, \"records_per_second\": %.0f, "
-      "\"delivered\": %llu, \"failed\": %llu, \"job_seconds\": %.9f}\n",
-      static_cast<unsigned long long>(fleet.records()),
-      static_cast<unsigned long long>(fleet.messages()), secs, fleet.records() / secs,
+      "{\"jobs\": %u, \"records\": %llu, \"messages\": %llu, \"seconds\": %.3f, "
+      "\"records_per_second\": %.0f, \"delivered\": %llu, \"failed\": %llu, "
+      "\"job_seconds\": %.9f}\n",
+      f.jobs, static_cast<unsigned long long>(records_sent()),
+      static_cast<unsigned long long>(messages), secs, records_sent() / secs,
       static_cast<unsigned long long>((*publisher)->delivered()),
       static_cast<unsigned long long>((*publisher)->failed()),
-      static_cast<double>(model.elapsed_ns()) * 1e-9);
+      static_cast<double>(job_elapsed_ns()) * 1e-9);
   std::fflush(stdout);
   if (!status.ok()) {
     spdlog::error("simulate: {}", std::string(status.message()));
@@ -215,6 +258,11 @@ CommandRunner AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--brokers", f->brokers, "Kafka bootstrap servers")->required();
   cmd->add_option("--topic", f->topic, "telemetry topic")->capture_default_str();
   cmd->add_option("--job", f->job, "training job id")->required();
+  cmd->add_option("--jobs", f->jobs,
+                  "simulate this many jobs of the same shape through one producer, as "
+                  "JOB-000, JOB-001, ... (seeds SEED, SEED+1, ...); --rate is their total")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100000u));
   cmd->add_option("--ranks", f->ranks, "ranks (world size)")
       ->required()
       ->check(CLI::Range(1u, 1u << 20));

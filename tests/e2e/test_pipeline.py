@@ -50,6 +50,24 @@ class PipelineTest(unittest.TestCase):
             self.assertAlmostEqual(median, ms / 1000.0, delta=0.05 * ms / 1000.0, msg=phase)
             self.assertGreaterEqual(worst, median, phase)
 
+    def test_one_producer_simulates_several_jobs(self):
+        out = self.fleet.simulate(self.brokers, "--job", "multi", "--jobs", "3", "--ranks", "8", "--steps", "60",
+                                  "--speed", "max", "--fault", "slow-compute:5:0.5")
+        self.assertEqual(out["jobs"], 3)
+        self.assertEqual(out["records"], 3 * 8 * 60)
+        self.assertEqual(out["failed"], 0)
+        jobs = ["multi-000", "multi-001", "multi-002"]
+        for job in jobs:
+            self.wait_aligned(job, 60)
+        s = self.samples()
+        self.assertIsNone(metric(s, "rankwatch_steps_aligned_total", training_job="multi"))
+        stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(self.daemon.endpoints["grpc"]))
+        for job in jobs:
+            self.assertEqual(metric(s, "rankwatch_job_ranks", training_job=job, state="seen"), 8)
+            d = stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job=job), timeout=10)
+            # Each job carries the fault, on the same rank; seeds differ (SEED, SEED+1, ...).
+            self.assertEqual(list(d.step.culprit_ranks), [5], job)
+
     def test_ddp_slow_rank_makes_others_wait_in_collectives(self):
         self.fleet.simulate(self.brokers, "--job", "ddp", "--ranks", "16", "--steps", "120", "--speed", "max",
                             "--sync", "ddp", "--report-collective", "--fault", "slow-compute:5:0.3")
