@@ -2,7 +2,7 @@
 """Soak (issue #16): rankwatch under steady load for an hour, with crashes and a broker restart.
 
 Real processes on this machine over loopback TCP:
-  * `rankwatch kafka --partitions 128`, the development broker (librdkafka's mock cluster);
+  * `rankwatch kafka --partitions 256`, the development broker (librdkafka's mock cluster);
   * JOBS simulated jobs (8 to 64 ranks, `--speed max --rate` paced so that the fleet offers RATE
     step records/s in total; the nominal step is chosen so that record time keeps pace with wall
     time); one job in ten has a permanent compute straggler, one in ten an input straggler, one in
@@ -40,7 +40,7 @@ Exit code 1 when a target fails: consumed rate >= RATE, RSS growth < 5 % (both),
 diagnoses equal, no message lost, every kill and restart done.
 
   benchmarks/soak.py [--minutes 60] [--jobs 200] [--rate 200000] [--kills 5] [--broker-restart]
-                     [--partitions 128] [--warmup-minutes 5] [--json-out F] [--bin build/bin]
+                     [--partitions 256] [--compression zstd] [--warmup-minutes 5] [--json-out F] [--bin build/bin]
 
 Long CPU-heavy run: start it with `nice -n 10` on a shared machine.
 """
@@ -194,6 +194,7 @@ class Soak:
         self.dead_subject_lost = 0.0    # lost messages counted by subject processes now killed
         self.last_subject_lost = {}     # pid -> last value seen
         self.kernel_replays = 0
+        self.broker_down_until = 0.0
         self.kernel_events_published = 0
         self.kernel_failures = []
         self.cp = {"reference": [], "subject": []}       # (write s, pause s) samples this minute
@@ -227,7 +228,8 @@ class Soak:
             cmd = [os.path.join(harness.BIN, "rankwatch"), "simulate", "--brokers", self.brokers,
                    "--job", prod.prefix, "--jobs", str(prod.count), "--ranks", str(prod.ranks),
                    "--steps", str(prod.steps), "--step-ms", "%.6f" % prod.step_ms, "--speed", "max",
-                   "--rate", "%.3f" % prod.rate, "--report-collective", "--seed", str(prod.seed)]
+                   "--rate", "%.3f" % prod.rate, "--report-collective", "--seed", str(prod.seed),
+                   "--compression", self.args.compression]
             for f in prod.faults:
                 cmd += ["--fault", f]
             prod.proc = self.fleet.start("sim-" + prod.prefix, cmd)
@@ -236,6 +238,12 @@ class Soak:
         a = self.args
         n = 0
         while not self.stop_load.is_set():
+            # No replay starts while the brokers are down: it would fail to connect, as any
+            # producer would, and that is not what the soak measures.
+            with self.lock:
+                down_until = self.broker_down_until
+            if self.stop_load.wait(max(0.0, down_until - time.monotonic())):
+                break
             started = time.monotonic()
             fixture = FIXTURES[(loop + n) % len(FIXTURES)]
             job = "kern-%d-%d" % (loop, n)
@@ -282,6 +290,8 @@ class Soak:
                 log("soak: t=%4.0fs subject SIGKILLed (%d/%d), back in its group after %.1f s"
                     % (at, self.kills_done, self.args.kills, took))
             else:
+                with self.lock:
+                    self.broker_down_until = time.monotonic() + self.args.down_seconds + 2
                 os.kill(self.broker.proc.pid, signal.SIGUSR1)
                 with self.lock:
                     self.broker_restarts += 1
@@ -478,18 +488,28 @@ class Soak:
         def aligned_all(d):
             s = scrape(d, FINAL)
             return all(harness.metric(s, "rankwatch_steps_aligned_total", training_job=j) == n for j, n in want.items())
+        # Each daemon's figures are taken as soon as it has aligned every step (or at the drain
+        # timeout): finished jobs are retired --job-retention after their end, so a daemon that
+        # drained early must not wait for the other one.
         drained = {}
-        for which, d in (("reference", self.reference), ("subject", subject)):
-            try:
-                harness.wait_until(lambda: d is not None and aligned_all(d), a.drain_timeout,
-                                   "the %s to align every step" % which, interval=2)
-                drained[which] = round(time.monotonic() - load_end, 1)
-            except AssertionError as e:
-                drained[which] = None
-                log("soak: %s" % e)
-        time.sleep(2)  # both publish their final snapshots
+        finals = {}
+        pending = {"reference": self.reference, "subject": subject}
+        deadline = time.monotonic() + a.drain_timeout
+        while pending:
+            for which, d in list(pending.items()):
+                done = d is not None and aligned_all(d)
+                if done or time.monotonic() >= deadline:
+                    drained[which] = round(time.monotonic() - load_end, 1) if done else None
+                    if not done:
+                        log("soak: timed out after %.0f s waiting for the %s to align every step"
+                            % (a.drain_timeout, which))
+                    time.sleep(1)  # the daemon publishes its final snapshot
+                    finals[which] = self.collect(d)
+                    del pending[which]
+            if pending:
+                time.sleep(2)
         watcher.stop()
-        result = self.verdict(minutes, warmup, subject, sim_failures, drained, load_end, load_s)
+        result = self.verdict(minutes, warmup, subject, sim_failures, drained, finals, load_end, load_s)
         if a.trim_probe:
             # Separates memory the daemon holds from free memory glibc's malloc keeps after a burst
             # (a broker outage or a catch-up fills librdkafka's fetch queue; its threads' arenas
@@ -508,22 +528,27 @@ class Soak:
         return result
 
     # --- the checks ----------------------------------------------------------------------------
-    def verdict(self, minutes, warmup, subject, sim_failures, drained, load_end, load_s):
+    def collect(self, d):
+        """A daemon's final metrics and every simulated job's diagnosis: (samples, {job: diagnosis})."""
         import grpc  # noqa: E402
         from rankwatch.v1 import service_pb2, service_pb2_grpc  # noqa: E402
-        a = self.args
-        finals = {}
+        if d is None:
+            return [], {job.name: RuntimeError("no daemon") for job in self.jobs}
+        samples = scrape(d, FINAL)
+        stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(d.endpoints["grpc"]))
         diags = {}
-        for which, d in (("reference", self.reference), ("subject", subject)):
-            finals[which] = scrape(d, FINAL) if d else []
-            stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(d.endpoints["grpc"])) if d else None
-            diags[which] = {}
-            for job in self.jobs:
-                try:
-                    diags[which][job.name] = stub.GetDiagnosis(
-                        service_pb2.GetDiagnosisRequest(training_job=job.name), timeout=10)
-                except Exception as e:  # noqa: BLE001 - reported as a mismatch below
-                    diags[which][job.name] = e
+        for job in self.jobs:
+            try:
+                diags[job.name] = stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job=job.name), timeout=10)
+            except Exception as e:  # noqa: BLE001 - reported as a mismatch below
+                diags[job.name] = e
+        return samples, diags
+
+    def verdict(self, minutes, warmup, subject, sim_failures, drained, collected, load_end, load_s):
+        from rankwatch.v1 import service_pb2  # noqa: E402
+        a = self.args
+        finals = {which: collected[which][0] for which in collected}
+        diags = {which: collected[which][1] for which in collected}
         # Exactly once: every simulated step aligned once, nothing timed out, in both daemons.
         once_fail = []
         for which in ("reference", "subject"):
@@ -650,9 +675,12 @@ def main():
     p.add_argument("--broker-restart", action=argparse.BooleanOptionalAction, default=True,
                    help="one simulated broker restart (rankwatch kafka, SIGUSR1)")
     p.add_argument("--down-seconds", type=float, default=10, help="how long the broker restart keeps it down")
-    p.add_argument("--partitions", type=int, default=128,
-                   help="the broker keeps 5 MiB (~100,000 step records) a partition, jobs are keyed to "
-                        "partitions: enough of them that a restarted subject catches up before retention")
+    p.add_argument("--partitions", type=int, default=256,
+                   help="the broker keeps 5 MiB (~146,000 step records with zstd) a partition, jobs are keyed "
+                        "to partitions: enough of them that a daemon behind after the broker restart or a "
+                        "kill catches up before retention")
+    p.add_argument("--compression", default="zstd", choices=["lz4", "zstd"],
+                   help="the simulators' codec: zstd stores a step record in ~36 bytes, lz4 in ~45")
     p.add_argument("--kernel-loops", type=int, default=2, help="concurrent Kineto replay loops")
     p.add_argument("--kernel-period", type=float, default=5, help="seconds between replays of one loop")
     p.add_argument("--kernel-ttl", type=int, default=60,
