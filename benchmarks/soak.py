@@ -537,7 +537,9 @@ class Soak:
         drained = {}
         finals = {}
         pending = {"reference": self.reference, "subject": subject}
-        deadline = time.monotonic() + a.drain_timeout
+        # Finished jobs are retired --job-retention (--kernel-ttl) after their end: a daemon still
+        # behind by then is measured before that, or its jobs are gone (NOT_FOUND for all).
+        deadline = time.monotonic() + min(a.drain_timeout, 0.75 * a.kernel_ttl)
         while pending:
             for which, d in list(pending.items()):
                 done = d is not None and aligned_all(d)
@@ -545,7 +547,7 @@ class Soak:
                     drained[which] = round(time.monotonic() - load_end, 1) if done else None
                     if not done:
                         log("soak: timed out after %.0f s waiting for the %s to align every step"
-                            % (a.drain_timeout, which))
+                            % (min(a.drain_timeout, 0.75 * a.kernel_ttl), which))
                     time.sleep(1)  # the daemon publishes its final snapshot
                     finals[which] = self.collect(d)
                     del pending[which]
@@ -730,7 +732,9 @@ def main():
                    help="the daemons' --job-ttl and --job-retention, seconds (replayed kernel jobs are retired)")
     p.add_argument("--warmup-minutes", type=int, default=5, help="RSS baseline minute (at most half the run)")
     p.add_argument("--sample-interval", type=float, default=1.0, help="seconds between scrapes")
-    p.add_argument("--drain-timeout", type=float, default=300)
+    p.add_argument("--drain-timeout", type=float, default=300,
+                   help="seconds to wait for each daemon to align every step after the load (at most "
+                        "0.75 x --kernel-ttl: finished jobs are retired --kernel-ttl after their end)")
     p.add_argument("--seed", type=int, default=16)
     p.add_argument("--trim-probe", action=argparse.BooleanOptionalAction, default=shutil.which("gdb") is not None,
                    help="after the checks, call malloc_trim(0) in both daemons (gdb) and report their RSS "
