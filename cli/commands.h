@@ -17,5 +17,6 @@ CommandRunner AddAgentCommand(CLI::App& app);
 CommandRunner AddAnalyzeCommand(CLI::App& app);
 CommandRunner AddAlertsCommand(CLI::App& app);
 CommandRunner AddTopCommand(CLI::App& app);
+CommandRunner AddCaptureCommand(CLI::App& app);
 
 }  // namespace rankwatch

@@ -43,6 +43,13 @@ struct DaemonConfig {
   // Compacted topic holding a copy of the state, so partitions can move between instances of
   // one group. Empty (default): none, for a single instance.
   std::string changelog_topic;
+  // Topic of the control channel to the collectors (captures); empty: no captures.
+  std::string control_topic = "rankwatch.control";
+  bool auto_capture = true;              // a firing straggler alert captures culprit + typical rank
+  int capture_steps = 5;                 // steps a capture profiles, per rank
+  std::string capture_interval = "10m";  // at most one automatic capture a job this often
+  // The collectors must take a capture request this soon; the request is not retried after.
+  std::string capture_deadline = "60s";
   std::string job_ttl = "1h";        // no input this long: the job is finished
   std::string job_retention = "1h";  // finished jobs stay queryable this long
   // gRPC TLS (all PEM files; none: plaintext). A client CA turns on mutual TLS.

@@ -16,6 +16,7 @@
 #include <stop_token>
 #include <thread>
 
+#include "collectors/kafka_publisher.h"
 #include "common/logging.h"
 #include "common/stop_signal.h"
 #include "daemon/daemon_config.h"
@@ -73,6 +74,17 @@ int Run(const DaemonConfig& config) {
   if (!job_ttl.ok()) return Fail(job_ttl.status());
   auto job_retention = ParseDuration(config.job_retention);
   if (!job_retention.ok()) return Fail(job_retention.status());
+  auto capture_interval = ParseDuration(config.capture_interval);
+  if (!capture_interval.ok()) return Fail(capture_interval.status());
+  auto capture_deadline = ParseDuration(config.capture_deadline);
+  if (!capture_deadline.ok()) return Fail(capture_deadline.status());
+  const auto deadline_s = std::chrono::duration_cast<std::chrono::seconds>(*capture_deadline);
+  if (deadline_s.count() < 1 || deadline_s.count() > 3600) {
+    return Fail(absl::InvalidArgumentError("capture-deadline must be in 1s..1h"));
+  }
+  if (config.capture_steps < 1 || config.capture_steps > 100) {
+    return Fail(absl::InvalidArgumentError("capture-steps must be in 1..100"));
+  }
   if (config.window_steps < 1) return Fail(absl::InvalidArgumentError("window-steps must be >= 1"));
   if (config.checkpoint_budget_mib < 1 || config.checkpoint_budget_mib > 65536) {
     return Fail(absl::InvalidArgumentError("checkpoint-budget-mib must be in 1..65536"));
@@ -94,7 +106,11 @@ int Run(const DaemonConfig& config) {
   std::unique_ptr<EmbeddedBroker> broker;
   std::string brokers = config.brokers;
   if (brokers.empty()) {
-    auto started = EmbeddedBroker::Start({config.topic, config.embedded_partitions, 1});
+    EmbeddedBrokerOptions broker_options;
+    broker_options.topic = config.topic;
+    broker_options.partitions = config.embedded_partitions;
+    broker_options.control_topic = config.control_topic;
+    auto started = EmbeddedBroker::Start(broker_options);
     if (!started.ok()) return Fail(started.status());
     broker = std::move(*started);
     brokers = broker->bootstrap();
@@ -137,11 +153,43 @@ int Run(const DaemonConfig& config) {
   AlertHub alert_hub(
       store->get(), &writer, hub_options,
       {metrics.alert_subscribers, metrics.alert_subscribers_dropped, metrics.alerts_delivered});
+  // Captures: requests to the collectors on the control topic (never blocking: a full local
+  // queue refuses the request), answers from the telemetry batches.
+  std::unique_ptr<BatchPublisher> control_publisher;
+  std::unique_ptr<CaptureStore> captures;
+  if (!config.control_topic.empty()) {
+    PublisherOptions po;
+    po.brokers = brokers;
+    po.topic = config.control_topic;
+    po.client_id = "rankwatchd-control";
+    po.when_full = PublisherOptions::WhenFull::kDropNewest;
+    po.queue_max_messages = 1000;
+    // A request the broker has not taken by its deadline is dropped, never retried after it.
+    po.properties = {{"message.timeout.ms", std::to_string(deadline_s.count() * 1000)}};
+    for (const auto& [k, v] : config.kafka) po.properties[k] = v;
+    auto publisher = BatchPublisher::Create(po);
+    if (!publisher.ok()) return Fail(publisher.status());
+    control_publisher = std::move(*publisher);
+    CaptureStoreOptions capture_options;
+    capture_options.default_steps = static_cast<uint32_t>(config.capture_steps);
+    capture_options.auto_capture = config.auto_capture;
+    capture_options.auto_interval =
+        std::chrono::duration_cast<std::chrono::seconds>(*capture_interval);
+    capture_options.answer_deadline = deadline_s;
+    BatchPublisher* p = control_publisher.get();
+    captures = std::make_unique<CaptureStore>(
+        capture_options, [p](const std::string& key, const std::string& payload) {
+          absl::Status s = p->Publish(key, payload);
+          p->Poll(std::chrono::milliseconds(0));  // serves delivery reports
+          return s;
+        });
+  }
   GrpcServerOptions grpc_options;
   grpc_options.address = *grpc_address;
   grpc_options.snapshots = &snapshots;
   grpc_options.alerts = &alert_hub;
   grpc_options.kernels = &kernel_snapshots;
+  grpc_options.captures = captures.get();
   grpc_options.tls = {config.grpc_tls_cert, config.grpc_tls_key, config.grpc_tls_client_ca};
   auto grpc_server = GrpcServer::Start(grpc_options);
   if (!grpc_server.ok()) return Fail(grpc_server.status());
@@ -187,7 +235,8 @@ int Run(const DaemonConfig& config) {
     return Fail(absl::InvalidArgumentError("memory-diagnosis.window-steps must be >= 1"));
   }
   task_options.pipeline.memory_window.steps = static_cast<size_t>(config.memory_window_steps);
-  JobRouter router(router_options, {&metrics, &snapshots, &alert_hub, &kernel_snapshots});
+  JobRouter router(router_options,
+                   {&metrics, &snapshots, &alert_hub, &kernel_snapshots, captures.get()});
   TaskManagerOptions manager_options;
   manager_options.checkpoint_max_bytes = static_cast<size_t>(config.checkpoint_budget_mib) << 20;
   TaskManager tasks(config.topic, store->get(), &writer, changelog.get(), &router, &metrics,
@@ -339,6 +388,23 @@ int main(int argc, char** argv) {
   app.add_option("--changelog-topic", config.changelog_topic,
                  "compacted Kafka topic with a copy of the state: set it (the same on every "
                  "instance) to run several instances in one group")
+      ->capture_default_str();
+  app.add_option("--control-topic", config.control_topic,
+                 "Kafka topic on which rankwatchd asks the collectors for captures (\"\": no "
+                 "captures)")
+      ->capture_default_str();
+  app.add_option("--auto-capture", config.auto_capture,
+                 "a straggler alert that fires captures its culprit rank and a typical rank")
+      ->capture_default_str();
+  app.add_option("--capture-steps", config.capture_steps, "steps a capture profiles on each rank")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  app.add_option("--capture-interval", config.capture_interval,
+                 "at most one automatic capture a job this often")
+      ->capture_default_str();
+  app.add_option("--capture-deadline", config.capture_deadline,
+                 "the collectors must take a capture request this soon (1s..1h); it is not "
+                 "retried after")
       ->capture_default_str();
   app.add_option("--grpc-tls-cert", config.grpc_tls_cert,
                  "PEM certificate chain for gRPC over TLS (with --grpc-tls-key)");

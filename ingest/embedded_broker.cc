@@ -32,6 +32,9 @@ absl::StatusOr<std::unique_ptr<EmbeddedBroker>> EmbeddedBroker::Start(
     e = rd_kafka_mock_topic_create(cluster, (options.topic + ".changelog").c_str(),
                                    options.partitions, 1);
   }
+  if (e == RD_KAFKA_RESP_ERR_NO_ERROR && !options.control_topic.empty()) {
+    e = rd_kafka_mock_topic_create(cluster, options.control_topic.c_str(), 1, 1);
+  }
   if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
     rd_kafka_mock_cluster_destroy(cluster);
     rd_kafka_destroy(rk);

@@ -1,7 +1,7 @@
 // EmbeddedBroker: a local Kafka-protocol broker (librdkafka's mock cluster) listening on
-// 127.0.0.1, with the telemetry topic (and its state changelog topic) created. Real clients
-// (librdkafka, kcat, confluent-kafka-python) talk to it over TCP. For development, tests and the
-// demo only: it keeps everything in memory.
+// 127.0.0.1, with the telemetry topic (and its state changelog and control topics) created.
+// Real clients (librdkafka, kcat, confluent-kafka-python) talk to it over TCP. For development,
+// tests and the demo only: it keeps everything in memory.
 //
 // Thread-safe: the mock cluster runs on its own thread; this object only owns it.
 #pragma once
@@ -23,6 +23,9 @@ struct EmbeddedBrokerOptions {
   // Also create "<topic>.changelog" with as many partitions, for rankwatchd's state changelog
   // (--changelog-topic): the mock broker cannot create topics on request. Default: true.
   bool changelog_topic = true;
+  // The control channel's topic (control.proto), one partition; empty: none. Default:
+  // rankwatch.control.
+  std::string control_topic = "rankwatch.control";
 };
 
 class EmbeddedBroker {

@@ -207,6 +207,18 @@ void JobRouter::Tick(TimePoint now, int64_t wall_now_unix_ns) {
     sinks_.snapshots->Update(out.snapshots, out.removed_snapshots);
   }
   for (auto& [partition, task] : tasks_) task->RaiseAlerts(wall_now_unix_ns, &out);
+  if (sinks_.captures != nullptr) {
+    // A straggler alert that fires may ask its culprit and a typical rank for a capture.
+    if (!out.alerts.empty()) {
+      auto snapshots = sinks_.snapshots->Get();
+      for (const v1::Alert& a : out.alerts) {
+        auto it = snapshots->find(a.training_job());
+        sinks_.captures->OnAlert(a, it == snapshots->end() ? nullptr : it->second.get(),
+                                 wall_now_unix_ns);
+      }
+    }
+    sinks_.captures->Expire(wall_now_unix_ns);
+  }
   // Every alert of the tick in one write; the ingest thread never waits for it.
   if (sinks_.alert_hub != nullptr && (!out.alerts.empty() || !out.alert_states.empty())) {
     sinks_.alert_hub->Append(std::move(out.alerts), std::move(out.alert_states));

@@ -29,6 +29,7 @@
 #include "operators/kernel/kernel_accumulator.h"
 #include "operators/time.h"
 #include "sinks/alert_hub.h"
+#include "sinks/capture_store.h"
 #include "sinks/daemon_metrics.h"
 #include "sinks/kernel_snapshot_store.h"
 #include "sinks/snapshot_store.h"
@@ -57,6 +58,9 @@ struct TaskSinks {
   SnapshotStore* snapshots = nullptr;
   AlertHub* alert_hub = nullptr;                    // null: alerts are not stored or published
   KernelSnapshotStore* kernel_snapshots = nullptr;  // null: kernel results are not served
+  // Control replies and captured events go here; firing straggler alerts may start captures.
+  // Null: captures are off.
+  CaptureStore* captures = nullptr;
 };
 
 // What the tasks' evaluations of one tick produced, published by the router: new snapshots

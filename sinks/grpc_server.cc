@@ -22,8 +22,8 @@ constexpr char kStateServiceName[] = "rankwatch.state";
 class RankWatchService final : public v1::RankWatch::Service {
  public:
   RankWatchService(const SnapshotStore* snapshots, AlertHub* alerts,
-                   const KernelSnapshotStore* kernels)
-      : snapshots_(snapshots), alerts_(alerts), kernels_(kernels) {}
+                   const KernelSnapshotStore* kernels, CaptureStore* captures)
+      : snapshots_(snapshots), alerts_(alerts), kernels_(kernels), captures_(captures) {}
 
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
                         v1::ListJobsResponse* response) override {
@@ -152,7 +152,77 @@ class RankWatchService final : public v1::RankWatch::Service {
     }
   }
 
+  grpc::Status RequestCapture(grpc::ServerContext*, const v1::RequestCaptureRequest* request,
+                              v1::Capture* response) override {
+    if (captures_ == nullptr) {
+      return {grpc::StatusCode::UNAVAILABLE, "captures are off (rankwatchd --control-topic \"\")"};
+    }
+    auto snapshots = snapshots_->Get();
+    auto it = snapshots->find(request->training_job());
+    if (it == snapshots->end()) {
+      return {grpc::StatusCode::NOT_FOUND, "no training job '" + request->training_job() + "'"};
+    }
+    const JobSnapshot& s = *it->second;
+    std::vector<uint32_t> ranks(request->ranks().begin(), request->ranks().end());
+    int32_t culprit = -1, reference = -1;
+    if (ranks.empty()) {
+      const auto pair = CaptureStore::CulpritAndReference(s);
+      if (!pair) {
+        return {grpc::StatusCode::FAILED_PRECONDITION,
+                "training job '" + s.training_job +
+                    "' names no culprit rank now: say which ranks to capture"};
+      }
+      ranks = {pair->first, pair->second};
+      culprit = static_cast<int32_t>(pair->first);
+      reference = static_cast<int32_t>(pair->second);
+    } else if (request->has_reference_rank()) {
+      culprit = static_cast<int32_t>(ranks.front());
+      reference = static_cast<int32_t>(request->reference_rank());
+      ranks.push_back(request->reference_rank());
+    }
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    auto c = captures_->Request(s.training_job, std::move(ranks), culprit, reference,
+                                request->steps(), "rankwatch capture", "", &s, now);
+    if (!c.ok()) return ToGrpc(c.status());
+    *response = std::move(*c);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetCapture(grpc::ServerContext*, const v1::GetCaptureRequest* request,
+                          v1::GetCaptureResponse* response) override {
+    if (captures_ == nullptr) return {grpc::StatusCode::UNAVAILABLE, "captures are off"};
+    std::vector<v1::CaptureTrace> traces;
+    auto c = captures_->Get(request->id(), request->with_events() ? &traces : nullptr);
+    if (!c) return {grpc::StatusCode::NOT_FOUND, "no capture '" + request->id() + "'"};
+    *response->mutable_capture() = std::move(*c);
+    for (v1::CaptureTrace& t : traces) *response->add_traces() = std::move(t);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListCaptures(grpc::ServerContext*, const v1::ListCapturesRequest* request,
+                            v1::ListCapturesResponse* response) override {
+    if (captures_ == nullptr) return {grpc::StatusCode::UNAVAILABLE, "captures are off"};
+    for (v1::Capture& c : captures_->List(request->training_job())) {
+      *response->add_captures() = std::move(c);
+    }
+    return grpc::Status::OK;
+  }
+
  private:
+  static grpc::Status ToGrpc(const absl::Status& s) {
+    switch (s.code()) {
+      case absl::StatusCode::kInvalidArgument:
+        return {grpc::StatusCode::INVALID_ARGUMENT, std::string(s.message())};
+      case absl::StatusCode::kResourceExhausted:
+        return {grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(s.message())};
+      case absl::StatusCode::kUnavailable:
+        return {grpc::StatusCode::UNAVAILABLE, std::string(s.message())};
+      default: return {grpc::StatusCode::INTERNAL, std::string(s.message())};
+    }
+  }
+
   static void FillKernel(const kernel::RankKernelSummary& r, const kernel::KernelJobSnapshot& job,
                          v1::RankKernel* out) {
     const kernel::KernelStepSummary& t = r.total;
@@ -181,6 +251,7 @@ class RankWatchService final : public v1::RankWatch::Service {
   const SnapshotStore* snapshots_;
   AlertHub* alerts_;
   const KernelSnapshotStore* kernels_;
+  CaptureStore* captures_;
 };
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
@@ -223,8 +294,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   auto self = std::unique_ptr<GrpcServer>(new GrpcServer());
-  self->service_ =
-      std::make_unique<RankWatchService>(options.snapshots, options.alerts, options.kernels);
+  self->service_ = std::make_unique<RankWatchService>(options.snapshots, options.alerts,
+                                                      options.kernels, options.captures);
   self->alerts_ = options.alerts;
   grpc::ServerBuilder builder;
   int port = 0;

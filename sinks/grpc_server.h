@@ -1,6 +1,8 @@
 // GrpcServer: the rankwatch.v1.RankWatch service plus gRPC health checking and server
 // reflection, on its own threads, over plaintext or TLS (mutual TLS with a client CA).
 //
+// RequestCapture, GetCapture and ListCaptures go to the CaptureStore.
+//
 // ListJobs, GetDiagnosis and GetRankDetail answer from the SnapshotStore; WatchAlerts streams
 // the AlertHub's stored alerts after the requested sequence and then live ones. A subscriber
 // that falls `subscriber_queue` alerts behind is disconnected with RESOURCE_EXHAUSTED and a
@@ -17,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "sinks/alert_hub.h"
+#include "sinks/capture_store.h"
 #include "sinks/kernel_snapshot_store.h"
 #include "sinks/listen_address.h"
 #include "sinks/snapshot_store.h"
@@ -39,6 +42,7 @@ struct GrpcServerOptions {
   const SnapshotStore* snapshots = nullptr;      // required
   AlertHub* alerts = nullptr;                    // null: WatchAlerts is UNAVAILABLE
   const KernelSnapshotStore* kernels = nullptr;  // per-rank GPU timelines (may be null)
+  CaptureStore* captures = nullptr;              // null: the capture calls are UNAVAILABLE
   GrpcTlsOptions tls;
 };
 

@@ -86,8 +86,26 @@ absl::StatusOr<std::unique_ptr<Collector>> Collector::Create(CollectorIdentity i
   if (identity.pid == 0) identity.pid = static_cast<uint32_t>(getpid());
   auto publisher = BatchPublisher::Create(ToPublisherOptions(options));
   if (!publisher.ok()) return publisher.status();
-  return std::unique_ptr<Collector>(
+  std::unique_ptr<Collector> c(
       new Collector(std::move(identity), std::move(options), std::move(*publisher)));
+  if (!c->options_.control_topic.empty()) {
+    ControlListenerOptions lo;
+    lo.brokers = c->options_.brokers;
+    lo.topic = c->options_.control_topic;
+    lo.training_job = c->identity_.training_job;
+    lo.rank = c->identity_.rank;
+    lo.properties = c->options_.properties;
+    Collector* raw = c.get();
+    auto listener = ControlListener::Start(
+        std::move(lo), [raw](v1::ControlReply r) { raw->ReplyControl(std::move(r)); });
+    if (listener.ok()) {
+      c->control_ = std::move(*listener);
+    } else {
+      spdlog::warn("rankwatch collector: no control channel: {}",
+                   std::string(listener.status().message()));
+    }
+  }
+  return c;
 }
 
 Collector::Collector(CollectorIdentity identity, CollectorOptions options,
@@ -180,6 +198,47 @@ void Collector::RecordKernels(const std::vector<KernelEventInput>& events) {
   if (crossed_half) RequestFlush();
 }
 
+std::vector<v1::ControlRequest> Collector::TakeControlRequests() {
+  if (control_ == nullptr) return {};
+  return control_->Take();
+}
+
+void Collector::ReplyControl(v1::ControlReply reply) {
+  {
+    std::lock_guard<std::mutex> lock(control_mu_);
+    replies_.push_back(std::move(reply));
+    ++control_replies_;
+  }
+  RequestFlush();
+}
+
+void Collector::SendCapture(const std::string& request_id, std::string source_format,
+                            std::vector<KernelEventInput> events, v1::ControlReply done) {
+  CaptureUpload up;
+  up.request_id = request_id;
+  up.source_format = std::move(source_format);
+  const size_t keep = std::min(events.size(), options_.max_capture_events);
+  for (size_t i = 0; i < keep; ++i) {
+    KernelEventInput& e = events[i];
+    if (e.name.size() > kMaxKernelString) e.name.resize(kMaxKernelString);
+    if (e.category.size() > kMaxKernelString) e.category.resize(kMaxKernelString);
+    up.events.push_back(std::move(e));
+  }
+  done.set_events(keep);
+  if (keep < events.size()) {
+    std::string cut = std::to_string(events.size() - keep) + " of " +
+                      std::to_string(events.size()) + " events cut (max_capture_events)";
+    done.set_reason(done.reason().empty() ? cut : done.reason() + "; " + cut);
+  }
+  up.done = std::move(done);
+  {
+    std::lock_guard<std::mutex> lock(control_mu_);
+    captures_.push_back(std::move(up));
+    ++captures_sent_;
+  }
+  RequestFlush();
+}
+
 void Collector::RequestFlush() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -234,7 +293,40 @@ void Collector::Drain(bool final) {
     std::lock_guard<std::mutex> lock(kernels_mu_);
     kernels.swap(kernels_);
   }
+  AppendKernels(&b, kernels, "collector", "");
+  // Captures go in batches of their own (their trace names the capture), each followed by its
+  // reply; the other replies ride in the last batch of this round.
+  std::deque<CaptureUpload> captures;
+  std::vector<v1::ControlReply> replies;
+  {
+    std::lock_guard<std::mutex> lock(control_mu_);
+    captures.swap(captures_);
+    replies.swap(replies_);
+  }
+  for (CaptureUpload& up : captures) {
+    if (b.steps_size() > 0 || b.kernels_size() > 0) {
+      SealBatch(&b, b.steps_size() + b.kernels_size());
+      b.Clear();
+    }
+    AppendKernels(&b, up.events, up.source_format, up.request_id);
+    if (b.kernels_size() > 0) {
+      SealBatch(&b, b.kernels_size());
+      b.Clear();
+    }
+    replies.push_back(std::move(up.done));
+  }
+  for (v1::ControlReply& r : replies) *b.add_control_replies() = std::move(r);
+  if (b.steps_size() > 0 || b.kernels_size() > 0 || b.control_replies_size() > 0 || final) {
+    b.set_final(final);
+    SealBatch(&b, b.steps_size() + b.kernels_size());
+  }
+}
+
+void Collector::AppendKernels(v1::Batch* batch, const std::deque<KernelEventInput>& events,
+                              const std::string& source_format, const std::string& capture_id) {
+  v1::Batch& b = *batch;
   std::unordered_map<std::string, uint32_t> interned;
+  for (int i = 0; i < b.strings_size(); ++i) interned.emplace(b.strings(i), i);
   auto intern = [&](const std::string& text) -> uint32_t {
     if (text.empty()) return 0;
     if (b.strings_size() == 0) b.add_strings("");
@@ -242,7 +334,11 @@ void Collector::Drain(bool final) {
     if (added) b.add_strings(text);
     return it->second;
   };
-  for (const KernelEventInput& k : kernels) {
+  auto label = [&] {
+    b.mutable_trace()->set_source_format(source_format);
+    if (!capture_id.empty()) b.mutable_trace()->set_capture_id(capture_id);
+  };
+  for (const KernelEventInput& k : events) {
     v1::KernelEvent* e = b.add_kernels();
     e->set_name(intern(k.name));
     e->set_category(intern(k.category));
@@ -257,18 +353,15 @@ void Collector::Drain(bool final) {
     e->set_process_rank(static_cast<int32_t>(identity_.rank));
     e->set_pid(identity_.pid);
     e->set_step(k.step);
+    if (k.tid != 0) e->set_tid(k.tid);
     if (static_cast<size_t>(b.kernels_size()) >= kMaxBatchKernels) {
-      b.mutable_trace()->set_source_format("collector");
+      label();
       SealBatch(&b, b.steps_size() + b.kernels_size());
       b.Clear();
       interned.clear();
     }
   }
-  if (b.kernels_size() > 0) b.mutable_trace()->set_source_format("collector");
-  if (b.steps_size() > 0 || b.kernels_size() > 0 || final) {
-    b.set_final(final);
-    SealBatch(&b, b.steps_size() + b.kernels_size());
-  }
+  if (b.kernels_size() > 0) label();
 }
 
 void Collector::Produce() {
@@ -368,6 +461,14 @@ absl::Status Collector::Flush(std::chrono::milliseconds timeout) {
 
 absl::Status Collector::Close(bool final, std::chrono::milliseconds timeout) {
   if (closed_.exchange(true)) return absl::OkStatus();
+  // No control requests or replies after this (the last replies ship below). The listener's
+  // thread may be inside ReplyControl, which takes control_mu_: joined outside that lock.
+  std::unique_ptr<ControlListener> listener;
+  {
+    std::lock_guard<std::mutex> lock(control_mu_);
+    listener = std::move(control_);
+  }
+  listener.reset();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -408,6 +509,12 @@ CollectorStats Collector::stats() const {
   s.buffered_bytes = buffered_bytes_.load(std::memory_order_relaxed);
   s.max_buffered_bytes = max_buffered_bytes_.load(std::memory_order_relaxed);
   s.memory_bound_bytes = memory_bound_bytes();
+  {
+    std::lock_guard<std::mutex> lock(control_mu_);
+    if (control_ != nullptr) s.control = control_->stats();
+    s.control_replies = control_replies_;
+    s.captures_sent = captures_sent_;
+  }
   return s;
 }
 
@@ -415,7 +522,10 @@ uint64_t Collector::memory_bound_bytes() const {
   const uint64_t ring = ring_.capacity() * (sizeof(TimedStep) + sizeof(size_t));
   const uint64_t kernels =
       options_.max_kernel_events * (sizeof(KernelEventInput) + 2 * kMaxKernelString);
-  return ring + kernels + options_.max_pending_bytes +
+  // One capture at a time (the Python collector runs them one after the other).
+  const uint64_t capture =
+      options_.max_capture_events * (sizeof(KernelEventInput) + 2 * kMaxKernelString);
+  return ring + kernels + capture + options_.max_pending_bytes +
          uint64_t(options_.kafka_queue_max_kbytes) * 1024;
 }
 

@@ -12,8 +12,14 @@
 // producer reconnects by itself when the broker returns, and a backlog then drains at the
 // broker's pace. memory_bound_bytes() states the total bound.
 //
-// Thread-safety: BeginStep/EndStep from one thread (the training loop); AddPhase,
-// RecordMemory, RecordKernels, SetTrainingStrategy, identity(), stats() and Flush() from any
+// Control channel: with options.control_topic set, a ControlListener (its own thread and
+// librdkafka consumer) reads the daemon's requests for this rank; the training loop polls
+// control_pending() at step boundaries, takes the requests and acts on them, and the answers
+// (ReplyControl, SendCapture) ship in the next batches.
+//
+// Thread-safety: BeginStep/EndStep, control_pending() and TakeControlRequests() from one thread
+// (the training loop), which also closes the collector; AddPhase, RecordMemory, RecordKernels,
+// SetTrainingStrategy, ReplyControl, SendCapture, identity(), stats() and Flush() from any
 // thread.
 #pragma once
 
@@ -33,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "collectors/kafka_publisher.h"
 #include "collectors/lib/bounded_ring.h"
+#include "collectors/lib/control_listener.h"
 #include "collectors/lib/pending_batches.h"
 #include "collectors/lib/timed_step.h"
 #include "wire/kafka_properties.h"
@@ -70,6 +77,11 @@ struct CollectorOptions {
   int kafka_queue_max_messages = 4;   // default: 4 batches in librdkafka's queue
   int kafka_queue_max_kbytes = 4096;  // default: 4 MiB in librdkafka's queue
   int message_timeout_ms = 300000;    // default: 5 min; older undelivered batches fail
+  // The control channel's topic (control.proto; collectors/lib/control_listener.h); empty: no
+  // control channel. A listener that cannot start is logged and the collector goes on without.
+  std::string control_topic = "rankwatch.control";  // default: rankwatch.control
+  // Events one capture may send (SendCapture); more are cut and the reply says so.
+  size_t max_capture_events = 50000;  // default: 50,000
   KafkaProperties properties;         // passed through to librdkafka
 };
 
@@ -79,6 +91,7 @@ struct KernelEventInput {
   int64_t ts_ns = 0, dur_ns = 0;
   int64_t stream = -1, correlation = -1;
   int64_t step = -1;
+  uint64_t tid = 0;  // OS thread of a CPU event (0: not said)
 };
 
 // Counters since creation; a consistent-enough snapshot for metrics and tests.
@@ -93,6 +106,9 @@ struct CollectorStats {
   uint64_t buffered_bytes = 0;      // pending + in librdkafka, now
   uint64_t max_buffered_bytes = 0;  // the largest buffered_bytes seen
   uint64_t memory_bound_bytes = 0;  // memory_bound_bytes()
+  ControlListenerStats control;     // the control channel's (zero without one)
+  uint64_t control_replies = 0;     // replies queued for shipping
+  uint64_t captures_sent = 0;       // captures handed to the sender
 };
 
 class Collector {
@@ -132,10 +148,23 @@ class Collector {
   void SetTrainingStrategy(std::string training_strategy, bool sharded);
 
   CollectorStats stats() const;
-  // ring + kernel buffer + pending bytes + librdkafka queue bytes: what the collector may hold.
+  // ring + kernel buffer + one capture's events + pending bytes + librdkafka queue bytes: what
+  // the collector may hold.
   uint64_t memory_bound_bytes() const;
   // The identity, with the training strategy and sharding of now.
   CollectorIdentity identity() const;
+
+  // --- the control channel ---------------------------------------------------------------
+  // True when accepted control requests wait (one atomic load: call it every step).
+  bool control_pending() const { return control_ != nullptr && control_->pending(); }
+  // The accepted requests not taken yet, oldest first (each was answered ACCEPTED already).
+  std::vector<v1::ControlRequest> TakeControlRequests();
+  // Queues a reply (DONE, FAILED, REFUSED) for the next batch and wakes the sender. Any thread.
+  void ReplyControl(v1::ControlReply reply);
+  // Queues the events of capture `request_id` (their own batches, trace.capture_id set, at
+  // most options.max_capture_events), followed by `done`, whose `events` it sets. Any thread.
+  void SendCapture(const std::string& request_id, std::string source_format,
+                   std::vector<KernelEventInput> events, v1::ControlReply done);
 
  private:
   Collector(CollectorIdentity identity, CollectorOptions options,
@@ -150,6 +179,9 @@ class Collector {
   // produces after each, until nothing is pending or `deadline`. Sender thread only.
   void DrainBacklog(std::chrono::steady_clock::time_point deadline);
   void SealBatch(v1::Batch* batch, uint64_t records);
+  // Adds `events` to `batch` (its string table), sealing full batches on the way.
+  void AppendKernels(v1::Batch* batch, const std::deque<KernelEventInput>& events,
+                     const std::string& source_format, const std::string& capture_id);
   void UpdateBuffered();
 
   const CollectorIdentity identity_;  // its training_strategy and sharded: as created
@@ -171,6 +203,18 @@ class Collector {
   BoundedRing<TimedStep> ring_;
   std::atomic<uint64_t> steps_recorded_{0};
 
+  struct CaptureUpload {
+    std::string request_id, source_format;
+    std::deque<KernelEventInput> events;
+    v1::ControlReply done;
+  };
+  mutable std::mutex control_mu_;
+  // Set by Create, moved out (under control_mu_) and destroyed by Close.
+  std::unique_ptr<ControlListener> control_;
+  std::vector<v1::ControlReply> replies_ ABSL_GUARDED_BY(control_mu_);
+  std::deque<CaptureUpload> captures_ ABSL_GUARDED_BY(control_mu_);
+  uint64_t control_replies_ ABSL_GUARDED_BY(control_mu_) = 0;
+  uint64_t captures_sent_ ABSL_GUARDED_BY(control_mu_) = 0;
   mutable std::mutex kernels_mu_;
   std::deque<KernelEventInput> kernels_ ABSL_GUARDED_BY(kernels_mu_);
   uint64_t kernels_dropped_ ABSL_GUARDED_BY(kernels_mu_) = 0;

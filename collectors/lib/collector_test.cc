@@ -25,6 +25,7 @@ class MockKafka {
     mock_rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
     cluster_ = rd_kafka_mock_cluster_new(mock_rk_, 1);
     rd_kafka_mock_topic_create(cluster_, kTopic, 1, 1);
+    rd_kafka_mock_topic_create(cluster_, "rankwatch.control", 1, 1);
     bootstrap_ = rd_kafka_mock_cluster_bootstraps(cluster_);
   }
   ~MockKafka() {
@@ -414,6 +415,103 @@ TEST(CollectorTest, ManyRecordingThreadsRaceTheSenderWithoutLosingAnything) {
       EXPECT_EQ(per_thread[t][i], static_cast<int64_t>(i)) << "thread " << t;
     }
   }
+}
+
+// A capture request produced on the control topic reaches the training side; the capture's
+// events ship in batches of their own, tagged with the request id, before its DONE reply.
+TEST(CollectorTest, AControlRequestIsTakenAndACaptureShipsTaggedBeforeItsReply) {
+  MockKafka kafka;
+  CollectorOptions o;
+  o.brokers = kafka.bootstrap();
+  o.flush_interval_ms = 20;
+  o.max_capture_events = 3;
+  auto c = Collector::Create(Identity(), o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (int i = 0; i < 1000 && !(*c)->stats().control.reading; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE((*c)->stats().control.reading);
+  EXPECT_FALSE((*c)->control_pending());
+
+  v1::ControlRequest request;
+  request.set_id("cap-7");
+  request.set_training_job("job-a");
+  request.add_ranks(2);
+  request.set_deadline_unix_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count() +
+                               60'000'000'000);
+  request.mutable_capture()->set_steps(2);
+  const std::string bytes = request.SerializeAsString();
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  char err[256];
+  rd_kafka_conf_set(conf, "bootstrap.servers", kafka.bootstrap().c_str(), err, sizeof(err));
+  rd_kafka_t* producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+  ASSERT_EQ(
+      rd_kafka_producev(producer, RD_KAFKA_V_TOPIC("rankwatch.control"), RD_KAFKA_V_KEY("job-a", 5),
+                        RD_KAFKA_V_VALUE(const_cast<char*>(bytes.data()), bytes.size()),
+                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
+      RD_KAFKA_RESP_ERR_NO_ERROR);
+  ASSERT_EQ(rd_kafka_flush(producer, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+  rd_kafka_destroy(producer);
+
+  for (int i = 0; i < 1000 && !(*c)->control_pending(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE((*c)->control_pending());
+  const std::vector<v1::ControlRequest> taken = (*c)->TakeControlRequests();
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].id(), "cap-7");
+  EXPECT_EQ(taken[0].capture().steps(), 2u);
+  EXPECT_FALSE((*c)->control_pending());
+
+  // Live kernel events and a capture in the same round: separate batches.
+  (*c)->RecordKernels({{"live", "kernel", 1, 2, 7, 1, 10}});
+  std::vector<KernelEventInput> captured = {{"aten::mm", "cpu_op", 100, 50, -1, -1, 11, 99},
+                                            {"aten::add", "cpu_op", 160, 5, -1, -1, 12, 99},
+                                            {"aten::mm", "cpu_op", 200, 50, -1, -1, 12, 99},
+                                            {"aten::relu", "cpu_op", 260, 5, -1, -1, 12, 99}};
+  v1::ControlReply done;
+  done.set_request_id("cap-7");
+  done.set_state(v1::CONTROL_DONE);
+  done.set_first_step(11);
+  done.set_steps(2);
+  (*c)->SendCapture("cap-7", "torch.profiler", captured, done);
+  ASSERT_TRUE((*c)->Close(true, std::chrono::seconds(10)).ok());
+  EXPECT_EQ((*c)->stats().captures_sent, 1u);
+
+  const std::vector<v1::Batch> batches = kafka.ReadAll(std::chrono::milliseconds(1500));
+  int accepted_at = -1, capture_at = -1, done_at = -1, live_at = -1;
+  for (int i = 0; i < static_cast<int>(batches.size()); ++i) {
+    const v1::Batch& b = batches[i];
+    for (const v1::ControlReply& r : b.control_replies()) {
+      EXPECT_EQ(r.request_id(), "cap-7");
+      if (r.state() == v1::CONTROL_ACCEPTED) accepted_at = i;
+      if (r.state() == v1::CONTROL_DONE) {
+        done_at = i;
+        EXPECT_EQ(r.events(), 3u);  // max_capture_events: one cut, and the reply says so
+        EXPECT_NE(r.reason().find("1 of 4 events cut"), std::string::npos) << r.reason();
+        EXPECT_EQ(r.first_step(), 11);
+      }
+    }
+    if (b.trace().capture_id() == "cap-7") {
+      capture_at = i;
+      EXPECT_EQ(b.trace().source_format(), "torch.profiler");
+      ASSERT_EQ(b.kernels_size(), 3);
+      EXPECT_EQ(b.strings(b.kernels(0).name()), "aten::mm");
+      EXPECT_EQ(b.kernels(0).tid(), 99u);
+      EXPECT_EQ(b.kernels(2).step(), 12);
+    } else if (b.kernels_size() > 0) {
+      live_at = i;
+      EXPECT_EQ(b.trace().source_format(), "collector");
+      EXPECT_TRUE(b.trace().capture_id().empty());
+      EXPECT_EQ(b.strings(b.kernels(0).name()), "live");
+    }
+  }
+  EXPECT_GE(accepted_at, 0);
+  EXPECT_GE(live_at, 0);
+  ASSERT_GE(capture_at, 0);
+  EXPECT_GT(done_at, capture_at);
 }
 
 TEST(CollectorCApiTest, CreateRecordFlushDestroy) {

@@ -41,6 +41,9 @@ rw_collector* rw_collector_create(const rw_identity* identity, const rw_options*
   }
   if (options->kafka_queue_max_kbytes > 0)
     o.kafka_queue_max_kbytes = options->kafka_queue_max_kbytes;
+  // The C API cannot act on control requests (captures) yet: it does not listen, so that it
+  // never accepts a request it would not carry out.
+  o.control_topic.clear();
   auto c = rankwatch::Collector::Create(std::move(id), std::move(o));
   if (!c.ok()) return fail(std::string(c.status().message()));
   return new rw_collector{std::move(*c)};

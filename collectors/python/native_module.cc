@@ -17,16 +17,21 @@ using rankwatch::StepPhase;
 
 namespace {
 
-std::unique_ptr<Collector> MakeCollector(const std::string& training_job, uint32_t rank,
-                                         uint32_t world_size, const std::string& node,
-                                         uint32_t local_rank, uint32_t pid,
-                                         const std::string& device, const std::string& brokers,
-                                         const std::string& topic, int flush_interval_ms,
-                                         size_t step_ring_capacity, size_t max_pending_bytes,
-                                         int kafka_queue_max_messages, int kafka_queue_max_kbytes,
-                                         const std::map<std::string, std::string>& properties) {
-  rankwatch::CollectorIdentity id{training_job, rank, world_size, node, local_rank, pid, device,
-                                  /*training_strategy=*/"", /*sharded=*/false};
+std::unique_ptr<Collector> MakeCollector(
+    const std::string& training_job, uint32_t rank, uint32_t world_size, const std::string& node,
+    uint32_t local_rank, uint32_t pid, const std::string& device, const std::string& brokers,
+    const std::string& topic, int flush_interval_ms, size_t step_ring_capacity,
+    size_t max_pending_bytes, int kafka_queue_max_messages, int kafka_queue_max_kbytes,
+    const std::map<std::string, std::string>& properties, const std::string& control_topic) {
+  rankwatch::CollectorIdentity id{training_job,
+                                  rank,
+                                  world_size,
+                                  node,
+                                  local_rank,
+                                  pid,
+                                  device,
+                                  /*training_strategy=*/"",
+                                  /*sharded=*/false};
   rankwatch::CollectorOptions o;
   o.brokers = brokers;
   o.topic = topic;
@@ -35,10 +40,50 @@ std::unique_ptr<Collector> MakeCollector(const std::string& training_job, uint32
   o.max_pending_bytes = max_pending_bytes;
   o.kafka_queue_max_messages = kafka_queue_max_messages;
   o.kafka_queue_max_kbytes = kafka_queue_max_kbytes;
+  o.control_topic = control_topic;
   for (const auto& [k, v] : properties) o.properties[k] = v;
   auto c = Collector::Create(std::move(id), std::move(o));
   if (!c.ok()) throw std::invalid_argument(std::string(c.status().message()));
   return std::move(*c);
+}
+
+// (name, category, ts_ns, dur_ns, stream, correlation, step[, tid]) tuples.
+std::vector<rankwatch::KernelEventInput> KernelEvents(const std::vector<py::tuple>& events) {
+  std::vector<rankwatch::KernelEventInput> in;
+  in.reserve(events.size());
+  for (const py::tuple& t : events) {
+    if (t.size() != 7 && t.size() != 8) {
+      throw std::invalid_argument("kernel events are 7- or 8-tuples");
+    }
+    in.push_back({t[0].cast<std::string>(), t[1].cast<std::string>(), t[2].cast<int64_t>(),
+                  t[3].cast<int64_t>(), t[4].cast<int64_t>(), t[5].cast<int64_t>(),
+                  t[6].cast<int64_t>(), t.size() == 8 ? t[7].cast<uint64_t>() : 0});
+  }
+  return in;
+}
+
+rankwatch::v1::ControlState ControlStateNamed(const std::string& state) {
+  if (state == "refused") return rankwatch::v1::CONTROL_REFUSED;
+  if (state == "done") return rankwatch::v1::CONTROL_DONE;
+  if (state == "failed") return rankwatch::v1::CONTROL_FAILED;
+  throw std::invalid_argument("control reply state is refused, done or failed, not '" + state +
+                              "'");
+}
+
+py::dict RequestDict(const rankwatch::v1::ControlRequest& r) {
+  py::dict d;
+  d["id"] = r.id();
+  d["ranks"] = std::vector<uint32_t>(r.ranks().begin(), r.ranks().end());
+  d["deadline_unix_ns"] = r.deadline_unix_ns();
+  d["requested_by"] = r.requested_by();
+  if (r.has_capture()) {
+    d["action"] = "capture";
+    d["steps"] = r.capture().steps();
+    d["cuda"] = r.capture().cuda();
+  } else {
+    d["action"] = "unknown";
+  }
+  return d;
 }
 
 }  // namespace
@@ -62,7 +107,8 @@ PYBIND11_MODULE(_native, m) {
            py::arg("flush_interval_ms") = 1000, py::arg("step_ring_capacity") = 4096,
            py::arg("max_pending_bytes") = 4u << 20, py::arg("kafka_queue_max_messages") = 4,
            py::arg("kafka_queue_max_kbytes") = 4096,
-           py::arg("properties") = std::map<std::string, std::string>{})
+           py::arg("properties") = std::map<std::string, std::string>{},
+           py::arg("control_topic") = "rankwatch.control")
       .def("begin_step", [](Collector& c, uint64_t step) { c.BeginStep(step, Collector::NowNs()); })
       .def("end_step", [](Collector& c) { c.EndStep(Collector::NowNs()); })
       .def(
@@ -96,17 +142,52 @@ PYBIND11_MODULE(_native, m) {
            py::arg("peak_reserved") = 0, py::arg("capacity") = 0)
       .def("record_kernels",
            [](Collector& c, const std::vector<py::tuple>& events) {
-             // (name, category, ts_ns, dur_ns, stream, correlation, step)
-             std::vector<rankwatch::KernelEventInput> in;
-             in.reserve(events.size());
-             for (const py::tuple& t : events) {
-               if (t.size() != 7) throw std::invalid_argument("kernel events are 7-tuples");
-               in.push_back({t[0].cast<std::string>(), t[1].cast<std::string>(),
-                             t[2].cast<int64_t>(), t[3].cast<int64_t>(), t[4].cast<int64_t>(),
-                             t[5].cast<int64_t>(), t[6].cast<int64_t>()});
-             }
-             c.RecordKernels(in);
+             c.RecordKernels(KernelEvents(events));
            })
+      .def("control_pending", &Collector::control_pending,
+           "accepted control requests wait (one atomic load: call it every step)")
+      .def(
+          "take_control_requests",
+          [](Collector& c) {
+            py::list out;
+            for (const auto& r : c.TakeControlRequests()) out.append(RequestDict(r));
+            return out;
+          },
+          "the accepted control requests, oldest first, as dicts (id, action, ranks, "
+          "deadline_unix_ns, requested_by; steps and cuda for a capture)")
+      .def(
+          "reply_control",
+          [](Collector& c, const std::string& request_id, const std::string& state,
+             const std::string& reason, int64_t first_step, uint32_t steps,
+             uint64_t profiled_step_ns) {
+            rankwatch::v1::ControlReply r;
+            r.set_request_id(request_id);
+            r.set_state(ControlStateNamed(state));
+            r.set_reason(reason);
+            r.set_first_step(first_step);
+            r.set_steps(steps);
+            r.set_profiled_step_ns(profiled_step_ns);
+            c.ReplyControl(std::move(r));
+          },
+          py::arg("request_id"), py::arg("state"), py::arg("reason") = "",
+          py::arg("first_step") = -1, py::arg("steps") = 0, py::arg("profiled_step_ns") = 0)
+      .def(
+          "send_capture",
+          [](Collector& c, const std::string& request_id, const std::string& source_format,
+             const std::vector<py::tuple>& events, int64_t first_step, uint32_t steps,
+             uint64_t profiled_step_ns) {
+            rankwatch::v1::ControlReply done;
+            done.set_request_id(request_id);
+            done.set_state(rankwatch::v1::CONTROL_DONE);
+            done.set_first_step(first_step);
+            done.set_steps(steps);
+            done.set_profiled_step_ns(profiled_step_ns);
+            c.SendCapture(request_id, source_format, KernelEvents(events), std::move(done));
+          },
+          py::arg("request_id"), py::arg("source_format"), py::arg("events"), py::arg("first_step"),
+          py::arg("steps"), py::arg("profiled_step_ns"),
+          "ships a capture's events (batches of their own, tagged with the request id), then "
+          "its DONE reply")
       .def(
           "flush",
           [](Collector& c, int timeout_ms) {
@@ -134,6 +215,20 @@ PYBIND11_MODULE(_native, m) {
              d["buffered_bytes"] = s.buffered_bytes;
              d["max_buffered_bytes"] = s.max_buffered_bytes;
              d["memory_bound_bytes"] = s.memory_bound_bytes;
+             py::dict control;
+             control["reading"] = s.control.reading;
+             control["messages"] = s.control.messages;
+             control["accepted"] = s.control.accepted;
+             control["duplicates"] = s.control.duplicates;
+             py::dict refused;
+             for (int i = 0; i < rankwatch::kControlRefusalCount; ++i) {
+               refused[rankwatch::ControlRefusalName(static_cast<rankwatch::ControlRefusal>(i))] =
+                   s.control.refused[i];
+             }
+             control["refused"] = refused;
+             control["replies"] = s.control_replies;
+             control["captures_sent"] = s.captures_sent;
+             d["control"] = control;
              return d;
            })
       .def_property_readonly("memory_bound_bytes", &Collector::memory_bound_bytes);

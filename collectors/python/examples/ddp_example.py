@@ -57,6 +57,10 @@ def parse_args():
     p.add_argument("--fault-slow-input-ms", type=float, default=30.0)
     p.add_argument("--fault-keep-losses", action="store_true",
                    help="every rank keeps its loss tensors with their graphs (a memory leak)")
+    p.add_argument("--fault-extra-matmul-rank", type=int, default=-1,
+                   help="this rank multiplies two --fault-extra-matmul-size square matrices in "
+                        "its forward pass, a real extra matrix product (not a sleep)")
+    p.add_argument("--fault-extra-matmul-size", type=int, default=320)
     p.add_argument("--fault-slow-rank", type=int, default=-1,
                    help="this rank spends --fault-slow-ms more per step, where --fault-slow-where says")
     p.add_argument("--fault-slow-ms", type=float, default=20.0)
@@ -108,8 +112,10 @@ class Net(nn.Module):
     backward), so that a leaked graph is visible in memory without slow matrix products.
     `device_seconds` per step stand for accelerator time (see --device-ms)."""
 
-    def __init__(self, width, slow_fraction=0.0, device_seconds=0.0):
+    def __init__(self, width, slow_fraction=0.0, device_seconds=0.0, extra_matmul=0):
         super().__init__()
+        # fault injection: the operands of an extra matrix product in forward (not parameters)
+        self.extra = torch.randn(extra_matmul, extra_matmul) if extra_matmul > 0 else None
         self.inp = nn.Linear(16, 64)
         self.scale = nn.Parameter(torch.randn(64, width) * 0.1)
         self.out = nn.Linear(64, 1)
@@ -120,6 +126,9 @@ class Net(nn.Module):
     def forward(self, x):
         t0 = time.perf_counter()
         h = torch.relu(self.inp(x))
+        if self.extra is not None:
+            # fault injection: a wasted matrix product, as a user's leftover debug code might do
+            h = h + torch.mm(self.extra, self.extra).mean() * 0
         if self.slow_fraction > 0 and len(self.forward_seconds) > 3:
             # The slow rank's extra time: fraction x (forward + backward; backward costs about
             # as much as forward here), spent when the gradient reaches h, at the end of the
@@ -152,7 +161,8 @@ def main():
     loader = DataLoader(data, batch_size=args.batch, sampler=DistributedSampler(data, seed=0),
                         collate_fn=SlowInput(input_ms), drop_last=True)
     slow = args.fault_slow_compute if rank == args.fault_slow_compute_rank else 0.0
-    model = DDP(Net(args.width, slow, args.device_ms / 1000.0))
+    extra = args.fault_extra_matmul_size if rank == args.fault_extra_matmul_rank else 0
+    model = DDP(Net(args.width, slow, args.device_ms / 1000.0, extra))
     rw.instrument_ddp(model)          # rankwatch: gradient synchronisation (collective)
     rw.instrument_module(model)       # rankwatch: forward and backward
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)

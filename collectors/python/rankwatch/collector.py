@@ -5,6 +5,7 @@ import os
 import time
 
 from rankwatch import _native
+from rankwatch import capture as _capture
 from rankwatch import identity as _identity
 from rankwatch import torch_hooks as _hooks
 
@@ -37,17 +38,24 @@ class _Phase:
 
 
 class _Step:
-    __slots__ = ("_begin", "_end", "_step")
+    __slots__ = ("_collector", "_step")
 
     def __init__(self, collector, step):
-        self._begin, self._end, self._step = collector._native.begin_step, collector._end_step, step
+        self._collector, self._step = collector, step
 
     def __enter__(self):
-        self._begin(self._step)
+        c = self._collector
+        # Control requests (captures) begin between steps: one native call when none waits.
+        if c._native.control_pending() or c._captures.busy:
+            c._captures.before_step(self._step)
+        c._native.begin_step(self._step)
         return self
 
     def __exit__(self, *exc):
-        self._end()
+        c = self._collector
+        c._end_step()
+        if c._captures.busy:
+            c._captures.after_step()
         return False
 
 
@@ -95,6 +103,7 @@ class Collector:
         self._next_step = 0
         self._closed = False
         self._gate = _hooks.Gate()
+        self._captures = _capture.CaptureRunner(self._native)
         self._attachments = []
         self._collectives_timed = False
 
@@ -248,6 +257,7 @@ class Collector:
         self._closed = True
         if _current is self:
             _current = None
+        self._captures.close()
         return self._native.close(final, int(timeout_s * 1000))
 
 
