@@ -55,6 +55,8 @@ struct PublisherOptions {
 // 256 ranks unpaced (65 MB/s, 640 k records/s) lost 3,000-17,500 of 25,856 messages
 // (e2e_input_loss); paced jobs under 20 MB/s lost none.
 constexpr double kDevelopmentBrokerBytesPerSecond = 20e6;
+// What the development broker keeps of each partition (librdkafka's mock cluster).
+constexpr double kDevelopmentBrokerPartitionBytes = 5.0 * 1024 * 1024;
 
 class BatchPublisher {
  public:

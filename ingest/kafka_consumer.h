@@ -82,12 +82,34 @@ class KafkaConsumer {
 
   // Checks message `m` against the next offset expected on its partition, and reports a loss.
   void CheckContinuity(const rd_kafka_message_t* m);
+  // A partition's position is not in the broker's log (auto.offset.reset=error): asks the
+  // broker for the log's bounds (blocking up to kWatermarkTimeout), reports the messages
+  // skipped, and queues the partition to restart where reading can go on.
+  void ResetOffset(const rd_kafka_message_t* m);
+  // Restarts the partitions ResetOffset queued (librdkafka cannot seek a partition it stopped).
+  void ApplyResets();
+  // Logs one warning for a loss of [expected, got) and calls on_lost.
+  void ReportLoss(const char* topic, int32_t partition, int64_t expected, int64_t got,
+                  const std::string& where);
+
+  static constexpr std::chrono::milliseconds kWatermarkTimeout{2000};
+  // A reset behind the log start resumes this fraction of the retained log past it (doubled
+  // for each reset in a row that read nothing).
+  static constexpr double kResetMargin = 0.1;
 
   rd_kafka_t* rk_;
   rd_kafka_queue_t* queue_;
   // Per partition: the next offset the consumer should read, once known (the stored offset it
   // resumes at, or the offset after the last message handed out). Written inside Poll.
   std::map<int32_t, int64_t> next_offset_;
+  struct PendingReset {
+    std::string topic;
+    int32_t partition;
+    int64_t offset;
+  };
+  std::vector<PendingReset> pending_resets_;  // filled and emptied inside Poll
+  // Per (topic, partition): resets in a row with no message read since.
+  std::map<std::pair<std::string, int32_t>, int> reset_streak_;
   bool closed_ = false;
   int assigned_partitions_ = 0;  // written by OnRebalance, which runs inside Poll
   KafkaConsumerOptions options_;

@@ -187,5 +187,93 @@ TEST(KafkaConsumerTest, MembersJoiningAndLeavingMidStreamHandleEveryMessageOnce)
   }
 }
 
+// A consumer resumes (a restarted daemon at its checkpoint) behind the log start while
+// producers keep publishing, so the start keeps moving: it must read on from the log, not be
+// reset over and over, and report exactly the messages it skipped. The development broker
+// keeps 5 MiB per partition; 1 KiB messages at ~5 MB/s move its start by the whole log in
+// about a second.
+TEST(KafkaConsumerTest, ResumingBehindAMovingLogStartReadsOnAndCountsWhatItSkipped) {
+  auto broker = EmbeddedBroker::Start({"moving", 1, 1, /*changelog_topic=*/false, ""});
+  ASSERT_TRUE(broker.ok()) << broker.status();
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  char err[256];
+  rd_kafka_conf_set(conf, "bootstrap.servers", (*broker)->bootstrap().c_str(), err, sizeof(err));
+  rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
+  rd_kafka_conf_set(conf, "linger.ms", "5", err, sizeof(err));
+  rd_kafka_t* producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+  ASSERT_NE(producer, nullptr) << err;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> produced{0};
+  std::thread publisher([&] {
+    const std::string payload(1024, 'x');
+    while (!stop) {
+      for (int i = 0; i < 50; ++i) {
+        while (
+            rd_kafka_producev(producer, RD_KAFKA_V_TOPIC("moving"), RD_KAFKA_V_PARTITION(0),
+                              RD_KAFKA_V_VALUE(const_cast<char*>(payload.data()), payload.size()),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+          rd_kafka_poll(producer, 10);
+        }
+        ++produced;
+      }
+      rd_kafka_poll(producer, 0);
+      std::this_thread::sleep_for(10ms);  // ~5,000 messages/s, ~5 MB/s
+    }
+    rd_kafka_flush(producer, 10000);
+  });
+  // Far more than the broker keeps: offset 0 is long gone.
+  ASSERT_TRUE(WaitFor([&] { return produced >= 15000; }, 60s)) << produced << " produced";
+
+  struct Loss {
+    int64_t expected, got;
+  };
+  std::vector<Loss> losses;
+  int64_t next = 0;  // as a checkpoint would resume
+  int64_t handled = 0, skipped = 0;
+  bool in_order = true;
+  KafkaConsumerOptions o;
+  o.brokers = (*broker)->bootstrap();
+  o.topic = "moving";
+  o.group = "moving-test";
+  o.properties = {{"log_level", "0"}};
+  o.on_assigned = [&](const std::string&, const std::vector<int32_t>& partitions) {
+    return std::vector<std::optional<int64_t>>(partitions.size(), next);
+  };
+  o.on_lost = [&](const std::string& topic, int32_t partition, int64_t expected, int64_t got) {
+    EXPECT_EQ(topic, "moving");
+    EXPECT_EQ(partition, 0);
+    losses.push_back({expected, got});
+    if (expected != next) in_order = false;
+    skipped += got - expected;
+    next = got;
+  };
+  auto consumer = KafkaConsumer::Create(o);
+  ASSERT_TRUE(consumer.ok()) << consumer.status();
+  const int64_t start_produced = produced;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (handled < 20000 && std::chrono::steady_clock::now() < deadline) {
+    (*consumer)->Poll(50ms, 500, [&](const KafkaMessage& m) {
+      if (m.offset != next) in_order = false;
+      next = m.offset + 1;
+      ++handled;
+    });
+  }
+  stop = true;
+  publisher.join();
+  rd_kafka_destroy(producer);
+  (*consumer)->Close();
+
+  // It reads on while the producer goes on (librdkafka's own reset to its cached log start
+  // read nothing here), and the messages it did not read are the ones it reported.
+  EXPECT_GE(handled, 20000) << "read " << handled << " messages while " << produced - start_produced
+                            << " were published; losses reported: " << losses.size();
+  ASSERT_FALSE(losses.empty());
+  EXPECT_EQ(losses.front().expected, 0);
+  EXPECT_GT(losses.front().got, 0);
+  EXPECT_TRUE(in_order) << "a message or a loss did not start where the last one ended";
+  EXPECT_EQ(handled + skipped, next) << "offsets 0.." << next << ": each read or counted lost";
+}
+
 }  // namespace
 }  // namespace rankwatch

@@ -14,8 +14,12 @@ import grpc
 from harness import BIN, Fleet, metric, parse_metrics, scrape, wait_until
 from rankwatch.v1 import service_pb2, service_pb2_grpc
 
+# "...log now starts at offset S" when the consumer found a gap in what it fetched (it read on
+# from S), "...; reading resumes at offset R" when its position was deleted before it fetched
+# it (it restarts a little past the log start, R).
 LOST = re.compile(r"kafka: (\S+) \[(\d+)\] lost (\d+) messages: the consumer should have read "
-                  r"offset (\d+) next, the broker's log now starts at offset (\d+)")
+                  r"offset (\d+) next, the broker's log now starts at offset (\d+)"
+                  r"(?:; reading resumes at offset (\d+))?")
 
 
 class InputLossTest(unittest.TestCase):
@@ -60,11 +64,14 @@ class InputLossTest(unittest.TestCase):
             return [m.groups() for m in LOST.finditer(self.daemon.stderr())]
         wait_until(warnings, 30, "a loss warning")
         events = warnings()  # usually one; more when the consumer fell behind more than once
-        partitions = {p for _, p, _, _, _ in events}
+        partitions = {p for _, p, _, _, _, _ in events}
         self.assertEqual(len(partitions), 1, events)  # one job: one partition
         lost = 0
-        for topic, partition, count, expected, start in events:
+        for topic, partition, count, expected, start, resumed in events:
             self.assertEqual(topic, "rankwatch.telemetry")
+            if resumed is not None:
+                self.assertGreaterEqual(int(resumed), int(start))
+                start = resumed
             self.assertEqual(int(start) - int(expected), int(count))
             lost += int(count)
             print("published %d messages; lost %s on partition %s (offsets %s-%d)" % (
