@@ -17,13 +17,9 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
       {"bootstrap.servers", options.brokers},
       {"group.id", options.group},
       {"client.id", "rankwatchd"},
-      // Where to read when a partition's position is not in the broker's log (no committed
-      // offset yet, or retention deleted the messages at it): the consumer decides, in
-      // ResetOffset. librdkafka's own "earliest" resets to the log start it cached from its
-      // last successful fetch; while producers keep writing, that start is already gone when
-      // the fetch is retried, and the partition is reset over and over, reading nothing (seen
-      // for minutes on the development broker's hottest partitions).
-      {"auto.offset.reset", "error"},
+      // A position no longer in the log (retention deleted it): from the log start, as far as
+      // librdkafka can tell; RecoverStuckPartitions handles the start moving on meanwhile.
+      {"auto.offset.reset", "earliest"},
       {"enable.auto.commit", "true"},
       {"enable.partition.eof", "false"},
       // A short fetch wait keeps diagnoses live, and librdkafka's mock broker (the development
@@ -33,7 +29,7 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
       // After a failed fetch (an offset retention has deleted, a broker going away) librdkafka
       // waits this long before fetching from that broker again (default 500 ms). A position
       // moved past a log start that producers keep moving must be fetched before the start
-      // passes it again (see ResetOffset).
+      // passes it again (see RecoverStuckPartitions).
       {"fetch.error.backoff.ms", "100"},
       // A crashed instance's partitions move on after this long (librdkafka's default is 45 s);
       // a restarted instance rejoins about as fast. Brokers accept >= 6 s by default.
@@ -101,7 +97,10 @@ void KafkaConsumer::OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
       for (int i : indexes) ids.push_back(partitions->elems[i].partition);
       const std::vector<std::optional<int64_t>> offsets = self->options_.on_assigned(topic, ids);
       for (int32_t id : ids) {
-        if (topic == self->options_.topic) self->next_offset_.erase(id);
+        if (topic == self->options_.topic) {
+          self->next_offset_.erase(id);
+          self->progress_.erase(id);
+        }
       }
       for (size_t k = 0; k < indexes.size() && k < offsets.size(); ++k) {
         rd_kafka_topic_partition_t& tp = partitions->elems[indexes[k]];
@@ -130,7 +129,10 @@ void KafkaConsumer::OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
       std::vector<int32_t> ids;
       for (int i : indexes) ids.push_back(partitions->elems[i].partition);
       for (int32_t id : ids) {
-        if (topic == self->options_.topic) self->next_offset_.erase(id);
+        if (topic == self->options_.topic) {
+          self->next_offset_.erase(id);
+          self->progress_.erase(id);
+        }
       }
       self->options_.on_revoked(topic, ids);
     }
@@ -189,108 +191,51 @@ void KafkaConsumer::CheckContinuity(const rd_kafka_message_t* m) {
   next_offset_[m->partition] = m->offset + 1;
 }
 
-void KafkaConsumer::ApplyResets() {
-  if (pending_resets_.empty()) return;
-  // librdkafka stopped fetching these partitions and will not seek them: only an assignment
-  // starts them again. Eager protocol: the whole assignment again, every other partition at
-  // the position the application has reached (messages fetched ahead of it are fetched
-  // again); cooperative: just these partitions, out and in again.
-  rd_kafka_topic_partition_list_t* list = nullptr;
-  const bool cooperative = std::string_view(rd_kafka_rebalance_protocol(rk_)) == "COOPERATIVE";
-  if (cooperative) {
-    list = rd_kafka_topic_partition_list_new(static_cast<int>(pending_resets_.size()));
-    for (const PendingReset& r : pending_resets_) {
-      rd_kafka_topic_partition_list_add(list, r.topic.c_str(), r.partition);
+void KafkaConsumer::RecoverStuckPartitions() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_stuck_check_) return;
+  next_stuck_check_ = now + kStuckCheckInterval;
+  for (auto& [partition, expected] : next_offset_) {
+    int64_t low = RD_KAFKA_OFFSET_INVALID, high = RD_KAFKA_OFFSET_INVALID;
+    // The bounds librdkafka last saw in a fetch response (no request).
+    const rd_kafka_resp_err_t e =
+        rd_kafka_get_watermark_offsets(rk_, options_.topic.c_str(), partition, &low, &high);
+    PartitionProgress& progress = progress_[partition];
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR || low <= expected || high < low) {
+      progress.behind_since = {};
+      continue;
     }
-    if (rd_kafka_error_t* e = rd_kafka_incremental_unassign(rk_, list)) {
-      spdlog::error("kafka incremental unassign: {}", rd_kafka_error_string(e));
-      rd_kafka_error_destroy(e);
+    // The log starts past the position. librdkafka resets to the log start it last saw, and
+    // the next message names the loss (CheckContinuity), unless producers move the start past
+    // that offset again before it is fetched, reset after reset, reading nothing.
+    if (progress.behind_since == std::chrono::steady_clock::time_point{}) {
+      progress.behind_since = now;
+      continue;
     }
-  } else if (rd_kafka_resp_err_t e = rd_kafka_assignment(rk_, &list);
-             e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    spdlog::error("kafka: reading the assignment: {}", rd_kafka_err2str(e));
-    pending_resets_.clear();
-    return;
-  } else {
-    rd_kafka_position(rk_, list);
-  }
-  for (int i = 0; i < list->cnt; ++i) {
-    rd_kafka_topic_partition_t& tp = list->elems[i];
-    tp.err = RD_KAFKA_RESP_ERR_NO_ERROR;
-    auto reset = std::find_if(
-        pending_resets_.begin(), pending_resets_.end(),
-        [&](const PendingReset& r) { return r.partition == tp.partition && r.topic == tp.topic; });
-    if (reset != pending_resets_.end()) {
-      tp.offset = reset->offset;
-    } else if (tp.offset < 0) {  // nothing handed out since it was assigned
-      auto next = tp.topic == options_.topic ? next_offset_.find(tp.partition) : next_offset_.end();
-      tp.offset = next != next_offset_.end() ? next->second : RD_KAFKA_OFFSET_STORED;
+    if (now - progress.behind_since < kStuckAfter || now - progress.last_message < kStuckAfter) {
+      continue;
     }
-  }
-  if (cooperative) {
-    if (rd_kafka_error_t* e = rd_kafka_incremental_assign(rk_, list)) {
-      spdlog::error("kafka incremental assign: {}", rd_kafka_error_string(e));
-      rd_kafka_error_destroy(e);
-    }
-  } else if (rd_kafka_resp_err_t e = rd_kafka_assign(rk_, list); e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    spdlog::error("kafka assign: {}", rd_kafka_err2str(e));
-  }
-  rd_kafka_topic_partition_list_destroy(list);
-  pending_resets_.clear();
-}
-
-void KafkaConsumer::ResetOffset(const rd_kafka_message_t* m) {
-  const char* topic = rd_kafka_topic_name(m->rkt);
-  const bool telemetry = topic == options_.topic;
-  auto it = telemetry ? next_offset_.find(m->partition) : next_offset_.end();
-  // The position that was not in the log: the one the consumer expected to read next, else
-  // the one librdkafka tried (a committed offset), else none (a partition never read).
-  const int64_t expected = it != next_offset_.end() ? it->second
-                           : m->offset >= 0         ? m->offset
-                                                    : RD_KAFKA_OFFSET_INVALID;
-  int64_t low = RD_KAFKA_OFFSET_INVALID, high = RD_KAFKA_OFFSET_INVALID;
-  const rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(
-      rk_, topic, m->partition, &low, &high, static_cast<int>(kWatermarkTimeout.count()));
-  int64_t target;
-  if (e != RD_KAFKA_RESP_ERR_NO_ERROR || low < 0) {
-    // Cannot ask the broker now (it may be down): librdkafka's logical start, which fails
-    // again, and comes back here, until the broker answers.
-    spdlog::warn(
-        "kafka: {} [{}] offset {} is not in the broker's log, whose bounds cannot be "
-        "read now ({}); retrying from its start",
-        topic, m->partition, expected, rd_kafka_err2str(e));
-    target = RD_KAFKA_OFFSET_BEGINNING;
-  } else if (expected == RD_KAFKA_OFFSET_INVALID) {
-    target = low;  // never read: from the oldest message there is (nothing is lost)
-    spdlog::info("kafka: {} [{}] has no committed offset: reading from the log start, offset {}",
-                 topic, m->partition, low);
-  } else if (expected > high) {
-    // The log ends before the position: the topic was recreated, or the broker lost data it
-    // had acknowledged. What was there cannot be counted.
-    target = low;
-    spdlog::warn(
-        "kafka: {} [{}] the consumer's position {} is past the end of the broker's log "
-        "(offsets {}-{}): the topic was recreated or the broker lost data; reading "
-        "from offset {}",
-        topic, m->partition, expected, low, high, low);
-  } else if (expected >= low) {
-    target = expected;  // in the log after all (it was not when fetched): read it
-  } else {
-    // Behind the log start: the messages in between are gone. Read on a little past the
-    // start, which moves on while producers write, so that the new position is still in the
-    // log when it is fetched: a tenth of the log, twice as much each time the last reset's
-    // position was deleted before anything was read from it.
-    int& streak = reset_streak_[{topic, m->partition}];
+    // Stuck: a little past the start, so that it is still there when fetched — a tenth of the
+    // log, twice as far each time the last seek read nothing.
     const double fraction =
-        std::min(1.0, kResetMargin * static_cast<double>(1 << std::min(streak, 8)));
-    ++streak;
-    target = std::min(high, low + static_cast<int64_t>(fraction * static_cast<double>(high - low)));
-    ReportLoss(topic, m->partition, expected, target,
+        std::min(1.0, kResetMargin * static_cast<double>(1 << std::min(progress.seeks, 8)));
+    const int64_t target =
+        std::min(high, low + static_cast<int64_t>(fraction * static_cast<double>(high - low)));
+    ++progress.seeks;
+    progress.behind_since = {};
+    ReportLoss(options_.topic.c_str(), partition, expected, target,
                "now starts at offset " + std::to_string(low) + "; reading resumes at offset " +
                    std::to_string(target));
+    expected = target;
+    rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(list, options_.topic.c_str(), partition)->offset = target;
+    if (rd_kafka_error_t* s = rd_kafka_seek_partitions(rk_, list, /*async=*/0)) {
+      spdlog::error("kafka: {} [{}] seek to offset {}: {}", options_.topic, partition, target,
+                    rd_kafka_error_string(s));
+      rd_kafka_error_destroy(s);
+    }
+    rd_kafka_topic_partition_list_destroy(list);
   }
-  if (telemetry && target >= 0) next_offset_[m->partition] = target;
-  pending_resets_.push_back({topic, m->partition, target});
 }
 
 size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_messages,
@@ -316,9 +261,7 @@ size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_message
   size_t handled = 0;
   for (ssize_t i = 0; i < n; ++i) {
     rd_kafka_message_t* m = messages[i];
-    if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET && m->rkt != nullptr) {
-      ResetOffset(m);
-    } else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
       spdlog::warn("kafka consumer: {}", rd_kafka_message_errstr(m));
     } else {
       KafkaMessage msg;
@@ -326,15 +269,18 @@ size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_message
       msg.key = std::string_view(static_cast<const char*>(m->key), m->key_len);
       msg.partition = m->partition;
       msg.offset = m->offset;
-      if (rd_kafka_topic_name(m->rkt) == options_.topic) CheckContinuity(m);
-      if (!reset_streak_.empty()) reset_streak_.erase({rd_kafka_topic_name(m->rkt), m->partition});
+      if (rd_kafka_topic_name(m->rkt) == options_.topic) {
+        CheckContinuity(m);
+        PartitionProgress& progress = progress_[m->partition];
+        progress.last_message = std::chrono::steady_clock::now();
+        progress.seeks = 0;
+      }
       on_message(msg);
       ++handled;
     }
     rd_kafka_message_destroy(m);
   }
-  // After the batch: the positions of the other partitions include its messages.
-  ApplyResets();
+  RecoverStuckPartitions();
   return handled;
 }
 

@@ -82,19 +82,19 @@ class KafkaConsumer {
 
   // Checks message `m` against the next offset expected on its partition, and reports a loss.
   void CheckContinuity(const rd_kafka_message_t* m);
-  // A partition's position is not in the broker's log (auto.offset.reset=error): asks the
-  // broker for the log's bounds (blocking up to kWatermarkTimeout), reports the messages
-  // skipped, and queues the partition to restart where reading can go on.
-  void ResetOffset(const rd_kafka_message_t* m);
-  // Restarts the partitions ResetOffset queued (librdkafka cannot seek a partition it stopped).
-  void ApplyResets();
+  // Every kStuckCheckInterval: a partition whose position the broker's log has started past
+  // for kStuckAfter, with no message read meanwhile, is moved a little past the log start
+  // (librdkafka's own reset to the log start it cached can repeat for minutes while producers
+  // move the start on); the messages skipped are reported as lost.
+  void RecoverStuckPartitions();
   // Logs one warning for a loss of [expected, got) and calls on_lost.
   void ReportLoss(const char* topic, int32_t partition, int64_t expected, int64_t got,
                   const std::string& where);
 
-  static constexpr std::chrono::milliseconds kWatermarkTimeout{2000};
-  // A reset behind the log start resumes this fraction of the retained log past it (doubled
-  // for each reset in a row that read nothing).
+  static constexpr std::chrono::milliseconds kStuckCheckInterval{250};
+  static constexpr std::chrono::milliseconds kStuckAfter{1000};
+  // A stuck partition resumes this fraction of the retained log past its start (doubled for
+  // each seek in a row that read nothing).
   static constexpr double kResetMargin = 0.1;
 
   rd_kafka_t* rk_;
@@ -102,14 +102,13 @@ class KafkaConsumer {
   // Per partition: the next offset the consumer should read, once known (the stored offset it
   // resumes at, or the offset after the last message handed out). Written inside Poll.
   std::map<int32_t, int64_t> next_offset_;
-  struct PendingReset {
-    std::string topic;
-    int32_t partition;
-    int64_t offset;
+  struct PartitionProgress {
+    std::chrono::steady_clock::time_point last_message;  // the last handed out
+    std::chrono::steady_clock::time_point behind_since;  // the log start past the position
+    int seeks = 0;  // RecoverStuckPartitions seeks since the last message
   };
-  std::vector<PendingReset> pending_resets_;  // filled and emptied inside Poll
-  // Per (topic, partition): resets in a row with no message read since.
-  std::map<std::pair<std::string, int32_t>, int> reset_streak_;
+  std::map<int32_t, PartitionProgress> progress_;  // telemetry partitions; inside Poll
+  std::chrono::steady_clock::time_point next_stuck_check_;
   bool closed_ = false;
   int assigned_partitions_ = 0;  // written by OnRebalance, which runs inside Poll
   KafkaConsumerOptions options_;
