@@ -18,6 +18,7 @@
 #include "cli/grpc_client.h"
 #include "common/stop_signal.h"
 #include "rankwatch/v1/service.grpc.pb.h"
+#include "sinks/timeline.h"
 
 namespace rankwatch {
 namespace {
@@ -109,24 +110,6 @@ void PrintCapture(const v1::Capture& c) {
   std::fflush(stdout);
 }
 
-// `text` as a JSON string literal.
-std::string Quote(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char ch : text) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += static_cast<char>(ch);
-    } else if (ch < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof(esc), "\\u%04x", ch);
-      out += esc;
-    } else {
-      out += static_cast<char>(ch);
-    }
-  }
-  return out + "\"";
-}
-
 // One rank's events as a Chrome/Kineto trace (what TensorBoard, Perfetto and HTA read): one
 // complete ("X") event each, timestamps in microseconds, pid the rank, tid the thread.
 absl::Status WriteKineto(const v1::Capture& c, const v1::CaptureTrace& t,
@@ -134,10 +117,10 @@ absl::Status WriteKineto(const v1::Capture& c, const v1::CaptureTrace& t,
   std::ofstream out(path);
   if (!out) return absl::UnavailableError("cannot write " + path.string());
   auto name = [&](uint32_t i) {
-    return Quote(static_cast<int>(i) < t.names_size() ? t.names(i) : "");
+    return JsonQuote(static_cast<int>(i) < t.names_size() ? t.names(i) : "");
   };
   out << "{\"schemaVersion\": 1, \"distributedInfo\": {\"rank\": " << t.rank() << "},\n"
-      << " \"traceName\": " << Quote(c.id() + " rank " + std::to_string(t.rank())) << ",\n"
+      << " \"traceName\": " << JsonQuote(c.id() + " rank " + std::to_string(t.rank())) << ",\n"
       << " \"traceEvents\": [\n";
   for (int i = 0; i < t.events_size(); ++i) {
     const v1::KernelEvent& e = t.events(i);

@@ -92,6 +92,24 @@ void PrintLostTime(const v1::LostTime& l) {
   }
 }
 
+// The newest capture's comparison: what the culprit does that the typical rank does not.
+void PrintCapture(const v1::Capture& c) {
+  if (c.id().empty()) return;
+  std::printf("\nCAPTURE    %s: rank %d against rank %d, %u steps each (%s)\n", c.id().c_str(),
+              c.culprit_rank(), c.reference_rank(), c.steps(), c.requested_by().c_str());
+  int shown = 0;
+  for (const v1::CaptureOp& op : c.comparison()) {
+    if (shown == 3 || op.excess_seconds_per_step() <= 0) break;
+    std::printf(
+        "           %s in %s: %+.1f ms a step (%.1f ms on the culprit, %.1f ms on the "
+        "reference)\n",
+        op.name().c_str(), op.phase().c_str(), op.excess_seconds_per_step() * 1e3,
+        op.culprit_seconds_per_step() * 1e3, op.reference_seconds_per_step() * 1e3);
+    ++shown;
+  }
+  std::printf("           all operators: rankwatch capture show %s\n", c.id().c_str());
+}
+
 void PrintStep(const v1::StepDiagnosis& d) {
   std::printf("STEP TIME  %s (%s)\n",
               Words(v1::StepDiagnosisLabel_Name(d.label()), "STEP_").c_str(),
@@ -190,6 +208,7 @@ int RunDiagnose(const DiagnoseFlags& f) {
   PrintStep(d.step());
   PrintMemory(d.memory());
   PrintLostTime(d.lost_time());
+  PrintCapture(d.capture());
   return 0;
 }
 

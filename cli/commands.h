@@ -18,5 +18,6 @@ CommandRunner AddAnalyzeCommand(CLI::App& app);
 CommandRunner AddAlertsCommand(CLI::App& app);
 CommandRunner AddTopCommand(CLI::App& app);
 CommandRunner AddCaptureCommand(CLI::App& app);
+CommandRunner AddTimelineCommand(CLI::App& app);
 
 }  // namespace rankwatch

@@ -29,8 +29,11 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const GrpcClientFlags
   // gRPC's own log lines (a failed handshake, ...) would come before ours: errors reach the
   // user as one line from Explain instead.
   gpr_set_log_function([](gpr_log_func_args*) {});
+  // Answers may be large (a timeline of many ranks; gRPC's default limit is 4 MiB).
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxAnswerBytes);
   if (f.tls_ca.empty() && f.tls_cert.empty() && f.tls_key.empty()) {
-    return grpc::CreateChannel(f.server, grpc::InsecureChannelCredentials());
+    return grpc::CreateCustomChannel(f.server, grpc::InsecureChannelCredentials(), args);
   }
   grpc::SslCredentialsOptions ssl;
   if (!f.tls_ca.empty()) {
@@ -46,7 +49,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const GrpcClientFlags
     ssl.pem_cert_chain = *cert;
     ssl.pem_private_key = *key;
   }
-  return grpc::CreateChannel(f.server, grpc::SslCredentials(ssl));
+  return grpc::CreateCustomChannel(f.server, grpc::SslCredentials(ssl), args);
 }
 
 std::string Explain(const grpc::Status& status, const GrpcClientFlags& f) {

@@ -22,6 +22,9 @@ struct GrpcClientFlags {
 // Registers --server, --tls-ca, --tls-cert, --tls-key on `cmd`.
 void AddGrpcClientFlags(CLI::App* cmd, GrpcClientFlags* flags);
 
+// The largest answer a channel accepts.
+inline constexpr int kMaxAnswerBytes = 512 << 20;
+
 // A channel to the server; unreadable certificate files are InvalidArgument naming the file.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const GrpcClientFlags& flags);
 

@@ -190,6 +190,7 @@ int Run(const DaemonConfig& config) {
   grpc_options.alerts = &alert_hub;
   grpc_options.kernels = &kernel_snapshots;
   grpc_options.captures = captures.get();
+  grpc_options.state = store->get();
   grpc_options.tls = {config.grpc_tls_cert, config.grpc_tls_key, config.grpc_tls_client_ca};
   auto grpc_server = GrpcServer::Start(grpc_options);
   if (!grpc_server.ok()) return Fail(grpc_server.status());

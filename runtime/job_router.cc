@@ -208,7 +208,14 @@ void JobRouter::Tick(TimePoint now, int64_t wall_now_unix_ns) {
   }
   for (auto& [partition, task] : tasks_) task->RaiseAlerts(wall_now_unix_ns, &out);
   if (sinks_.captures != nullptr) {
-    // A straggler alert that fires may ask its culprit and a typical rank for a capture.
+    // The job's newest comparison goes into each alert's evidence; a straggler alert that
+    // fires may ask its culprit and a typical rank for a new capture.
+    for (v1::Alert& a : out.alerts) {
+      if (!a.has_evidence()) continue;
+      if (auto c = sinks_.captures->LatestComparison(a.training_job(), kEvidenceCaptureRows)) {
+        *a.mutable_evidence()->mutable_capture() = std::move(*c);
+      }
+    }
     if (!out.alerts.empty()) {
       auto snapshots = sinks_.snapshots->Get();
       for (const v1::Alert& a : out.alerts) {

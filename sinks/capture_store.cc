@@ -406,4 +406,20 @@ std::vector<v1::Capture> CaptureStore::List(const std::string& job) const {
   return out;
 }
 
+std::optional<v1::Capture> CaptureStore::LatestComparison(const std::string& job, int rows) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+    auto c = captures_.find(*it);
+    if (c == captures_.end() || c->second.capture.training_job() != job) continue;
+    const v1::Capture& capture = c->second.capture;
+    if (capture.state() != v1::CAPTURE_DONE || capture.comparison_size() == 0) continue;
+    v1::Capture out = capture;
+    if (out.comparison_size() > rows) {
+      out.mutable_comparison()->DeleteSubrange(rows, out.comparison_size() - rows);
+    }
+    return out;
+  }
+  return std::nullopt;
+}
+
 }  // namespace rankwatch

@@ -34,6 +34,9 @@
 
 namespace rankwatch {
 
+// Operators of a capture's comparison a diagnosis and its alerts carry.
+inline constexpr int kEvidenceCaptureRows = 10;
+
 struct CaptureStoreOptions {
   uint32_t default_steps = 5;  // default: 5 steps a rank
   uint32_t max_steps = 100;    // the collectors' limit
@@ -80,6 +83,9 @@ class CaptureStore {
                                  std::vector<v1::CaptureTrace>* traces = nullptr) const;
   // Captures of `job` (every job when empty), newest first.
   std::vector<v1::Capture> List(const std::string& job) const;
+  // The newest done capture of `job` that compared a culprit with a reference, its comparison
+  // cut to its first `rows` operators (the evidence a diagnosis and its alerts carry).
+  std::optional<v1::Capture> LatestComparison(const std::string& job, int rows) const;
 
   const CaptureStoreOptions& options() const { return options_; }
 

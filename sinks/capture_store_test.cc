@@ -123,6 +123,16 @@ TEST(CaptureStoreTest, ARequestIsSentAndTheComparisonNamesTheExtraMatrixMultiply
   EXPECT_EQ(traces[0].events_size(), 10);
   EXPECT_EQ(traces[0].names(traces[0].events(2).name()), "aten::mm");
   EXPECT_EQ(traces[0].names(traces[0].events(0).category()), "cpu_op");
+  // The evidence a diagnosis carries: this capture, its comparison cut; none for other jobs,
+  // nor for a later capture still running.
+  auto later = store.Request("job", {5, 3}, 3, 5, 2, "rankwatch capture", "", nullptr, kNow + 1);
+  ASSERT_TRUE(later.ok()) << later.status();
+  const std::optional<v1::Capture> evidence = store.LatestComparison("job", 1);
+  ASSERT_TRUE(evidence.has_value());
+  EXPECT_EQ(evidence->id(), c->id());
+  ASSERT_EQ(evidence->comparison_size(), 1);
+  EXPECT_EQ(evidence->comparison(0).name(), "aten::mm");
+  EXPECT_FALSE(store.LatestComparison("other-job", 10).has_value());
 }
 
 TEST(CaptureStoreTest, ARefusalFailsTheCaptureAndSilenceExpiresIt) {

@@ -12,6 +12,7 @@
 
 #include "rankwatch/v1/service.grpc.pb.h"
 #include "sinks/diagnosis_proto.h"
+#include "sinks/timeline.h"
 
 namespace rankwatch {
 namespace {
@@ -22,8 +23,13 @@ constexpr char kStateServiceName[] = "rankwatch.state";
 class RankWatchService final : public v1::RankWatch::Service {
  public:
   RankWatchService(const SnapshotStore* snapshots, AlertHub* alerts,
-                   const KernelSnapshotStore* kernels, CaptureStore* captures)
-      : snapshots_(snapshots), alerts_(alerts), kernels_(kernels), captures_(captures) {}
+                   const KernelSnapshotStore* kernels, CaptureStore* captures,
+                   const StateStore* state)
+      : snapshots_(snapshots),
+        alerts_(alerts),
+        kernels_(kernels),
+        captures_(captures),
+        state_(state) {}
 
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
                         v1::ListJobsResponse* response) override {
@@ -60,6 +66,11 @@ class RankWatchService final : public v1::RankWatch::Service {
       return {grpc::StatusCode::NOT_FOUND, "no training job '" + request->training_job() + "'"};
     }
     ToProto(*it->second, it->second->evaluated_unix_ns, response);
+    if (captures_ != nullptr) {
+      if (auto c = captures_->LatestComparison(request->training_job(), kEvidenceCaptureRows)) {
+        *response->mutable_capture() = std::move(*c);
+      }
+    }
     return grpc::Status::OK;
   }
 
@@ -210,6 +221,20 @@ class RankWatchService final : public v1::RankWatch::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status GetTimeline(grpc::ServerContext*, const v1::GetTimelineRequest* request,
+                           v1::Timeline* response) override {
+    if (state_ == nullptr) return {grpc::StatusCode::UNAVAILABLE, "no state store"};
+    auto snapshots = snapshots_->Get();
+    auto it = snapshots->find(request->training_job());
+    if (it == snapshots->end()) {
+      return {grpc::StatusCode::NOT_FOUND, "no training job '" + request->training_job() + "'"};
+    }
+    auto timeline = BuildTimeline(*it->second, *request, *state_, alerts_, captures_);
+    if (!timeline.ok()) return ToGrpc(timeline.status());
+    *response = std::move(*timeline);
+    return grpc::Status::OK;
+  }
+
  private:
   static grpc::Status ToGrpc(const absl::Status& s) {
     switch (s.code()) {
@@ -252,6 +277,7 @@ class RankWatchService final : public v1::RankWatch::Service {
   AlertHub* alerts_;
   const KernelSnapshotStore* kernels_;
   CaptureStore* captures_;
+  const StateStore* state_;
 };
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
@@ -294,8 +320,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   auto self = std::unique_ptr<GrpcServer>(new GrpcServer());
-  self->service_ = std::make_unique<RankWatchService>(options.snapshots, options.alerts,
-                                                      options.kernels, options.captures);
+  self->service_ = std::make_unique<RankWatchService>(
+      options.snapshots, options.alerts, options.kernels, options.captures, options.state);
   self->alerts_ = options.alerts;
   grpc::ServerBuilder builder;
   int port = 0;

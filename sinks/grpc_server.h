@@ -1,7 +1,8 @@
 // GrpcServer: the rankwatch.v1.RankWatch service plus gRPC health checking and server
 // reflection, on its own threads, over plaintext or TLS (mutual TLS with a client CA).
 //
-// RequestCapture, GetCapture and ListCaptures go to the CaptureStore.
+// RequestCapture, GetCapture and ListCaptures go to the CaptureStore. GetTimeline reads the
+// job's stored steps from the StateStore (sinks/timeline.h).
 //
 // ListJobs, GetDiagnosis and GetRankDetail answer from the SnapshotStore; WatchAlerts streams
 // the AlertHub's stored alerts after the requested sequence and then live ones. A subscriber
@@ -23,6 +24,7 @@
 #include "sinks/kernel_snapshot_store.h"
 #include "sinks/listen_address.h"
 #include "sinks/snapshot_store.h"
+#include "state/state_store.h"
 
 namespace grpc {
 class Server;
@@ -43,6 +45,7 @@ struct GrpcServerOptions {
   AlertHub* alerts = nullptr;                    // null: WatchAlerts is UNAVAILABLE
   const KernelSnapshotStore* kernels = nullptr;  // per-rank GPU timelines (may be null)
   CaptureStore* captures = nullptr;              // null: the capture calls are UNAVAILABLE
+  const StateStore* state = nullptr;             // null: GetTimeline is UNAVAILABLE
   GrpcTlsOptions tls;
 };
 

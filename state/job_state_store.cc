@@ -138,6 +138,35 @@ absl::StatusOr<std::vector<StoredJob>> ReadJobs(const StateStore& store,
   return jobs;
 }
 
+absl::StatusOr<StoredSteps> ReadSteps(const StateStore& store, const std::string& job,
+                                      uint64_t first, uint64_t last) {
+  StoredSteps out;
+  const std::string prefix = StepPrefix(job);
+  bool any = false;
+  absl::Status bad;
+  absl::Status s =
+      store.Scan(StateFamily::kJobs, prefix, [&](std::string_view key, std::string_view value) {
+        if (key.size() != prefix.size() + 8 || key.substr(0, prefix.size()) != prefix) {
+          return false;  // past the job's steps
+        }
+        const uint64_t step = ReadBigEndian(key.substr(prefix.size()));
+        if (!any) out.stored_first = step;
+        any = true;
+        out.stored_last = step;
+        if (step < first || step > last) return true;
+        out.steps.emplace_back();
+        if (!out.steps.back().ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+          bad = absl::DataLossError("unreadable stored step " + std::to_string(step) + " of job '" +
+                                    job + "'");
+          return false;
+        }
+        return true;
+      });
+  if (!s.ok()) return s;
+  if (!bad.ok()) return bad;
+  return out;
+}
+
 absl::Status CopyJobs(const StateStore& store, const std::vector<std::string>& jobs,
                       Checkpoint* out) {
   for (const std::string& job : jobs) {

@@ -58,6 +58,17 @@ struct StoredJob {
 absl::StatusOr<std::vector<StoredJob>> ReadJobs(const StateStore& store,
                                                 std::optional<int32_t> partition = std::nullopt);
 
+// The stored steps of one job from `first` to `last` (inclusive), in step order, and the range
+// of every step stored for it (both 0 when none is).
+struct StoredSteps {
+  std::vector<state::v1::StoredStep> steps;
+  uint64_t stored_first = 0;
+  uint64_t stored_last = 0;
+};
+// Unreadable steps are DataLoss naming the job.
+absl::StatusOr<StoredSteps> ReadSteps(const StateStore& store, const std::string& job,
+                                      uint64_t first, uint64_t last);
+
 // Adds every stored key and value of `jobs` to `out` as puts (a full snapshot of them, for the
 // changelog). Jobs not stored are skipped.
 absl::Status CopyJobs(const StateStore& store, const std::vector<std::string>& jobs,

@@ -4,7 +4,8 @@ through real `rankwatch kafka` and `rankwatchd` processes (issue #17, acceptance
 * one rank multiplies two extra square matrices in its forward pass (a real matrix product): the
   straggler alert fires, rankwatchd captures the culprit and a typical rank without being asked,
   and `rankwatch capture show` lists an aten:: matrix-multiply operator in forward first among the
-  culprit's excess, with its time on both ranks; the raw traces load as Kineto JSON;
+  culprit's excess, with its time on both ranks; the raw traces load as Kineto JSON; the job's
+  diagnosis carries the comparison and `rankwatch timeline` marks the capture on both tracks;
 * a balanced job is never captured;
 * `rankwatch capture --ranks R --wait S` captures a named rank of a running job on demand.
 
@@ -108,6 +109,29 @@ class CaptureTest(unittest.TestCase):
         code, out, _ = self.cli("list", "--job", job, "--json")
         self.assertEqual(code, 0)
         self.assertIn(c.id, [x["id"] for x in json.loads(out)["captures"]])
+        # The diagnosis carries the comparison as evidence, and `rankwatch diagnose` prints it.
+        d = self.stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job=job), timeout=10)
+        self.assertEqual(d.capture.id, c.id)
+        self.assertEqual(d.capture.comparison[0].name, top.name)
+        self.assertLessEqual(len(d.capture.comparison), 10)
+        r = subprocess.run([os.path.join(BIN, "rankwatch"), "diagnose", "--server", self.server, "--job", job],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        capture_lines = r.stdout[r.stdout.index("CAPTURE"):].splitlines()
+        self.assertIn(c.id, capture_lines[0])
+        self.assertIn(top.name + " in forward", capture_lines[1])
+        # The job's timeline shows the capture on the culprit's and the reference's tracks.
+        path = os.path.join(self.fleet.workdir, "timeline.json")
+        r = subprocess.run([os.path.join(BIN, "rankwatch"), "timeline", "--server", self.server, "--job", job,
+                            "--steps", "0-", "-o", path], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        print(r.stdout)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+        marks = {(e["tid"], e["name"]) for e in events if e.get("cat") == "capture"}
+        self.assertIn((MATMUL_RANK, "capture %s (culprit)" % c.id), marks)
+        self.assertIn((c.reference_rank, "capture %s (reference)" % c.id), marks)
+        self.assertEqual(sorted(e["tid"] for e in events if e["name"] == "thread_name"), [0, 1, 2, 3])
 
     def test_a_balanced_job_is_not_captured(self):
         job = "capture-balanced"
