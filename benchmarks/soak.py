@@ -262,13 +262,18 @@ class Soak:
     def start_daemon(self, group, state):
         return self.fleet.start_daemon(self.brokers, extra=self.daemon_args(group), state_dir=state)
 
+    def batch_steps(self, prod):
+        """Step records per message: --batch-steps, or a second's steps of one rank, as the
+        collector sends them (it flushes every second by default)."""
+        return self.args.batch_steps or max(1, round(1000.0 / prod.step_ms))
+
     def start_jobs(self):
         for prod in self.producers:
             cmd = [os.path.join(harness.BIN, "rankwatch"), "simulate", "--brokers", self.brokers,
                    "--job", prod.prefix, "--jobs", str(prod.count), "--ranks", str(prod.ranks),
                    "--steps", str(prod.steps), "--step-ms", "%.6f" % prod.step_ms, "--speed", "max",
                    "--rate", "%.3f" % prod.rate, "--report-collective", "--seed", str(prod.seed),
-                   "--compression", self.args.compression]
+                   "--compression", self.args.compression, "--batch-steps", str(self.batch_steps(prod))]
             for f in prod.faults:
                 cmd += ["--fault", f]
             prod.proc = self.fleet.start("sim-" + prod.prefix, cmd)
@@ -724,6 +729,9 @@ def main():
                    help="the broker keeps 5 MiB (~146,000 step records with zstd) a partition, jobs are keyed "
                         "to partitions: enough of them that a daemon behind after the broker restart or a "
                         "kill catches up before retention")
+    p.add_argument("--batch-steps", type=int, default=0,
+                   help="step records per message (default: one rank's steps of a second, as the "
+                        "collector flushes every second)")
     p.add_argument("--compression", default="zstd", choices=["lz4", "zstd"],
                    help="the simulators' codec: zstd stores a step record in ~36 bytes, lz4 in ~45")
     p.add_argument("--kernel-loops", type=int, default=2, help="concurrent Kineto replay loops")
