@@ -203,6 +203,50 @@ TEST(JobCheckpointTest, ARestoredJobKeepsItsLifetimeMemoryTrend) {
   EXPECT_EQ((*without)->Snapshot(t0).memory.label, MemoryLabel::kBalanced);
 }
 
+TEST(JobCheckpointTest, TheTimeBetweenCheckpointAndRestoreDoesNotAgePendingSteps) {
+  // Step 0 of a 4-rank job: three ranks reported, the fourth still to come when the daemon
+  // stops. It checkpointed 3 s after the step was first seen and comes back 60 s later, when
+  // the fourth rank's record is read again from the log. The step waited 3 s of the daemon's
+  // time, so it is still pending (10 s timeout) and aligns whole, as it did in a daemon that
+  // never stopped.
+  const std::vector<v1::Batch> batches = FleetBatches(4, 1, 1, {});
+  ASSERT_EQ(batches.size(), 4u);
+  JobPipelineOptions options;
+  options.record_changes = true;
+  options.align.align_timeout = std::chrono::seconds(10);
+  JobPipeline original("ckpt", 4, options);
+  const TimePoint t0{};
+  const int64_t wall0 = 1'795'000'000'000'000'000;
+  for (size_t i = 0; i < 3; ++i) original.AddBatch(batches[i], t0);
+  const TimePoint t_ckpt = t0 + std::chrono::seconds(3);
+  const JobCheckpoint c = original.TakeCheckpoint(t_ckpt, wall0 + 3'000'000'000);
+  ASSERT_EQ(c.meta.aligner().pending_size(), 1);
+
+  const TimePoint t1 = t0 + std::chrono::hours(5);  // another process: another steady clock
+  const int64_t wall1 = wall0 + 63'000'000'000;
+  auto restored = JobPipeline::Restore(c.meta, {}, options, t1, wall1);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  (*restored)->Tick(t1 + std::chrono::seconds(6));  // 9 s of the step's 10
+  EXPECT_EQ((*restored)->Snapshot(t1).aligned_steps, 0u);
+  (*restored)->AddBatch(batches[3], t1 + std::chrono::seconds(6));
+  EXPECT_EQ((*restored)->Snapshot(t1).aligned_steps, 1u);
+  EXPECT_EQ((*restored)->Snapshot(t1).timed_out_steps, 0u);
+
+  // It still times out on the daemon's time: 7 s after the restore is 10 s in all.
+  auto again = JobPipeline::Restore(c.meta, {}, options, t1, wall1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  (*again)->Tick(t1 + std::chrono::seconds(7) + std::chrono::milliseconds(1));
+  EXPECT_EQ((*again)->Snapshot(t1).timed_out_steps, 1u);
+
+  // State written before checkpoints carried their time: the wall clock at restore, as then.
+  state::v1::JobMeta old_meta = c.meta;
+  old_meta.clear_checkpoint_unix_ns();
+  auto old = JobPipeline::Restore(old_meta, {}, options, t1, wall1);
+  ASSERT_TRUE(old.ok()) << old.status();
+  (*old)->Tick(t1);
+  EXPECT_EQ((*old)->Snapshot(t1).timed_out_steps, 1u);
+}
+
 TEST(JobCheckpointTest, DamagedMetadataIsDataLoss) {
   state::v1::JobMeta meta;
   meta.set_training_job("x");

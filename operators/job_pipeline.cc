@@ -225,6 +225,7 @@ JobCheckpoint JobPipeline::TakeCheckpoint(TimePoint now, int64_t wall_now_unix_n
   m.set_timed_out_steps(timed_out_steps_);
   m.set_last_record_unix_ns(last_record_unix_ns_);
   m.set_last_progress_unix_ns(wall_now_unix_ns - (now - last_progress_).count());
+  m.set_checkpoint_unix_ns(wall_now_unix_ns);
   for (const std::string& node : *rank_nodes_) m.add_rank_nodes(node);
   for (uint32_t r = 0; r < finished_ranks_.size(); ++r) {
     if (finished_ranks_[r]) m.add_finished_ranks(r);
@@ -252,6 +253,9 @@ absl::StatusOr<std::unique_ptr<JobPipeline>> JobPipeline::Restore(
     return absl::DataLossError("stored job '" + m.training_job() + "' is inconsistent");
   }
   auto p = std::make_unique<JobPipeline>(m.training_job(), m.world_size(), options);
+  // The job's clocks resume where the checkpoint left them: `now` stands for the moment it was
+  // taken, so a daemon's downtime (or a partition's move) does not age its pending steps.
+  if (m.checkpoint_unix_ns() != 0) wall_now_unix_ns = m.checkpoint_unix_ns();
   auto aligner = StepAligner::FromState(m.aligner(), options.align, now, wall_now_unix_ns);
   if (!aligner.ok()) return aligner.status();
   p->aligner_ = std::move(*aligner);
