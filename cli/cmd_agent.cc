@@ -29,6 +29,7 @@ struct AgentFlags {
   double duration_s = 0;
   std::string metrics_listen = "127.0.0.1:9467";
   double trace_timeout_s = 30;
+  std::string control_topic = "rankwatch.control";
 };
 
 int64_t UnixNowNs() {
@@ -73,6 +74,11 @@ int RunAgent(AgentFlags f) {
       registry.Counter("rankwatch_agent_trace_kernel_events_total",
                        "kernel events published from Kineto trace files", {});
   MetricFamily* gpus = registry.Gauge("rankwatch_agent_gpus", "GPUs seen through NVML", {});
+  MetricFamily* captures = registry.Counter(
+      "rankwatch_agent_captures_total",
+      "capture requests taken (requested), and ranks answered from a trace (done) or not "
+      "(failed)",
+      {"result"});
   auto server = MetricsHttpServer::Start(*listen, &registry);
   if (!server.ok()) {
     std::fprintf(stderr, "rankwatch agent: %s\n", std::string(server.status().message()).c_str());
@@ -80,7 +86,22 @@ int RunAgent(AgentFlags f) {
   }
   f.agent.trace_publish_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(f.trace_timeout_s * 1000));
-  NodeAgent agent(f.agent, publisher->get());
+  // Captures are answered from the trace directory: without one there is nothing to answer with.
+  std::unique_ptr<ControlListener> control;
+  if (!f.agent.trace_dir.empty() && !f.control_topic.empty()) {
+    ControlListenerOptions lo;
+    lo.brokers = f.brokers;
+    lo.topic = f.control_topic;
+    lo.training_job = f.agent.training_job;
+    lo.rank = kEveryRank;
+    auto listener = ControlListener::Start(std::move(lo), nullptr);
+    if (listener.ok()) {
+      control = std::move(*listener);
+    } else {
+      spdlog::warn("agent: no control channel: {}", std::string(listener.status().message()));
+    }
+  }
+  NodeAgent agent(f.agent, publisher->get(), std::move(control));
   std::printf("{\"metrics\": \"%s\"}\n", (*server)->address().ToString().c_str());
   std::fflush(stdout);
   spdlog::info("agent: job '{}', node {}, every {} s, traces from '{}'", f.agent.training_job,
@@ -99,6 +120,9 @@ int RunAgent(AgentFlags f) {
     traces->WithLabels({"failed"})->Set(c.trace_files_failed.load());
     kernel_events->WithLabels({})->Set(c.trace_kernel_events.load());
     gpus->WithLabels({})->Set(agent.gpu_count());
+    captures->WithLabels({"requested"})->Set(c.capture_requests.load());
+    captures->WithLabels({"done"})->Set(c.capture_ranks_done.load());
+    captures->WithLabels({"failed"})->Set(c.capture_ranks_failed.load());
   };
   while (true) {
     agent.Tick(UnixNowNs());
@@ -163,6 +187,9 @@ CommandRunner AddAgentCommand(CLI::App& app) {
                   "seconds one trace file's batches may wait for Kafka in all")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--control-topic", f->control_topic,
+                  "answer capture requests of the job from --trace-dir (empty: off)")
+      ->capture_default_str();
   cmd->add_option("--nvml-library", f->agent.nvml_library, "NVML shared library")
       ->capture_default_str();
   cmd->add_option("--metrics-listen", f->metrics_listen,

@@ -3,6 +3,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
+
+#include "absl/strings/str_join.h"
+
 #include "collectors/kineto_replay.h"
 #include "ingest/iteration_trace.h"
 #include "wire/schema.h"
@@ -18,8 +22,12 @@ constexpr int kMaxStepsPerBatch = 10000;
 static_assert(static_cast<size_t>(kMaxStepsPerBatch) <= BatchLimits{}.max_steps);
 }  // namespace
 
-NodeAgent::NodeAgent(NodeAgentOptions options, BatchPublisher* publisher)
-    : options_(std::move(options)), publisher_(publisher), sampler_(options_.proc) {
+NodeAgent::NodeAgent(NodeAgentOptions options, BatchPublisher* publisher,
+                     std::unique_ptr<ControlListener> control)
+    : options_(std::move(options)),
+      publisher_(publisher),
+      sampler_(options_.proc),
+      control_(std::move(control)) {
   nvml_ = NvmlProbe::Open(options_.nvml_library);
   if (!options_.trace_dir.empty()) {
     watcher_ = std::make_unique<TraceWatcher>(
@@ -61,8 +69,122 @@ void NodeAgent::Tick(int64_t unix_ns) {
   *s = sampler_.Sample(unix_ns);
   if (nvml_) nvml_->Sample(s);
   if (Publish(&b)) counters_.samples.fetch_add(1, std::memory_order_relaxed);
-  if (!watcher_) return;
-  for (const FoundTrace& trace : watcher_->Poll()) PublishTrace(trace, unix_ns);
+  TakeCaptures(unix_ns);
+  if (watcher_) {
+    for (const FoundTrace& trace : watcher_->Poll()) PublishTrace(trace, unix_ns);
+  }
+  ExpireCaptures(unix_ns);
+}
+
+bool NodeAgent::Addresses(const Capture& c, uint32_t rank) const {
+  if (c.answered.count(rank) > 0) return false;
+  if (c.request.ranks_size() == 0) return rank < options_.world_size;
+  return std::find(c.request.ranks().begin(), c.request.ranks().end(), rank) !=
+         c.request.ranks().end();
+}
+
+void NodeAgent::TakeCaptures(int64_t unix_ns) {
+  if (!control_ || !control_->pending()) return;
+  for (v1::ControlRequest& r : control_->Take()) {
+    if (r.action_case() != v1::ControlRequest::kCapture) continue;  // the listener refuses others
+    counters_.capture_requests.fetch_add(1, std::memory_order_relaxed);
+    Capture& c = captures_.emplace_back();
+    c.request = std::move(r);
+    spdlog::info(
+        "agent: capture {} ({} steps, {}): ranks {} wait for their next trace in '{}'",
+        c.request.id(), c.request.capture().steps(), c.request.requested_by(),
+        c.request.ranks_size() == 0 ? std::string("all") : absl::StrJoin(c.request.ranks(), ","),
+        options_.trace_dir);
+    for (uint32_t rank : trace_ranks_) {
+      if (Addresses(c, rank)) Accept(c, rank, unix_ns);
+    }
+  }
+}
+
+void NodeAgent::Accept(Capture& c, uint32_t rank, int64_t unix_ns) {
+  if (!c.accepted.insert(rank).second) return;
+  v1::ControlReply r;
+  r.set_request_id(c.request.id());
+  r.set_state(v1::CONTROL_ACCEPTED);
+  r.set_first_step(-1);
+  Reply(rank, std::move(r), unix_ns);
+}
+
+void NodeAgent::Reply(uint32_t rank, v1::ControlReply reply, int64_t unix_ns) {
+  v1::Batch b = NewBatch(rank, unix_ns);
+  *b.add_control_replies() = std::move(reply);
+  // A reply waits for room like a trace's batch: the daemon follows the capture by it.
+  const absl::Status s =
+      PublishWaiting(&b, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  if (!s.ok()) {
+    spdlog::warn("agent: the answer to capture {} for rank {} was not sent: {}",
+                 b.control_replies(0).request_id(), rank, std::string(s.message()));
+  }
+}
+
+void NodeAgent::ExpireCaptures(int64_t unix_ns) {
+  for (auto it = captures_.begin(); it != captures_.end();) {
+    Capture& c = *it;
+    if (unix_ns < c.request.deadline_unix_ns()) {
+      ++it;
+      continue;
+    }
+    for (uint32_t rank : c.accepted) {
+      v1::ControlReply r;
+      r.set_request_id(c.request.id());
+      r.set_state(v1::CONTROL_FAILED);
+      r.set_first_step(-1);
+      r.set_reason("no trace of rank " + std::to_string(rank) + " completed in '" +
+                   options_.trace_dir + "' before the request's deadline");
+      Reply(rank, std::move(r), unix_ns);
+      counters_.capture_ranks_failed.fetch_add(1, std::memory_order_relaxed);
+    }
+    it = captures_.erase(it);
+  }
+}
+
+absl::Status NodeAgent::ForwardToCaptures(const v1::Batch& batch,
+                                          std::chrono::steady_clock::time_point deadline,
+                                          std::map<std::string, FileCapture>* file,
+                                          int64_t unix_ns) {
+  const uint32_t rank = batch.source().rank();
+  trace_ranks_.insert(rank);
+  for (Capture& c : captures_) {
+    if (!Addresses(c, rank)) continue;
+    auto [at, first] = file->try_emplace(c.request.id());
+    FileCapture& fc = at->second;
+    if (first) {
+      fc.rank = rank;
+      Accept(c, rank, unix_ns);
+    } else if (fc.rank != rank) {
+      continue;  // a file of two ranks: the first one's steps only
+    }
+    v1::Batch copy;
+    copy.set_schema_version(batch.schema_version());
+    copy.set_created_unix_ns(batch.created_unix_ns());
+    *copy.mutable_source() = batch.source();
+    *copy.mutable_trace() = batch.trace();
+    copy.mutable_trace()->set_capture_id(c.request.id());
+    copy.mutable_trace()->set_end_of_file(false);
+    *copy.mutable_strings() = batch.strings();
+    const size_t want = c.request.capture().steps();
+    for (const v1::KernelEvent& k : batch.kernels()) {
+      if (fc.steps.count(k.step()) == 0) {
+        if (fc.steps.size() >= want) continue;
+        fc.steps.insert(k.step());
+      }
+      *copy.add_kernels() = k;
+      auto [span, added] = fc.span.try_emplace(k.step(), k.ts_ns(), k.ts_ns() + k.dur_ns());
+      if (!added) {
+        span->second.first = std::min(span->second.first, k.ts_ns());
+        span->second.second = std::max(span->second.second, k.ts_ns() + k.dur_ns());
+      }
+    }
+    if (copy.kernels_size() == 0) continue;
+    fc.events += copy.kernels_size();
+    if (absl::Status s = PublishWaiting(&copy, deadline); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 void NodeAgent::PublishTrace(const FoundTrace& trace, int64_t unix_ns) {
@@ -137,13 +259,54 @@ void NodeAgent::PublishKinetoTrace(const FoundTrace& trace, int64_t unix_ns) {
   o.created_unix_ns = unix_ns;
   const auto deadline = std::chrono::steady_clock::now() + options_.trace_publish_timeout;
   KinetoReplayStats stats;
+  std::map<std::string, FileCapture> captured;  // request id: what this file gave it
   const absl::Status s = ReplayKinetoTraces(
       {trace.file}, o,
       [&](const v1::Batch& batch) {
         v1::Batch b = batch;
-        return PublishWaiting(&b, deadline);
+        if (absl::Status sent = PublishWaiting(&b, deadline); !sent.ok()) return sent;
+        return ForwardToCaptures(batch, deadline, &captured, unix_ns);
       },
       &stats);
+  // Each capture this file served is answered: DONE with what was sent, or FAILED.
+  for (auto& [id, fc] : captured) {
+    auto c = std::find_if(captures_.begin(), captures_.end(),
+                          [&](const Capture& x) { return x.request.id() == id; });
+    if (c == captures_.end()) continue;
+    v1::ControlReply r;
+    r.set_request_id(id);
+    if (s.ok() && fc.events > 0) {
+      r.set_state(v1::CONTROL_DONE);
+      r.set_first_step(*fc.steps.begin());
+      r.set_steps(static_cast<uint32_t>(fc.steps.size()));
+      r.set_events(fc.events);
+      int64_t span_ns = 0;
+      for (const auto& [step, span] : fc.span) span_ns += span.second - span.first;
+      r.set_profiled_step_ns(static_cast<uint64_t>(std::max<int64_t>(0, span_ns)));
+      counters_.capture_ranks_done.fetch_add(1, std::memory_order_relaxed);
+      spdlog::info("agent: capture {}: rank {} sent {} events of steps {}-{} from {}", id, fc.rank,
+                   fc.events, *fc.steps.begin(), *fc.steps.rbegin(), trace.file.string());
+    } else {
+      r.set_state(v1::CONTROL_FAILED);
+      r.set_first_step(-1);
+      r.set_reason(s.ok() ? "the trace " + trace.file.string() + " has no profiler step"
+                          : "the trace " + trace.file.string() +
+                                " could not be sent: " + std::string(s.message()));
+      counters_.capture_ranks_failed.fetch_add(1, std::memory_order_relaxed);
+    }
+    Reply(fc.rank, std::move(r), unix_ns);
+    c->accepted.erase(fc.rank);
+    c->answered.insert(fc.rank);
+  }
+  // A capture every addressed rank answered is closed.
+  std::erase_if(captures_, [&](const Capture& c) {
+    if (!c.accepted.empty()) return false;
+    if (c.request.ranks_size() == 0) return false;  // every rank: open until its deadline
+    for (uint32_t r : c.request.ranks()) {
+      if (c.answered.count(r) == 0) return false;
+    }
+    return true;
+  });
   counters_.trace_kernel_events.fetch_add(stats.events, std::memory_order_relaxed);
   if (!s.ok()) {
     counters_.trace_files_failed.fetch_add(1, std::memory_order_relaxed);

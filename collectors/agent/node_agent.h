@@ -5,6 +5,18 @@
 // Kineto traces as the kernel events of the rank in their distributedInfo, step by step
 // (collectors/kineto_replay.h, as `rankwatch replay` does, without marking the rank final).
 //
+// Captures (control.proto): with a control listener (ControlListenerOptions.rank = kEveryRank,
+// no reply sink), the agent answers the capture requests of its job for the ranks whose Kineto
+// traces appear in its trace directory. It does not start a profiler: the job's own profiler
+// writes traces on its schedule (torch.profiler with a repeating schedule and
+// tensorboard_trace_handler, an on-demand trace), and the agent sends the next trace file of
+// each addressed rank that completes before the request's deadline, tagged with the request
+// id: the first `steps` profiler steps of it, then DONE (first step, steps, events, and the
+// span of those steps' events as their time). A rank whose trace it has seen is answered
+// ACCEPTED at once (on first sight, for a trace seen later); a rank it accepted and that wrote
+// no trace by the deadline is answered FAILED. A rank whose traces it never saw is never
+// answered by this agent: another agent, or the rank's own collector, speaks for it.
+//
 // System samples never wait: when librdkafka's queue is full the batch is dropped and
 // counted. A trace file's batches wait for room instead (a trace is worth more than a sample
 // and comes in many batches), for at most `trace_publish_timeout` per file; then the file
@@ -16,13 +28,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "collectors/agent/nvml_probe.h"
 #include "collectors/agent/proc_sampler.h"
 #include "collectors/agent/trace_watcher.h"
 #include "collectors/kafka_publisher.h"
+#include "collectors/lib/control_listener.h"
 
 namespace rankwatch {
 
@@ -46,15 +62,20 @@ struct NodeAgentCounters {
   std::atomic<uint64_t> batches_sent{0};     // batches handed to Kafka
   std::atomic<uint64_t> batches_dropped{0};  // refused while the producer queue was full
   std::atomic<uint64_t> trace_files_published{0};
-  std::atomic<uint64_t> trace_files_failed{0};   // unreadable or unpublishable traces
-  std::atomic<uint64_t> trace_steps{0};          // step records read from iteration traces
-  std::atomic<uint64_t> trace_kernel_events{0};  // kernel events published from Kineto traces
+  std::atomic<uint64_t> trace_files_failed{0};    // unreadable or unpublishable traces
+  std::atomic<uint64_t> trace_steps{0};           // step records read from iteration traces
+  std::atomic<uint64_t> trace_kernel_events{0};   // kernel events published from Kineto traces
+  std::atomic<uint64_t> capture_requests{0};      // capture requests of the job taken
+  std::atomic<uint64_t> capture_ranks_done{0};    // (request, rank) answered DONE
+  std::atomic<uint64_t> capture_ranks_failed{0};  // (request, rank) answered FAILED
 };
 
 class NodeAgent {
  public:
-  // `publisher` must outlive the agent.
-  NodeAgent(NodeAgentOptions options, BatchPublisher* publisher);
+  // `publisher` must outlive the agent. `control` (optional): the job's control requests, read
+  // for every rank (kEveryRank) with no reply sink; the agent answers them.
+  NodeAgent(NodeAgentOptions options, BatchPublisher* publisher,
+            std::unique_ptr<ControlListener> control = nullptr);
 
   // One round at wall time `unix_ns`: a system sample, then any new trace files.
   void Tick(int64_t unix_ns);
@@ -71,11 +92,38 @@ class NodeAgent {
   void PublishTrace(const FoundTrace& trace, int64_t unix_ns);
   void PublishKinetoTrace(const FoundTrace& trace, int64_t unix_ns);
 
+  // --- captures ---
+  struct Capture {
+    v1::ControlRequest request;
+    std::set<uint32_t> accepted;  // ranks answered ACCEPTED, not yet DONE or FAILED
+    std::set<uint32_t> answered;  // ranks answered DONE or FAILED
+  };
+  // One capture's part of the trace file being published.
+  struct FileCapture {
+    uint32_t rank = 0;
+    std::set<int64_t> steps;  // the profiler steps sent, at most the request's
+    std::map<int64_t, std::pair<int64_t, int64_t>> span;  // step: first start, last end (ns)
+    uint64_t events = 0;
+  };
+  bool Addresses(const Capture& c, uint32_t rank) const;
+  void TakeCaptures(int64_t unix_ns);
+  void ExpireCaptures(int64_t unix_ns);
+  void Reply(uint32_t rank, v1::ControlReply reply, int64_t unix_ns);
+  void Accept(Capture& c, uint32_t rank, int64_t unix_ns);
+  // A batch of a Kineto trace was published: the captures that wait for its rank get their
+  // copy (their steps' events). Fails as publishing does.
+  absl::Status ForwardToCaptures(const v1::Batch& batch,
+                                 std::chrono::steady_clock::time_point deadline,
+                                 std::map<std::string, FileCapture>* file, int64_t unix_ns);
+
   const NodeAgentOptions options_;
   BatchPublisher* publisher_;
   ProcSampler sampler_;
   std::unique_ptr<NvmlProbe> nvml_;
   std::unique_ptr<TraceWatcher> watcher_;
+  std::unique_ptr<ControlListener> control_;
+  std::vector<Capture> captures_;   // open: some addressed rank may still answer
+  std::set<uint32_t> trace_ranks_;  // ranks whose Kineto traces appeared in the directory
   uint64_t sequence_ = 0;
   uint64_t dropped_since_last_ = 0;
   NodeAgentCounters counters_;

@@ -12,9 +12,13 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "ingest/embedded_broker.h"
+#include "wire/kafka_properties.h"
 
 namespace rankwatch {
 namespace {
@@ -201,6 +205,174 @@ TEST(NodeAgentConcurrencyTest, TicksDeliveriesAndCounterReadsRaceWithoutLosingBa
   rd_kafka_destroy(consumer);
   EXPECT_EQ(batches, c.batches_sent.load());
   EXPECT_EQ(kernels, c.trace_kernel_events.load());
+  fs::remove_all(dir);
+}
+
+int64_t WallNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Captures through the agent, against the embedded broker: the control topic read for every
+// rank, the answers and the traces on the telemetry topic read back.
+// - cap-a asks ranks 0 and 1 for 2 steps. The agent has seen a trace of rank 0 already: it
+//   accepts for rank 0 at once, and for rank 1 when rank 1's first trace appears; each rank's
+//   next trace is sent tagged with cap-a (its first 2 profiler steps), then DONE.
+// - cap-b asks rank 0 for 1 step; no trace comes before its deadline: FAILED, with the reason.
+// - cap-c asks rank 7, whose traces this agent never saw: it never answers for it.
+TEST(NodeAgentCaptureTest, CapturesAreAnsweredWithTheNextTraceOfEachAddressedRank) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("node-agent-capture-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path fixtures = fs::path(RANKWATCH_FIXTURES) / "kineto/hta-trace-filter-2rank";
+  auto broker = EmbeddedBroker::Start({"agent.telemetry", 1, 1, /*changelog_topic=*/false});
+  ASSERT_TRUE(broker.ok()) << broker.status();
+  PublisherOptions p;
+  p.brokers = (*broker)->bootstrap();
+  p.topic = "agent.telemetry";
+  p.properties = {{"log_level", "0"}};
+  auto publisher = BatchPublisher::Create(p);
+  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  ControlListenerOptions lo;
+  lo.brokers = (*broker)->bootstrap();
+  lo.training_job = "agent-cap";
+  lo.rank = kEveryRank;
+  lo.properties = {{"log_level", "0"}};
+  auto listener = ControlListener::Start(lo, nullptr);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  ControlListener* control = listener->get();
+  NodeAgentOptions o;
+  o.training_job = "agent-cap";
+  o.world_size = 8;
+  o.node = "node-0";
+  o.trace_dir = dir.string();
+  o.nvml_library = "libnvidia-ml-absent.so.1";
+  NodeAgent agent(o, publisher->get(), std::move(*listener));
+  auto tick = [&](int64_t ahead_ns = 0) {
+    agent.Tick(WallNowNs() + ahead_ns);
+    (*publisher)->Poll(std::chrono::milliseconds(0));
+  };
+  // Ticks until `done` (at most 60 s).
+  auto tick_until = [&](const std::function<bool()>& done) {
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (!done() && Clock::now() < deadline) {
+      tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return done();
+  };
+  const NodeAgentCounters& c = agent.counters();
+  tick();
+  fs::copy_file(fixtures / "sampled_rank-0.json.gz", dir / "a.0.pt.trace.json.gz");
+  ASSERT_TRUE(tick_until([&] { return c.trace_files_published.load() == 1; }));
+
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  char err[256];
+  rd_kafka_conf_set(conf, "bootstrap.servers", (*broker)->bootstrap().c_str(), err, sizeof(err));
+  rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
+  rd_kafka_t* producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+  ASSERT_NE(producer, nullptr) << err;
+  auto send = [&](const std::string& id, std::vector<uint32_t> ranks, uint32_t steps,
+                  int64_t deadline_ns) {
+    v1::ControlRequest r;
+    r.set_id(id);
+    r.set_training_job("agent-cap");
+    for (uint32_t rank : ranks) r.add_ranks(rank);
+    r.set_issued_unix_ns(WallNowNs());
+    r.set_deadline_unix_ns(deadline_ns);
+    r.mutable_capture()->set_steps(steps);
+    const std::string bytes = r.SerializeAsString();
+    ASSERT_EQ(rd_kafka_producev(producer, RD_KAFKA_V_TOPIC("rankwatch.control"),
+                                RD_KAFKA_V_KEY("agent-cap", 9),
+                                RD_KAFKA_V_VALUE(const_cast<char*>(bytes.data()), bytes.size()),
+                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
+              RD_KAFKA_RESP_ERR_NO_ERROR);
+    ASSERT_EQ(rd_kafka_flush(producer, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+  };
+  send("cap-a", {0, 1}, 2, WallNowNs() + 120'000'000'000);
+  send("cap-c", {7}, 2, WallNowNs() + 120'000'000'000);
+  ASSERT_TRUE(tick_until([&] { return c.capture_requests.load() == 2; }));
+  // The next traces: rank 1's first, then rank 0's second.
+  fs::copy_file(fixtures / "sampled_rank-1.json.gz", dir / "a.1.pt.trace.json.gz");
+  ASSERT_TRUE(tick_until([&] { return c.trace_files_published.load() == 2; }));
+  fs::copy_file(fixtures / "sampled_rank-0.json.gz", dir / "b.0.pt.trace.json.gz");
+  ASSERT_TRUE(tick_until([&] { return c.trace_files_published.load() == 3; }));
+  EXPECT_EQ(c.capture_ranks_done.load(), 2u);
+
+  send("cap-b", {0}, 1, WallNowNs() + 30'000'000'000);
+  ASSERT_TRUE(tick_until([&] { return c.capture_requests.load() == 3; }));
+  tick(60'000'000'000);  // a minute on: cap-b's (and not cap-a's or cap-c's) deadline passed
+  EXPECT_EQ(c.capture_ranks_failed.load(), 1u);
+  EXPECT_EQ(control->stats().accepted, 3u);
+  ASSERT_TRUE((*publisher)->Flush(std::chrono::seconds(30)).ok());
+  rd_kafka_destroy(producer);
+
+  // Everything on the telemetry topic, read back.
+  conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", (*broker)->bootstrap().c_str(), err, sizeof(err));
+  rd_kafka_conf_set(conf, "group.id", "agent-capture", err, sizeof(err));
+  rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
+  rd_kafka_t* consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+  ASSERT_NE(consumer, nullptr) << err;
+  rd_kafka_topic_partition_list_t* parts = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(parts, "agent.telemetry", 0)->offset =
+      RD_KAFKA_OFFSET_BEGINNING;
+  rd_kafka_assign(consumer, parts);
+  rd_kafka_topic_partition_list_destroy(parts);
+  std::map<std::pair<std::string, uint32_t>, std::vector<v1::ControlState>> states;
+  std::map<std::pair<std::string, uint32_t>, v1::ControlReply> last;
+  std::map<uint32_t, uint64_t> capture_events;  // cap-a's events by rank
+  std::map<uint32_t, std::set<int64_t>> capture_steps;
+  std::map<uint32_t, size_t> done_at, first_capture_at;
+  uint64_t batches = 0;
+  const auto read_deadline = Clock::now() + std::chrono::seconds(30);
+  while (batches < c.batches_sent.load() && Clock::now() < read_deadline) {
+    rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer, 100);
+    if (m == nullptr) continue;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      v1::Batch b;
+      EXPECT_TRUE(b.ParseFromArray(m->payload, static_cast<int>(m->len)));
+      const uint32_t rank = b.source().rank();
+      for (const v1::ControlReply& r : b.control_replies()) {
+        states[{r.request_id(), rank}].push_back(r.state());
+        last[{r.request_id(), rank}] = r;
+        if (r.request_id() == "cap-a" && r.state() == v1::CONTROL_DONE) done_at[rank] = batches;
+      }
+      if (!b.trace().capture_id().empty()) {
+        EXPECT_EQ(b.trace().capture_id(), "cap-a");
+        EXPECT_FALSE(b.trace().end_of_file());
+        first_capture_at.try_emplace(rank, batches);
+        capture_events[rank] += b.kernels_size();
+        for (const v1::KernelEvent& k : b.kernels()) capture_steps[rank].insert(k.step());
+      }
+      ++batches;
+    }
+    rd_kafka_message_destroy(m);
+  }
+  rd_kafka_consumer_close(consumer);
+  rd_kafka_destroy(consumer);
+  EXPECT_EQ(batches, c.batches_sent.load());
+
+  using S = std::vector<v1::ControlState>;
+  EXPECT_EQ((states[{"cap-a", 0}]), (S{v1::CONTROL_ACCEPTED, v1::CONTROL_DONE}));
+  EXPECT_EQ((states[{"cap-a", 1}]), (S{v1::CONTROL_ACCEPTED, v1::CONTROL_DONE}));
+  EXPECT_EQ((states[{"cap-b", 0}]), (S{v1::CONTROL_ACCEPTED, v1::CONTROL_FAILED}));
+  const std::string cap_b_reason = last[{"cap-b", 0}].reason();
+  EXPECT_NE(cap_b_reason.find("no trace of rank 0"), std::string::npos) << cap_b_reason;
+  EXPECT_EQ(states.count({"cap-c", 7}), 0u);
+  for (uint32_t rank : {0u, 1u}) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const v1::ControlReply& done = last[{"cap-a", rank}];
+    ASSERT_EQ(capture_steps[rank].size(), 2u);  // the first two profiler steps of the trace
+    EXPECT_EQ(done.steps(), 2u);
+    EXPECT_EQ(done.first_step(), *capture_steps[rank].begin());
+    EXPECT_EQ(done.events(), capture_events[rank]);
+    EXPECT_GT(done.events(), 0u);
+    EXPECT_GT(done.profiled_step_ns(), 0u);
+    EXPECT_GT(done_at[rank], first_capture_at[rank]);  // the events come before DONE
+  }
   fs::remove_all(dir);
 }
 

@@ -95,6 +95,7 @@ absl::StatusOr<std::unique_ptr<Collector>> Collector::Create(CollectorIdentity i
     lo.training_job = c->identity_.training_job;
     lo.rank = c->identity_.rank;
     lo.properties = c->options_.properties;
+    if (!c->options_.take_captures) lo.limits.max_capture_steps = 0;
     Collector* raw = c.get();
     auto listener = ControlListener::Start(
         std::move(lo), [raw](v1::ControlReply r) { raw->ReplyControl(std::move(r)); });

@@ -80,6 +80,9 @@ struct CollectorOptions {
   // The control channel's topic (control.proto; collectors/lib/control_listener.h); empty: no
   // control channel. A listener that cannot start is logged and the collector goes on without.
   std::string control_topic = "rankwatch.control";  // default: rankwatch.control
+  // Whether the caller acts on capture requests (takes them at step boundaries and answers
+  // with SendCapture or ReplyControl). Without it they are refused "unsupported" at once.
+  bool take_captures = true;  // default: true
   // Events one capture may send (SendCapture); more are cut and the reply says so.
   size_t max_capture_events = 50000;  // default: 50,000
   KafkaProperties properties;         // passed through to librdkafka

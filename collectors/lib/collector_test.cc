@@ -6,6 +6,7 @@
 #include <librdkafka/rdkafka_mock.h>
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <thread>
 
 #include "collectors/lib/rankwatch_collector.h"
@@ -43,6 +44,23 @@ class MockKafka {
     } else {
       rd_kafka_mock_broker_set_up(cluster_, 1);
     }
+  }
+
+  // Produces `request` on the control topic, keyed by its job, and waits for the broker.
+  void SendControl(const v1::ControlRequest& request) {
+    const std::string bytes = request.SerializeAsString();
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    char err[256];
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap_.c_str(), err, sizeof(err));
+    rd_kafka_t* producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    const std::string& key = request.training_job();
+    ASSERT_EQ(rd_kafka_producev(producer, RD_KAFKA_V_TOPIC("rankwatch.control"),
+                                RD_KAFKA_V_KEY(key.data(), key.size()),
+                                RD_KAFKA_V_VALUE(const_cast<char*>(bytes.data()), bytes.size()),
+                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
+              RD_KAFKA_RESP_ERR_NO_ERROR);
+    ASSERT_EQ(rd_kafka_flush(producer, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+    rd_kafka_destroy(producer);
   }
 
   // Every batch on the topic that arrives within `timeout` after the last one.
@@ -86,6 +104,21 @@ class MockKafka {
   rd_kafka_t* consumer_ = nullptr;
   std::string bootstrap_;
 };
+
+// A capture of `steps` steps for `rank` of `job`, due in a minute.
+v1::ControlRequest CaptureRequest(const std::string& id, const std::string& job, uint32_t rank,
+                                  uint32_t steps) {
+  v1::ControlRequest request;
+  request.set_id(id);
+  request.set_training_job(job);
+  request.add_ranks(rank);
+  request.set_deadline_unix_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count() +
+                               60'000'000'000);
+  request.mutable_capture()->set_steps(steps);
+  return request;
+}
 
 CollectorIdentity Identity() {
   CollectorIdentity id;
@@ -433,27 +466,7 @@ TEST(CollectorTest, AControlRequestIsTakenAndACaptureShipsTaggedBeforeItsReply) 
   ASSERT_TRUE((*c)->stats().control.reading);
   EXPECT_FALSE((*c)->control_pending());
 
-  v1::ControlRequest request;
-  request.set_id("cap-7");
-  request.set_training_job("job-a");
-  request.add_ranks(2);
-  request.set_deadline_unix_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count() +
-                               60'000'000'000);
-  request.mutable_capture()->set_steps(2);
-  const std::string bytes = request.SerializeAsString();
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  char err[256];
-  rd_kafka_conf_set(conf, "bootstrap.servers", kafka.bootstrap().c_str(), err, sizeof(err));
-  rd_kafka_t* producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-  ASSERT_EQ(
-      rd_kafka_producev(producer, RD_KAFKA_V_TOPIC("rankwatch.control"), RD_KAFKA_V_KEY("job-a", 5),
-                        RD_KAFKA_V_VALUE(const_cast<char*>(bytes.data()), bytes.size()),
-                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
-      RD_KAFKA_RESP_ERR_NO_ERROR);
-  ASSERT_EQ(rd_kafka_flush(producer, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
-  rd_kafka_destroy(producer);
+  kafka.SendControl(CaptureRequest("cap-7", "job-a", 2, 2));
 
   for (int i = 0; i < 1000 && !(*c)->control_pending(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -550,6 +563,93 @@ TEST(CollectorCApiTest, CreateRecordFlushDestroy) {
   EXPECT_EQ(steps[0].step(), 7u);
   EXPECT_EQ(steps[0].optimizer_ns(), 10u);
   EXPECT_EQ(steps[0].device_capacity_bytes(), 3u);
+}
+
+// The C API's control channel, as a C program would use it: captures taken at step
+// boundaries and answered with their events, or refused when the application takes none.
+TEST(CollectorCApiTest, CapturesAreTakenAndAnsweredOrRefusedWhenNotTaken) {
+  MockKafka kafka;
+  char error[256] = {};
+  rw_identity taker_id{"job-c", 1, 4, "h", 0, 0, nullptr};
+  rw_identity other_id{"job-c", 3, 4, "h", 0, 0, nullptr};
+  rw_options o{};
+  o.brokers = kafka.bootstrap().c_str();
+  o.flush_interval_ms = 20;
+  o.take_captures = 1;
+  rw_collector* taker = rw_collector_create(&taker_id, &o, error, sizeof(error));
+  ASSERT_NE(taker, nullptr) << error;
+  o.take_captures = 0;
+  rw_collector* other = rw_collector_create(&other_id, &o, error, sizeof(error));
+  ASSERT_NE(other, nullptr) << error;
+  // Sent while the listeners may still be connecting: they look back 1,000 messages.
+  kafka.SendControl(CaptureRequest("cap-c1", "job-c", 1, 2));
+  kafka.SendControl(CaptureRequest("cap-c3", "job-c", 3, 2));
+
+  rw_capture_request r{};
+  int taken = 0;
+  for (int i = 0; i < 1000 && taken == 0; ++i) {
+    rw_step_begin(taker, static_cast<uint64_t>(i));
+    rw_step_end(taker);
+    taken = rw_capture_take(taker, &r);
+    if (taken == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(taken, 1);
+  EXPECT_STREQ(r.id, "cap-c1");
+  EXPECT_EQ(r.steps, 2u);
+  EXPECT_EQ(r.cuda, 0);
+  EXPECT_GT(r.deadline_unix_ns, 0);
+  EXPECT_EQ(rw_capture_take(taker, &r), 0);  // taken once
+  const rw_kernel_event events[] = {{"my_gemm", "cpu_op", 100, 40, -1, -1, 20},
+                                    {"my_gemm", "cpu_op", 200, 40, -1, -1, 21}};
+  rw_capture_send(taker, "cap-c1", "my_profiler", 20, 2, 1'000'000, events, 2);
+  rw_capture_fail(taker, "cap-nope", "the profiler would not start");
+  // The other application takes no captures: nothing to take, and its request was refused.
+  EXPECT_EQ(rw_capture_take(other, &r), 0);
+  rw_stats s;
+  for (int i = 0; i < 1000; ++i) {
+    rw_stats_get(other, &s);
+    if (s.control_refused > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(s.control_refused, 1u);
+  EXPECT_EQ(s.control_accepted, 0u);
+  rw_stats_get(taker, &s);
+  EXPECT_EQ(s.control_accepted, 1u);
+  EXPECT_EQ(s.captures_sent, 1u);
+  rw_collector_destroy(taker, 1, 5000);
+  rw_collector_destroy(other, 1, 5000);
+
+  std::map<std::string, std::vector<v1::ControlState>> states;
+  std::string refused_reason, failed_reason;
+  int capture_batches = 0;
+  for (const v1::Batch& b : kafka.ReadAll(std::chrono::milliseconds(1000))) {
+    for (const v1::ControlReply& reply : b.control_replies()) {
+      states[reply.request_id()].push_back(reply.state());
+      if (reply.state() == v1::CONTROL_REFUSED) refused_reason = reply.reason();
+      if (reply.state() == v1::CONTROL_FAILED) failed_reason = reply.reason();
+      if (reply.state() == v1::CONTROL_DONE) {
+        EXPECT_EQ(reply.events(), 2u);
+        EXPECT_EQ(reply.first_step(), 20);
+        EXPECT_EQ(reply.profiled_step_ns(), 1'000'000u);
+        EXPECT_EQ(b.source().rank(), 1u);
+      }
+    }
+    if (b.trace().capture_id() == "cap-c1") {
+      ++capture_batches;
+      EXPECT_EQ(b.source().rank(), 1u);
+      EXPECT_EQ(b.trace().source_format(), "my_profiler");
+      ASSERT_EQ(b.kernels_size(), 2);
+      EXPECT_EQ(b.strings(b.kernels(1).name()), "my_gemm");
+      EXPECT_EQ(b.kernels(1).step(), 21);
+    }
+  }
+  EXPECT_EQ(capture_batches, 1);
+  EXPECT_EQ(states["cap-c1"],
+            (std::vector<v1::ControlState>{v1::CONTROL_ACCEPTED, v1::CONTROL_DONE}));
+  EXPECT_EQ(states["cap-c3"], std::vector<v1::ControlState>{v1::CONTROL_REFUSED});
+  EXPECT_NE(refused_reason.find("takes no captures"), std::string::npos) << refused_reason;
+  EXPECT_EQ(states["cap-nope"], std::vector<v1::ControlState>{v1::CONTROL_FAILED});
+  EXPECT_EQ(failed_reason, "the profiler would not start");
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ ControlCheck CheckControlRequest(std::string_view key, std::string_view payload,
     return Refusal(ControlRefusal::kMalformed, "keyed to this job but names another one");
   }
   // Addressed to this rank? (An empty list addresses every rank.)
-  if (out->ranks_size() > 0 &&
+  if (rank != kEveryRank && out->ranks_size() > 0 &&
       std::find(out->ranks().begin(), out->ranks().end(), rank) == out->ranks().end()) {
     if (static_cast<size_t>(out->ranks_size()) <= limits.max_ranks) return ControlCheck{};
   }
@@ -81,6 +81,9 @@ ControlCheck CheckControlRequest(std::string_view key, std::string_view payload,
   switch (out->action_case()) {
     case v1::ControlRequest::kCapture: {
       const uint32_t steps = out->capture().steps();
+      if (limits.max_capture_steps == 0) {
+        return Refusal(ControlRefusal::kUnsupported, "this collector takes no captures");
+      }
       if (steps == 0 || steps > limits.max_capture_steps) {
         return Refusal(ControlRefusal::kBadRequest,
                        "a capture of " + std::to_string(steps) + " steps (1 to " +

@@ -43,7 +43,7 @@ enum class ControlRefusal : int {
   kOversized,      // over ControlLimits::max_bytes
   kExpired,        // its deadline has passed (or is more than max_deadline_ahead away)
   kBadRequest,     // no id, an id too long, too many ranks, steps out of range
-  kUnsupported,    // an action this collector does not know
+  kUnsupported,    // an action this collector does not know or cannot take
   kBusy,           // max_queued accepted requests are still waiting for the training side
 };
 constexpr int kControlRefusalCount = 6;
@@ -52,8 +52,8 @@ const char* ControlRefusalName(ControlRefusal r);
 struct ControlLimits {
   size_t max_bytes = 64 << 10;  // serialized request
   size_t max_id_bytes = 128;
-  size_t max_ranks = 1024;  // ranks listed
-  uint32_t max_capture_steps = 100;
+  size_t max_ranks = 1024;           // ranks listed
+  uint32_t max_capture_steps = 100;  // 0: this collector takes no captures ("unsupported")
   int64_t max_deadline_ahead_ns = 3'600'000'000'000;  // 1 h
 };
 
@@ -63,6 +63,10 @@ struct ControlCheck {
   ControlRefusal refusal = ControlRefusal::kMalformed;  // kRefuse
   std::string detail;                                   // kRefuse: for the log and the reply
 };
+
+// A listener's rank that every request of its job addresses: a node agent, which speaks for
+// the ranks on its node and filters them itself.
+constexpr uint32_t kEveryRank = UINT32_MAX;
 
 // Checks one message (`key`, `payload`) for the collector of (`job`, `rank`) at wall time
 // `now_unix_ns`. kIgnore: another job's, or this job's for other ranks. kAccept fills `out`.
@@ -75,7 +79,7 @@ struct ControlListenerOptions {
   std::string brokers;                      // required
   std::string topic = "rankwatch.control";  // default: rankwatch.control
   std::string training_job;                 // required
-  uint32_t rank = 0;
+  uint32_t rank = 0;                        // kEveryRank: every request of the job
   size_t max_queued = 8;  // accepted requests not yet taken; beyond: refused "busy"
   ControlLimits limits;
   int64_t lookback_messages = 1000;  // default: start 1,000 messages before each partition's end
@@ -99,7 +103,8 @@ class ControlListener {
   using ReplySink = std::function<void(v1::ControlReply)>;
 
   // Validates the options, creates the consumer and starts its thread; does not wait for the
-  // broker. `reply` is called on the listener's thread.
+  // broker. `reply` is called on the listener's thread; without one, nothing is answered (the
+  // caller answers for the ranks it speaks for) and refusals are only counted and logged.
   static absl::StatusOr<std::unique_ptr<ControlListener>> Start(ControlListenerOptions options,
                                                                 ReplySink reply);
   ~ControlListener();  // stops the thread, closes the consumer

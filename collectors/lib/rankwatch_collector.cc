@@ -2,13 +2,35 @@
 #include "collectors/lib/rankwatch_collector.h"
 
 #include <cstdio>
+#include <deque>
 #include <memory>
 
 #include "collectors/lib/collector.h"
 
 struct rw_collector {
   std::unique_ptr<rankwatch::Collector> impl;
+  std::deque<rankwatch::v1::ControlRequest>
+      captures;  // taken, not handed out yet (training thread)
 };
+
+namespace {
+
+std::vector<rankwatch::KernelEventInput> ToEvents(const rw_kernel_event* events, size_t n) {
+  std::vector<rankwatch::KernelEventInput> in(n);
+  for (size_t i = 0; i < n; ++i) {
+    const rw_kernel_event& e = events[i];
+    in[i].name = e.name != nullptr ? e.name : "";
+    in[i].category = e.category != nullptr ? e.category : "";
+    in[i].ts_ns = e.ts_ns;
+    in[i].dur_ns = e.dur_ns;
+    in[i].stream = e.stream;
+    in[i].correlation = e.correlation;
+    in[i].step = e.step;
+  }
+  return in;
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -41,9 +63,8 @@ rw_collector* rw_collector_create(const rw_identity* identity, const rw_options*
   }
   if (options->kafka_queue_max_kbytes > 0)
     o.kafka_queue_max_kbytes = options->kafka_queue_max_kbytes;
-  // The C API cannot act on control requests (captures) yet: it does not listen, so that it
-  // never accepts a request it would not carry out.
-  o.control_topic.clear();
+  if (options->control_topic != nullptr) o.control_topic = options->control_topic;
+  o.take_captures = options->take_captures != 0;
   auto c = rankwatch::Collector::Create(std::move(id), std::move(o));
   if (!c.ok()) return fail(std::string(c.status().message()));
   return new rw_collector{std::move(*c)};
@@ -73,18 +94,7 @@ void rw_memory_peak(rw_collector* c, uint64_t allocated, uint64_t reserved, uint
 }
 
 void rw_kernels_record(rw_collector* c, const rw_kernel_event* events, size_t n) {
-  std::vector<rankwatch::KernelEventInput> in(n);
-  for (size_t i = 0; i < n; ++i) {
-    const rw_kernel_event& e = events[i];
-    in[i].name = e.name != nullptr ? e.name : "";
-    in[i].category = e.category != nullptr ? e.category : "";
-    in[i].ts_ns = e.ts_ns;
-    in[i].dur_ns = e.dur_ns;
-    in[i].stream = e.stream;
-    in[i].correlation = e.correlation;
-    in[i].step = e.step;
-  }
-  c->impl->RecordKernels(in);
+  c->impl->RecordKernels(ToEvents(events, n));
 }
 
 void rw_training_strategy_set(rw_collector* c, const char* training_strategy, int sharded) {
@@ -97,9 +107,61 @@ int rw_flush(rw_collector* c, int timeout_ms) {
 
 void rw_stats_get(const rw_collector* c, rw_stats* out) {
   const rankwatch::CollectorStats s = c->impl->stats();
-  *out = rw_stats{s.steps_recorded,     s.kernels_recorded,  s.records_dropped, s.batches_dropped,
-                  s.batches_produced,   s.batches_delivered, s.batches_failed,  s.buffered_bytes,
-                  s.max_buffered_bytes, s.memory_bound_bytes};
+  uint64_t refused = 0;
+  for (uint64_t n : s.control.refused) refused += n;
+  *out = rw_stats{s.steps_recorded,     s.kernels_recorded,   s.records_dropped,  s.batches_dropped,
+                  s.batches_produced,   s.batches_delivered,  s.batches_failed,   s.buffered_bytes,
+                  s.max_buffered_bytes, s.memory_bound_bytes, s.control.accepted, refused,
+                  s.captures_sent};
+}
+
+int rw_capture_take(rw_collector* c, rw_capture_request* out) {
+  if (c->captures.empty()) {
+    if (!c->impl->control_pending()) return 0;
+    for (rankwatch::v1::ControlRequest& r : c->impl->TakeControlRequests()) {
+      // The listener accepts nothing but captures (the only action), and captures only with
+      // take_captures; anything else would be a newer action: say so rather than drop it.
+      if (r.action_case() != rankwatch::v1::ControlRequest::kCapture) {
+        rankwatch::v1::ControlReply reply;
+        reply.set_request_id(r.id());
+        reply.set_state(rankwatch::v1::CONTROL_FAILED);
+        reply.set_reason("unsupported: the C API takes captures only");
+        c->impl->ReplyControl(std::move(reply));
+        continue;
+      }
+      c->captures.push_back(std::move(r));
+    }
+    if (c->captures.empty()) return 0;
+  }
+  const rankwatch::v1::ControlRequest& r = c->captures.front();
+  std::snprintf(out->id, sizeof(out->id), "%s", r.id().c_str());
+  out->steps = r.capture().steps();
+  out->cuda = r.capture().cuda() ? 1 : 0;
+  out->deadline_unix_ns = r.deadline_unix_ns();
+  c->captures.pop_front();
+  return 1;
+}
+
+void rw_capture_send(rw_collector* c, const char* request_id, const char* source_format,
+                     int64_t first_step, uint32_t steps, uint64_t profiled_step_ns,
+                     const rw_kernel_event* events, size_t n) {
+  const std::string id = request_id != nullptr ? request_id : "";
+  rankwatch::v1::ControlReply done;
+  done.set_request_id(id);
+  done.set_state(rankwatch::v1::CONTROL_DONE);
+  done.set_first_step(first_step);
+  done.set_steps(steps);
+  done.set_profiled_step_ns(profiled_step_ns);
+  c->impl->SendCapture(id, source_format != nullptr ? source_format : "rw_capture",
+                       ToEvents(events, n), std::move(done));
+}
+
+void rw_capture_fail(rw_collector* c, const char* request_id, const char* reason) {
+  rankwatch::v1::ControlReply reply;
+  reply.set_request_id(request_id != nullptr ? request_id : "");
+  reply.set_state(rankwatch::v1::CONTROL_FAILED);
+  reply.set_reason(reason != nullptr ? reason : "failed");
+  c->impl->ReplyControl(std::move(reply));
 }
 
 }  // extern "C"

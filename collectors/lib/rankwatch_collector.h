@@ -6,8 +6,16 @@
  * are copied into a bounded buffer). When Kafka is slow or down the oldest data is dropped
  * and counted; the collector reconnects by itself.
  *
- * Thread-safety: rw_step_begin / rw_step_end from the training thread; every other call from
- * any thread. A handle is valid from rw_collector_create until rw_collector_destroy.
+ * Control channel: the collector reads the daemon's requests for its rank from the control
+ * topic on a thread of its own (control.proto). An application that can profile itself sets
+ * `take_captures`, polls rw_capture_take at step boundaries (one atomic load when nothing
+ * waits), profiles the steps asked for with its own profiler and answers with
+ * rw_capture_send (the events, then DONE) or rw_capture_fail. Without `take_captures` a
+ * capture request is refused at once with the reason "unsupported".
+ *
+ * Thread-safety: rw_step_begin / rw_step_end and rw_capture_take from the training thread;
+ * every other call from any thread. A handle is valid from rw_collector_create until
+ * rw_collector_destroy.
  */
 #ifndef RANKWATCH_COLLECTOR_H_
 #define RANKWATCH_COLLECTOR_H_
@@ -48,6 +56,8 @@ typedef struct rw_options {
   size_t max_pending_bytes;     /* 0 = 4 MiB */
   int kafka_queue_max_messages; /* 0 = 4 (1 to 5: batches in librdkafka at once) */
   int kafka_queue_max_kbytes;   /* 0 = 4096 */
+  const char* control_topic;    /* NULL = "rankwatch.control"; "" = no control channel */
+  int take_captures;            /* != 0: the application acts on capture requests */
 } rw_options;
 
 typedef struct rw_kernel_event {
@@ -59,10 +69,20 @@ typedef struct rw_kernel_event {
   int64_t step;        /* -1 when unknown */
 } rw_kernel_event;
 
+/* A capture request the collector accepted: profile `steps` steps from the next one. */
+typedef struct rw_capture_request {
+  char id[129];             /* the request id, NUL-terminated: pass it back when answering */
+  uint32_t steps;           /* 1 to 100 */
+  int cuda;                 /* != 0: GPU activities too, where the rank has a GPU */
+  int64_t deadline_unix_ns; /* the daemon stops waiting for the answer then */
+} rw_capture_request;
+
 typedef struct rw_stats {
   uint64_t steps_recorded, kernels_recorded, records_dropped, batches_dropped;
   uint64_t batches_produced, batches_delivered, batches_failed;
   uint64_t buffered_bytes, max_buffered_bytes, memory_bound_bytes;
+  uint64_t control_accepted, control_refused; /* control requests of this rank */
+  uint64_t captures_sent;
 } rw_stats;
 
 /* Creates a collector and starts its sender thread; never waits for the broker. Returns NULL
@@ -91,6 +111,20 @@ void rw_kernels_record(rw_collector* c, const rw_kernel_event* events, size_t n)
 void rw_training_strategy_set(rw_collector* c, const char* training_strategy, int sharded);
 /* Waits up to `timeout_ms` until everything recorded so far is delivered; 0 when it was. */
 int rw_flush(rw_collector* c, int timeout_ms);
+
+/* Takes the oldest accepted capture request into `out`: 1 when one was waiting, 0 when none
+ * (or without `take_captures`). Training thread; costs one atomic load when none waits. */
+int rw_capture_take(rw_collector* c, rw_capture_request* out);
+/* Answers capture `request_id`: its `n` events (copied; at most 50,000 are sent, a reply
+ * says how many were cut), tagged with the request, then its DONE reply with the first step
+ * profiled, the steps profiled and their step times summed (ns). `source_format` names the
+ * profiler (NULL = "rw_capture"). Any thread; never blocks on Kafka. */
+void rw_capture_send(rw_collector* c, const char* request_id, const char* source_format,
+                     int64_t first_step, uint32_t steps, uint64_t profiled_step_ns,
+                     const rw_kernel_event* events, size_t n);
+/* Answers capture `request_id` FAILED with `reason` (NULL = "failed"): the application began
+ * and could not finish. Any thread. */
+void rw_capture_fail(rw_collector* c, const char* request_id, const char* reason);
 void rw_stats_get(const rw_collector* c, rw_stats* out);
 
 #ifdef __cplusplus
