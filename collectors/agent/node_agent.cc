@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 
 #include "collectors/kineto_replay.h"
@@ -169,6 +170,11 @@ absl::Status NodeAgent::ForwardToCaptures(const v1::Batch& batch,
     *copy.mutable_strings() = batch.strings();
     const size_t want = c.request.capture().steps();
     for (const v1::KernelEvent& k : batch.kernels()) {
+      // The profiler's step ranges are not operators: the comparison leaves them out.
+      if (k.name() < static_cast<uint32_t>(batch.strings_size()) &&
+          absl::StartsWith(batch.strings(k.name()), "ProfilerStep#")) {
+        continue;
+      }
       if (fc.steps.count(k.step()) == 0) {
         if (fc.steps.size() >= want) continue;
         fc.steps.insert(k.step());

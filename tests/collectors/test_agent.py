@@ -2,15 +2,23 @@
 RANKWATCH_AGENT_S seconds (default 60; CI may set less) and publishes system samples the
 daemon accepts; a trace file dropped into the watched directory is published exactly once. A
 real Kineto trace (a fixture) is published as its kernel events: the daemon's per-step GPU
-analyses of it equal `rankwatch analyze` on the same file."""
+analyses of it equal `rankwatch analyze` on the same file.
+
+Issue #17: a capture of two ranks whose traces the agent watches (`rankwatch capture --ranks 1
+--reference 0`) is answered by the agent with each rank's next trace: both ranks DONE with their
+first 2 profiler steps, every event received, and the comparison printed by `capture show`."""
 import json
 import os
 import shutil
 import signal
+import subprocess
 import time
 import unittest
 
+import grpc
+
 from harness import BIN, Fleet, metric, parse_metrics, wait_until
+from rankwatch.v1 import control_pb2, service_pb2, service_pb2_grpc
 from test_kernel_live import FIXTURES, analyze, assert_same_steps, kernel_json
 
 AGENT_S = float(os.environ.get("RANKWATCH_AGENT_S", "60"))
@@ -84,6 +92,73 @@ class AgentTest(unittest.TestCase):
         wait_until(lambda: accepted("batch") >= summary["batches_sent"], 30, "every agent batch accepted")
         self.assertEqual(accepted("sample"), summary["samples"])
         self.assertEqual(rejected(), 0)
+
+    def test_a_capture_is_answered_with_the_next_trace_of_each_rank_it_watches(self):
+        fleet = Fleet()
+        self.addCleanup(fleet.close)
+        brokers = fleet.start_broker()
+        daemon = fleet.start_daemon(brokers, extra=["--auto-capture", "false"])
+        server = daemon.endpoints["grpc"]
+        stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(server))
+        job = "agent-capture"
+        traces = os.path.join(fleet.workdir, "traces")
+        os.makedirs(traces)
+        agent = fleet.start("agent", [os.path.join(BIN, "rankwatch"), "agent", "--brokers", brokers,
+                                      "--job", job, "--world-size", "2", "--interval", "0.2",
+                                      "--trace-dir", traces, "--metrics-listen", "127.0.0.1:0",
+                                      "--nvml-library", "libnvidia-ml-absent.so.1"])
+        address = json.loads(wait_until(lambda: agent.stdout().split("\n")[0] if "\n" in agent.stdout() else None,
+                                        20, "the agent's metrics line"))["metrics"]
+        agent_metric = lambda name, **labels: metric(scrape_address(address), name, **labels) or 0
+        two_ranks = os.path.join(FIXTURES, "kineto", "hta-trace-filter-2rank")
+
+        def write_traces(prefix):
+            for rank in (0, 1):
+                shutil.copy(os.path.join(two_ranks, "sampled_rank-%d.json.gz" % rank),
+                            os.path.join(traces, "%s.rank%d.pt.trace.json.gz" % (prefix, rank)))
+
+        # The profiler's traces so far: the agent learns which ranks it speaks for.
+        write_traces("first")
+        wait_until(lambda: agent_metric("rankwatch_agent_trace_files_total", result="published") == 2, 30,
+                   "the first two traces published")
+        wait_until(lambda: any(j.training_job == job for j in stub.ListJobs(service_pb2.ListJobsRequest(),
+                                                                            timeout=10).jobs),
+                   30, "the daemon to know the job")
+        capture = subprocess.Popen([os.path.join(BIN, "rankwatch"), "capture", "--server", server, "--job", job,
+                                    "--ranks", "1", "--reference", "0", "--steps", "2", "--wait", "90"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   stdin=subprocess.DEVNULL)
+        wait_until(lambda: agent_metric("rankwatch_agent_captures_total", result="requested") == 1, 30,
+                   "the agent to take the request")
+        # The agent has seen both ranks' traces: it accepts for both at once.
+        c = wait_until(lambda: [x for x in stub.ListCaptures(service_pb2.ListCapturesRequest(training_job=job),
+                                                             timeout=10).captures
+                                if [r.state for r in x.ranks] == [control_pb2.CONTROL_ACCEPTED] * 2],
+                       30, "both ranks accepted")[0]
+        # The profiler writes its next traces: those answer the capture.
+        write_traces("next")
+        out, err = capture.communicate(timeout=120)
+        print(out)
+        self.assertEqual(capture.returncode, 0, err + out)
+        self.assertIn(": done", out)
+        c = stub.GetCapture(service_pb2.GetCaptureRequest(id=c.id), timeout=10).capture
+        self.assertEqual(c.state, service_pb2.CAPTURE_DONE, c.reason)
+        self.assertEqual((c.culprit_rank, c.reference_rank), (1, 0))
+        for r in c.ranks:
+            self.assertEqual(r.state, control_pb2.CONTROL_DONE)
+            self.assertEqual(r.steps, 2)
+            self.assertGreater(r.events_expected, 0)
+            self.assertEqual(r.events_received, r.events_expected)
+            self.assertGreater(r.profiled_step_seconds, 0)
+        self.assertTrue(c.comparison)
+        r = subprocess.run([os.path.join(BIN, "rankwatch"), "capture", "show", c.id, "--server", server],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(c.comparison[0].name[:40], r.stdout)  # long kernel names are cut
+        self.assertFalse([op.name for op in c.comparison if op.name.startswith("ProfilerStep#")])
+        self.assertEqual(agent_metric("rankwatch_agent_captures_total", result="done"), 2)
+        self.assertEqual(agent_metric("rankwatch_agent_captures_total", result="failed"), 0)
+        self.assertEqual(agent_metric("rankwatch_agent_trace_files_total", result="published"), 4)
 
 
 if __name__ == "__main__":
