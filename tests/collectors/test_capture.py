@@ -5,7 +5,9 @@ through real `rankwatch kafka` and `rankwatchd` processes (issue #17, acceptance
   straggler alert fires, rankwatchd captures the culprit and a typical rank without being asked,
   and `rankwatch capture show` lists an aten:: matrix-multiply operator in forward first among the
   culprit's excess, with its time on both ranks; the raw traces load as Kineto JSON; the job's
-  diagnosis carries the comparison and `rankwatch timeline` marks the capture on both tracks;
+  diagnosis carries the comparison and `rankwatch timeline` marks the capture on both tracks; the
+  alert raised after it (the straggler alert's resolution when the finished job is removed,
+  --job-ttl 30s --job-retention 5s) carries it as evidence, the alert that triggered it does not;
 * a balanced job is never captured;
 * `rankwatch capture --ranks R --wait S` captures a named rank of a running job on demand.
 
@@ -37,7 +39,9 @@ class CaptureTest(unittest.TestCase):
     def setUpClass(cls):
         cls.fleet = Fleet()
         cls.brokers = cls.fleet.start_broker()
-        cls.daemon = cls.fleet.start_daemon(cls.brokers, extra=["--capture-steps", "5"])
+        # A finished job is removed 30 + 5 s after its last input: its firing alerts resolve then.
+        cls.daemon = cls.fleet.start_daemon(cls.brokers, extra=["--capture-steps", "5", "--job-ttl", "30s",
+                                                                "--job-retention", "5s"])
         cls.server = cls.daemon.endpoints["grpc"]
         cls.stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(cls.server))
 
@@ -132,6 +136,24 @@ class CaptureTest(unittest.TestCase):
         self.assertIn((MATMUL_RANK, "capture %s (culprit)" % c.id), marks)
         self.assertIn((c.reference_rank, "capture %s (reference)" % c.id), marks)
         self.assertEqual(sorted(e["tid"] for e in events if e["name"] == "thread_name"), [0, 1, 2, 3])
+        # Alerts raised after the capture carry its comparison as evidence, as the diagnosis does:
+        # here the straggler alert's resolution when the finished job is removed (--job-ttl and
+        # --job-retention).
+        def alerts():
+            return list(self.stub.WatchAlerts(service_pb2.WatchAlertsRequest(training_job=job, backlog_only=True),
+                                              timeout=10))
+        carried = wait_until(lambda: [a for a in alerts() if a.evidence.capture.id == c.id], 90,
+                             "an alert of %s carrying capture %s" % (job, c.id))
+        a = carried[0]
+        print("alert %s (%s) carries capture %s: %s first" % (a.id, service_pb2.AlertState.Name(a.state), c.id,
+                                                             a.evidence.capture.comparison[0].name))
+        self.assertIn(a.state, (service_pb2.ALERT_FIRING, service_pb2.ALERT_RESOLVED))
+        self.assertGreater(a.sequence, min(x.sequence for x in alerts() if x.id == c.alert_id))
+        self.assertEqual(a.evidence.capture.comparison[0].name, top.name)
+        self.assertLessEqual(len(a.evidence.capture.comparison), 10)
+        trigger = [x for x in alerts() if x.id == c.alert_id and x.state == service_pb2.ALERT_FIRING]
+        self.assertTrue(trigger, c.alert_id)
+        self.assertFalse(trigger[0].evidence.HasField("capture"))  # raised before the capture
 
     def test_a_balanced_job_is_not_captured(self):
         job = "capture-balanced"
