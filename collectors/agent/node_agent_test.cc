@@ -28,6 +28,37 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto kTimeout = std::chrono::milliseconds(600);
 
+// Every batch on partition 0 of `topic`, from the start, until `expected` were read (at most
+// 30 s), in order.
+std::vector<v1::Batch> ReadBatches(const std::string& bootstrap, const std::string& topic,
+                                   uint64_t expected) {
+  std::vector<v1::Batch> out;
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  char err[256];
+  rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap.c_str(), err, sizeof(err));
+  rd_kafka_conf_set(conf, "group.id", "node-agent-test", err, sizeof(err));
+  rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
+  rd_kafka_t* consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+  EXPECT_NE(consumer, nullptr) << err;
+  if (consumer == nullptr) return out;
+  rd_kafka_topic_partition_list_t* parts = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(parts, topic.c_str(), 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+  rd_kafka_assign(consumer, parts);
+  rd_kafka_topic_partition_list_destroy(parts);
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (out.size() < expected && Clock::now() < deadline) {
+    rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer, 100);
+    if (m == nullptr) continue;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      EXPECT_TRUE(out.emplace_back().ParseFromArray(m->payload, static_cast<int>(m->len)));
+    }
+    rd_kafka_message_destroy(m);
+  }
+  rd_kafka_consumer_close(consumer);
+  rd_kafka_destroy(consumer);
+  return out;
+}
+
 class NodeAgentTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -176,33 +207,10 @@ TEST(NodeAgentConcurrencyTest, TicksDeliveriesAndCounterReadsRaceWithoutLosingBa
   EXPECT_EQ((*publisher)->delivered(), c.batches_sent.load());
 
   // Everything on the topic, read back.
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  char err[256];
-  rd_kafka_conf_set(conf, "bootstrap.servers", (*broker)->bootstrap().c_str(), err, sizeof(err));
-  rd_kafka_conf_set(conf, "group.id", "agent-race", err, sizeof(err));
-  rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
-  rd_kafka_t* consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
-  ASSERT_NE(consumer, nullptr) << err;
-  rd_kafka_topic_partition_list_t* parts = rd_kafka_topic_partition_list_new(1);
-  rd_kafka_topic_partition_list_add(parts, "agent.telemetry", 0)->offset =
-      RD_KAFKA_OFFSET_BEGINNING;
-  rd_kafka_assign(consumer, parts);
-  rd_kafka_topic_partition_list_destroy(parts);
-  uint64_t batches = 0, kernels = 0;
-  const auto read_deadline = Clock::now() + std::chrono::seconds(30);
-  while (batches < c.batches_sent.load() && Clock::now() < read_deadline) {
-    rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer, 100);
-    if (m == nullptr) continue;
-    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-      v1::Batch b;
-      EXPECT_TRUE(b.ParseFromArray(m->payload, static_cast<int>(m->len)));
-      ++batches;
-      kernels += b.kernels_size();
-    }
-    rd_kafka_message_destroy(m);
-  }
-  rd_kafka_consumer_close(consumer);
-  rd_kafka_destroy(consumer);
+  const std::vector<v1::Batch> read =
+      ReadBatches((*broker)->bootstrap(), "agent.telemetry", c.batches_sent.load());
+  uint64_t batches = read.size(), kernels = 0;
+  for (const v1::Batch& b : read) kernels += b.kernels_size();
   EXPECT_EQ(batches, c.batches_sent.load());
   EXPECT_EQ(kernels, c.trace_kernel_events.load());
   fs::remove_all(dir);
@@ -310,49 +318,30 @@ TEST(NodeAgentCaptureTest, CapturesAreAnsweredWithTheNextTraceOfEachAddressedRan
   rd_kafka_destroy(producer);
 
   // Everything on the telemetry topic, read back.
-  conf = rd_kafka_conf_new();
-  rd_kafka_conf_set(conf, "bootstrap.servers", (*broker)->bootstrap().c_str(), err, sizeof(err));
-  rd_kafka_conf_set(conf, "group.id", "agent-capture", err, sizeof(err));
-  rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
-  rd_kafka_t* consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
-  ASSERT_NE(consumer, nullptr) << err;
-  rd_kafka_topic_partition_list_t* parts = rd_kafka_topic_partition_list_new(1);
-  rd_kafka_topic_partition_list_add(parts, "agent.telemetry", 0)->offset =
-      RD_KAFKA_OFFSET_BEGINNING;
-  rd_kafka_assign(consumer, parts);
-  rd_kafka_topic_partition_list_destroy(parts);
   std::map<std::pair<std::string, uint32_t>, std::vector<v1::ControlState>> states;
   std::map<std::pair<std::string, uint32_t>, v1::ControlReply> last;
   std::map<uint32_t, uint64_t> capture_events;  // cap-a's events by rank
   std::map<uint32_t, std::set<int64_t>> capture_steps;
   std::map<uint32_t, size_t> done_at, first_capture_at;
-  uint64_t batches = 0;
-  const auto read_deadline = Clock::now() + std::chrono::seconds(30);
-  while (batches < c.batches_sent.load() && Clock::now() < read_deadline) {
-    rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer, 100);
-    if (m == nullptr) continue;
-    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-      v1::Batch b;
-      EXPECT_TRUE(b.ParseFromArray(m->payload, static_cast<int>(m->len)));
-      const uint32_t rank = b.source().rank();
-      for (const v1::ControlReply& r : b.control_replies()) {
-        states[{r.request_id(), rank}].push_back(r.state());
-        last[{r.request_id(), rank}] = r;
-        if (r.request_id() == "cap-a" && r.state() == v1::CONTROL_DONE) done_at[rank] = batches;
-      }
-      if (!b.trace().capture_id().empty()) {
-        EXPECT_EQ(b.trace().capture_id(), "cap-a");
-        EXPECT_FALSE(b.trace().end_of_file());
-        first_capture_at.try_emplace(rank, batches);
-        capture_events[rank] += b.kernels_size();
-        for (const v1::KernelEvent& k : b.kernels()) capture_steps[rank].insert(k.step());
-      }
-      ++batches;
+  const std::vector<v1::Batch> read =
+      ReadBatches((*broker)->bootstrap(), "agent.telemetry", c.batches_sent.load());
+  const uint64_t batches = read.size();
+  for (size_t i = 0; i < read.size(); ++i) {
+    const v1::Batch& b = read[i];
+    const uint32_t rank = b.source().rank();
+    for (const v1::ControlReply& r : b.control_replies()) {
+      states[{r.request_id(), rank}].push_back(r.state());
+      last[{r.request_id(), rank}] = r;
+      if (r.request_id() == "cap-a" && r.state() == v1::CONTROL_DONE) done_at[rank] = i;
     }
-    rd_kafka_message_destroy(m);
+    if (!b.trace().capture_id().empty()) {
+      EXPECT_EQ(b.trace().capture_id(), "cap-a");
+      EXPECT_FALSE(b.trace().end_of_file());
+      first_capture_at.try_emplace(rank, i);
+      capture_events[rank] += b.kernels_size();
+      for (const v1::KernelEvent& k : b.kernels()) capture_steps[rank].insert(k.step());
+    }
   }
-  rd_kafka_consumer_close(consumer);
-  rd_kafka_destroy(consumer);
   EXPECT_EQ(batches, c.batches_sent.load());
 
   using S = std::vector<v1::ControlState>;
