@@ -94,6 +94,7 @@ int RunAgent(AgentFlags f) {
     lo.topic = f.control_topic;
     lo.training_job = f.agent.training_job;
     lo.rank = kEveryRank;
+    lo.limits.max_stack_frames = 0;  // stacks are the ranks' own collectors' to answer
     auto listener = ControlListener::Start(std::move(lo), nullptr);
     if (listener.ok()) {
       control = std::move(*listener);

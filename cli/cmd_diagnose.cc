@@ -3,6 +3,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -110,6 +111,53 @@ void PrintCapture(const v1::Capture& c) {
   std::printf("           all operators: rankwatch capture show %s\n", c.id().c_str());
 }
 
+// "0-2, 4"
+std::string RankRanges(const google::protobuf::RepeatedField<uint32_t>& ranks) {
+  std::string out;
+  for (int i = 0; i < ranks.size();) {
+    int j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+// Where each rank of a hung job is: its training thread's stack, grouped, culprits first.
+void PrintHangStacks(const v1::HangStacks& h) {
+  if (h.request_id().empty()) return;
+  std::printf("\nSTACKS     %u of %u ranks answered%s (%s)\n", h.ranks_answered(), h.ranks_asked(),
+              h.settled_unix_ns() == 0 ? " so far" : "", h.request_id().c_str());
+  std::printf("           %s\n", h.summary().c_str());
+  constexpr int kFrames = 8;  // innermost frames shown a group
+  for (const v1::StackGroup& g : h.groups()) {
+    std::printf("           %s %s:\n", g.ranks_size() == 1 ? "rank" : "ranks",
+                RankRanges(g.ranks()).c_str());
+    const int first = std::max(0, g.frames_size() - kFrames);
+    if (first > 0 || g.frames_omitted() > 0) {
+      std::printf("             ... %u outer frames\n",
+                  static_cast<unsigned>(first) + g.frames_omitted());
+    }
+    for (int i = first; i < g.frames_size(); ++i) {
+      const v1::StackFrame& f = g.frames(i);
+      std::printf("             %s:%u in %s\n", f.file().c_str(), f.line(), f.function().c_str());
+    }
+  }
+  for (const v1::CollectiveProgress& p : h.collectives()) {
+    std::printf("           collectives on group %s:", p.group().c_str());
+    if (p.behind_ranks_size() == 0) std::printf(" every rank entered as many;");
+    if (p.behind_ranks_size() > 0) {
+      std::printf(" behind (never entered the last one): %s;",
+                  RankRanges(p.behind_ranks()).c_str());
+    }
+    if (p.waiting_ranks_size() > 0) {
+      std::printf(" waiting in one: %s", RankRanges(p.waiting_ranks()).c_str());
+    }
+    std::printf("\n");
+  }
+}
+
 void PrintStep(const v1::StepDiagnosis& d) {
   std::printf("STEP TIME  %s (%s)\n",
               Words(v1::StepDiagnosisLabel_Name(d.label()), "STEP_").c_str(),
@@ -206,6 +254,7 @@ int RunDiagnose(const DiagnoseFlags& f) {
         static_cast<unsigned long long>(d.input_lost_messages()));
   }
   PrintStep(d.step());
+  PrintHangStacks(d.hang_stacks());
   PrintMemory(d.memory());
   PrintLostTime(d.lost_time());
   PrintCapture(d.capture());

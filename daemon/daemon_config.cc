@@ -126,6 +126,7 @@ absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* c) {
       {"capture-steps", [&](const YAML::Node& n) { c->capture_steps = n.as<int>(); }},
       {"capture-interval", [&](const YAML::Node& n) { c->capture_interval = n.as<std::string>(); }},
       {"capture-deadline", [&](const YAML::Node& n) { c->capture_deadline = n.as<std::string>(); }},
+      {"hang-stacks", [&](const YAML::Node& n) { c->hang_stacks = n.as<bool>(); }},
       {"grpc-tls-cert", [&](const YAML::Node& n) { c->grpc_tls_cert = n.as<std::string>(); }},
       {"grpc-tls-key", [&](const YAML::Node& n) { c->grpc_tls_key = n.as<std::string>(); }},
       {"grpc-tls-client-ca",

@@ -50,6 +50,8 @@ struct DaemonConfig {
   std::string capture_interval = "10m";  // at most one automatic capture a job this often
   // The collectors must take a capture request this soon; the request is not retried after.
   std::string capture_deadline = "60s";
+  // A job diagnosed hung: its ranks are asked for their stacks (on the control topic).
+  bool hang_stacks = true;
   std::string job_ttl = "1h";        // no input this long: the job is finished
   std::string job_retention = "1h";  // finished jobs stay queryable this long
   // gRPC TLS (all PEM files; none: plaintext). A client CA turns on mutual TLS.

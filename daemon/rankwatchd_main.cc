@@ -157,6 +157,7 @@ int Run(const DaemonConfig& config) {
   // queue refuses the request), answers from the telemetry batches.
   std::unique_ptr<BatchPublisher> control_publisher;
   std::unique_ptr<CaptureStore> captures;
+  std::unique_ptr<HangInspector> hang;
   if (!config.control_topic.empty()) {
     PublisherOptions po;
     po.brokers = brokers;
@@ -177,12 +178,13 @@ int Run(const DaemonConfig& config) {
         std::chrono::duration_cast<std::chrono::seconds>(*capture_interval);
     capture_options.answer_deadline = deadline_s;
     BatchPublisher* p = control_publisher.get();
-    captures = std::make_unique<CaptureStore>(
-        capture_options, [p](const std::string& key, const std::string& payload) {
-          absl::Status s = p->Publish(key, payload);
-          p->Poll(std::chrono::milliseconds(0));  // serves delivery reports
-          return s;
-        });
+    auto send = [p](const std::string& key, const std::string& payload) {
+      absl::Status s = p->Publish(key, payload);
+      p->Poll(std::chrono::milliseconds(0));  // serves delivery reports
+      return s;
+    };
+    captures = std::make_unique<CaptureStore>(capture_options, send);
+    if (config.hang_stacks) hang = std::make_unique<HangInspector>(HangInspectorOptions{}, send);
   }
   GrpcServerOptions grpc_options;
   grpc_options.address = *grpc_address;
@@ -190,6 +192,7 @@ int Run(const DaemonConfig& config) {
   grpc_options.alerts = &alert_hub;
   grpc_options.kernels = &kernel_snapshots;
   grpc_options.captures = captures.get();
+  grpc_options.hang = hang.get();
   grpc_options.state = store->get();
   grpc_options.tls = {config.grpc_tls_cert, config.grpc_tls_key, config.grpc_tls_client_ca};
   auto grpc_server = GrpcServer::Start(grpc_options);
@@ -236,8 +239,8 @@ int Run(const DaemonConfig& config) {
     return Fail(absl::InvalidArgumentError("memory-diagnosis.window-steps must be >= 1"));
   }
   task_options.pipeline.memory_window.steps = static_cast<size_t>(config.memory_window_steps);
-  JobRouter router(router_options,
-                   {&metrics, &snapshots, &alert_hub, &kernel_snapshots, captures.get()});
+  JobRouter router(router_options, {&metrics, &snapshots, &alert_hub, &kernel_snapshots,
+                                    captures.get(), hang.get()});
   TaskManagerOptions manager_options;
   manager_options.checkpoint_max_bytes = static_cast<size_t>(config.checkpoint_budget_mib) << 20;
   TaskManager tasks(config.topic, store->get(), &writer, changelog.get(), &router, &metrics,
@@ -293,6 +296,13 @@ int Run(const DaemonConfig& config) {
     if (const TimePoint now = Clock::now(); now >= next_tick) {
       router.Tick(now, WallNowUnixNs());
       metrics.assigned_partitions->Set((*consumer)->assigned_partitions());
+      if (hang != nullptr) {
+        const HangInspectorCounters h = hang->counters();
+        metrics.hang_stacks_requested->Set(static_cast<double>(h.requests));
+        metrics.hang_stacks_send_failed->Set(static_cast<double>(h.send_failures));
+        metrics.hang_stacks_complete->Set(static_cast<double>(h.settled_all));
+        metrics.hang_stacks_partial->Set(static_cast<double>(h.settled_partial));
+      }
       next_tick = now + kTick;
     }
     if (Clock::now() >= next_checkpoint) {
@@ -396,6 +406,10 @@ int main(int argc, char** argv) {
   app.add_option("--control-topic", config.control_topic,
                  "Kafka topic on which rankwatchd asks the collectors for captures (\"\": no "
                  "captures)")
+      ->capture_default_str();
+  app.add_option("--hang-stacks", config.hang_stacks,
+                 "a job diagnosed hung: its ranks are asked for their stacks and collective "
+                 "counters (on the control topic)")
       ->capture_default_str();
   app.add_option("--auto-capture", config.auto_capture,
                  "a straggler alert that fires captures its culprit rank and a typical rank")

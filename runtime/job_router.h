@@ -103,6 +103,9 @@ class JobRouter {
   uint64_t ranks() const { return total_ranks_; }
 
  private:
+  // Hung jobs: asks their ranks for stacks, puts the answers into the hang alerts' evidence and
+  // publishes a hang alert again once its stacks came.
+  void InspectHangs(TickOutput& out, int64_t wall_now_unix_ns);
   struct Entry {
     int32_t partition = -1;
     uint32_t world_size = 0;
@@ -150,6 +153,9 @@ class JobRouter {
   // them (the order budgeted checkpoints collect tasks in).
   uint64_t checkpoint_calls_ = 0;
   std::map<int32_t, uint64_t> changed_since_;
+  // The newest hang alert of each hung job (pending or firing), to publish again when its
+  // stacks arrive (sinks/hang_inspector.h).
+  std::map<std::string, v1::Alert> hang_alerts_;
   MetricCell* rejected_too_many_jobs_;
 };
 

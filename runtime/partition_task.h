@@ -31,6 +31,7 @@
 #include "sinks/alert_hub.h"
 #include "sinks/capture_store.h"
 #include "sinks/daemon_metrics.h"
+#include "sinks/hang_inspector.h"
 #include "sinks/kernel_snapshot_store.h"
 #include "sinks/snapshot_store.h"
 #include "state/job_state_store.h"
@@ -61,6 +62,8 @@ struct TaskSinks {
   // Control replies and captured events go here; firing straggler alerts may start captures.
   // Null: captures are off.
   CaptureStore* captures = nullptr;
+  // Stacks requests to hung jobs and their answers. Null: hangs are not inspected.
+  HangInspector* hang = nullptr;
 };
 
 // What the tasks' evaluations of one tick produced, published by the router: new snapshots

@@ -2,25 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include "sinks/control_requests_test_util.h"
+
 namespace rankwatch {
 namespace {
 
 constexpr int64_t kSecond = 1'000'000'000;
 constexpr int64_t kNow = 1'700'000'000 * kSecond;
-
-struct Sent {
-  std::vector<std::pair<std::string, v1::ControlRequest>> requests;
-  absl::Status status = absl::OkStatus();
-  CaptureStore::Sender Sender() {
-    return [this](const std::string& key, const std::string& payload) {
-      if (!status.ok()) return status;
-      v1::ControlRequest r;
-      EXPECT_TRUE(r.ParseFromString(payload));
-      requests.emplace_back(key, r);
-      return absl::OkStatus();
-    };
-  }
-};
 
 v1::Batch Reply(const std::string& job, uint32_t rank, const std::string& id,
                 v1::ControlState state, uint64_t events = 0, const std::string& reason = "") {

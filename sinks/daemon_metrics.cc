@@ -132,6 +132,15 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
       "Unix time at which the newest step record of a job ended (time() minus it: how stale "
       "the job's input is).",
       {"training_job"});
+  MetricFamily* hang_stacks = r->Counter(
+      "rankwatch_hang_stacks_total",
+      "Stacks requests to the ranks of hung jobs: requested, send_failed, and settled complete "
+      "(every rank's stacks) or partial (some ranks missing at the deadline).",
+      {"result"});
+  hang_stacks_requested = hang_stacks->WithLabels({"requested"});
+  hang_stacks_send_failed = hang_stacks->WithLabels({"send_failed"});
+  hang_stacks_complete = hang_stacks->WithLabels({"complete"});
+  hang_stacks_partial = hang_stacks->WithLabels({"partial"});
   input_lost_ =
       r->Counter("rankwatch_input_lost_messages_total",
                  "Telemetry messages the daemon never read because the broker no longer had them "

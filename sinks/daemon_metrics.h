@@ -55,6 +55,12 @@ class DaemonMetrics {
   MetricCell* alert_subscribers;
   MetricCell* alert_subscribers_dropped;
   MetricCell* alerts_delivered;
+  // Stacks requests to hung jobs (sinks/hang_inspector.h): sent, not sent, and settled with
+  // every rank's stacks or at the deadline with some missing.
+  MetricCell* hang_stacks_requested;
+  MetricCell* hang_stacks_send_failed;
+  MetricCell* hang_stacks_complete;
+  MetricCell* hang_stacks_partial;
 
   // Messages of a telemetry partition skipped because the broker no longer had them.
   MetricCell* InputLost(const std::string& topic, int32_t partition);

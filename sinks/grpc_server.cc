@@ -24,11 +24,12 @@ class RankWatchService final : public v1::RankWatch::Service {
  public:
   RankWatchService(const SnapshotStore* snapshots, AlertHub* alerts,
                    const KernelSnapshotStore* kernels, CaptureStore* captures,
-                   const StateStore* state)
+                   const HangInspector* hang, const StateStore* state)
       : snapshots_(snapshots),
         alerts_(alerts),
         kernels_(kernels),
         captures_(captures),
+        hang_(hang),
         state_(state) {}
 
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
@@ -69,6 +70,11 @@ class RankWatchService final : public v1::RankWatch::Service {
     if (captures_ != nullptr) {
       if (auto c = captures_->LatestComparison(request->training_job(), kEvidenceCaptureRows)) {
         *response->mutable_capture() = std::move(*c);
+      }
+    }
+    if (hang_ != nullptr && it->second->step.label == StepLabel::kHang) {
+      if (auto s = hang_->Get(request->training_job())) {
+        *response->mutable_hang_stacks() = std::move(*s);
       }
     }
     return grpc::Status::OK;
@@ -277,6 +283,7 @@ class RankWatchService final : public v1::RankWatch::Service {
   AlertHub* alerts_;
   const KernelSnapshotStore* kernels_;
   CaptureStore* captures_;
+  const HangInspector* hang_;
   const StateStore* state_;
 };
 
@@ -320,8 +327,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   auto self = std::unique_ptr<GrpcServer>(new GrpcServer());
-  self->service_ = std::make_unique<RankWatchService>(
-      options.snapshots, options.alerts, options.kernels, options.captures, options.state);
+  self->service_ =
+      std::make_unique<RankWatchService>(options.snapshots, options.alerts, options.kernels,
+                                         options.captures, options.hang, options.state);
   self->alerts_ = options.alerts;
   grpc::ServerBuilder builder;
   int port = 0;

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "sinks/alert_hub.h"
 #include "sinks/capture_store.h"
+#include "sinks/hang_inspector.h"
 #include "sinks/kernel_snapshot_store.h"
 #include "sinks/listen_address.h"
 #include "sinks/snapshot_store.h"
@@ -45,6 +46,7 @@ struct GrpcServerOptions {
   AlertHub* alerts = nullptr;                    // null: WatchAlerts is UNAVAILABLE
   const KernelSnapshotStore* kernels = nullptr;  // per-rank GPU timelines (may be null)
   CaptureStore* captures = nullptr;              // null: the capture calls are UNAVAILABLE
+  const HangInspector* hang = nullptr;           // null: diagnoses carry no hang stacks
   const StateStore* state = nullptr;             // null: GetTimeline is UNAVAILABLE
   GrpcTlsOptions tls;
 };

@@ -96,6 +96,7 @@ absl::StatusOr<std::unique_ptr<Collector>> Collector::Create(CollectorIdentity i
     lo.rank = c->identity_.rank;
     lo.properties = c->options_.properties;
     if (!c->options_.take_captures) lo.limits.max_capture_steps = 0;
+    if (!c->options_.take_stacks) lo.limits.max_stack_frames = 0;
     Collector* raw = c.get();
     auto listener = ControlListener::Start(
         std::move(lo), [raw](v1::ControlReply r) { raw->ReplyControl(std::move(r)); });
@@ -158,6 +159,7 @@ void Collector::EndStep(uint64_t now_ns) {
   s.peak_allocated_bytes = peak_allocated_.exchange(0, std::memory_order_relaxed);
   s.peak_reserved_bytes = peak_reserved_.exchange(0, std::memory_order_relaxed);
   s.device_capacity_bytes = capacity_.exchange(0, std::memory_order_relaxed);
+  s.collectives_entered = collectives_entered_.load(std::memory_order_relaxed);
   earliest_begin_ns_.store(UINT64_MAX, std::memory_order_relaxed);
   ring_.PushDropOldest(s);
   steps_recorded_.fetch_add(1, std::memory_order_relaxed);
@@ -168,6 +170,10 @@ void Collector::AddPhase(StepPhase phase, uint64_t begin_ns, uint64_t end_ns) {
   phase_ns_[i].fetch_add(end_ns > begin_ns ? end_ns - begin_ns : 0, std::memory_order_relaxed);
   phase_mask_.fetch_or(1u << i, std::memory_order_relaxed);
   AtomicMin(earliest_begin_ns_, begin_ns);
+}
+
+void Collector::RecordCollectives(uint64_t entered) {
+  collectives_entered_.store(entered, std::memory_order_relaxed);
 }
 
 void Collector::RecordMemory(uint64_t peak_allocated, uint64_t peak_reserved, uint64_t capacity) {
@@ -202,6 +208,16 @@ void Collector::RecordKernels(const std::vector<KernelEventInput>& events) {
 std::vector<v1::ControlRequest> Collector::TakeControlRequests() {
   if (control_ == nullptr) return {};
   return control_->Take();
+}
+
+std::vector<v1::ControlRequest> Collector::WaitStacksRequests(std::chrono::milliseconds timeout) {
+  std::shared_ptr<ControlListener> listener;
+  {
+    std::lock_guard<std::mutex> lock(control_mu_);
+    listener = control_;
+  }
+  if (listener == nullptr) return {};
+  return listener->WaitStacks(timeout);
 }
 
 void Collector::ReplyControl(v1::ControlReply reply) {
@@ -464,11 +480,13 @@ absl::Status Collector::Close(bool final, std::chrono::milliseconds timeout) {
   if (closed_.exchange(true)) return absl::OkStatus();
   // No control requests or replies after this (the last replies ship below). The listener's
   // thread may be inside ReplyControl, which takes control_mu_: joined outside that lock.
-  std::unique_ptr<ControlListener> listener;
+  std::shared_ptr<ControlListener> listener;
   {
     std::lock_guard<std::mutex> lock(control_mu_);
     listener = std::move(control_);
   }
+  // A thread waiting for stacks requests returns now; the last reference stops the listener.
+  if (listener != nullptr) listener->WakeStacks();
   listener.reset();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   {

@@ -83,6 +83,10 @@ struct CollectorOptions {
   // Whether the caller acts on capture requests (takes them at step boundaries and answers
   // with SendCapture or ReplyControl). Without it they are refused "unsupported" at once.
   bool take_captures = true;  // default: true
+  // Whether the caller answers stacks requests (a thread of its own waits in WaitStacksRequests
+  // and answers with ReplyControl; the Python package does). Without it they are refused
+  // "unsupported" at once, which still tells the daemon that the process is alive.
+  bool take_stacks = false;  // default: false
   // Events one capture may send (SendCapture); more are cut and the reply says so.
   size_t max_capture_events = 50000;  // default: 50,000
   KafkaProperties properties;         // passed through to librdkafka
@@ -136,6 +140,9 @@ class Collector {
   void AddPhase(StepPhase phase, uint64_t begin_ns, uint64_t end_ns);
   // Raises the open step's memory peaks to at least these values (0 = unknown). Any thread.
   void RecordMemory(uint64_t peak_allocated, uint64_t peak_reserved, uint64_t capacity);
+  // The collectives this rank has issued so far on its default process group (cumulative):
+  // each step that ends carries the latest value. Any thread.
+  void RecordCollectives(uint64_t entered);
   // Copies `events` into the bounded kernel buffer (oldest dropped when full). Any thread.
   void RecordKernels(const std::vector<KernelEventInput>& events);
 
@@ -162,6 +169,10 @@ class Collector {
   bool control_pending() const { return control_ != nullptr && control_->pending(); }
   // The accepted requests not taken yet, oldest first (each was answered ACCEPTED already).
   std::vector<v1::ControlRequest> TakeControlRequests();
+  // Waits up to `timeout` for accepted stacks requests (each answered ACCEPTED already) and
+  // takes them; empty after the timeout, or at once once the collector is closing. For a thread
+  // of the caller's that is not the training thread. Any thread.
+  std::vector<v1::ControlRequest> WaitStacksRequests(std::chrono::milliseconds timeout);
   // Queues a reply (DONE, FAILED, REFUSED) for the next batch and wakes the sender. Any thread.
   void ReplyControl(v1::ControlReply reply);
   // Queues the events of capture `request_id` (their own batches, trace.capture_id set, at
@@ -199,6 +210,7 @@ class Collector {
   std::atomic<uint32_t> phase_mask_{0};
   std::atomic<uint64_t> earliest_begin_ns_{UINT64_MAX};
   std::atomic<uint64_t> peak_allocated_{0}, peak_reserved_{0}, capacity_{0};
+  std::atomic<uint64_t> collectives_entered_{0};
   bool step_open_ = false;
   uint64_t step_ = 0;
   uint64_t step_begin_ns_ = 0;
@@ -212,8 +224,9 @@ class Collector {
     v1::ControlReply done;
   };
   mutable std::mutex control_mu_;
-  // Set by Create, moved out (under control_mu_) and destroyed by Close.
-  std::unique_ptr<ControlListener> control_;
+  // Set by Create, moved out (under control_mu_) by Close; a WaitStacksRequests caller holds
+  // its own reference while it waits.
+  std::shared_ptr<ControlListener> control_;
   std::vector<v1::ControlReply> replies_ ABSL_GUARDED_BY(control_mu_);
   std::deque<CaptureUpload> captures_ ABSL_GUARDED_BY(control_mu_);
   uint64_t control_replies_ ABSL_GUARDED_BY(control_mu_) = 0;

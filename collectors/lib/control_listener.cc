@@ -91,6 +91,20 @@ ControlCheck CheckControlRequest(std::string_view key, std::string_view payload,
       }
       break;
     }
+    case v1::ControlRequest::kStacks: {
+      // A node agent has no stacks to give; each rank's own collector answers for itself.
+      if (limits.max_stack_frames == 0 && rank == kEveryRank) return ControlCheck{};
+      if (limits.max_stack_frames == 0) {
+        return Refusal(ControlRefusal::kUnsupported, "this collector takes no stacks");
+      }
+      if (out->stacks().max_frames() > limits.max_stack_frames) {
+        return Refusal(ControlRefusal::kBadRequest,
+                       "stacks of " + std::to_string(out->stacks().max_frames()) +
+                           " frames a thread (at most " + std::to_string(limits.max_stack_frames) +
+                           ")");
+      }
+      break;
+    }
     case v1::ControlRequest::ACTION_NOT_SET:
       return Refusal(ControlRefusal::kUnsupported, "no action this collector knows");
   }
@@ -146,6 +160,7 @@ ControlListener::ControlListener(ControlListenerOptions options, ReplySink reply
 
 ControlListener::~ControlListener() {
   stop_.store(true);
+  WakeStacks();
   thread_.join();
   rd_kafka_consumer_close(rk_);
   rd_kafka_destroy(rk_);
@@ -158,6 +173,26 @@ std::vector<v1::ControlRequest> ControlListener::Take() {
   queue_.clear();
   pending_.store(false, std::memory_order_release);
   return out;
+}
+
+std::vector<v1::ControlRequest> ControlListener::WaitStacks(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t wakeups = stacks_wakeups_;
+  stacks_ready_.wait_for(lock, timeout, [&] {
+    return !stacks_queue_.empty() || stacks_wakeups_ != wakeups || stop_.load();
+  });
+  std::vector<v1::ControlRequest> out(std::make_move_iterator(stacks_queue_.begin()),
+                                      std::make_move_iterator(stacks_queue_.end()));
+  stacks_queue_.clear();
+  return out;
+}
+
+void ControlListener::WakeStacks() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stacks_wakeups_;
+  }
+  stacks_ready_.notify_all();
 }
 
 ControlListenerStats ControlListener::stats() const {
@@ -252,15 +287,18 @@ void ControlListener::Handle(std::string_view key, std::string_view payload) {
     Refuse(request, check.refusal, check.detail);
     return;
   }
-  // Only this thread adds to the queue: room seen here is still there below.
+  // Only this thread adds to the queues: room seen here is still there below.
+  const bool stacks = request.action_case() == v1::ControlRequest::kStacks;
   bool room;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    room = queue_.size() < options_.max_queued;
+    room = (stacks ? stacks_queue_.size() : queue_.size()) < options_.max_queued;
   }
   if (!room) {
     Refuse(request, ControlRefusal::kBusy,
-           std::to_string(options_.max_queued) + " requests are waiting for the training loop");
+           std::to_string(options_.max_queued) +
+               (stacks ? " stacks requests are waiting to be answered"
+                       : " requests are waiting for the training loop"));
     return;
   }
   // ACCEPTED goes out before the training side can see the request, so that it always comes
@@ -273,10 +311,17 @@ void ControlListener::Handle(std::string_view key, std::string_view payload) {
     r.set_first_step(-1);
     reply_(std::move(r));
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.accepted;
-  queue_.push_back(std::move(request));
-  pending_.store(true, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.accepted;
+    if (stacks) {
+      stacks_queue_.push_back(std::move(request));
+    } else {
+      queue_.push_back(std::move(request));
+      pending_.store(true, std::memory_order_release);
+    }
+  }
+  if (stacks) stacks_ready_.notify_all();
 }
 
 void ControlListener::Refuse(const v1::ControlRequest& request, ControlRefusal why,

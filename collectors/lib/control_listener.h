@@ -7,8 +7,10 @@
 // the others are acted on. Messages keyed to another job are skipped without being parsed. A
 // request of this job that addresses this rank is checked (CheckControlRequest) and then either
 // accepted, queued for the training side, and answered CONTROL_ACCEPTED, or answered
-// CONTROL_REFUSED with a reason and counted. Answers go to the ReplySink, which the collector ships
-// in its next batch.
+// CONTROL_REFUSED with a reason and counted. Stacks requests, which must not wait for a step
+// boundary (the training thread may be stuck: the job is hung), go to a queue of their own that
+// a thread of the caller's waits on (WaitStacks). Answers go to the ReplySink, which the collector
+// ships in its next batch.
 //
 // The training side never waits for any of this: pending() is one atomic load, and Take() holds
 // a mutex only to move the queue out. A topic that does not exist yet (the daemon creates it)
@@ -19,6 +21,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -54,6 +57,7 @@ struct ControlLimits {
   size_t max_id_bytes = 128;
   size_t max_ranks = 1024;           // ranks listed
   uint32_t max_capture_steps = 100;  // 0: this collector takes no captures ("unsupported")
+  uint32_t max_stack_frames = 256;   // 0: this collector takes no stacks ("unsupported")
   int64_t max_deadline_ahead_ns = 3'600'000'000'000;  // 1 h
 };
 
@@ -115,6 +119,11 @@ class ControlListener {
   bool pending() const { return pending_.load(std::memory_order_acquire); }
   // The accepted requests not yet taken, oldest first.
   std::vector<v1::ControlRequest> Take();
+  // Waits up to `timeout` for accepted stacks requests and takes them (oldest first); empty
+  // when none came or the listener is stopping. For a thread that is not the training thread.
+  std::vector<v1::ControlRequest> WaitStacks(std::chrono::milliseconds timeout);
+  // Wakes every WaitStacks caller now, with nothing (for a caller that is shutting down).
+  void WakeStacks();
   ControlListenerStats stats() const;
 
  private:
@@ -133,6 +142,9 @@ class ControlListener {
   std::atomic<bool> pending_{false};
   mutable std::mutex mu_;
   std::deque<v1::ControlRequest> queue_;            // guarded by mu_
+  std::deque<v1::ControlRequest> stacks_queue_;     // guarded by mu_
+  std::condition_variable stacks_ready_;            // with mu_
+  uint64_t stacks_wakeups_ = 0;                     // guarded by mu_ (WakeStacks calls)
   ControlListenerStats stats_;                      // guarded by mu_
   std::deque<std::string> recent_ids_;              // listener thread only: duplicate detection
   bool logged_refusal_[kControlRefusalCount] = {};  // listener thread only

@@ -5,6 +5,7 @@
 #include <librdkafka/rdkafka_mock.h>
 #include <time.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -29,6 +30,16 @@ v1::ControlRequest Capture(const std::string& id, const std::string& job,
   r.set_issued_unix_ns(Now());
   r.set_deadline_unix_ns(deadline);
   r.mutable_capture()->set_steps(steps);
+  return r;
+}
+
+v1::ControlRequest Stacks(const std::string& id, uint32_t max_frames, int64_t deadline) {
+  v1::ControlRequest r;
+  r.set_id(id);
+  r.set_training_job("job");
+  r.set_issued_unix_ns(Now());
+  r.set_deadline_unix_ns(deadline);
+  r.mutable_stacks()->set_max_frames(max_frames);
   return r;
 }
 
@@ -237,6 +248,72 @@ TEST(ControlListenerTest, AcceptsRefusesAndIgnoresOverKafkaAndAnswersEach) {
   EXPECT_EQ(taken[1].id(), "a2");
   EXPECT_FALSE((*listener)->pending());
   EXPECT_TRUE((*listener)->Take().empty());
+}
+
+TEST(CheckControlRequestTest, StacksAreCheckedAndIgnoredByAListenerForEveryRank) {
+  v1::ControlRequest out;
+  const int64_t deadline = Now() + 10 * kSecond;
+  EXPECT_EQ(Check("job", Bytes(Stacks("s1", 64, deadline)), &out).kind,
+            ControlCheck::Kind::kAccept);
+  EXPECT_EQ(out.stacks().max_frames(), 64u);
+  const ControlCheck big = Check("job", Bytes(Stacks("s2", 257, deadline)), &out);
+  EXPECT_EQ(big.kind, ControlCheck::Kind::kRefuse);
+  EXPECT_EQ(big.refusal, ControlRefusal::kBadRequest);
+  ControlLimits none;
+  none.max_stack_frames = 0;
+  const ControlCheck refused =
+      CheckControlRequest("job", Bytes(Stacks("s3", 64, deadline)), "job", 1, Now(), none, &out);
+  EXPECT_EQ(refused.kind, ControlCheck::Kind::kRefuse);
+  EXPECT_EQ(refused.refusal, ControlRefusal::kUnsupported);
+  EXPECT_EQ(refused.detail, "this collector takes no stacks");
+  // A node agent (every rank, no stacks): not its business, each rank answers for itself.
+  EXPECT_EQ(CheckControlRequest("job", Bytes(Stacks("s4", 64, deadline)), "job", kEveryRank, Now(),
+                                none, &out)
+                .kind,
+            ControlCheck::Kind::kIgnore);
+}
+
+TEST(ControlListenerTest, StacksRequestsGoToTheStacksWaiterNotTheTrainingLoop) {
+  ControlChannel channel;
+  Replies replies;
+  auto listener = ControlListener::Start(Options(channel, 1), replies.Sink());
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  WaitReading(**listener);
+  // Nothing waits: WaitStacks returns empty after its timeout.
+  EXPECT_TRUE((*listener)->WaitStacks(std::chrono::milliseconds(50)).empty());
+  std::vector<v1::ControlRequest> got;
+  std::thread waiter([&] {
+    for (int i = 0; i < 100 && got.empty(); ++i) {
+      got = (*listener)->WaitStacks(std::chrono::milliseconds(200));
+    }
+  });
+  channel.Send("job", Bytes(Stacks("s1", 32, Now() + 10 * kSecond)));
+  waiter.join();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].id(), "s1");
+  EXPECT_EQ(got[0].stacks().max_frames(), 32u);
+  // Answered ACCEPTED from the listener's thread; never queued for the training loop.
+  const std::vector<v1::ControlReply> r = replies.Wait(1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].request_id(), "s1");
+  EXPECT_EQ(r[0].state(), v1::CONTROL_ACCEPTED);
+  EXPECT_FALSE((*listener)->pending());
+  EXPECT_TRUE((*listener)->Take().empty());
+  // WakeStacks ends a wait at once (called until the waiter is seen to return: it may not be
+  // waiting yet at the first call).
+  std::atomic<bool> returned{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread woken([&] {
+    got = (*listener)->WaitStacks(std::chrono::seconds(30));
+    returned = true;
+  });
+  while (!returned) {
+    (*listener)->WakeStacks();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  woken.join();
+  EXPECT_TRUE(got.empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
 TEST(ControlListenerTest, ARequestSentJustBeforeTheCollectorStartedIsStillSeen) {

@@ -20,6 +20,7 @@ void TimedStep::ToProto(v1::StepRecord* out) const {
   if (peak_allocated_bytes > 0) out->set_peak_allocated_bytes(peak_allocated_bytes);
   if (peak_reserved_bytes > 0) out->set_peak_reserved_bytes(peak_reserved_bytes);
   if (device_capacity_bytes > 0) out->set_device_capacity_bytes(device_capacity_bytes);
+  if (collectives_entered > 0) out->set_collectives_entered(collectives_entered);
 }
 
 }  // namespace rankwatch

@@ -32,6 +32,7 @@ struct TimedStep {
   uint64_t peak_allocated_bytes = 0;  // 0 = not reported
   uint64_t peak_reserved_bytes = 0;
   uint64_t device_capacity_bytes = 0;
+  uint64_t collectives_entered = 0;  // cumulative, default process group; 0 = not reported
 
   // Fills `out` (cleared first); phases never timed stay absent, as the schema asks.
   void ToProto(v1::StepRecord* out) const;

@@ -17,12 +17,15 @@ using rankwatch::StepPhase;
 
 namespace {
 
-std::unique_ptr<Collector> MakeCollector(
-    const std::string& training_job, uint32_t rank, uint32_t world_size, const std::string& node,
-    uint32_t local_rank, uint32_t pid, const std::string& device, const std::string& brokers,
-    const std::string& topic, int flush_interval_ms, size_t step_ring_capacity,
-    size_t max_pending_bytes, int kafka_queue_max_messages, int kafka_queue_max_kbytes,
-    const std::map<std::string, std::string>& properties, const std::string& control_topic) {
+std::unique_ptr<Collector> MakeCollector(const std::string& training_job, uint32_t rank,
+                                         uint32_t world_size, const std::string& node,
+                                         uint32_t local_rank, uint32_t pid,
+                                         const std::string& device, const std::string& brokers,
+                                         const std::string& topic, int flush_interval_ms,
+                                         size_t step_ring_capacity, size_t max_pending_bytes,
+                                         int kafka_queue_max_messages, int kafka_queue_max_kbytes,
+                                         const std::map<std::string, std::string>& properties,
+                                         const std::string& control_topic, bool take_stacks) {
   rankwatch::CollectorIdentity id{training_job,
                                   rank,
                                   world_size,
@@ -41,6 +44,7 @@ std::unique_ptr<Collector> MakeCollector(
   o.kafka_queue_max_messages = kafka_queue_max_messages;
   o.kafka_queue_max_kbytes = kafka_queue_max_kbytes;
   o.control_topic = control_topic;
+  o.take_stacks = take_stacks;
   for (const auto& [k, v] : properties) o.properties[k] = v;
   auto c = Collector::Create(std::move(id), std::move(o));
   if (!c.ok()) throw std::invalid_argument(std::string(c.status().message()));
@@ -62,6 +66,75 @@ std::vector<rankwatch::KernelEventInput> KernelEvents(const std::vector<py::tupl
   return in;
 }
 
+constexpr uint32_t kDefaultStackFrames = 64;
+constexpr size_t kMaxStackThreads = 64;
+constexpr size_t kMaxStackString = 512;
+// A stacks reply stays under this (one telemetry batch); frames beyond it are counted as
+// omitted, the threads given first (the training thread) kept whole.
+constexpr size_t kMaxStacksReplyBytes = 256 << 10;
+
+std::string Cut(std::string s) {
+  if (s.size() > kMaxStackString) s.resize(kMaxStackString);
+  return s;
+}
+
+// threads: (name, thread_id, training, [(file, line, function), ...] outermost first, omitted)
+// collectives: (group, group_size, entered, completed)
+rankwatch::v1::ControlReply StacksReply(const std::string& request_id,
+                                        const std::vector<py::tuple>& threads,
+                                        const std::vector<py::tuple>& collectives,
+                                        int64_t last_step, bool in_step) {
+  rankwatch::v1::ControlReply r;
+  r.set_request_id(request_id);
+  r.set_state(rankwatch::v1::CONTROL_DONE);
+  r.set_first_step(-1);
+  r.set_last_step(last_step);
+  r.set_in_step(in_step);
+  size_t bytes = 0;
+  for (const py::tuple& t : threads) {
+    if (static_cast<size_t>(r.stacks_size()) == kMaxStackThreads) break;
+    if (t.size() != 5) throw std::invalid_argument("a thread is a 5-tuple");
+    rankwatch::v1::ThreadStack* th = r.add_stacks();
+    th->set_name(Cut(t[0].cast<std::string>()));
+    th->set_thread_id(t[1].cast<uint64_t>());
+    th->set_training(t[2].cast<bool>());
+    const auto frames = t[3].cast<std::vector<py::tuple>>();
+    for (const py::tuple& f : frames) {
+      if (f.size() != 3) throw std::invalid_argument("a frame is a (file, line, function) tuple");
+    }
+    uint32_t omitted = t[4].cast<uint32_t>();
+    // Innermost frames matter most: when the reply is full, the outer ones are left out.
+    size_t keep = frames.size();
+    size_t need = 0;
+    for (size_t i = frames.size(); i-- > 0;) {
+      const size_t f =
+          frames[i][0].cast<std::string>().size() + frames[i][2].cast<std::string>().size() + 16;
+      if (bytes + need + f > kMaxStacksReplyBytes) break;
+      need += f;
+      keep = i;
+    }
+    omitted += static_cast<uint32_t>(keep);
+    for (size_t i = keep; i < frames.size(); ++i) {
+      const py::tuple& f = frames[i];
+      rankwatch::v1::StackFrame* out = th->add_frames();
+      out->set_file(Cut(f[0].cast<std::string>()));
+      out->set_line(f[1].cast<uint32_t>());
+      out->set_function(Cut(f[2].cast<std::string>()));
+    }
+    th->set_frames_omitted(omitted);
+    bytes += need + th->name().size() + 16;
+  }
+  for (const py::tuple& t : collectives) {
+    if (t.size() != 4) throw std::invalid_argument("a collective counter is a 4-tuple");
+    rankwatch::v1::CollectiveCounter* c = r.add_collectives();
+    c->set_group(Cut(t[0].cast<std::string>()));
+    c->set_group_size(t[1].cast<uint32_t>());
+    c->set_entered(t[2].cast<uint64_t>());
+    c->set_completed(t[3].cast<uint64_t>());
+  }
+  return r;
+}
+
 rankwatch::v1::ControlState ControlStateNamed(const std::string& state) {
   if (state == "refused") return rankwatch::v1::CONTROL_REFUSED;
   if (state == "done") return rankwatch::v1::CONTROL_DONE;
@@ -80,6 +153,9 @@ py::dict RequestDict(const rankwatch::v1::ControlRequest& r) {
     d["action"] = "capture";
     d["steps"] = r.capture().steps();
     d["cuda"] = r.capture().cuda();
+  } else if (r.has_stacks()) {
+    d["action"] = "stacks";
+    d["max_frames"] = r.stacks().max_frames() == 0 ? kDefaultStackFrames : r.stacks().max_frames();
   } else {
     d["action"] = "unknown";
   }
@@ -108,7 +184,7 @@ PYBIND11_MODULE(_native, m) {
            py::arg("max_pending_bytes") = 4u << 20, py::arg("kafka_queue_max_messages") = 4,
            py::arg("kafka_queue_max_kbytes") = 4096,
            py::arg("properties") = std::map<std::string, std::string>{},
-           py::arg("control_topic") = "rankwatch.control")
+           py::arg("control_topic") = "rankwatch.control", py::arg("take_stacks") = false)
       .def("begin_step", [](Collector& c, uint64_t step) { c.BeginStep(step, Collector::NowNs()); })
       .def("end_step", [](Collector& c) { c.EndStep(Collector::NowNs()); })
       .def(
@@ -140,6 +216,8 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("sharded", [](const Collector& c) { return c.identity().sharded; })
       .def("record_memory", &Collector::RecordMemory, py::arg("peak_allocated"),
            py::arg("peak_reserved") = 0, py::arg("capacity") = 0)
+      .def("record_collectives", &Collector::RecordCollectives, py::arg("entered"),
+           "collectives issued so far on the default process group (each step carries it)")
       .def("record_kernels",
            [](Collector& c, const std::vector<py::tuple>& events) {
              c.RecordKernels(KernelEvents(events));
@@ -155,6 +233,32 @@ PYBIND11_MODULE(_native, m) {
           },
           "the accepted control requests, oldest first, as dicts (id, action, ranks, "
           "deadline_unix_ns, requested_by; steps and cuda for a capture)")
+      .def(
+          "wait_stack_requests",
+          [](Collector& c, int timeout_ms) {
+            std::vector<rankwatch::v1::ControlRequest> got;
+            {
+              py::gil_scoped_release unlocked;
+              got = c.WaitStacksRequests(std::chrono::milliseconds(timeout_ms));
+            }
+            py::list out;
+            for (const auto& r : got) out.append(RequestDict(r));
+            return out;
+          },
+          py::arg("timeout_ms"),
+          "waits (without the GIL) for stacks requests, each answered ACCEPTED already; [] after "
+          "the timeout or once the collector closes")
+      .def(
+          "reply_stacks",
+          [](Collector& c, const std::string& request_id, const std::vector<py::tuple>& threads,
+             const std::vector<py::tuple>& collectives, int64_t last_step, bool in_step) {
+            c.ReplyControl(StacksReply(request_id, threads, collectives, last_step, in_step));
+          },
+          py::arg("request_id"), py::arg("threads"), py::arg("collectives"), py::arg("last_step"),
+          py::arg("in_step"),
+          "answers a stacks request DONE: threads as (name, id, training, frames outermost "
+          "first as (file, line, function), omitted), collectives as (group, size, entered, "
+          "completed)")
       .def(
           "reply_control",
           [](Collector& c, const std::string& request_id, const std::string& state,

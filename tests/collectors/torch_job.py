@@ -47,7 +47,8 @@ def free_port():
 class TorchJob:
     """The ranks of one training job; `wait()` returns each rank's final JSON line."""
 
-    def __init__(self, workdir, job, brokers, steps, *args, world=4, steady_malloc=True):
+    def __init__(self, workdir, job, brokers, steps, *args, world=4, steady_malloc=True,
+                 script=EXAMPLE):
         port = free_port()
         self.job, self.procs, self.files = job, [], []
         for rank in range(world):
@@ -59,7 +60,7 @@ class TorchJob:
             out = open(os.path.join(workdir, "%s-rank%d.out" % (job, rank)), "w+")
             err = open(os.path.join(workdir, "%s-rank%d.err" % (job, rank)), "w+")
             self.files.append((out, err))
-            cmd = ["/usr/bin/python3", EXAMPLE, "--job", job, "--brokers", brokers,
+            cmd = ["/usr/bin/python3", script, "--job", job, "--brokers", brokers,
                    "--steps", str(steps)] + list(args)
             self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=env,
                                                stdin=subprocess.DEVNULL))

@@ -2,11 +2,13 @@
 instrument a PyTorch training loop (see rankwatch/torch_hooks.py)."""
 import functools
 import os
+import threading
 import time
 
 from rankwatch import _native
 from rankwatch import capture as _capture
 from rankwatch import identity as _identity
+from rankwatch import stacks as _stacks
 from rankwatch import torch_hooks as _hooks
 
 PHASES = {
@@ -18,6 +20,7 @@ PHASES = {
     "forward_backward": _native.PHASE_FORWARD_BACKWARD,
 }
 now_ns = _native.now_ns
+_get_ident = threading.get_ident
 
 _current = None
 
@@ -49,11 +52,15 @@ class _Step:
         if c._native.control_pending() or c._captures.busy:
             c._captures.before_step(self._step)
         c._native.begin_step(self._step)
+        c._training_ident = _get_ident()  # the thread a stacks answer marks as training
+        c._in_step = True
         return self
 
     def __exit__(self, *exc):
         c = self._collector
+        c._collectives.at_step_end()  # before the step ends: its record carries the count
         c._end_step()
+        c._in_step = False
         if c._captures.busy:
             c._captures.after_step()
         return False
@@ -97,7 +104,7 @@ class Collector:
         self.job, self.rank, self.world_size = job, rank, world_size
         self.local_rank, self.node, self.device = local_rank, node, device
         self._native = _native.Collector(job, rank, world_size, node, local_rank, os.getpid(), device,
-                                         brokers, **options)
+                                         brokers, take_stacks=True, **options)
         self._memory = _MemoryProbe(self._native, device) if memory else None
         self._end_step = self._memory.end_step if memory else self._native.end_step
         self._next_step = 0
@@ -106,6 +113,10 @@ class Collector:
         self._captures = _capture.CaptureRunner(self._native)
         self._attachments = []
         self._collectives_timed = False
+        self._training_ident = _get_ident()
+        self._in_step = False
+        self._collectives = _stacks.CollectiveCounters(self._native)
+        self._stacks = _stacks.StackResponder(self._native, self)
 
     # --- scopes ---------------------------------------------------------------------------
     def step(self, step=None):
@@ -258,6 +269,7 @@ class Collector:
         if _current is self:
             _current = None
         self._captures.close()
+        self._stacks.stop()
         return self._native.close(final, int(timeout_s * 1000))
 
 
