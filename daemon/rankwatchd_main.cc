@@ -37,6 +37,13 @@
 #endif
 
 namespace rankwatch {
+#ifdef RANKWATCH_JEMALLOC
+// jemalloc's settings, read when it starts: a background thread of its own returns freed pages
+// to the system (after 10 s unused, its default), so the daemon's threads never do that work and
+// an idle daemon gives back what a burst left.
+extern "C" const char* malloc_conf = "background_thread:true";
+#endif
+
 namespace {
 
 int64_t WallNowUnixNs() {
@@ -268,12 +275,10 @@ int Run(const DaemonConfig& config) {
   auto consumer = KafkaConsumer::Create(consumer_options);
   if (!consumer.ok()) return Fail(consumer.status());
 
-  // glibc keeps memory freed after a burst (a backlog after a broker outage, a churned job
-  // table) in its arenas: without a trim the RSS stays at the burst's peak. Every 15 s, off the
-  // ingest thread, free pages go back to the system. (A fixed mmap threshold, which maps large
-  // blocks and unmaps them when freed, kept the RSS lower but faulted every large buffer in
-  // afresh: in the soak checkpoint writes took twice as long, the daemons spent a fifth of
-  // their CPU time in the kernel instead of a tenth, and they fell behind.)
+#ifndef RANKWATCH_JEMALLOC
+  // Built without jemalloc: glibc keeps memory freed after a burst (a backlog after a broker
+  // outage, a churned job table) in its arenas, and without a trim the RSS stays at the burst's
+  // peak. Every 15 s, off the ingest thread, free pages go back to the system.
   std::jthread trimmer([](std::stop_token stop) {
     std::mutex mu;
     std::condition_variable_any wake;
@@ -284,6 +289,7 @@ int Run(const DaemonConfig& config) {
       malloc_trim(0);
     }
   });
+#endif
 
   // Diagnoses (and alerts) are evaluated at most this long after the step that changes them.
   constexpr auto kTick = std::chrono::milliseconds(20);

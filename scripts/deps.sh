@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake pkg-config ccache git
   librdkafka-dev libprotobuf-dev protobuf-compiler
   libgrpc++-dev protobuf-compiler-grpc
-  librocksdb-dev libsimdjson-dev zlib1g-dev libzstd-dev
+  librocksdb-dev libsimdjson-dev zlib1g-dev libzstd-dev libjemalloc-dev
   libcli11-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
   libcpp-httplib-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev

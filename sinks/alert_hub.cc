@@ -84,8 +84,16 @@ void AlertHub::Publish(std::vector<v1::Alert> alerts) {
       firing.erase(alert->id());
     }
     if (firing.empty()) firing_.erase(alert->training_job());
+    const size_t bytes = alert->SpaceUsedLong();
     ring_.push_back(alert);
-    if (ring_.size() > options_.ring_capacity) ring_.pop_front();
+    ring_sizes_.push_back(bytes);
+    ring_bytes_ += bytes;
+    while (ring_.size() > 1 &&
+           (ring_.size() > options_.ring_capacity || ring_bytes_ > options_.ring_max_bytes)) {
+      ring_bytes_ -= ring_sizes_.front();
+      ring_.pop_front();
+      ring_sizes_.pop_front();
+    }
     for (Subscription* s : subscribers_) {
       if (s->overflowed_ || !s->filter_.Matches(*alert)) continue;
       if (s->queue_.size() >= options_.subscriber_queue) {

@@ -42,7 +42,10 @@
 namespace rankwatch {
 
 struct AlertHubOptions {
-  size_t ring_capacity = 4096;       // recent alerts kept in memory; default 4,096
+  size_t ring_capacity = 4096;  // recent alerts kept in memory; default 4,096
+  // ... and at most this many bytes of them (each alert carries its whole diagnosis); older ones
+  // are read back from the alert log when a subscriber resumes. Default: 4 MiB.
+  size_t ring_max_bytes = size_t{4} << 20;
   size_t subscriber_queue = 1024;    // alerts a subscriber may lag behind; default 1,024
   uint64_t log_retention = 100'000;  // stored alerts kept; older ones are deleted; default 100k
   // An overflowed subscriber still not gone after this long is cancelled. Default: 1 s.
@@ -135,6 +138,8 @@ class AlertHub {
   std::condition_variable changed_;
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;  // the next to publish
   std::deque<std::shared_ptr<const v1::Alert>> ring_ ABSL_GUARDED_BY(mu_);
+  std::deque<size_t> ring_sizes_ ABSL_GUARDED_BY(mu_);  // bytes of each alert in ring_
+  size_t ring_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<Subscription*> subscribers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::set<std::string>> firing_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

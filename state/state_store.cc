@@ -1,8 +1,10 @@
 #include "state/state_store.h"
 
+#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
+#include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
 #include <spdlog/spdlog.h>
@@ -133,11 +135,19 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
     env = rocksdb::NewCompositeEnv(options.file_system);
     db_options.env = env.get();
   }
+  // One block cache for every column family, and a small one: the daemon reads its store only
+  // to restore and for timelines, but each table file's range-deletion block (the steps that
+  // left a job's window are deleted as a range) goes through it. RocksDB's default is a cache
+  // of its own per family.
+  rocksdb::BlockBasedTableOptions table_options;
+  table_options.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
+  rocksdb::ColumnFamilyOptions family_options;
+  family_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
-  descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
+  descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, family_options);
   for (int f = 0; f < kStateFamilyCount; ++f) {
     descriptors.emplace_back(std::string(StateFamilyName(static_cast<StateFamily>(f))),
-                             rocksdb::ColumnFamilyOptions());
+                             family_options);
   }
   auto store = std::unique_ptr<StateStore>(new StateStore());
   store->sync_ = options.sync;

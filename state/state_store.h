@@ -54,6 +54,8 @@ inline constexpr uint32_t kStateSchemaVersion = 1;
 struct StateStoreOptions {
   std::filesystem::path dir;  // created when missing (required)
   bool sync = true;           // default: fsync every checkpoint (a crash loses nothing committed)
+  // RocksDB's block cache, shared by every column family. Default: 8 MiB.
+  size_t block_cache_bytes = size_t{8} << 20;
   // Flush memtables when closing, so the next open reads tables instead of replaying the log.
   // Default: true (benchmarks turn it off to measure recovery after a crash).
   bool flush_on_close = true;
