@@ -11,7 +11,7 @@ the "on" windows over that of the "off" windows: the same processes, placement a
 serve both sides. The headline is the median of the runs' ratios; each run also prints the
 stacks requests each rank accepted (every request sent in an "on" window, when none was lost).
 
-    benchmarks/hang_stacks_overhead.py --build build --runs 5 --seconds 90
+    benchmarks/hang_stacks_overhead.py --runs 4 --seconds 70
 """
 import argparse
 import json
@@ -37,6 +37,7 @@ def main():
     p.add_argument("--step-ms", type=float, default=20.0, help="the job's simulated device time a step")
     p.add_argument("--json-out")
     args = p.parse_args()
+    args.build = os.path.abspath(args.build)
     os.environ.setdefault("RANKWATCH_BIN", os.path.join(args.build, "bin"))
     os.environ.setdefault("RANKWATCH_PYTHON_DIR", os.path.join(args.build, "python"))
     sys.path.insert(0, os.path.join(args.build, "gen_py"))

@@ -220,6 +220,15 @@ std::vector<v1::ControlRequest> Collector::WaitStacksRequests(std::chrono::milli
   return listener->WaitStacks(timeout);
 }
 
+void Collector::WakeStacksWaiters() {
+  std::shared_ptr<ControlListener> listener;
+  {
+    std::lock_guard<std::mutex> lock(control_mu_);
+    listener = control_;
+  }
+  if (listener != nullptr) listener->WakeStacks();
+}
+
 void Collector::ReplyControl(v1::ControlReply reply) {
   {
     std::lock_guard<std::mutex> lock(control_mu_);

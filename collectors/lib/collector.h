@@ -173,6 +173,8 @@ class Collector {
   // takes them; empty after the timeout, or at once once the collector is closing. For a thread
   // of the caller's that is not the training thread. Any thread.
   std::vector<v1::ControlRequest> WaitStacksRequests(std::chrono::milliseconds timeout);
+  // Makes every WaitStacksRequests caller return now (with nothing). Any thread.
+  void WakeStacksWaiters();
   // Queues a reply (DONE, FAILED, REFUSED) for the next batch and wakes the sender. Any thread.
   void ReplyControl(v1::ControlReply reply);
   // Queues the events of capture `request_id` (their own batches, trace.capture_id set, at

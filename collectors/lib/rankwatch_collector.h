@@ -11,7 +11,9 @@
  * `take_captures`, polls rw_capture_take at step boundaries (one atomic load when nothing
  * waits), profiles the steps asked for with its own profiler and answers with
  * rw_capture_send (the events, then DONE) or rw_capture_fail. Without `take_captures` a
- * capture request is refused at once with the reason "unsupported".
+ * capture request is refused at once with the reason "unsupported". Stacks requests (the
+ * daemon asks every rank of a hung job where it is) are refused "unsupported" too: only the
+ * Python package answers them; the refusal still tells the daemon the process is alive.
  *
  * Thread-safety: rw_step_begin / rw_step_end and rw_capture_take from the training thread;
  * every other call from any thread. A handle is valid from rw_collector_create until

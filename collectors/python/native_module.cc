@@ -248,6 +248,9 @@ PYBIND11_MODULE(_native, m) {
           py::arg("timeout_ms"),
           "waits (without the GIL) for stacks requests, each answered ACCEPTED already; [] after "
           "the timeout or once the collector closes")
+      .def("wake_stack_waiters", &Collector::WakeStacksWaiters,
+           py::call_guard<py::gil_scoped_release>(),
+           "makes every wait_stack_requests call return now (with nothing)")
       .def(
           "reply_stacks",
           [](Collector& c, const std::string& request_id, const std::vector<py::tuple>& threads,

@@ -15,6 +15,7 @@ what it was when the rank's last step ended (a step ends after its collectives).
 in a collective has entered more than it completed; a rank that never reached the collective the
 others wait in has entered fewer than they have.
 """
+import atexit
 import sys
 import threading
 
@@ -124,6 +125,10 @@ class StackResponder:
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="rw:stacks", daemon=True)
         self._thread.start()
+        # At interpreter exit the thread must be out of native code before finalization: a
+        # daemon thread that takes the GIL back after it began is ended by the interpreter
+        # (pthread_exit), which aborts the process when the unwinding crosses C++ frames.
+        atexit.register(self.stop)
 
     def _run(self):
         while not self._stop:
@@ -146,4 +151,12 @@ class StackResponder:
             self._native.reply_control(request["id"], "failed", "stacks: %s" % e)
 
     def stop(self):
+        """Ends the thread and waits for it (at most 2 s). Idempotent; close() and exit call it."""
         self._stop = True
+        try:
+            self._native.wake_stack_waiters()
+        except Exception:  # noqa: BLE001 - the collector is gone already
+            pass
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(2.0)
+        atexit.unregister(self.stop)
