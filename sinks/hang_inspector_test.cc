@@ -82,7 +82,7 @@ TEST(HangInspectorTest, AHungJobIsAskedOnceAndTheRankBehindOnCollectivesIsNamed)
   HangInspector inspector({}, sent.Sender());
   inspector.OnSnapshots({Snapshot("job", 4, 120, true)}, kNow);
   ASSERT_EQ(sent.requests.size(), 1u);
-  const v1::ControlRequest& q = sent.requests[0].second;
+  const v1::ControlRequest q = sent.requests[0].second;  // a copy: the vector grows below
   EXPECT_EQ(sent.requests[0].first, "job");
   EXPECT_TRUE(q.has_stacks());
   EXPECT_EQ(q.ranks_size(), 0);  // every rank
