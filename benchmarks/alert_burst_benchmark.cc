@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(store.status().message()).c_str());
     return 1;
   }
-  MetricsRegistry registry;
+  PrometheusRegistry registry;
   DaemonMetrics metrics(&registry, "bench");
   SnapshotStore snapshots;
   CheckpointWriter writer(store->get(), {}, nullptr, nullptr);

@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   }
   std::filesystem::remove_all(dir);
   spdlog::set_level(spdlog::level::warn);
-  MetricsRegistry registry;
+  PrometheusRegistry registry;
   DaemonMetrics metrics(&registry, "bench");
   SnapshotStore snapshots;
   JobRouterOptions options;
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
   const auto t0 = Clock::now();
   auto store = StateStore::Open({dir});
   if (!store.ok()) return 1;
-  MetricsRegistry registry2;
+  PrometheusRegistry registry2;
   DaemonMetrics metrics2(&registry2, "bench");
   SnapshotStore snapshots2;
   JobRouter restored(options, {&metrics2, &snapshots2});

@@ -16,7 +16,7 @@
 #include "common/stop_signal.h"
 #include "sinks/listen_address.h"
 #include "sinks/metrics_http_server.h"
-#include "sinks/metrics_registry.h"
+#include "sinks/prometheus_registry.h"
 
 namespace rankwatch {
 namespace {
@@ -61,7 +61,7 @@ int RunAgent(AgentFlags f) {
                  std::string(publisher.status().message()).c_str());
     return 2;
   }
-  MetricsRegistry registry;
+  PrometheusRegistry registry;
   MetricFamily* samples =
       registry.Counter("rankwatch_agent_samples_total", "system samples published", {});
   MetricFamily* batches = registry.Counter("rankwatch_agent_batches_total",

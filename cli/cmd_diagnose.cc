@@ -68,6 +68,14 @@ std::string Percent(double part, double whole) {
   return buf;
 }
 
+// "rank 42 — pod trainer-worker-5 on node gpu-17", "rank 42 on node gpu-17", "rank 42".
+std::string RankWhere(uint32_t rank, const std::string& pod, const std::string& node) {
+  std::string out = "rank " + std::to_string(rank);
+  if (!pod.empty()) out += " \u2014 pod " + pod;
+  if (!node.empty()) out += " on node " + node;
+  return out;
+}
+
 void PrintLostTime(const v1::LostTime& l) {
   if (l.total_rank_seconds() <= 0) return;
   std::printf(
@@ -84,10 +92,9 @@ void PrintLostTime(const v1::LostTime& l) {
   std::printf("\n");
   for (const v1::RankCost& c : l.top()) {
     std::printf(
-        "           rank %u%s cost %s, %s of the job's time, since start (%s over the "
+        "           %s cost %s, %s of the job's time, since start (%s over the "
         "window)\n",
-        c.rank(), c.node().empty() ? "" : (" on " + c.node()).c_str(),
-        RankTime(c.total_rank_seconds()).c_str(),
+        RankWhere(c.rank(), c.pod(), c.node()).c_str(), RankTime(c.total_rank_seconds()).c_str(),
         Percent(c.total_rank_seconds(), l.total_rank_seconds()).c_str(),
         Percent(c.window_rank_seconds(), l.window_rank_seconds()).c_str());
   }
@@ -169,6 +176,18 @@ void PrintStep(const v1::StepDiagnosis& d) {
       "compute %.0f%%\n",
       d.scores().input(), d.scores().compute(), d.scores().own(), d.shares().input() * 100,
       d.shares().wait() * 100, d.shares().compute() * 100);
+  if (d.culprit_ranks_size() > 0) {
+    std::string culprits;
+    constexpr int kShown = 8;
+    for (int i = 0; i < d.culprit_ranks_size() && i < kShown; ++i) {
+      const std::string pod = i < d.culprit_pods_size() ? d.culprit_pods(i) : "";
+      culprits += (i > 0 ? ", " : "") + RankWhere(d.culprit_ranks(i), pod, d.culprit_node());
+    }
+    if (d.culprit_ranks_size() > kShown) {
+      culprits += " and " + std::to_string(d.culprit_ranks_size() - kShown) + " more";
+    }
+    std::printf("           culprit: %s\n", culprits.c_str());
+  }
   if (d.cause() != v1::CAUSE_UNSPECIFIED) {
     std::printf("           cause: %s\n", CauseWord(d.cause()).c_str());
   }
@@ -247,6 +266,14 @@ int RunDiagnose(const DiagnoseFlags& f) {
               d.training_job().c_str(), static_cast<unsigned long long>(w.first_step()),
               static_cast<unsigned long long>(w.last_step()), w.steps(), w.ranks_present(),
               w.world_size(), static_cast<unsigned long long>(d.aligned_steps()));
+  if (d.has_scheduler()) {
+    const v1::SchedulerIdentity& s = d.scheduler();
+    std::printf("scheduler  %s", s.scheduler().c_str());
+    if (!s.job().empty()) std::printf("   job %s", s.job().c_str());
+    if (!s.namespace_().empty()) std::printf("   namespace %s", s.namespace_().c_str());
+    if (!s.owner().empty()) std::printf("   owner %s", s.owner().c_str());
+    std::printf("\n\n");
+  }
   if (d.input_lost_messages() > 0) {
     std::printf(
         "INPUT LOST %llu messages of this job's partition were deleted before rankwatchd "

@@ -36,6 +36,10 @@ std::string Ranks(const v1::JobSummary& j) {
     out += std::to_string(j.culprit_ranks(i));
   }
   if (j.culprit_ranks_size() > 4) out += ",…";
+  // One culprit in a named pod: "42 trainer-worker-5".
+  if (j.culprit_ranks_size() == 1 && j.culprit_pods_size() == 1 && !j.culprit_pods(0).empty()) {
+    out += " " + j.culprit_pods(0);
+  }
   return out;
 }
 

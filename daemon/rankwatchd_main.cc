@@ -38,6 +38,9 @@
 
 namespace rankwatch {
 #ifdef RANKWATCH_JEMALLOC
+}  // namespace rankwatch
+#include <jemalloc/jemalloc.h>
+namespace rankwatch {
 // jemalloc's settings, read when it starts: a background thread of its own returns freed pages
 // to the system (after 10 s unused, its default), so the daemon's threads never do that work and
 // an idle daemon gives back what a burst left.
@@ -45,6 +48,45 @@ extern "C" const char* malloc_conf = "background_thread:true";
 #endif
 
 namespace {
+
+// jemalloc's own counts, where rankwatchd is built with it: bytes the daemon has allocated, and
+// bytes in pages jemalloc keeps resident. The difference is fragmentation and freed pages not
+// yet returned. Without jemalloc the family is not registered.
+class HeapMetrics {
+ public:
+  explicit HeapMetrics(PrometheusRegistry* registry) {
+#ifdef RANKWATCH_JEMALLOC
+    MetricFamily* heap = registry->Gauge(
+        "rankwatch_heap_bytes",
+        "The allocator's counts (builds with jemalloc): allocated (in use by the daemon), "
+        "resident (in pages it holds). Sampled after each checkpoint.",
+        {"kind"});
+    allocated_ = heap->WithLabels({"allocated"});
+    resident_ = heap->WithLabels({"resident"});
+#endif
+  }
+
+  void Sample() {
+#ifdef RANKWATCH_JEMALLOC
+    uint64_t epoch = 1;
+    size_t size = sizeof(epoch);
+    mallctl("epoch", &epoch, &size, &epoch, size);
+    size_t value = 0;
+    size = sizeof(value);
+    if (mallctl("stats.allocated", &value, &size, nullptr, 0) == 0) {
+      allocated_->Set(static_cast<double>(value));
+    }
+    size = sizeof(value);
+    if (mallctl("stats.resident", &value, &size, nullptr, 0) == 0) {
+      resident_->Set(static_cast<double>(value));
+    }
+#endif
+  }
+
+ private:
+  MetricCell* allocated_ = nullptr;
+  MetricCell* resident_ = nullptr;
+};
 
 int64_t WallNowUnixNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -129,8 +171,9 @@ int Run(const DaemonConfig& config) {
     }
   }
 
-  MetricsRegistry registry;
+  PrometheusRegistry registry;
   DaemonMetrics metrics(&registry, RANKWATCH_VERSION);
+  HeapMetrics heap(&registry);
   SnapshotStore snapshots;
   KernelSnapshotStore kernel_snapshots;  // served at /kernel and by GetRankDetail
   auto metrics_server = MetricsHttpServer::Start(*metrics_address, &registry, &kernel_snapshots);
@@ -147,10 +190,15 @@ int Run(const DaemonConfig& config) {
   // thread, in order.
   CheckpointWriter writer(
       store->get(), {},
-      [&metrics](const CheckpointCommitStats& stats) {
+      [&metrics, &store, &heap](const CheckpointCommitStats& stats) {
         metrics.checkpoints->Add(1);
         metrics.checkpoint_seconds->Set(stats.seconds);
         metrics.checkpoint_bytes->Set(static_cast<double>(stats.bytes));
+        const StateStore::MemoryUsage memory = (*store)->Memory();
+        metrics.state_memtable_bytes->Set(static_cast<double>(memory.memtables));
+        metrics.state_table_reader_bytes->Set(static_cast<double>(memory.table_readers));
+        metrics.state_block_cache_bytes->Set(static_cast<double>(memory.block_cache));
+        heap.Sample();
         spdlog::debug("checkpoint written: {} bytes in {:.3f} ms{}", stats.bytes,
                       stats.seconds * 1e3, stats.flushed ? " (memtables flushed)" : "");
       },

@@ -91,6 +91,11 @@ RejectReason BatchDecoder::ValidateSource(const v1::Batch& batch, std::string* d
       {"source.device", &src.device()},
       {"source.collector", &src.collector()},
       {"source.training_strategy", &src.training_strategy()},
+      {"source.scheduler.scheduler", &src.scheduler().scheduler()},
+      {"source.scheduler.job", &src.scheduler().job()},
+      {"source.scheduler.namespace", &src.scheduler().namespace_()},
+      {"source.scheduler.owner", &src.scheduler().owner()},
+      {"source.scheduler.pod", &src.scheduler().pod()},
       {"trace.source_format", &batch.trace().source_format()},
       {"trace.device_type", &batch.trace().device_type()},
       {"trace.file", &batch.trace().file()}};

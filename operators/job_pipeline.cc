@@ -29,6 +29,7 @@ void JobPipeline::Reset(uint32_t world_size) {
   }
   lost_ = std::move(lost);
   rank_nodes_ = std::make_shared<const std::vector<std::string>>(world_size);
+  rank_pods_.reset();
   finished_ranks_.assign(world_size, false);
   finished_count_ = 0;
   rank_last_batch_.assign(world_size, TimePoint{});
@@ -72,6 +73,21 @@ bool JobPipeline::StaleWorldSize(uint32_t world_size, TimePoint now, JobDelta* d
   return false;
 }
 
+void JobPipeline::NoteScheduler(uint32_t rank, const v1::SchedulerIdentity& s) {
+  const std::string& pod = s.pod();
+  if (!pod.empty() && (rank_pods_ == nullptr || (*rank_pods_)[rank] != pod)) {
+    auto pods = rank_pods_ != nullptr ? std::make_shared<std::vector<std::string>>(*rank_pods_)
+                                      : std::make_shared<std::vector<std::string>>(
+                                            aligner_->world_size());  // rare: copy on write
+    (*pods)[rank] = pod;
+    rank_pods_ = std::move(pods);
+  }
+  if (s.scheduler() != scheduler_.scheduler || s.job() != scheduler_.job ||
+      s.namespace_() != scheduler_.k8s_namespace || s.owner() != scheduler_.owner) {
+    scheduler_ = {s.scheduler(), s.job(), s.namespace_(), s.owner()};
+  }
+}
+
 JobDelta JobPipeline::AddBatch(const v1::Batch& batch, TimePoint now) {
   JobDelta delta;
   if (!seen_) {
@@ -103,6 +119,7 @@ JobDelta JobPipeline::AddBatch(const v1::Batch& batch, TimePoint now) {
     (*nodes)[rank] = node;
     rank_nodes_ = std::move(nodes);
   }
+  if (batch.source().has_scheduler()) NoteScheduler(rank, batch.source().scheduler());
   const int64_t last_of_rank = aligner_->last_step_of(rank);
   for (const v1::StepRecord& record : batch.steps()) {
     if (last_of_rank >= 0 && record.step() > static_cast<uint64_t>(last_of_rank) &&
@@ -180,6 +197,11 @@ const std::string& JobSnapshot::NodeOf(uint32_t rank) const {
   return rank_nodes && rank < rank_nodes->size() ? (*rank_nodes)[rank] : kUnknown;
 }
 
+const std::string& JobSnapshot::PodOf(uint32_t rank) const {
+  static const std::string kUnknown;
+  return rank_pods && rank < rank_pods->size() ? (*rank_pods)[rank] : kUnknown;
+}
+
 JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   JobSnapshot s;
   s.training_job = training_job_;
@@ -208,6 +230,8 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   for (int p = 0; p < kPhaseCount; ++p) s.phases[p] = s.step.phases[p].stat;
   s.memory = DiagnoseMemory(*memory_window_, memory_trend_.get(), options_.memory);
   s.rank_nodes = rank_nodes_;
+  s.rank_pods = rank_pods_;
+  s.scheduler = scheduler_;
   s.rank_totals = std::make_shared<const std::vector<StepWindow::RankTotals>>(window_->totals());
   s.rank_peak_allocated = std::make_shared<const std::vector<double>>(
       memory_window_->rank_peaks(MemoryKind::kAllocated));
@@ -227,6 +251,16 @@ JobCheckpoint JobPipeline::TakeCheckpoint(TimePoint now, int64_t wall_now_unix_n
   m.set_last_progress_unix_ns(wall_now_unix_ns - (now - last_progress_).count());
   m.set_checkpoint_unix_ns(wall_now_unix_ns);
   for (const std::string& node : *rank_nodes_) m.add_rank_nodes(node);
+  if (rank_pods_ != nullptr) {
+    for (const std::string& pod : *rank_pods_) m.add_rank_pods(pod);
+  }
+  if (!scheduler_.empty()) {
+    state::v1::JobSchedulerState* js = m.mutable_scheduler();
+    js->set_scheduler(scheduler_.scheduler);
+    js->set_job(scheduler_.job);
+    js->set_namespace_(scheduler_.k8s_namespace);
+    js->set_owner(scheduler_.owner);
+  }
   for (uint32_t r = 0; r < finished_ranks_.size(); ++r) {
     if (finished_ranks_[r]) m.add_finished_ranks(r);
   }
@@ -266,6 +300,15 @@ absl::StatusOr<std::unique_ptr<JobPipeline>> JobPipeline::Restore(
   p->last_progress_ = now - Duration(wall_now_unix_ns - m.last_progress_unix_ns());
   p->rank_nodes_ = std::make_shared<const std::vector<std::string>>(m.rank_nodes().begin(),
                                                                     m.rank_nodes().end());
+  // Pods and the scheduler came later: state written before has none.
+  if (m.rank_pods_size() == static_cast<int>(m.world_size())) {
+    p->rank_pods_ = std::make_shared<const std::vector<std::string>>(m.rank_pods().begin(),
+                                                                     m.rank_pods().end());
+  }
+  if (m.has_scheduler()) {
+    p->scheduler_ = {m.scheduler().scheduler(), m.scheduler().job(), m.scheduler().namespace_(),
+                     m.scheduler().owner()};
+  }
   for (uint32_t r : m.finished_ranks()) {
     if (r >= m.world_size()) return absl::DataLossError("stored finished rank out of range");
     if (!p->finished_ranks_[r]) ++p->finished_count_;

@@ -59,6 +59,17 @@ struct JobDelta {
   std::string note;
 };
 
+// The scheduler's names for a job, as its ranks' collectors report them (SchedulerIdentity in
+// telemetry.proto; the latest a rank sent wins). All "" when no collector says.
+struct JobScheduler {
+  std::string scheduler;      // "kubernetes", "slurm", "torchrun"
+  std::string job;            // the scheduler's job id
+  std::string k8s_namespace;  // Kubernetes namespace
+  std::string owner;          // Kubernetes owner of the pods
+  bool empty() const { return scheduler.empty() && job.empty(); }
+  bool operator==(const JobScheduler&) const = default;
+};
+
 struct JobSnapshot {
   std::string training_job;
   uint32_t world_size = 0;
@@ -89,6 +100,10 @@ struct JobSnapshot {
   std::shared_ptr<const std::vector<std::string>> rank_nodes;
   // The node of `rank`, or "" when unknown.
   const std::string& NodeOf(uint32_t rank) const;
+  // Pod of each rank ("" when unknown), like rank_nodes; null when no rank said one.
+  std::shared_ptr<const std::vector<std::string>> rank_pods;
+  const std::string& PodOf(uint32_t rank) const;
+  JobScheduler scheduler;
 };
 
 // What a checkpoint of one job writes: its metadata, aligner and lifetime memory trend, the steps
@@ -146,6 +161,7 @@ class JobPipeline {
   // Whether a batch from `node` for `rank` is refused: another node holds the rank.
   bool RankClaimedElsewhere(uint32_t rank, const std::string& node, TimePoint now, JobDelta* delta);
   // Whether a batch declaring `world_size` is refused: a change too soon after the last.
+  void NoteScheduler(uint32_t rank, const v1::SchedulerIdentity& s);
   bool StaleWorldSize(uint32_t world_size, TimePoint now, JobDelta* delta);
   // Sets delta->note to `note` the first time the job sees input of `kind`.
   void NoteOnce(int kind, JobDelta* delta, std::string note);
@@ -163,6 +179,8 @@ class JobPipeline {
   std::vector<AlignedStep> closed_;                   // scratch, reused
   std::vector<state::v1::StoredStep> unsaved_steps_;  // with options.record_changes
   std::shared_ptr<const std::vector<std::string>> rank_nodes_;
+  std::shared_ptr<const std::vector<std::string>> rank_pods_;  // null until a rank names its pod
+  JobScheduler scheduler_;
   std::vector<TimePoint> rank_last_batch_;  // when each rank last sent a batch (in memory only)
   uint32_t previous_world_size_ = 0;        // before the last change (0: none)
   TimePoint world_size_changed_at_{};

@@ -136,6 +136,43 @@ TEST(JobPipelineTest, LostTimeSurvivesACheckpointAndRestore) {
   EXPECT_DOUBLE_EQ((*restored)->Snapshot(t0).lost.total_hang_rank_seconds, 200);
 }
 
+TEST(JobPipelineTest, KeepsEachRanksPodAndTheJobsSchedulerAcrossARestore) {
+  JobPipeline p("research/trainer", 4, {});
+  const TimePoint t0{};
+  for (uint32_t r = 0; r < 4; ++r) {
+    v1::Batch b = MakeBatch("research/trainer", r, 4, 0, 3);
+    if (r != 1) {  // rank 1's collector names no pod (e.g. an older writer)
+      v1::SchedulerIdentity* s = b.mutable_source()->mutable_scheduler();
+      s->set_scheduler("kubernetes");
+      s->set_job("trainer");
+      s->set_namespace_("research");
+      s->set_owner("trainer");
+      s->set_pod("trainer-worker-" + std::to_string(r));
+    }
+    p.AddBatch(b, t0);
+  }
+  JobSnapshot snap = p.Snapshot(t0);
+  EXPECT_EQ(snap.PodOf(0), "trainer-worker-0");
+  EXPECT_EQ(snap.PodOf(1), "");
+  EXPECT_EQ(snap.PodOf(3), "trainer-worker-3");
+  EXPECT_EQ(snap.PodOf(9), "");
+  EXPECT_EQ(snap.scheduler, (JobScheduler{"kubernetes", "trainer", "research", "trainer"}));
+  JobCheckpoint c = p.TakeCheckpoint(t0, 1'000'000'000'000);
+  auto restored = JobPipeline::Restore(c.meta, c.new_steps, {}, t0, 1'000'000'000'000);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  JobSnapshot back = (*restored)->Snapshot(t0);
+  EXPECT_EQ(back.PodOf(3), "trainer-worker-3");
+  EXPECT_EQ(back.scheduler, snap.scheduler);
+  // A job whose collectors never named a scheduler has none, before and after a restore.
+  JobPipeline plain("j", 2, {});
+  for (uint32_t r = 0; r < 2; ++r) plain.AddBatch(MakeBatch("j", r, 2, 0, 3), t0);
+  EXPECT_TRUE(plain.Snapshot(t0).scheduler.empty());
+  EXPECT_EQ(plain.Snapshot(t0).rank_pods, nullptr);
+  JobCheckpoint pc = plain.TakeCheckpoint(t0, 1'000'000'000'000);
+  EXPECT_FALSE(pc.meta.has_scheduler());
+  EXPECT_EQ(pc.meta.rank_pods_size(), 0);
+}
+
 v1::Batch FromNode(v1::Batch b, const std::string& node) {
   b.mutable_source()->set_node(node);
   return b;

@@ -60,7 +60,7 @@ class JobRouterCheckpointTest : public ::testing::Test {
     return job.starts_with("unknown") ? -1 : job[1] - '0';
   }
 
-  MetricsRegistry registry;
+  PrometheusRegistry registry;
   DaemonMetrics metrics{&registry, "test"};
   SnapshotStore snapshots;
   JobRouterOptions options;
@@ -137,7 +137,7 @@ TEST_F(JobRouterCheckpointTest, SpreadCheckpointsRestoreEveryJobExactly) {
   }
   auto store = StateStore::Open({dir});
   ASSERT_TRUE(store.ok());
-  MetricsRegistry r2;
+  PrometheusRegistry r2;
   DaemonMetrics m2(&r2, "test");
   SnapshotStore restored_snapshots;
   JobRouter restored(options, {&m2, &restored_snapshots});

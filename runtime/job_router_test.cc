@@ -13,7 +13,7 @@ using testing::EncodedStep;
 
 class JobRouterTest : public ::testing::Test {
  protected:
-  MetricsRegistry registry;
+  PrometheusRegistry registry;
   DaemonMetrics metrics{&registry, "test"};
   SnapshotStore snapshots;
   const TimePoint t0{};
@@ -33,8 +33,8 @@ TEST_F(JobRouterTest, RoutesJobsCountsEventsAndPublishesSnapshots) {
   EXPECT_EQ(snap->at("a")->aligned_steps, 1u);
   EXPECT_EQ(snap->at("b")->ranks_seen, 1u);
   const std::string text = registry.Render();
-  EXPECT_NE(text.find("rankwatch_step_phase_seconds{training_job=\"a\",phase=\"forward\","
-                      "stat=\"median\"} 0.03"),
+  EXPECT_NE(text.find("rankwatch_step_phase_seconds{phase=\"forward\",stat=\"median\","
+                      "training_job=\"a\"} 0.03"),
             std::string::npos)
       << text;
 }
@@ -123,7 +123,7 @@ TEST_F(JobRouterTest, CheckpointsRestoreJobsAndForgetRemovedOnes) {
   auto store = StateStore::Open({dir});
   ASSERT_TRUE(store.ok());
   SnapshotStore restored_snapshots;
-  MetricsRegistry r2;
+  PrometheusRegistry r2;
   DaemonMetrics m2(&r2, "test");
   JobRouter restored(o, {&m2, &restored_snapshots});
   ASSERT_TRUE(restored.Restore(**store, t0, 0).ok());
@@ -165,7 +165,7 @@ TEST_F(JobRouterTest, AFullTableEvictsJobsThatNeverBecameJobsAndRefusesOnlyThen)
   JobRouterOptions one;
   one.max_jobs = 1;
   one.established_steps = 1;
-  MetricsRegistry r2;
+  PrometheusRegistry r2;
   DaemonMetrics m2{&r2, "test"};
   SnapshotStore s2;
   JobRouter full(one, {&m2, &s2});

@@ -63,7 +63,7 @@ struct Instance {
     return it == snap->end() ? 0 : it->second->aligned_steps;
   }
 
-  MetricsRegistry registry;
+  PrometheusRegistry registry;
   DaemonMetrics metrics{&registry, "test"};
   SnapshotStore snapshots;
   StateHealth health{&metrics, nullptr};

@@ -10,7 +10,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc
   librocksdb-dev libsimdjson-dev zlib1g-dev libzstd-dev libjemalloc-dev
   libcli11-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
-  libcpp-httplib-dev libssl-dev
+  libcpp-httplib-dev libssl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   kcat prometheus prometheus-alertmanager curl
   python3 python3-grpcio python3-protobuf python3-confluent-kafka python3-yaml

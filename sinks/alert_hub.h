@@ -35,7 +35,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "rankwatch/v1/service.pb.h"
-#include "sinks/metrics_registry.h"
+#include "sinks/prometheus_registry.h"
 #include "state/checkpoint_writer.h"
 #include "state/state_store.h"
 

@@ -103,7 +103,7 @@ TEST_F(AlertHubTest, ASubscriberGetsLiveAlertsAfterItsBacklogPosition) {
 TEST_F(AlertHubTest, AFullQueueOverflowsWithoutBlockingAndOthersGoOn) {
   AlertHubOptions options;
   options.subscriber_queue = 2;
-  MetricsRegistry registry;
+  PrometheusRegistry registry;
   MetricCell* dropped = registry.Counter("test_dropped_total", "test", {})->WithLabels({});
   AlertHub hub(store_.get(), writer_.get(), options, {nullptr, dropped, nullptr});
   auto slow = hub.Subscribe({});

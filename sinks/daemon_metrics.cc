@@ -2,7 +2,7 @@
 
 namespace rankwatch {
 
-DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : kernel(r) {
+DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version) : kernel(r) {
   r->Gauge("rankwatch_build_info", "Build of this daemon; always 1.", {"version"})
       ->WithLabels({version})
       ->Set(1);
@@ -73,6 +73,14 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
   state_errors = r->Counter("rankwatch_state_errors_total",
                             "Failed state writes (the first one stops checkpointing).", {})
                      ->WithLabels({});
+  MetricFamily* state_memory =
+      r->Gauge("rankwatch_state_memory_bytes",
+               "Memory the state store (RocksDB) holds, by kind: memtables, table_readers (open "
+               "table files' indexes and filters), block_cache. Sampled after each checkpoint.",
+               {"kind"});
+  state_memtable_bytes = state_memory->WithLabels({"memtables"});
+  state_table_reader_bytes = state_memory->WithLabels({"table_readers"});
+  state_block_cache_bytes = state_memory->WithLabels({"block_cache"});
   alert_subscribers =
       r->Gauge("rankwatch_alert_subscribers", "Connected WatchAlerts subscribers.", {})
           ->WithLabels({});
@@ -132,6 +140,12 @@ DaemonMetrics::DaemonMetrics(MetricsRegistry* r, const std::string& version) : k
       "Unix time at which the newest step record of a job ended (time() minus it: how stale "
       "the job's input is).",
       {"training_job"});
+  job_info_ = r->Gauge(
+      "rankwatch_job_info",
+      "1 for each job whose collectors name its scheduler: the scheduler (kubernetes, slurm, "
+      "torchrun), its job id, the Kubernetes namespace and owner. One series per job, for joins "
+      "(e.g. on namespace).",
+      {"training_job", "scheduler", "scheduler_job", "namespace", "owner"});
   MetricFamily* hang_stacks = r->Counter(
       "rankwatch_hang_stacks_total",
       "Stacks requests to the ranks of hung jobs: requested, send_failed, and settled complete "
@@ -216,26 +230,31 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
   straggler_score_->WithLabels({job, "own"})->Set(d.own_score);
   if (d.compute.stat.present)
     worst_rank_->WithLabels({job, "compute"})->Set(d.compute.stat.worst_rank);
-  rank_excess_->RemoveWhereFirstLabel(job);
+  std::vector<MetricFamily::Row> rows;
   auto top = [&](const char* signal, const SignalEvidence& e) {
     for (const RankExcess& x : e.top) {
-      const std::string& node = s.NodeOf(x.rank);
-      rank_excess_->WithLabels({job, signal, std::to_string(x.rank), node})->Set(x.excess_seconds);
+      rows.push_back({{job, signal, std::to_string(x.rank), s.NodeOf(x.rank)}, x.excess_seconds});
     }
   };
   top("dataloader", d.phases[static_cast<int>(Phase::kDataloader)]);
   top("compute", d.compute);
-  straggler_culprit_->RemoveWhereFirstLabel(job);
+  rank_excess_->SetSeriesOf(job, rows);
+  rows.clear();
   if (d.scope != CulpritScope::kNone && !d.culprit_ranks.empty()) {
-    straggler_culprit_
-        ->WithLabels({job, d.scope == CulpritScope::kNode ? "node" : "rank", d.culprit_node})
-        ->Set(static_cast<double>(d.culprit_ranks.size()));
+    rows.push_back({{job, d.scope == CulpritScope::kNode ? "node" : "rank", d.culprit_node},
+                    static_cast<double>(d.culprit_ranks.size())});
   }
+  straggler_culprit_->SetSeriesOf(job, rows);
   lost_rank_seconds_->WithLabels({job, "straggler"})->Set(s.lost.total_straggler_rank_seconds);
   lost_rank_seconds_->WithLabels({job, "hang"})->Set(s.lost.total_hang_rank_seconds);
   rank_seconds_->WithLabels({job})->Set(s.lost.total_rank_seconds);
   if (s.last_record_unix_ns > 0) {
     last_record_->WithLabels({job})->Set(static_cast<double>(s.last_record_unix_ns) * 1e-9);
+  }
+  if (!s.scheduler.empty()) {
+    std::vector<std::string> info{job, s.scheduler.scheduler, s.scheduler.job,
+                                  s.scheduler.k8s_namespace, s.scheduler.owner};
+    if (!job_info_->Has(info)) job_info_->SetSeriesOf(job, {{std::move(info), 1}});
   }
   PublishMemory(s);
   if (!s.has_window) return;
@@ -305,6 +324,7 @@ void DaemonMetrics::RemoveJob(const std::string& job) {
                           rank_excess_,
                           straggler_culprit_,
                           last_record_,
+                          job_info_,
                           alerts_firing_,
                           lost_rank_seconds_,
                           rank_seconds_,

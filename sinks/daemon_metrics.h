@@ -1,7 +1,7 @@
 // DaemonMetrics: every metric family rankwatchd exports, registered once. The names are a
 // contract: base units, label `training_job` (never `job`).
 //
-// Thread-safe (see MetricsRegistry).
+// Thread-safe (see PrometheusRegistry).
 #pragma once
 
 #include <array>
@@ -11,13 +11,13 @@
 #include "operators/alert_tracker.h"
 #include "operators/job_pipeline.h"
 #include "sinks/kernel_metrics.h"
-#include "sinks/metrics_registry.h"
+#include "sinks/prometheus_registry.h"
 
 namespace rankwatch {
 
 class DaemonMetrics {
  public:
-  DaemonMetrics(MetricsRegistry* registry, const std::string& version);
+  DaemonMetrics(PrometheusRegistry* registry, const std::string& version);
 
   // Per-kind counters of accepted input ("batch", "step", "kernel", "sample").
   MetricCell* events_batches;
@@ -48,6 +48,10 @@ class DaemonMetrics {
   MetricCell* checkpoint_bytes;
   MetricCell* checkpoint_pause_seconds;
   MetricCell* state_errors;
+  // Memory the state store holds, by kind: "memtables", "table_readers", "block_cache".
+  MetricCell* state_memtable_bytes;
+  MetricCell* state_table_reader_bytes;
+  MetricCell* state_block_cache_bytes;
   // The live GPU-timeline families, published by the partition tasks.
   KernelMetrics kernel;
   // Alert subscribers (WatchAlerts streams): connected now, disconnected as too slow, alerts
@@ -91,6 +95,7 @@ class DaemonMetrics {
   MetricFamily* rank_excess_;
   MetricFamily* straggler_culprit_;
   MetricFamily* last_record_;
+  MetricFamily* job_info_;
   MetricFamily* input_lost_ = nullptr;
   MetricFamily* lost_rank_seconds_ = nullptr;
   MetricFamily* rank_seconds_ = nullptr;

@@ -14,6 +14,7 @@ void FillPhase(v1::Phase phase, const SignalEvidence& e, const JobSnapshot& s,
     v1::Offender* o = out->add_top_offenders();
     o->set_rank(x.rank);
     o->set_node(s.NodeOf(x.rank));
+    o->set_pod(s.PodOf(x.rank));
     o->set_excess_seconds(x.excess_seconds);
   }
 }
@@ -152,6 +153,9 @@ void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out
     case CulpritScope::kNode: step->set_scope(v1::SCOPE_NODE); break;
   }
   for (uint32_t r : d.culprit_ranks) step->add_culprit_ranks(r);
+  if (s.rank_pods != nullptr) {
+    for (uint32_t r : d.culprit_ranks) step->add_culprit_pods(s.PodOf(r));
+  }
   step->set_culprit_node(d.culprit_node);
   if (d.scope != CulpritScope::kNone && d.label != StepLabel::kHang) {
     step->set_culprit_phase(d.cause == StragglerCause::kOutside ? v1::PHASE_OUTSIDE
@@ -170,6 +174,14 @@ void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out
   FillMemory(s, out->mutable_memory());
   ToProto(s, out->mutable_lost_time());
   out->set_input_lost_messages(s.input_lost_messages);
+  if (!s.scheduler.empty()) ToProto(s.scheduler, out->mutable_scheduler());
+}
+
+void ToProto(const JobScheduler& scheduler, v1::SchedulerIdentity* out) {
+  out->set_scheduler(scheduler.scheduler);
+  out->set_job(scheduler.job);
+  out->set_namespace_(scheduler.k8s_namespace);
+  out->set_owner(scheduler.owner);
 }
 
 void ToProto(const JobSnapshot& s, v1::LostTime* lost) {
@@ -183,6 +195,7 @@ void ToProto(const JobSnapshot& s, v1::LostTime* lost) {
     v1::RankCost* out_c = lost->add_top();
     out_c->set_rank(c.rank);
     out_c->set_node(s.NodeOf(c.rank));
+    out_c->set_pod(s.PodOf(c.rank));
     out_c->set_window_rank_seconds(c.window_rank_seconds);
     out_c->set_total_rank_seconds(c.total_rank_seconds);
   }

@@ -19,6 +19,9 @@ void ToProto(const JobSnapshot& snapshot, int64_t evaluated_unix_ns, v1::Diagnos
 // Fills `out` with what stragglers and hangs cost the job.
 void ToProto(const JobSnapshot& snapshot, v1::LostTime* out);
 
+// The job's scheduler names (no pod).
+void ToProto(const JobScheduler& scheduler, v1::SchedulerIdentity* out);
+
 // Fills `out` with an alert event and the diagnosis that raised it (sequence not set).
 void ToProto(const AlertEvent& event, v1::Alert* out);
 

@@ -48,6 +48,10 @@ class RankWatchService final : public v1::RankWatch::Service {
       j->set_step_severity(ToProto(s.step.severity));
       j->set_memory_severity(ToProto(s.memory.severity));
       for (uint32_t r : s.step.culprit_ranks) j->add_culprit_ranks(r);
+      if (s.rank_pods != nullptr) {
+        for (uint32_t r : s.step.culprit_ranks) j->add_culprit_pods(s.PodOf(r));
+      }
+      if (!s.scheduler.empty()) ToProto(s.scheduler, j->mutable_scheduler());
       j->set_step_skew(s.phases[static_cast<int>(Phase::kStep)].skew);
       j->set_wait_share(s.step.wait_share);
       j->set_input_share(s.step.input_share);
@@ -96,6 +100,7 @@ class RankWatchService final : public v1::RankWatch::Service {
     response->set_training_job(s.training_job);
     response->set_rank(rank);
     response->set_node(s.NodeOf(rank));
+    response->set_pod(s.PodOf(rank));
     response->set_last_step(s.window_last_step);
     response->set_window_steps(s.window_steps);
     if (s.rank_totals && rank < s.rank_totals->size()) {

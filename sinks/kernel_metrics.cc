@@ -2,7 +2,7 @@
 
 namespace rankwatch {
 
-KernelMetrics::KernelMetrics(MetricsRegistry* r) {
+KernelMetrics::KernelMetrics(PrometheusRegistry* r) {
   gpu_time_ =
       r->Gauge("rankwatch_gpu_time_ratio",
                "Share of GPU time (first kernel start to last end, per rank and step, summed "
@@ -56,9 +56,9 @@ void KernelMetrics::Publish(const kernel::KernelJobSnapshot& s) {
   idle_time_->WithLabels({job, "host_wait"})->Set(s.idle_host_wait_ratio);
   idle_time_->WithLabels({job, "kernel_wait"})->Set(s.idle_kernel_wait_ratio);
   idle_time_->WithLabels({job, "other"})->Set(s.idle_other_ratio);
-  kernel_time_->RemoveWhereFirstLabel(job);
-  for (const auto& [type, ratio] : s.kernel_type_ratio)
-    kernel_time_->WithLabels({job, type})->Set(ratio);
+  std::vector<MetricFamily::Row> types;
+  for (const auto& [type, ratio] : s.kernel_type_ratio) types.push_back({{job, type}, ratio});
+  kernel_time_->SetSeriesOf(job, types);
   if (s.has_overlap) {
     overlap_->WithLabels({job, "median"})->Set(s.overlap_median);
     overlap_->WithLabels({job, "min"})->Set(s.overlap_min);

@@ -13,19 +13,19 @@
 //   rankwatch_kernel_steps_analyzed_total{training_job}
 //   rankwatch_kernel_events_dropped_total{training_job,reason}  late | unstepped | over_limit
 //
-// Thread-safe (see MetricsRegistry).
+// Thread-safe (see PrometheusRegistry).
 #pragma once
 
 #include <string>
 
 #include "operators/kernel/kernel_job_summary.h"
-#include "sinks/metrics_registry.h"
+#include "sinks/prometheus_registry.h"
 
 namespace rankwatch {
 
 class KernelMetrics {
  public:
-  explicit KernelMetrics(MetricsRegistry* registry);
+  explicit KernelMetrics(PrometheusRegistry* registry);
 
   void Publish(const kernel::KernelJobSnapshot& snapshot);
   void RemoveJob(const std::string& job);

@@ -7,7 +7,7 @@
 namespace rankwatch {
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const ListenAddress& address, const MetricsRegistry* registry,
+    const ListenAddress& address, const PrometheusRegistry* registry,
     const KernelSnapshotStore* kernel) {
   auto self = std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer());
   self->server_ = std::make_unique<httplib::Server>();

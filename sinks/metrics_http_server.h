@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "sinks/kernel_snapshot_store.h"
 #include "sinks/listen_address.h"
-#include "sinks/metrics_registry.h"
+#include "sinks/prometheus_registry.h"
 
 namespace httplib {
 class Server;
@@ -25,7 +25,7 @@ class MetricsHttpServer {
  public:
   // Binds `address` (port 0 picks a free port) and starts serving `registry`.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
-      const ListenAddress& address, const MetricsRegistry* registry,
+      const ListenAddress& address, const PrometheusRegistry* registry,
       const KernelSnapshotStore* kernel = nullptr);
   ~MetricsHttpServer();
 

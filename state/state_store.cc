@@ -161,6 +161,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
   }
   store->db_.reset(db);
   store->env_ = std::move(env);
+  store->block_cache_ = table_options.block_cache;
   store->default_family_ = handles.front();
   handles.erase(handles.begin());
   store->families_ = std::move(handles);
@@ -303,6 +304,20 @@ absl::Status StateStore::Flush() {
     if (absl::Status s = FromRocks(db_->Flush(flush, h), "state flush failed"); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+StateStore::MemoryUsage StateStore::Memory() const {
+  MemoryUsage usage;
+  for (rocksdb::ColumnFamilyHandle* h : families_) {
+    uint64_t v = 0;
+    if (db_->GetIntProperty(h, rocksdb::DB::Properties::kSizeAllMemTables, &v))
+      usage.memtables += v;
+    if (db_->GetIntProperty(h, rocksdb::DB::Properties::kEstimateTableReadersMem, &v)) {
+      usage.table_readers += v;
+    }
+  }
+  usage.block_cache = block_cache_->GetUsage();
+  return usage;
 }
 
 absl::Status StateStore::health() const {

@@ -29,6 +29,7 @@ namespace rocksdb {
 class DB;
 class Env;
 class ColumnFamilyHandle;
+class Cache;
 class FileSystem;
 }  // namespace rocksdb
 
@@ -145,6 +146,14 @@ class StateStore {
   // OK while every write succeeded; otherwise the first failure.
   absl::Status health() const;
 
+  // Memory RocksDB holds for the store, as it counts it, over every column family.
+  struct MemoryUsage {
+    uint64_t memtables = 0;      // active, immutable and pinned memtables
+    uint64_t table_readers = 0;  // open table files' indexes and filters (outside the cache)
+    uint64_t block_cache = 0;    // the shared block cache's charge
+  };
+  MemoryUsage Memory() const;
+
  private:
   StateStore() = default;
 
@@ -152,6 +161,7 @@ class StateStore {
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::ColumnFamilyHandle* default_family_ = nullptr;  // unused, but owned
   std::vector<rocksdb::ColumnFamilyHandle*> families_;     // index: StateFamily
+  std::shared_ptr<rocksdb::Cache> block_cache_;
   bool sync_ = true;
   bool flush_on_close_ = true;
   mutable std::mutex mu_;

@@ -289,6 +289,14 @@ void Collector::SealBatch(v1::Batch* b, uint64_t records) {
   src->set_rank(identity_.rank);
   src->set_world_size(identity_.world_size);
   src->set_node(identity_.node);
+  if (!identity_.scheduler.empty() || !identity_.pod.empty()) {
+    v1::SchedulerIdentity* sched = src->mutable_scheduler();
+    sched->set_scheduler(identity_.scheduler);
+    sched->set_job(identity_.scheduler_job);
+    sched->set_namespace_(identity_.k8s_namespace);
+    sched->set_owner(identity_.owner);
+    sched->set_pod(identity_.pod);
+  }
   src->set_local_rank(identity_.local_rank);
   src->set_pid(identity_.pid);
   src->set_device(identity_.device);

@@ -59,6 +59,13 @@ struct CollectorIdentity {
   // changes it later (a Python script says so when it wraps its model).
   std::string training_strategy;
   bool sharded = false;  // parameters sharded across ranks (FSDP, ZeRO-3): forward waits too
+  // The scheduler's names (SchedulerIdentity in telemetry.proto; "" = not said): "kubernetes",
+  // "slurm" or "torchrun", its job id, the Kubernetes namespace, owner and pod of this rank.
+  std::string scheduler;
+  std::string scheduler_job;
+  std::string k8s_namespace;
+  std::string owner;
+  std::string pod;
 };
 
 struct CollectorOptions {

@@ -17,15 +17,13 @@ using rankwatch::StepPhase;
 
 namespace {
 
-std::unique_ptr<Collector> MakeCollector(const std::string& training_job, uint32_t rank,
-                                         uint32_t world_size, const std::string& node,
-                                         uint32_t local_rank, uint32_t pid,
-                                         const std::string& device, const std::string& brokers,
-                                         const std::string& topic, int flush_interval_ms,
-                                         size_t step_ring_capacity, size_t max_pending_bytes,
-                                         int kafka_queue_max_messages, int kafka_queue_max_kbytes,
-                                         const std::map<std::string, std::string>& properties,
-                                         const std::string& control_topic, bool take_stacks) {
+std::unique_ptr<Collector> MakeCollector(
+    const std::string& training_job, uint32_t rank, uint32_t world_size, const std::string& node,
+    uint32_t local_rank, uint32_t pid, const std::string& device, const std::string& brokers,
+    const std::string& topic, int flush_interval_ms, size_t step_ring_capacity,
+    size_t max_pending_bytes, int kafka_queue_max_messages, int kafka_queue_max_kbytes,
+    const std::map<std::string, std::string>& properties, const std::string& control_topic,
+    bool take_stacks, const std::map<std::string, std::string>& scheduler) {
   rankwatch::CollectorIdentity id{training_job,
                                   rank,
                                   world_size,
@@ -35,6 +33,15 @@ std::unique_ptr<Collector> MakeCollector(const std::string& training_job, uint32
                                   device,
                                   /*training_strategy=*/"",
                                   /*sharded=*/false};
+  auto field = [&scheduler](const char* key) {
+    auto it = scheduler.find(key);
+    return it == scheduler.end() ? std::string() : it->second;
+  };
+  id.scheduler = field("scheduler");
+  id.scheduler_job = field("scheduler_job");
+  id.k8s_namespace = field("namespace");
+  id.owner = field("owner");
+  id.pod = field("pod");
   rankwatch::CollectorOptions o;
   o.brokers = brokers;
   o.topic = topic;
@@ -184,7 +191,8 @@ PYBIND11_MODULE(_native, m) {
            py::arg("max_pending_bytes") = 4u << 20, py::arg("kafka_queue_max_messages") = 4,
            py::arg("kafka_queue_max_kbytes") = 4096,
            py::arg("properties") = std::map<std::string, std::string>{},
-           py::arg("control_topic") = "rankwatch.control", py::arg("take_stacks") = false)
+           py::arg("control_topic") = "rankwatch.control", py::arg("take_stacks") = false,
+           py::arg("scheduler") = std::map<std::string, std::string>{})
       .def("begin_step", [](Collector& c, uint64_t step) { c.BeginStep(step, Collector::NowNs()); })
       .def("end_step", [](Collector& c) { c.EndStep(Collector::NowNs()); })
       .def(

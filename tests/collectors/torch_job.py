@@ -48,20 +48,30 @@ class TorchJob:
     """The ranks of one training job; `wait()` returns each rank's final JSON line."""
 
     def __init__(self, workdir, job, brokers, steps, *args, world=4, steady_malloc=True,
-                 script=EXAMPLE):
+                 script=EXAMPLE, launcher_env=None):
+        """launcher_env: None to start each rank as torchrun would (RANK, WORLD_SIZE, LOCAL_RANK)
+        and pass --job and --brokers; else a function rank -> the launcher's variables for that
+        rank (e.g. Slurm's), and the ranks get neither --job nor --brokers, only
+        $RANKWATCH_BROKERS: rankwatch.init() finds the rest."""
         port = free_port()
         self.job, self.procs, self.files = job, [], []
         for rank in range(world):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
                        PYTHONPATH=PYTHON_DIR)
+            if launcher_env is None:
+                env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+                identity = ["--job", job, "--brokers", brokers]
+            else:
+                for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "RANKWATCH_JOB"):
+                    env.pop(name, None)
+                env.update(launcher_env(rank), RANKWATCH_BROKERS=brokers)
+                identity = []
             if steady_malloc:
                 env["GLIBC_TUNABLES"] = STEADY_MALLOC
-            out = open(os.path.join(workdir, "%s-rank%d.out" % (job, rank)), "w+")
-            err = open(os.path.join(workdir, "%s-rank%d.err" % (job, rank)), "w+")
+            out = open(os.path.join(workdir, "%s-rank%d.out" % (job.replace("/", "_"), rank)), "w+")
+            err = open(os.path.join(workdir, "%s-rank%d.err" % (job.replace("/", "_"), rank)), "w+")
             self.files.append((out, err))
-            cmd = ["/usr/bin/python3", script, "--job", job, "--brokers", brokers,
-                   "--steps", str(steps)] + list(args)
+            cmd = ["/usr/bin/python3", script] + identity + ["--steps", str(steps)] + list(args)
             self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=env,
                                                stdin=subprocess.DEVNULL))
         self.started = time.time()

@@ -2,10 +2,15 @@
 """A complete PyTorch DDP training script instrumented with rankwatch (gloo on CPU, so it runs
 anywhere; on GPUs use backend nccl and move the model and batches to cuda:LOCAL_RANK).
 
-    torchrun --nproc_per_node 4 ddp_example.py --job demo --brokers 127.0.0.1:9092
+    RANKWATCH_BROKERS=127.0.0.1:9092 torchrun --standalone --nproc_per_node 4 ddp_example.py
 
-or start the processes yourself with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
-set, as torchrun does. rankwatchd then diagnoses the job: `rankwatch diagnose --job demo`.
+rankwatch.init() then names the job after torchrun's run id ("torchrun-<id>"; under Slurm
+"slurm-<SLURM_JOB_ID>", on Kubernetes "<namespace>/<owner>") and logs what it picked; --job
+and --brokers (or $RANKWATCH_JOB, $RANKWATCH_BROKERS) say it explicitly. Under srun without
+torchrun, the script maps Slurm's task ids to RANK/WORLD_SIZE/LOCAL_RANK for
+torch.distributed, as Slurm training scripts do; MASTER_ADDR and MASTER_PORT must be set.
+Or start the processes yourself with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
+set, as torchrun does. rankwatchd then diagnoses the job: `rankwatch diagnose --job JOB`.
 
 The lines that concern rankwatch are marked `# rankwatch`. `--no-rankwatch` runs the same loop
 uninstrumented (for overhead comparisons). The `--fault-*` options inject the faults the
@@ -34,8 +39,8 @@ import rankwatch  # rankwatch
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--job", default=os.environ.get("RANKWATCH_JOB", "ddp-example"))
-    p.add_argument("--brokers", default=os.environ.get("RANKWATCH_BROKERS", "127.0.0.1:9092"))
+    p.add_argument("--job", default=None, help="training job id (default: what rankwatch.init() picks)")
+    p.add_argument("--brokers", default=None, help="Kafka brokers (default: $RANKWATCH_BROKERS)")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--width", type=int, default=128, help="width of the model's wide activation")
@@ -150,6 +155,9 @@ def main():
     args = parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
+    if "RANK" not in os.environ and "SLURM_PROCID" in os.environ:  # srun without torchrun
+        os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"],
+                          LOCAL_RANK=os.environ.get("SLURM_LOCALID", "0"))
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     options = {k: int(v) for k, v in (o.split("=", 1) for o in args.collector_option)}

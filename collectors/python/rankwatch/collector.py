@@ -1,7 +1,9 @@
 """The Python face of the collector: init(), step and phase scopes, and the helpers that
 instrument a PyTorch training loop (see rankwatch/torch_hooks.py)."""
 import functools
+import logging
 import os
+import sys
 import threading
 import time
 
@@ -23,6 +25,7 @@ now_ns = _native.now_ns
 _get_ident = threading.get_ident
 
 _current = None
+_log = logging.getLogger("rankwatch")
 
 
 class _Phase:
@@ -100,11 +103,13 @@ class Collector:
     """One training rank's collector. Create it with rankwatch.init()."""
 
     def __init__(self, job, brokers, rank, world_size, local_rank, node, device, memory=True,
-                 **options):
+                 scheduler=None, **options):
         self.job, self.rank, self.world_size = job, rank, world_size
         self.local_rank, self.node, self.device = local_rank, node, device
+        # The scheduler's names (rankwatch.identity.scheduler()); sent with every batch.
+        self.scheduler = {k: str(v) for k, v in (scheduler or {}).items() if v}
         self._native = _native.Collector(job, rank, world_size, node, local_rank, os.getpid(), device,
-                                         brokers, take_stacks=True, **options)
+                                         brokers, take_stacks=True, scheduler=self.scheduler, **options)
         self._memory = _MemoryProbe(self._native, device) if memory else None
         self._end_step = self._memory.end_step if memory else self._native.end_step
         self._next_step = 0
@@ -383,10 +388,15 @@ def init(job=None, brokers=None, rank=None, world_size=None, local_rank=None, no
          device=None, enabled=None, memory=True, **options):
     """Creates this process's collector (and makes it rankwatch.get()).
 
-    job: training job id (default: $RANKWATCH_JOB, required). brokers: Kafka bootstrap
-    servers (default: $RANKWATCH_BROKERS, required). rank / world_size / local_rank: from
-    torch.distributed when initialised, else $RANK / $WORLD_SIZE / $LOCAL_RANK (0 / 1 / 0).
-    node: the host name. device: cuda:<current device> when CUDA is available, else cpu.
+    With no arguments it works under torchrun, Slurm and Kubernetes (Kubeflow's PyTorchJob):
+    job: $RANKWATCH_JOB, else the scheduler's job ("<namespace>/<owner>" on Kubernetes,
+    "slurm-<SLURM_JOB_ID>", "torchrun-<TORCHELASTIC_RUN_ID>"; see rankwatch.identity).
+    brokers: Kafka bootstrap servers, $RANKWATCH_BROKERS, else the first line of
+    $RANKWATCH_BROKERS_FILE (default /etc/rankwatch/brokers, e.g. a mounted ConfigMap).
+    rank / world_size / local_rank: from torch.distributed when initialised, else the launcher's
+    environment (RANK / WORLD_SIZE / LOCAL_RANK, SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID).
+    node: NODE_NAME or SLURMD_NODENAME, else the host name. device: cuda:<current device> when
+    CUDA is available, else cpu. What was picked is logged once (logger "rankwatch").
     enabled: False (or $RANKWATCH_DISABLE=1) returns a NullCollector. options: collector
     buffer settings (flush_interval_ms=1000, sooner when kernel events half fill their buffer;
     step_ring_capacity=4096,
@@ -399,15 +409,63 @@ def init(job=None, brokers=None, rank=None, world_size=None, local_rank=None, no
     if not enabled:
         _current = NullCollector()
         return _current
-    job = job or os.environ.get("RANKWATCH_JOB")
-    brokers = brokers or os.environ.get("RANKWATCH_BROKERS")
-    if not job or not brokers:
-        raise ValueError("rankwatch.init needs job and brokers (or $RANKWATCH_JOB, $RANKWATCH_BROKERS)")
+    sched = _identity.scheduler()
+    job_from = "argument" if job else "$RANKWATCH_JOB" if os.environ.get("RANKWATCH_JOB") else sched["scheduler"]
+    job = job or os.environ.get("RANKWATCH_JOB") or sched["job"]
+    brokers, brokers_from = (brokers, "argument") if brokers else _default_brokers()
+    if not job:
+        raise ValueError("rankwatch.init: no training job id: pass job=, set $RANKWATCH_JOB, or run under "
+                         "torchrun with --rdzv-id, Slurm or Kubernetes (POD_NAME, POD_NAMESPACE)")
+    if not brokers:
+        raise ValueError("rankwatch.init: no Kafka brokers: pass brokers=, set $RANKWATCH_BROKERS, or write "
+                         "them to %s" % _brokers_file())
     who = _identity.detect(rank, world_size, local_rank, node, device)
+    _log_picked("rankwatch: job %r (from %s), rank %d of %d (local %d) on %s, %s, brokers %s (from %s)%s" % (
+        job, job_from, who["rank"], who["world_size"], who["local_rank"], who["node"], who["device"],
+        brokers, brokers_from,
+        "" if not sched["scheduler"] else ", scheduler %s%s%s" % (
+            sched["scheduler"], " job " + sched["scheduler_job"] if sched["scheduler_job"] else "",
+            " pod %s/%s" % (sched["namespace"], sched["pod"]) if sched["pod"] else "")))
     if _current is not None:
         _current.close(final=False)
-    _current = Collector(job, brokers, memory=memory, **who, **options)
+    _current = Collector(job, brokers, memory=memory, scheduler=sched, **who, **options)
     return _current
+
+
+def _log_picked(line):
+    """Logs what init() picked, once a process: to the "rankwatch" logger at INFO, or to stderr
+    when the application configured no logging at all (so it shows in a torchrun job's output)."""
+    global _logged_identity
+    if _logged_identity:
+        return
+    _logged_identity = True
+    if logging.getLogger().hasHandlers() or _log.handlers:
+        _log.info(line)
+    else:
+        sys.stderr.write(line + "\n")  # one write: ranks sharing a terminal do not interleave
+        sys.stderr.flush()
+
+
+_logged_identity = False
+
+
+def _brokers_file():
+    return os.environ.get("RANKWATCH_BROKERS_FILE", "/etc/rankwatch/brokers")
+
+
+def _default_brokers():
+    """($RANKWATCH_BROKERS or the brokers file's first line, where it came from), or ("", "")."""
+    if os.environ.get("RANKWATCH_BROKERS"):
+        return os.environ["RANKWATCH_BROKERS"], "$RANKWATCH_BROKERS"
+    path = _brokers_file()
+    try:
+        with open(path) as f:
+            line = f.readline().strip()
+        if line:
+            return line, path
+    except OSError:
+        pass
+    return "", ""
 
 
 def get():
