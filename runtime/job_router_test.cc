@@ -33,8 +33,8 @@ TEST_F(JobRouterTest, RoutesJobsCountsEventsAndPublishesSnapshots) {
   EXPECT_EQ(snap->at("a")->aligned_steps, 1u);
   EXPECT_EQ(snap->at("b")->ranks_seen, 1u);
   const std::string text = registry.Render();
-  EXPECT_NE(text.find("rankwatch_step_phase_seconds{phase=\"forward\",stat=\"median\","
-                      "training_job=\"a\"} 0.03"),
+  EXPECT_NE(text.find("rankwatch_step_phase_seconds{training_job=\"a\",phase=\"forward\","
+                      "stat=\"median\"} 0.03"),
             std::string::npos)
       << text;
 }

@@ -1,10 +1,8 @@
 #include "sinks/prometheus_registry.h"
 
 #include <prometheus/check_names.h>
-#include <prometheus/counter.h>
-#include <prometheus/family.h>
-#include <prometheus/gauge.h>
-#include <prometheus/registry.h>
+#include <prometheus/client_metric.h>
+#include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
 #include <algorithm>
@@ -15,31 +13,28 @@
 namespace rankwatch {
 
 void MetricCell::Set(double v) {
-  if (gauge_ != nullptr) {
-    gauge_->Set(v);
+  if (!counter_) {
+    value_.store(v, std::memory_order_relaxed);
     return;
   }
-  const double delta = v - counter_->Value();
-  if (delta > 0) counter_->Increment(delta);
+  double current = value_.load(std::memory_order_relaxed);
+  while (v > current && !value_.compare_exchange_weak(current, v, std::memory_order_relaxed)) {
+  }
 }
 
 void MetricCell::Add(double delta) {
-  if (gauge_ != nullptr) {
-    gauge_->Increment(delta);
-  } else {
-    counter_->Increment(delta);
+  if (counter_ && !(delta > 0)) return;
+  double current = value_.load(std::memory_order_relaxed);
+  while (!value_.compare_exchange_weak(current, current + delta, std::memory_order_relaxed)) {
   }
 }
 
-double MetricCell::Get() const { return gauge_ != nullptr ? gauge_->Value() : counter_->Value(); }
-
-MetricFamily::MetricFamily(std::string name, std::vector<std::string> label_names,
-                           prometheus::Family<prometheus::Gauge>* gauges,
-                           prometheus::Family<prometheus::Counter>* counters)
+MetricFamily::MetricFamily(std::string name, std::string help, bool counter,
+                           std::vector<std::string> label_names)
     : name_(std::move(name)),
-      label_names_(std::move(label_names)),
-      gauges_(gauges),
-      counters_(counters) {}
+      help_(std::move(help)),
+      counter_(counter),
+      label_names_(std::move(label_names)) {}
 
 MetricCell* MetricFamily::WithLabels(const std::vector<std::string>& values) {
   if (values.size() != label_names_.size()) {
@@ -53,17 +48,27 @@ MetricCell* MetricFamily::WithLabels(const std::vector<std::string>& values) {
 
 MetricCell* MetricFamily::FindOrAddLocked(const std::vector<std::string>& values) {
   auto& cell = series_[values];
-  if (!cell) {
-    prometheus::Labels labels;
-    for (size_t i = 0; i < values.size(); ++i) labels.emplace(label_names_[i], values[i]);
-    cell = std::make_unique<MetricCell>();
-    if (gauges_ != nullptr) {
-      cell->gauge_ = &gauges_->Add(labels);
-    } else {
-      cell->counter_ = &counters_->Add(labels);
-    }
-  }
+  if (!cell) cell.reset(new MetricCell(counter_));
   return cell.get();
+}
+
+bool MetricFamily::Has(const std::vector<std::string>& values) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return series_.count(values) != 0;
+}
+
+void MetricFamily::RemoveSeries(const std::vector<std::string>& values) {
+  std::lock_guard<std::mutex> lock(mu_);
+  series_.erase(values);
+}
+
+void MetricFamily::RemoveWhereFirstLabel(std::string_view value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Series are ordered by their label values: those whose first value is `value` are one run,
+  // starting at the first key not less than {value}. O(log n + removed), not a scan: removing
+  // one job of 10,000 must not touch the others' series.
+  auto it = series_.lower_bound(std::vector<std::string>{std::string(value)});
+  while (it != series_.end() && !it->first.empty() && it->first[0] == value) it = series_.erase(it);
 }
 
 void MetricFamily::SetSeriesOf(std::string_view first, const std::vector<Row>& rows) {
@@ -79,47 +84,9 @@ void MetricFamily::SetSeriesOf(std::string_view first, const std::vector<Row>& r
   while (it != series_.end() && !it->first.empty() && it->first[0] == first) {
     const bool kept = std::any_of(rows.begin(), rows.end(),
                                   [&](const Row& row) { return row.first == it->first; });
-    if (kept) {
-      ++it;
-    } else {
-      RemoveLocked(it->second.get());
-      it = series_.erase(it);
-    }
+    it = kept ? std::next(it) : series_.erase(it);
   }
   for (const Row& row : rows) FindOrAddLocked(row.first)->Set(row.second);
-}
-
-void MetricFamily::RemoveLocked(MetricCell* cell) {
-  if (cell->gauge_ != nullptr) {
-    gauges_->Remove(cell->gauge_);
-  } else {
-    counters_->Remove(cell->counter_);
-  }
-}
-
-bool MetricFamily::Has(const std::vector<std::string>& values) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return series_.count(values) != 0;
-}
-
-void MetricFamily::RemoveSeries(const std::vector<std::string>& values) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = series_.find(values);
-  if (it == series_.end()) return;
-  RemoveLocked(it->second.get());
-  series_.erase(it);
-}
-
-void MetricFamily::RemoveWhereFirstLabel(std::string_view value) {
-  std::lock_guard<std::mutex> lock(mu_);
-  // Series are ordered by their label values: those whose first value is `value` are one run,
-  // starting at the first key not less than {value}. O(log n + removed), not a scan: removing
-  // one job of 10,000 must not touch the others' series.
-  auto it = series_.lower_bound(std::vector<std::string>{std::string(value)});
-  while (it != series_.end() && !it->first.empty() && it->first[0] == value) {
-    RemoveLocked(it->second.get());
-    it = series_.erase(it);
-  }
 }
 
 size_t MetricFamily::series() const {
@@ -127,62 +94,68 @@ size_t MetricFamily::series() const {
   return series_.size();
 }
 
-PrometheusRegistry::PrometheusRegistry()
-    : registry_(
-          std::make_unique<prometheus::Registry>(prometheus::Registry::InsertBehavior::Throw)) {}
+std::vector<prometheus::MetricFamily> MetricFamily::Collect() const {
+  std::vector<prometheus::MetricFamily> out(1);
+  prometheus::MetricFamily& f = out.front();
+  f.name = name_;
+  f.help = help_;
+  f.type = counter_ ? prometheus::MetricType::Counter : prometheus::MetricType::Gauge;
+  std::lock_guard<std::mutex> lock(mu_);
+  f.metric.reserve(series_.size());
+  for (const auto& [values, cell] : series_) {
+    prometheus::ClientMetric& m = f.metric.emplace_back();
+    m.label.reserve(values.size());
+    for (size_t i = 0; i < values.size(); ++i) m.label.push_back({label_names_[i], values[i]});
+    if (counter_) {
+      m.counter.value = cell->Get();
+    } else {
+      m.gauge.value = cell->Get();
+    }
+  }
+  return out;
+}
 
-PrometheusRegistry::~PrometheusRegistry() = default;
+MetricFamily* PrometheusRegistry::Counter(const std::string& name, const std::string& help,
+                                          std::vector<std::string> labels) {
+  return Add(name, help, /*counter=*/true, std::move(labels));
+}
 
-void PrometheusRegistry::CheckName(const std::string& name, const std::vector<std::string>& labels,
-                                   bool counter) const {
+MetricFamily* PrometheusRegistry::Gauge(const std::string& name, const std::string& help,
+                                        std::vector<std::string> labels) {
+  return Add(name, help, /*counter=*/false, std::move(labels));
+}
+
+MetricFamily* PrometheusRegistry::Add(const std::string& name, const std::string& help,
+                                      bool counter, std::vector<std::string> labels) {
   bool ok = prometheus::CheckMetricName(name) && (!counter || name.ends_with("_total"));
   for (const std::string& label : labels) ok = ok && prometheus::CheckLabelName(label);
   if (!ok) {
     std::fprintf(stderr, "invalid metric name %s (or one of its labels)\n", name.c_str());
     std::abort();
   }
-}
-
-namespace {
-
-// Registers a family with the library; a duplicate name is a programming error and aborts.
-template <typename T>
-prometheus::Family<T>* RegisterFamily(prometheus::detail::Builder<T> builder,
-                                      const std::string& name, const std::string& help,
-                                      prometheus::Registry* registry) {
-  try {
-    return &builder.Name(name).Help(help).Register(*registry);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "metric %s: %s\n", name.c_str(), e.what());
-    std::abort();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& f : families_) {
+    if (f->name() == name) {
+      std::fprintf(stderr, "metric %s registered twice\n", name.c_str());
+      std::abort();
+    }
   }
-}
-
-}  // namespace
-
-MetricFamily* PrometheusRegistry::Counter(const std::string& name, const std::string& help,
-                                          std::vector<std::string> labels) {
-  CheckName(name, labels, /*counter=*/true);
-  std::lock_guard<std::mutex> lock(mu_);
-  auto* family = RegisterFamily(prometheus::BuildCounter(), name, help, registry_.get());
   families_.push_back(
-      std::unique_ptr<MetricFamily>(new MetricFamily(name, std::move(labels), nullptr, family)));
-  return families_.back().get();
-}
-
-MetricFamily* PrometheusRegistry::Gauge(const std::string& name, const std::string& help,
-                                        std::vector<std::string> labels) {
-  CheckName(name, labels, /*counter=*/false);
-  std::lock_guard<std::mutex> lock(mu_);
-  auto* family = RegisterFamily(prometheus::BuildGauge(), name, help, registry_.get());
-  families_.push_back(
-      std::unique_ptr<MetricFamily>(new MetricFamily(name, std::move(labels), family, nullptr)));
+      std::unique_ptr<MetricFamily>(new MetricFamily(name, help, counter, std::move(labels))));
   return families_.back().get();
 }
 
 std::string PrometheusRegistry::Render() const {
+  std::vector<prometheus::MetricFamily> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    all.reserve(families_.size());
+    for (const auto& f : families_) {
+      for (prometheus::MetricFamily& m : f->Collect()) all.push_back(std::move(m));
+    }
+  }
   std::ostringstream out;
-  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  prometheus::TextSerializer().Serialize(out, all);
   return std::move(out).str();
 }
 

@@ -1,19 +1,25 @@
-// PrometheusRegistry: the metrics of rankwatchd and of the node agent, kept by prometheus-cpp
-// (Debian's prometheus-cpp-dev, core library): a prometheus::Registry of counter and gauge
-// families, exposed in the text format (0.0.4) by its TextSerializer.
+// PrometheusRegistry: the metrics of rankwatchd and of the node agent, exposed with prometheus-cpp
+// (Debian's prometheus-cpp-dev, core library): each family is a prometheus::Collectable that
+// produces the library's MetricFamily / ClientMetric data model, and the text exposition (0.0.4)
+// is the library's TextSerializer; metric and label names are checked by its CheckMetricName /
+// CheckLabelName.
 //
-// What this file adds on top of the library is what rankwatch's use of it needs:
-//   - label values given by position: a family declares its label names once, and the code that
-//     updates it passes values in that order (no std::map built per update);
-//   - stable handles to series (MetricCell), updated without a lock once looked up;
-//   - removal of every series of one training job in O(log n + removed): the series are indexed
-//     by their label values in order, so the series whose first label is a job are one run. The
-//     library itself removes a series only by its handle.
+// The series themselves are kept here, not in prometheus::Family, because rankwatch removes
+// series all the time (every series of a job when it is retired or evicted; a culprit's series
+// when the culprit changes) and prometheus-cpp 1.0 removes a series by scanning its whole family:
+// with 10,000 jobs, removing one job's series from its families took ~0.5 s
+// (benchmarks/metrics_render_benchmark.cc, BM_RemoveJob, measured on prometheus::Family). Here:
+//   - label values are given by position: a family declares its label names once, and the code
+//     that updates it passes values in that order;
+//   - a series is a stable handle (MetricCell, an atomic), updated without a lock once looked up;
+//   - series are indexed by their label values in order, so the series whose first label is a
+//     job are one run: removing them is O(log n + removed).
 //
-// Thread-safe: families guard their index with a mutex; the library guards its own maps; cells
-// are the library's atomics. A cell stays valid until its series is removed.
+// Thread-safe: families guard their index with a mutex; cells are atomics. A cell stays valid
+// until its series is removed.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,34 +27,29 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
+#include <prometheus/collectable.h>
 
-namespace prometheus {
-class Counter;
-class Gauge;
-class Registry;
-template <typename T>
-class Family;
-}  // namespace prometheus
+#include "absl/base/thread_annotations.h"
 
 namespace rankwatch {
 
-// One time series: a prometheus::Gauge or a prometheus::Counter.
+// One time series' value.
 class MetricCell {
  public:
-  // Gauges take any value. A counter never goes down: Set moves it up to `v` and ignores a
-  // smaller value, Add ignores a negative delta.
+  // A counter never goes down: Set moves it up to `v` and ignores a smaller value, Add ignores
+  // a negative delta. Gauges take any value.
   void Set(double v);
   void Add(double delta);
-  double Get() const;
+  double Get() const { return value_.load(std::memory_order_relaxed); }
 
  private:
   friend class MetricFamily;
-  prometheus::Gauge* gauge_ = nullptr;
-  prometheus::Counter* counter_ = nullptr;
+  explicit MetricCell(bool counter) : counter_(counter) {}
+  const bool counter_;
+  std::atomic<double> value_{0};
 };
 
-class MetricFamily {
+class MetricFamily : public prometheus::Collectable {
  public:
   // The series with these label values (one per label name, in order), created at 0.
   MetricCell* WithLabels(const std::vector<std::string>& values);
@@ -57,39 +58,37 @@ class MetricFamily {
   // Removes the series with exactly these label values, if present.
   void RemoveSeries(const std::vector<std::string>& values);
   // Removes the series whose first label equals `value` (e.g. every series of one job).
-  // prometheus-cpp removes each by a scan of the family: O(series of the family) a series.
   void RemoveWhereFirstLabel(std::string_view value);
   // Makes `rows` (label values, value) the series whose first label is `first`: sets each,
-  // creating what is missing, and removes that label's other series. Series that stay are
-  // updated in place, not removed and re-added — prometheus-cpp removes a series by scanning its
-  // family, so a per-publication "remove all, add back" costs O(series of the family).
+  // creating what is missing, and removes that label's other series. Series that stay keep
+  // their cell (a handle taken before stays valid).
   using Row = std::pair<std::vector<std::string>, double>;
   void SetSeriesOf(std::string_view first, const std::vector<Row>& rows);
 
   const std::string& name() const { return name_; }
   size_t series() const;
 
+  // prometheus::Collectable: this family and its series, in label-value order.
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
  private:
   friend class PrometheusRegistry;
-  MetricFamily(std::string name, std::vector<std::string> label_names,
-               prometheus::Family<prometheus::Gauge>* gauges,
-               prometheus::Family<prometheus::Counter>* counters);
-  void RemoveLocked(MetricCell* cell) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  MetricFamily(std::string name, std::string help, bool counter,
+               std::vector<std::string> label_names);
   MetricCell* FindOrAddLocked(const std::vector<std::string>& values)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string name_;
+  const std::string help_;
+  const bool counter_;
   const std::vector<std::string> label_names_;
-  prometheus::Family<prometheus::Gauge>* const gauges_;      // gauge families
-  prometheus::Family<prometheus::Counter>* const counters_;  // counter families
   mutable std::mutex mu_;
   std::map<std::vector<std::string>, std::unique_ptr<MetricCell>> series_ ABSL_GUARDED_BY(mu_);
 };
 
 class PrometheusRegistry {
  public:
-  PrometheusRegistry();
-  ~PrometheusRegistry();
+  PrometheusRegistry() = default;
   PrometheusRegistry(const PrometheusRegistry&) = delete;
   PrometheusRegistry& operator=(const PrometheusRegistry&) = delete;
 
@@ -100,18 +99,14 @@ class PrometheusRegistry {
   MetricFamily* Gauge(const std::string& name, const std::string& help,
                       std::vector<std::string> labels);
 
-  // The text exposition of every family (prometheus::TextSerializer over Collect()).
+  // The text exposition of every family, in registration order (prometheus::TextSerializer).
   std::string Render() const;
 
-  // The library's registry, for code that uses prometheus-cpp directly.
-  prometheus::Registry& registry() { return *registry_; }
-
  private:
-  void CheckName(const std::string& name, const std::vector<std::string>& labels,
-                 bool counter) const;
+  MetricFamily* Add(const std::string& name, const std::string& help, bool counter,
+                    std::vector<std::string> labels);
 
-  std::unique_ptr<prometheus::Registry> registry_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<std::unique_ptr<MetricFamily>> families_ ABSL_GUARDED_BY(mu_);
 };
 

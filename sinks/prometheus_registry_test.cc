@@ -44,8 +44,8 @@ TEST(PrometheusRegistryTest, LabelValuesAreGivenByPosition) {
   MetricCell* cell = g->WithLabels({"j", "forward"});
   cell->Set(0.25);
   EXPECT_EQ(g->WithLabels({"j", "forward"}), cell) << "the same series, the same handle";
-  // The exposition orders labels by name (the library keeps them in a std::map).
-  EXPECT_NE(r.Render().find("rankwatch_g{phase=\"forward\",training_job=\"j\"} 0.25\n"),
+  // Labels appear in the family's order.
+  EXPECT_NE(r.Render().find("rankwatch_g{training_job=\"j\",phase=\"forward\"} 0.25\n"),
             std::string::npos)
       << r.Render();
 }
@@ -78,8 +78,8 @@ TEST(PrometheusRegistryTest, RemovesTheSeriesOfOneJob) {
   EXPECT_EQ(g->series(), 2u);
   const std::string text = r.Render();
   EXPECT_EQ(text.find("training_job=\"a\""), std::string::npos) << text;
-  EXPECT_NE(text.find("rankwatch_g{phase=\"x\",training_job=\"ab\"} 3\n"), std::string::npos);
-  EXPECT_NE(text.find("rankwatch_g{phase=\"x\",training_job=\"b\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("rankwatch_g{training_job=\"ab\",phase=\"x\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("rankwatch_g{training_job=\"b\",phase=\"x\"} 2\n"), std::string::npos);
   g->RemoveSeries({"b", "x"});
   g->RemoveSeries({"nope", "x"});
   EXPECT_EQ(r.Render().find("training_job=\"b\""), std::string::npos);

@@ -10,6 +10,7 @@
 
 #include "collectors/lib/collector.h"
 #include "collectors/lib/process_memory.h"
+#include "wire/schema.h"
 
 namespace py = pybind11;
 using rankwatch::Collector;
@@ -175,6 +176,8 @@ PYBIND11_MODULE(_native, m) {
   m.doc() = "rankwatch collector library (C++), bound for the rankwatch package";
   // The training script owns stdout: the collector's (and librdkafka's) log lines go to stderr.
   spdlog::set_default_logger(spdlog::stderr_color_mt("rankwatch"));
+  m.attr("VERSION") = RANKWATCH_VERSION;
+  m.attr("SCHEMA_VERSION") = rankwatch::kSchemaVersion;
   m.def("now_ns", &Collector::NowNs, "monotonic clock, ns: the clock of every *_ns argument");
   m.attr("PHASE_DATALOADER") = static_cast<int>(StepPhase::kDataloader);
   m.attr("PHASE_FORWARD") = static_cast<int>(StepPhase::kForward);

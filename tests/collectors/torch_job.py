@@ -48,16 +48,19 @@ class TorchJob:
     """The ranks of one training job; `wait()` returns each rank's final JSON line."""
 
     def __init__(self, workdir, job, brokers, steps, *args, world=4, steady_malloc=True,
-                 script=EXAMPLE, launcher_env=None):
+                 script=EXAMPLE, launcher_env=None, python=None):
         """launcher_env: None to start each rank as torchrun would (RANK, WORLD_SIZE, LOCAL_RANK)
         and pass --job and --brokers; else a function rank -> the launcher's variables for that
         rank (e.g. Slurm's), and the ranks get neither --job nor --brokers, only
-        $RANKWATCH_BROKERS: rankwatch.init() finds the rest."""
+        $RANKWATCH_BROKERS: rankwatch.init() finds the rest. python: an interpreter with the
+        package installed (a virtualenv's): then nothing is put on PYTHONPATH."""
         port = free_port()
         self.job, self.procs, self.files = job, [], []
         for rank in range(world):
             env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
                        PYTHONPATH=PYTHON_DIR)
+            if python is not None:
+                del env["PYTHONPATH"]
             if launcher_env is None:
                 env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
                 identity = ["--job", job, "--brokers", brokers]
@@ -71,7 +74,7 @@ class TorchJob:
             out = open(os.path.join(workdir, "%s-rank%d.out" % (job.replace("/", "_"), rank)), "w+")
             err = open(os.path.join(workdir, "%s-rank%d.err" % (job.replace("/", "_"), rank)), "w+")
             self.files.append((out, err))
-            cmd = ["/usr/bin/python3", script] + identity + ["--steps", str(steps)] + list(args)
+            cmd = [python or "/usr/bin/python3", script] + identity + ["--steps", str(steps)] + list(args)
             self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=env,
                                                stdin=subprocess.DEVNULL))
         self.started = time.time()

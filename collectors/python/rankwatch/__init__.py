@@ -30,6 +30,12 @@ collectors/lib/process_memory.h).
 # Let rankwatch.v1 (the generated protobuf modules, e.g. build/gen_py) live beside this package.
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
+from rankwatch import _native
 from rankwatch.collector import Collector, NullCollector, init, get
 
-__all__ = ["Collector", "NullCollector", "init", "get"]
+__version__ = _native.VERSION
+# The telemetry schema's major version this package writes (Batch.schema_version): rankwatchd
+# accepts batches of its own version and older.
+SCHEMA_VERSION = _native.SCHEMA_VERSION
+
+__all__ = ["Collector", "NullCollector", "init", "get", "__version__", "SCHEMA_VERSION"]
