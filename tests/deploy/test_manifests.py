@@ -231,7 +231,9 @@ class DockerfileTest(unittest.TestCase):
     # scripts/deps.sh packages the build does not need: test, demo and developer tools.
     NOT_FOR_THE_BUILD = {"ccache", "git", "kcat", "prometheus", "prometheus-alertmanager", "curl", "python3",
                          "python3-grpcio", "python3-protobuf", "python3-confluent-kafka", "python3-yaml",
-                         "python3-numpy", "python3-torch"}
+                         "python3-numpy", "python3-torch",
+                         # the Python wheel, for users' virtualenvs: the image does not ship it
+                         "python3-venv", "python3-build", "python3-setuptools", "python3-wheel"}
 
     def test_build_stage_installs_the_build_dependencies_of_deps_sh(self):
         with open(os.path.join(deploy_files.ROOT, "scripts/deps.sh")) as f:

@@ -99,6 +99,10 @@ class HostileMessagesTest(Base):
             b = batch("strings", steps=[1])
             setattr(b.source, field, huge)
             cases.append(b)
+        for field in ("scheduler", "job", "namespace", "owner", "pod"):
+            b = batch("strings", steps=[1])
+            setattr(b.source.scheduler, field, huge)
+            cases.append(b)
         for field in ("source_format", "device_type", "file"):
             b = batch("strings", steps=[1])
             setattr(b.trace, field, huge)
@@ -266,6 +270,12 @@ class JobIdFloodTest(Base):
     """50,000 job ids that each send one record never complete a step: the job table keeps at
     most max-jobs (10,000 by default) and evicts them, so memory and series stay bounded, and
     a real job that arrives during the flood is diagnosed."""
+    # A junk job's one step never closes within the test: with the default 10-s alignment
+    # timeout, the ids still in the table at the second count (~12 s after the first) had
+    # timed out their step, opened a window and published its statistics, and the count was
+    # of a different state than the first one (seen with both the hand-written registry and
+    # prometheus-cpp: 340,000 or 369,000 or 510,000 series). The real job aligns every step.
+    daemon_args = ("--align-timeout", "600s")
 
     def text(self):
         return scrape(self.daemon)  # ~40 MB at 10,000 jobs: read single values with value()
@@ -284,6 +294,20 @@ class JobIdFloodTest(Base):
             self.send(batch("junk-%06d" % i, rank=0, world=8, steps=[1]))
         self.flush()
 
+    @staticmethod
+    def series_by_family(text):
+        """The families with the most series, and the number of distinct jobs named (a failure's detail)."""
+        counts, jobs = {}, set()
+        for line in text.split("\n"):
+            if line and not line.startswith("#"):
+                name = line.split("{", 1)[0].split(" ", 1)[0]
+                counts[name] = counts.get(name, 0) + 1
+                m = re.search(r'training_job="([^"]*)"', line)
+                if m:
+                    jobs.add(m.group(1))
+        top = sorted(counts.items(), key=lambda kv: -kv[1])[:8]
+        return "%d jobs named; %s" % (len(jobs), top)
+
     def test_fifty_thousand_job_ids(self):
         base = self.batches()
         # The table fills at 10,000 and turns over twice: the RSS of a full, churning table.
@@ -291,6 +315,7 @@ class JobIdFloodTest(Base):
         wait_until(lambda: self.batches() >= base + 30_000, 120, "30,000 ids read")
         time.sleep(3)  # evaluated and published
         text = self.text()
+        full_at = time.monotonic()
         rss_full, series_full = rss_bytes(self.daemon.proc.pid), text.count("\n") - text.count("\n#")
         jobs_full = self.value(text, "rankwatch_jobs")
         # A real job arrives while the flood goes on; it is diagnosed.
@@ -306,6 +331,7 @@ class JobIdFloodTest(Base):
         wait_until(lambda: self.value(self.text(), "rankwatch_step_diagnosis", label) == 1, 60,
                    "the real job diagnosed as a compute straggler")
         text = self.text()
+        print("final scrape %.1f s after the one at 30,000 ids" % (time.monotonic() - full_at))
         self.assertEqual(self.value(text, "rankwatch_steps_aligned_total",
                                     '{training_job="real"}'), 300)
         jobs = self.value(text, "rankwatch_jobs")
@@ -321,7 +347,8 @@ class JobIdFloodTest(Base):
         self.assertLessEqual(jobs, 10_000)
         self.assertGreaterEqual(evicted, 50_000 + 1 - 10_000)
         self.assertEqual(refused, 0, "every new id found a provisional job to evict")
-        self.assertLessEqual(series, series_full * 1.05 + 200, "series bounded by the job table")
+        self.assertLessEqual(series, series_full * 1.05 + 200, "series bounded by the job table: %s" %
+                             self.series_by_family(text))
         self.assertLess(rss, rss_full * 1.10, "RSS bounded by the job table")
         self.assertIsNone(self.daemon.proc.poll(), "rankwatchd exited: " + self.daemon.stderr())
         log = self.daemon.stderr()
