@@ -12,10 +12,8 @@ shows whether the data or the diagnosis is wrong. RANKWATCH_TEST_STEPS sets the 
 import os
 import unittest
 
-import grpc
-
-from harness import Fleet, metric, parse_metrics, scrape, wait_until
-from rankwatch.v1 import service_pb2, service_pb2_grpc
+from harness import DaemonTestCase, metric, parse_metrics, scrape, wait_until
+from rankwatch.v1 import service_pb2
 from step_records import format_summary, own_spread, read_batches, steps_by_rank, summary
 from torch_job import DIAGNOSED_JOB_ARGS, TorchJob, torch_available
 
@@ -27,17 +25,7 @@ STRAGGLER_LABELS = ("STEP_STRAGGLER", "STEP_INPUT_STRAGGLER", "STEP_COMPUTE_STRA
 
 
 @unittest.skipUnless(torch_available(), "python3-torch is not installed")
-class CulpritTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.fleet = Fleet()
-        cls.brokers = cls.fleet.start_broker()
-        cls.daemon = cls.fleet.start_daemon(cls.brokers)
-        cls.stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(cls.daemon.endpoints["grpc"]))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.fleet.close()
+class CulpritTest(DaemonTestCase):
 
     def run_job(self, job, *args):
         """Runs the job, prints its per-rank facts and the diagnosis; returns (diagnosis, rows)."""

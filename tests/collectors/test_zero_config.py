@@ -8,13 +8,10 @@ say where its culprit runs (pod and node where given) — in gRPC, `rankwatch di
 import os
 import re
 import subprocess
-import sys
 import unittest
 
-import grpc
-
-from harness import BIN, Fleet, metric, parse_metrics, scrape, wait_until
-from rankwatch.v1 import service_pb2, service_pb2_grpc
+from harness import BIN, DaemonTestCase, metric, parse_metrics, scrape, wait_until
+from rankwatch.v1 import service_pb2
 from torch_job import DIAGNOSED_JOB_ARGS, EXAMPLE, PYTHON_DIR, STEADY_MALLOC, TorchJob, torch_available
 
 # Debian's torchrun with its Python 3.11 start-up bug fixed (see torchrun.py).
@@ -25,17 +22,7 @@ STRAGGLERS = ("STEP_STRAGGLER", "STEP_INPUT_STRAGGLER")
 
 
 @unittest.skipUnless(torch_available(), "python3-torch is not installed")
-class ZeroConfigTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.fleet = Fleet()
-        cls.brokers = cls.fleet.start_broker()
-        cls.daemon = cls.fleet.start_daemon(cls.brokers)
-        cls.stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(cls.daemon.endpoints["grpc"]))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.fleet.close()
+class ZeroConfigTest(DaemonTestCase):
 
     def aligned(self, job):
         wait_until(lambda: metric(parse_metrics(scrape(self.daemon)), "rankwatch_steps_aligned_total",

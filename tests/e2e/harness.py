@@ -12,6 +12,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import unittest
 import urllib.request
 
 BIN = os.environ.get("RANKWATCH_BIN", os.path.join(os.path.dirname(__file__), "../../build/bin"))
@@ -166,3 +167,27 @@ class Fleet:
 def scrape(daemon):
     with urllib.request.urlopen("http://%s/metrics" % daemon.endpoints["metrics"], timeout=5) as r:
         return r.read().decode()
+
+
+class DaemonTestCase(unittest.TestCase):
+    """A test class sharing one development broker and one rankwatchd (`cls.fleet`,
+    `cls.brokers`, `cls.daemon`, and `cls.stub`, a gRPC client of it), stopped after its last
+    test. `daemon_args`: extra rankwatchd arguments."""
+    daemon_args = ()
+
+    @classmethod
+    def setUpClass(cls):
+        import grpc  # the generated modules and grpc only where a test class needs them
+        from rankwatch.v1 import service_pb2_grpc
+        cls.fleet = Fleet()
+        try:
+            cls.brokers = cls.fleet.start_broker()
+            cls.daemon = cls.fleet.start_daemon(cls.brokers, extra=cls.daemon_args)
+        except BaseException:
+            cls.fleet.close()
+            raise
+        cls.stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(cls.daemon.endpoints["grpc"]))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.fleet.close()
