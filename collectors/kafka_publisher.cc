@@ -23,19 +23,9 @@ absl::StatusOr<std::unique_ptr<BatchPublisher>> BatchPublisher::Create(
       {"linger.ms", std::to_string(options.linger_ms)},
       {"queue.buffering.max.messages", std::to_string(options.queue_max_messages)},
   };
-  absl::Status s = SetKafkaProperties(conf, defaults);
-  if (s.ok()) s = SetKafkaProperties(conf, options.properties);
-  if (!s.ok()) {
-    rd_kafka_conf_destroy(conf);
-    return s;
-  }
-  char err[512];
-  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-  if (rk == nullptr) {
-    rd_kafka_conf_destroy(conf);
-    return absl::InvalidArgumentError(std::string("kafka producer: ") + err);
-  }
-  publisher->rk_ = rk;
+  auto rk = NewKafkaClient(RD_KAFKA_PRODUCER, conf, defaults, options.properties, "kafka producer");
+  if (!rk.ok()) return rk.status();
+  publisher->rk_ = *rk;
   return publisher;
 }
 
@@ -129,9 +119,8 @@ absl::Status BatchPublisher::WaitUntilConnected(std::chrono::milliseconds timeou
     return absl::UnavailableError("cannot reach Kafka at " + options_.brokers + " (" +
                                   rd_kafka_err2str(e) + ")");
   }
-  // librdkafka's mock cluster names itself "mockCluster<hex>".
   if (char* id = rd_kafka_clusterid(rk_, static_cast<int>(timeout.count())); id != nullptr) {
-    development_broker_ = std::string_view(id).starts_with("mockCluster");
+    development_broker_ = IsDevelopmentClusterId(id);
     rd_kafka_mem_free(rk_, id);
   }
   return absl::OkStatus();

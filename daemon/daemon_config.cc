@@ -2,7 +2,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 
@@ -29,6 +31,23 @@ absl::StatusOr<Duration> ParseDuration(const std::string& text) {
   // Durations are int64 nanoseconds: about 292 years at most.
   if (seconds > 9e9) return absl::InvalidArgumentError("duration '" + text + "' is too long");
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds));
+}
+
+std::string DefaultInstanceId(std::string_view host, std::string_view state_dir) {
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a, 64 bits: stable across builds
+  for (unsigned char ch : state_dir) {
+    hash ^= ch;
+    hash *= 1099511628211ull;
+  }
+  std::string id = "rankwatchd-";
+  for (char ch : host.empty() ? std::string_view("unknown-host") : host) {
+    const bool allowed =
+        std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-';
+    id += allowed ? ch : '_';
+  }
+  char suffix[16];
+  std::snprintf(suffix, sizeof(suffix), "-%08x", static_cast<uint32_t>(hash ^ (hash >> 32)));
+  return id + suffix;
 }
 
 namespace {
@@ -136,6 +155,8 @@ absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* c) {
       {"max-jobs", [&](const YAML::Node& n) { c->max_jobs = n.as<int64_t>(); }},
       {"max-ranks", [&](const YAML::Node& n) { c->max_ranks = n.as<int64_t>(); }},
       {"log-level", [&](const YAML::Node& n) { c->log_level = n.as<std::string>(); }},
+      {"instance-id", [&](const YAML::Node& n) { c->instance_id = n.as<std::string>(); }},
+      {"session-timeout", [&](const YAML::Node& n) { c->session_timeout = n.as<std::string>(); }},
       {"kafka",
        [&](const YAML::Node& n) {
          if (!n.IsMap()) throw YAML::Exception(n.Mark(), "kafka must be a map");

@@ -13,8 +13,10 @@
 //     window-steps: 100
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -63,6 +65,14 @@ struct DaemonConfig {
   int64_t max_jobs = 10'000;
   int64_t max_ranks = 1 << 20;
   std::string log_level = "info";  // trace, debug, info, warn, error
+  // Static group membership: the consumer group's group.instance.id. Empty (default): derived
+  // from the pod or host name and the state directory (DefaultInstanceId), so that the same
+  // instance restarted on its state keeps its id; "none": a dynamic member. The development
+  // broker does not support static membership: there the member is always dynamic.
+  std::string instance_id;
+  // A crashed instance's partitions move on after this long. Empty (default): 10 s on a Kafka
+  // cluster, kDevelopmentSessionTimeout on the development broker.
+  std::string session_timeout;
   KafkaProperties kafka;
   StepDiagnosisOptions step_diagnosis;      // `step-diagnosis:` section; hang-timeout above
   MemoryDiagnosisOptions memory_diagnosis;  // `memory-diagnosis:` section
@@ -75,5 +85,18 @@ absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* config)
 
 // Parses "250ms", "10s", "2m", "1h" or a plain number of seconds ("1.5").
 absl::StatusOr<Duration> ParseDuration(const std::string& text);
+
+// The consumer group's session timeout when none is configured: on a Kafka cluster, and on the
+// development broker (loopback only, and no static membership there: a restarted instance
+// waits for its predecessor's session to time out, twice; see docs/operating.md).
+inline constexpr std::chrono::milliseconds kClusterSessionTimeout{10000};
+inline constexpr std::chrono::milliseconds kDevelopmentSessionTimeout{3000};
+
+// The group.instance.id of an instance running on `host` (the pod name under Kubernetes, else
+// the host name) with its state in `state_dir` (an absolute path): "rankwatchd-<host>-<8 hex
+// digits of a hash of state_dir>". The same host and state directory give the same id, so a
+// restarted instance takes its predecessor's place; two instances on one host differ. Characters
+// Kafka does not allow in an id become '_'.
+std::string DefaultInstanceId(std::string_view host, std::string_view state_dir);
 
 }  // namespace rankwatch

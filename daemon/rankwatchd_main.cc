@@ -4,15 +4,19 @@
 #include <spdlog/spdlog.h>
 
 #include <malloc.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <thread>
 
@@ -109,6 +113,81 @@ std::string FindConfigFlag(int argc, char** argv) {
   return "";
 }
 
+// The consumer group membership of this instance: its group.instance.id (empty: dynamic) and
+// session timeout, from the config and what the brokers are (see DaemonConfig).
+struct Membership {
+  std::string instance_id;
+  std::chrono::milliseconds session_timeout;
+};
+
+// The configured session timeout, if any (checked before anything starts).
+absl::StatusOr<std::optional<std::chrono::milliseconds>> ParseSessionTimeout(
+    const DaemonConfig& config) {
+  if (config.session_timeout.empty()) return std::nullopt;
+  auto parsed = ParseDuration(config.session_timeout);
+  if (!parsed.ok()) return parsed.status();
+  const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(*parsed);
+  if (timeout < std::chrono::seconds(1) || timeout > std::chrono::hours(1)) {
+    return absl::InvalidArgumentError("session-timeout must be within 1s..1h");
+  }
+  return timeout;
+}
+
+Membership ChooseMembership(const DaemonConfig& config,
+                            std::optional<std::chrono::milliseconds> session_timeout,
+                            const std::string& brokers, bool embedded,
+                            const std::filesystem::path& state) {
+  bool development = embedded;
+  if (!embedded) {
+    auto id = QueryKafkaClusterId(brokers, config.kafka, std::chrono::seconds(10));
+    if (id.ok()) {
+      development = IsDevelopmentClusterId(*id);
+    } else {
+      spdlog::warn(
+          "kafka: could not ask {} for its cluster id ({}); taking it for a Kafka "
+          "cluster",
+          brokers, std::string(id.status().message()));
+    }
+  }
+  Membership m;
+  m.session_timeout =
+      session_timeout.value_or(development ? kDevelopmentSessionTimeout : kClusterSessionTimeout);
+  if (config.instance_id == "none") {
+    m.instance_id.clear();
+  } else if (!config.instance_id.empty()) {
+    m.instance_id = config.instance_id;
+  } else {
+    std::string host;
+    if (const char* pod = std::getenv("POD_NAME"); pod != nullptr && *pod != '\0') {
+      host = pod;
+    } else {
+      char name[256] = {};
+      if (::gethostname(name, sizeof(name) - 1) == 0) host = name;
+    }
+    m.instance_id = DefaultInstanceId(host, state.string());
+  }
+  const double seconds = std::chrono::duration<double>(m.session_timeout).count();
+  if (development && !m.instance_id.empty()) {
+    // librdkafka's mock cluster reads group.instance.id and ignores it (kafka_consumer_test
+    // shows it), while a static member sends no LeaveGroup on shutdown: dynamic is faster here.
+    spdlog::info(
+        "kafka: the development broker does not support static group membership: joining "
+        "group {} as a dynamic member; after a crash this instance gets its partitions back "
+        "once its predecessor's session ({:g} s) has timed out",
+        config.group, seconds);
+    m.instance_id.clear();
+  } else if (m.instance_id.empty()) {
+    spdlog::info("kafka: joining group {} as a dynamic member (session timeout {:g} s)",
+                 config.group, seconds);
+  } else {
+    spdlog::info(
+        "kafka: joining group {} as static member {} (session timeout {:g} s): a "
+        "restart with this id takes its partitions back at once",
+        config.group, m.instance_id, seconds);
+  }
+  return m;
+}
+
 int Run(const DaemonConfig& config) {
   if (!SetupLogging(config.log_level)) {
     return Fail(absl::InvalidArgumentError("unknown log level '" + config.log_level + "'"));
@@ -148,6 +227,9 @@ int Run(const DaemonConfig& config) {
   if (!metrics_address.ok()) return Fail(metrics_address.status());
   auto grpc_address = ParseListenAddress(config.grpc_listen);
   if (!grpc_address.ok()) return Fail(grpc_address.status());
+
+  auto session_timeout = ParseSessionTimeout(config);
+  if (!session_timeout.ok()) return Fail(session_timeout.status());
 
   auto state_dir = StateDir::Open(config.state_dir);
   if (!state_dir.ok()) return Fail(state_dir.status());
@@ -307,7 +389,16 @@ int Run(const DaemonConfig& config) {
   }
   router.Tick(Clock::now(), WallNowUnixNs());
 
-  KafkaConsumerOptions consumer_options{brokers, config.topic, config.group, config.kafka};
+  const Membership membership =
+      ChooseMembership(config, *session_timeout, brokers, broker != nullptr,
+                       std::filesystem::absolute((*state_dir)->path()));
+  KafkaConsumerOptions consumer_options;
+  consumer_options.brokers = brokers;
+  consumer_options.topic = config.topic;
+  consumer_options.group = config.group;
+  consumer_options.instance_id = membership.instance_id;
+  consumer_options.session_timeout = membership.session_timeout;
+  consumer_options.properties = config.kafka;
   consumer_options.on_assigned = [&](const std::string& topic, const std::vector<int32_t>& ids) {
     if (topic != config.topic) return std::vector<std::optional<int64_t>>(ids.size());
     return tasks.OnAssigned(ids, Clock::now(), WallNowUnixNs());
@@ -343,7 +434,12 @@ int Run(const DaemonConfig& config) {
   constexpr auto kTick = std::chrono::milliseconds(20);
   auto next_tick = Clock::now();
   auto next_checkpoint = Clock::now() + *checkpoint_interval;
+  int exit_code = 0;
   while (!StopRequested()) {
+    if (!(*consumer)->fatal_error().ok()) {
+      exit_code = Fail((*consumer)->fatal_error());
+      break;
+    }
     (*consumer)->Poll(std::chrono::milliseconds(20), 1000, [&](const KafkaMessage& m) {
       router.HandleMessage(m.payload, m.partition, m.offset, Clock::now(), WallNowUnixNs());
     });
@@ -374,7 +470,7 @@ int Run(const DaemonConfig& config) {
   (*grpc_server)->Stop();
   (*metrics_server)->Stop();
   spdlog::info("stopped");
-  return 0;
+  return exit_code;
 }
 
 }  // namespace
@@ -497,6 +593,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-level", config.log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
+  app.add_option("--instance-id", config.instance_id,
+                 "static consumer-group membership (group.instance.id): a restarted instance "
+                 "with the same id gets its partitions back at once; default: derived from "
+                 "$POD_NAME or the host name and the state directory; \"none\": a dynamic "
+                 "member (always on the development broker, which does not support it)");
+  app.add_option("--session-timeout", config.session_timeout,
+                 "a crashed instance's partitions move on after this long (default: 10s; 3s on "
+                 "the development broker)");
   app.set_version_flag("--version", RANKWATCH_VERSION);
   try {
     app.parse(argc, argv);

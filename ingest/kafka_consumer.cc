@@ -31,10 +31,10 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
       // moved past a log start that producers keep moving must be fetched before the start
       // passes it again (see RecoverStuckPartitions).
       {"fetch.error.backoff.ms", "100"},
-      // A crashed instance's partitions move on after this long (librdkafka's default is 45 s);
-      // a restarted instance rejoins about as fast. Brokers accept >= 6 s by default.
-      {"session.timeout.ms", "10000"},
-      {"heartbeat.interval.ms", "1000"},
+      // A crashed instance's partitions move on after this long (librdkafka's default is 45 s).
+      {"session.timeout.ms", std::to_string(options.session_timeout.count())},
+      {"heartbeat.interval.ms",
+       std::to_string(std::clamp<int64_t>(options.session_timeout.count() / 3, 100, 1000))},
       // Eager rebalancing: every rebalance revokes all partitions, which are checkpointed and
       // then restored from the local store or the changelog. With cooperative-sticky, Debian
       // 12's librdkafka (2.0.2) against the mock broker left the last messages of partitions
@@ -43,6 +43,9 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
       {"partition.assignment.strategy", "range,roundrobin"},
   };
   absl::Status s = SetKafkaProperties(conf, defaults);
+  if (s.ok() && !options.instance_id.empty()) {
+    s = SetKafkaProperty(conf, "group.instance.id", options.instance_id);
+  }
   if (s.ok()) s = SetKafkaProperties(conf, options.properties);
   if (!s.ok()) {
     rd_kafka_conf_destroy(conf);
@@ -261,7 +264,17 @@ size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_message
   size_t handled = 0;
   for (ssize_t i = 0; i < n; ++i) {
     rd_kafka_message_t* m = messages[i];
-    if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    if (m->err == RD_KAFKA_RESP_ERR__FATAL) {
+      char reason[512];
+      const rd_kafka_resp_err_t e = rd_kafka_fatal_error(rk_, reason, sizeof(reason));
+      std::string text = std::string(rd_kafka_err2name(e)) + ": " + reason;
+      if (e == RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID) {
+        text += " (another member of group " + options_.group + " uses group.instance.id " +
+                options_.instance_id + ": give each instance its own)";
+      }
+      if (fatal_error_.ok()) spdlog::critical("kafka consumer stopped by a fatal error: {}", text);
+      fatal_error_ = absl::FailedPreconditionError("kafka consumer: " + text);
+    } else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
       spdlog::warn("kafka consumer: {}", rd_kafka_message_errstr(m));
     } else {
       KafkaMessage msg;

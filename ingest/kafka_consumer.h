@@ -30,7 +30,17 @@ struct KafkaConsumerOptions {
   std::string brokers;                        // bootstrap list "host:port,..." (required)
   std::string topic = "rankwatch.telemetry";  // default: rankwatch.telemetry
   std::string group = "rankwatch";            // default: rankwatch
-  KafkaProperties properties;                 // passed through to librdkafka
+  // Static group membership (Kafka's KIP-345, librdkafka's group.instance.id): a restarted
+  // member with the same id takes its predecessor's place, and its partitions, without waiting
+  // for the old session to time out and without a rebalance. Such a member sends no LeaveGroup
+  // when it closes (its partitions wait for it for session_timeout). Empty (default): a
+  // dynamic member, which leaves the group on Close().
+  std::string instance_id;
+  // A member that stops heartbeating (a crash, a SIGKILL) loses its partitions after this long;
+  // heartbeats go every third of it, at most every second. Kafka brokers accept 6-300 s by
+  // default (group.min/max.session.timeout.ms); the development broker accepts any.
+  std::chrono::milliseconds session_timeout{10000};
+  KafkaProperties properties;  // passed through to librdkafka; wins over the fields above
   // Partitions of `topic` were assigned to this member: returns, per partition, where to start
   // reading it — the next offset stored with the daemon's state, or nullopt for Kafka's
   // committed offset (then auto.offset.reset). Runs inside Poll. Default: committed offsets.
@@ -75,6 +85,10 @@ class KafkaConsumer {
   // Partitions currently assigned to this member by the group (0 until the first join).
   int assigned_partitions() const { return assigned_partitions_; }
 
+  // A fatal consumer error (librdkafka's: e.g. another member with this group.instance.id
+  // fenced this one), after which the consumer reads nothing more; OK while there is none.
+  const absl::Status& fatal_error() const { return fatal_error_; }
+
  private:
   explicit KafkaConsumer(rd_kafka_t* rk);
   static void OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
@@ -110,6 +124,7 @@ class KafkaConsumer {
   std::map<int32_t, PartitionProgress> progress_;  // telemetry partitions; inside Poll
   std::chrono::steady_clock::time_point next_stuck_check_;
   bool closed_ = false;
+  absl::Status fatal_error_;
   int assigned_partitions_ = 0;  // written by OnRebalance, which runs inside Poll
   KafkaConsumerOptions options_;
 };

@@ -4,6 +4,8 @@
 // thread does, keep their resume offsets as state, handed over on revocation as TaskManager
 // does. A second member joins mid-stream and the first leaves later; every message is handled
 // exactly once, only by the member that owns its partition at that moment, in offset order.
+// How fast a restarted member gets its partitions back on the development broker: it ignores
+// static membership, and a clean leave hands the partitions on without waiting for a session.
 #include "ingest/kafka_consumer.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -273,6 +276,74 @@ TEST(KafkaConsumerTest, ResumingBehindAMovingLogStartReadsOnAndCountsWhatItSkipp
   EXPECT_GT(losses.front().got, 0);
   EXPECT_TRUE(in_order) << "a message or a loss did not start where the last one ended";
   EXPECT_EQ(handled + skipped, next) << "offsets 0.." << next << ": each read or counted lost";
+}
+
+// Seconds from creating a member until the group has assigned it `partitions` partitions
+// (polling as the daemon does); a negative value when that took more than 60 s.
+double SecondsUntilAssigned(KafkaConsumer* consumer, int partitions,
+                            std::chrono::steady_clock::time_point since) {
+  const auto deadline = since + 60s;
+  while (consumer->assigned_partitions() < partitions) {
+    if (std::chrono::steady_clock::now() > deadline) return -1;
+    consumer->Poll(20ms, 100, [](const KafkaMessage&) {});
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// A member of a new group on a 2-partition development broker gets its partitions and closes;
+// a successor with the same options (a restart) joins. Returns the seconds from creating the
+// successor until it had the partitions.
+double SecondsUntilASuccessorIsAssigned(const std::string& instance_id,
+                                        std::chrono::milliseconds session_timeout) {
+  auto broker = EmbeddedBroker::Start({"restart", 2, 1, /*changelog_topic=*/false, ""});
+  EXPECT_TRUE(broker.ok()) << broker.status();
+  if (!broker.ok()) return -1;
+  KafkaConsumerOptions o;
+  o.brokers = (*broker)->bootstrap();
+  o.topic = "restart";
+  o.group = "restart";
+  o.instance_id = instance_id;
+  o.session_timeout = session_timeout;
+  o.properties = {{"log_level", "0"}};
+  {
+    auto first = KafkaConsumer::Create(o);
+    EXPECT_TRUE(first.ok()) << first.status();
+    if (!first.ok()) return -1;
+    EXPECT_GE(SecondsUntilAssigned(first->get(), 2, std::chrono::steady_clock::now()), 0);
+    (*first)->Close();
+  }
+  const auto restarted = std::chrono::steady_clock::now();
+  auto second = KafkaConsumer::Create(o);
+  EXPECT_TRUE(second.ok()) << second.status();
+  if (!second.ok()) return -1;
+  const double seconds = SecondsUntilAssigned(second->get(), 2, restarted);
+  (*second)->Close();
+  return seconds;
+}
+
+// A member with a group.instance.id shuts down (a static member sends no LeaveGroup, as after a
+// crash) and its successor joins with the same id. A broker that supports static membership
+// (Kafka >= 2.3) hands the successor the partitions at once, with no rebalance; librdkafka's
+// mock cluster reads the id and ignores it: the successor is a new member, and gets the
+// partitions only after the old member's session has timed out and a second rebalance.
+TEST(KafkaConsumerTest, TheDevelopmentBrokerIgnoresStaticMembership) {
+  const double seconds = SecondsUntilASuccessorIsAssigned("rankwatchd-a", 4s);
+  ASSERT_GE(seconds, 0) << "never assigned";
+  std::printf("static member restarted: partitions back after %.2f s (session timeout 4 s)\n",
+              seconds);
+  // The old member's session had to time out (it was active at most a heartbeat, 1 s, before
+  // it closed): the broker did not take the successor for it.
+  EXPECT_GE(seconds, 3.0);
+}
+
+// A dynamic member that closes leaves the group (a LeaveGroup request, as rankwatchd does on
+// SIGTERM): its successor does not wait for the old session to time out. The mock broker still
+// waits session timeout - 1 s for members to join the rebalance the leave started.
+TEST(KafkaConsumerTest, ADynamicMemberThatClosesLeavesAndItsSuccessorDoesNotWaitForItsSession) {
+  const double seconds = SecondsUntilASuccessorIsAssigned("", 4s);
+  ASSERT_GE(seconds, 0) << "never assigned";
+  std::printf("dynamic member restarted after leaving: partitions back after %.2f s\n", seconds);
+  EXPECT_LT(seconds, 4.0);
 }
 
 }  // namespace

@@ -36,4 +36,46 @@ void RouteKafkaLogs(rd_kafka_conf_t* conf) {
                            });
 }
 
+absl::StatusOr<rd_kafka_t*> NewKafkaClient(rd_kafka_type_t type, rd_kafka_conf_t* conf,
+                                           const KafkaProperties& defaults,
+                                           const KafkaProperties& overrides,
+                                           const std::string& what) {
+  absl::Status s = SetKafkaProperties(conf, defaults);
+  if (s.ok()) s = SetKafkaProperties(conf, overrides);
+  if (!s.ok()) {
+    rd_kafka_conf_destroy(conf);
+    return s;
+  }
+  char err[512];
+  rd_kafka_t* rk = rd_kafka_new(type, conf, err, sizeof(err));
+  if (rk == nullptr) {
+    rd_kafka_conf_destroy(conf);
+    return absl::InvalidArgumentError(what + ": " + err);
+  }
+  return rk;
+}
+
+bool IsDevelopmentClusterId(std::string_view cluster_id) {
+  return cluster_id.starts_with("mockCluster");
+}
+
+absl::StatusOr<std::string> QueryKafkaClusterId(const std::string& brokers,
+                                                const KafkaProperties& properties,
+                                                std::chrono::milliseconds timeout) {
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  RouteKafkaLogs(conf);
+  // A producer handle sends nothing unless asked: the cheapest client that can ask.
+  auto rk = NewKafkaClient(RD_KAFKA_PRODUCER, conf, {{"bootstrap.servers", brokers}}, properties,
+                           "kafka client");
+  if (!rk.ok()) return rk.status();
+  char* id = rd_kafka_clusterid(*rk, static_cast<int>(timeout.count()));
+  absl::StatusOr<std::string> result =
+      id != nullptr ? absl::StatusOr<std::string>(std::string(id))
+                    : absl::UnavailableError("no Kafka broker at " + brokers + " answered within " +
+                                             std::to_string(timeout.count()) + " ms");
+  if (id != nullptr) rd_kafka_mem_free(*rk, id);
+  rd_kafka_destroy(*rk);
+  return result;
+}
+
 }  // namespace rankwatch

@@ -76,6 +76,38 @@ class DurabilityTest(unittest.TestCase):
         self.assertEqual(a.memory.label, service_pb2.MEMORY_CREEP)
         self.assertEqual(a, b)
 
+    def test_a_sigkilled_daemon_restarted_on_the_development_broker_rejoins_within_two_sessions(self):
+        # Default group settings: the development broker ignores static membership, so the
+        # daemon joins as a dynamic member with a 3-s session; the restarted member gets the
+        # partitions once the killed one's session timed out and the group rebalanced (about
+        # two sessions; it took ~20 s with the former 10-s session).
+        brokers = self.fleet.start_broker()
+        state = os.path.join(self.fleet.workdir, "restarting")
+        first = self.fleet.start_daemon(brokers, extra=["--instance-id", "rw-test-0"], state_dir=state)
+        self.assertIn("the development broker does not support static group membership", first.stderr())
+        self.assertIn("3 s", first.stderr())
+        job = "restarted"
+        self.fleet.start("simulate", [
+            os.path.join(BIN, "rankwatch"), "simulate", "--brokers", brokers, "--job", job, "--ranks", "4",
+            "--steps", "100000", "--step-ms", "100", "--speed", "realtime"])
+        def aligned_steps(d):
+            try:
+                return diagnosis(d, job).aligned_steps
+            except grpc.RpcError as e:  # NOT_FOUND until the job's first records
+                if e.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+                return 0
+        wait_until(lambda: aligned_steps(first) > 10, 60, "the job's first steps")
+        first.stop(signal.SIGKILL)
+        started = time.monotonic()
+        second = self.fleet.start_daemon(brokers, extra=["--instance-id", "rw-test-0"], state_dir=state)
+        restored = aligned_steps(second)  # served from the local store at once
+        self.assertGreater(restored, 10)
+        wait_until(lambda: aligned_steps(second) > restored, 60, "new steps after the restart")
+        seconds = time.monotonic() - started
+        print("restart to live diagnoses: %.1f s" % seconds)
+        self.assertLess(seconds, 3 * 3 + 5, "a restart waited longer than two sessions of 3 s and a start")
+
     @unittest.skipUnless(os.geteuid() == 0 and shutil.which("mount"), "needs root to mount a tmpfs")
     def test_a_storage_fault_turns_health_to_not_serving_and_queries_go_on(self):
         mnt = os.path.join(self.fleet.workdir, "disk")
