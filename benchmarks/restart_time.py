@@ -73,7 +73,7 @@ def assigned(address):
 
 def start(fleet, brokers, name, flags, state_dir):
     args = [os.path.join(harness.BIN, "rankwatchd"), "--brokers", brokers, "--group", "restart-" + name,
-            "--state-dir", state_dir, "--metrics-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
+            "--state-dir", state_dir, "--metrics-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--ui-listen", "127.0.0.1:0",
             "--control-topic", "", "--log-level", "info"] + flags
     return fleet.start("rankwatchd-" + name, args)
 

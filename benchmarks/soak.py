@@ -71,7 +71,8 @@ FIXTURES = ["hta-trace-filter-2rank", "hta-nccl-ddp-rank0", "hta-negative-queue-
 # The samples the soak reads; the rest of /metrics is skipped before parsing.
 WANTED = ("rankwatch_events_total", "rankwatch_checkpoint", "rankwatch_input_lost_messages_total",
           "rankwatch_ingest_lag_seconds", "rankwatch_events_rejected_total", "rankwatch_jobs ",
-          "rankwatch_state_healthy", "rankwatch_kafka_assigned_partitions")
+          "rankwatch_state_healthy", "rankwatch_kafka_assigned_partitions", "rankwatch_heap_bytes",
+          "rankwatch_state_memory_bytes")
 FINAL = WANTED + ("rankwatch_steps_aligned_total", "rankwatch_steps_timed_out_total")
 
 
@@ -88,6 +89,23 @@ def quantile(values, q):
 
 def fmt_ms(v):
     return "-" if v is None else "%.1f" % (v * 1e3)
+
+
+def memory_breakdown(samples):
+    """MiB by the daemon's gauges: jemalloc's allocated and resident bytes (builds with jemalloc),
+    RocksDB's memtables, table readers and block cache; {} without a scrape."""
+    if not samples:
+        return {}
+    out = {}
+    for name, label, key in (("rankwatch_heap_bytes", "allocated", "heap_allocated"),
+                             ("rankwatch_heap_bytes", "resident", "heap_resident"),
+                             ("rankwatch_state_memory_bytes", "memtables", "memtables"),
+                             ("rankwatch_state_memory_bytes", "table_readers", "table_readers"),
+                             ("rankwatch_state_memory_bytes", "block_cache", "block_cache")):
+        v = harness.metric(samples, name, kind=label)
+        if v is not None:
+            out[key] = round(v / 2**20, 1)
+    return out
 
 
 def rss_mib(pid):
@@ -438,7 +456,7 @@ class Soak:
         prev_ref_t = None
         minute = 0
         next_tick = self.t0
-        ref_s = None
+        ref_s = subj_s = None
         while True:
             next_tick += a.sample_interval
             time.sleep(max(0.0, next_tick - time.monotonic()))
@@ -446,7 +464,7 @@ class Soak:
             ref_s = self.sample("reference", self.reference) or ref_s
             with self.lock:
                 subject = self.subject
-            self.sample("subject", subject)
+            subj_s = self.sample("subject", subject) or (subj_s if subject is not None else None)
             if now - self.t0 < (minute + 1) * 60.0:
                 continue
             minute += 1
@@ -477,6 +495,8 @@ class Soak:
                 "lost_messages": {"reference": lost_ref, "subject": lost_subj},
                 "kills": self.kills_done, "broker_restarts": self.broker_restarts,
                 "max_ingest_lag_s": dict(self.lag_max),
+                # Where the memory is, by the daemons' own gauges at the minute's last scrape (MiB).
+                "memory_mib": {"reference": memory_breakdown(ref_s), "subject": memory_breakdown(subj_s)},
             }
             for which in ("reference", "subject"):
                 w = [x[0] for x in self.cp[which]]
@@ -511,6 +531,10 @@ class Soak:
                    row["max_ingest_lag_s"]["reference"], row["max_ingest_lag_s"]["subject"],
                    row["jobs"] or 0, row["series"] or 0,
                    c["reference"]["mib_written"], c["subject"]["mib_written"]))
+            for which in ("reference", "subject"):
+                if row["memory_mib"][which]:
+                    log("      memory %-9s %s" % (which, "  ".join(
+                        "%s %.1f" % (k, v) for k, v in row["memory_mib"][which].items())))
             if minute >= a.minutes:
                 break
 

@@ -129,6 +129,7 @@ absl::Status LoadDaemonConfigFile(const std::string& path, DaemonConfig* c) {
       {"state-dir", [&](const YAML::Node& n) { c->state_dir = n.as<std::string>(); }},
       {"metrics-listen", [&](const YAML::Node& n) { c->metrics_listen = n.as<std::string>(); }},
       {"grpc-listen", [&](const YAML::Node& n) { c->grpc_listen = n.as<std::string>(); }},
+      {"ui-listen", [&](const YAML::Node& n) { c->ui_listen = n.as<std::string>(); }},
       {"embedded-partitions", [&](const YAML::Node& n) { c->embedded_partitions = n.as<int>(); }},
       {"window-steps", [&](const YAML::Node& n) { c->window_steps = n.as<int>(); }},
       {"align-timeout", [&](const YAML::Node& n) { c->align_timeout = n.as<std::string>(); }},

@@ -34,8 +34,9 @@ struct DaemonConfig {
   std::string state_dir = "rankwatch-state";
   std::string metrics_listen = "0.0.0.0:9466";
   std::string grpc_listen = "0.0.0.0:7466";
-  int embedded_partitions = 6;  // partitions of the embedded broker's topic
-  int window_steps = 100;       // spec K
+  std::string ui_listen = "0.0.0.0:8466";  // the web UI and its JSON API; "" turns them off
+  int embedded_partitions = 6;             // partitions of the embedded broker's topic
+  int window_steps = 100;                  // spec K
   std::string align_timeout = "10s";
   std::string hang_timeout = "30s";        // floor of max(5 x median step, this)
   std::string checkpoint_interval = "1s";  // durable state written this often

@@ -31,6 +31,7 @@
 #include "runtime/task_manager.h"
 #include "sinks/grpc_server.h"
 #include "sinks/metrics_http_server.h"
+#include "sinks/web_server.h"
 #include "state/checkpoint_writer.h"
 #include "state/state_changelog.h"
 #include "state/state_dir.h"
@@ -227,6 +228,12 @@ int Run(const DaemonConfig& config) {
   if (!metrics_address.ok()) return Fail(metrics_address.status());
   auto grpc_address = ParseListenAddress(config.grpc_listen);
   if (!grpc_address.ok()) return Fail(grpc_address.status());
+  std::optional<ListenAddress> ui_address;
+  if (!config.ui_listen.empty()) {
+    auto parsed = ParseListenAddress(config.ui_listen);
+    if (!parsed.ok()) return Fail(parsed.status());
+    ui_address = *parsed;
+  }
 
   auto session_timeout = ParseSessionTimeout(config);
   if (!session_timeout.ok()) return Fail(session_timeout.status());
@@ -336,6 +343,17 @@ int Run(const DaemonConfig& config) {
   if (!grpc_server.ok()) return Fail(grpc_server.status());
   grpc_for_health = grpc_server->get();
   if (health.failed()) (*grpc_server)->SetStateHealthy(false);
+  std::unique_ptr<WebServer> web_server;
+  if (ui_address) {
+    WebServerOptions web_options;
+    web_options.address = *ui_address;
+    web_options.sources = {&snapshots,     &alert_hub, &kernel_snapshots,
+                           captures.get(), hang.get(), store->get()};
+    web_options.tls = {config.grpc_tls_cert, config.grpc_tls_key, config.grpc_tls_client_ca};
+    auto started = WebServer::Start(web_options);
+    if (!started.ok()) return Fail(started.status());
+    web_server = std::move(*started);
+  }
   std::unique_ptr<StateChangelog> changelog;
   if (!config.changelog_topic.empty()) {
     StateChangelogOptions changelog_options;
@@ -352,12 +370,19 @@ int Run(const DaemonConfig& config) {
 
   const std::string metrics_at = (*metrics_server)->address().ToString();
   const std::string grpc_at = (*grpc_server)->address().ToString();
-  const std::string endpoints = "{\"metrics\": \"" + metrics_at + "\", \"grpc\": \"" + grpc_at +
-                                "\", \"brokers\": \"" + brokers +
-                                "\", \"pid\": " + std::to_string(::getpid()) + "}\n";
+  const std::string ui_at = web_server ? web_server->address().ToString() : "";
+  const std::string endpoints =
+      "{\"metrics\": \"" + metrics_at + "\", \"grpc\": \"" + grpc_at + "\", \"ui\": \"" + ui_at +
+      "\", \"ui_scheme\": \"" + (web_server && web_server->tls() ? "https" : "http") +
+      "\", \"brokers\": \"" + brokers + "\", \"pid\": " + std::to_string(::getpid()) + "}\n";
   if (auto s = (*state_dir)->WriteFileAtomic("endpoints.json", endpoints); !s.ok()) return Fail(s);
-  spdlog::info("rankwatchd {} ready: metrics http://{}/metrics, gRPC {}, brokers {}, topic {}",
-               RANKWATCH_VERSION, metrics_at, grpc_at, brokers, config.topic);
+  spdlog::info(
+      "rankwatchd {} ready: metrics http://{}/metrics, gRPC {}, web UI {}, brokers {}, "
+      "topic {}",
+      RANKWATCH_VERSION, metrics_at, grpc_at,
+      web_server ? std::string(web_server->tls() ? "https://" : "http://") + ui_at + "/ui/"
+                 : std::string("off"),
+      brokers, config.topic);
 
   JobRouterOptions router_options;
   router_options.topic = config.topic;
@@ -468,6 +493,7 @@ int Run(const DaemonConfig& config) {
   (*grpc_server)->SetServing(false);
   (*consumer)->Close();
   (*grpc_server)->Stop();
+  if (web_server) web_server->Stop();
   (*metrics_server)->Stop();
   spdlog::info("stopped");
   return exit_code;
@@ -524,6 +550,10 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-listen", config.metrics_listen, "Prometheus /metrics address")
       ->capture_default_str();
   app.add_option("--grpc-listen", config.grpc_listen, "gRPC service address")
+      ->capture_default_str();
+  app.add_option("--ui-listen", config.ui_listen,
+                 "web UI (/ui/) and JSON API (/api/v1/) address, over TLS with the gRPC TLS "
+                 "options; \"\" turns them off")
       ->capture_default_str();
   app.add_option("--embedded-partitions", config.embedded_partitions,
                  "partitions of the embedded broker's topic")

@@ -237,6 +237,11 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
       memory_window_->rank_peaks(MemoryKind::kAllocated));
   s.rank_peak_reserved = std::make_shared<const std::vector<double>>(
       memory_window_->rank_peaks(MemoryKind::kReserved));
+  if (memory_trend_->steps() > 0) {
+    auto points = std::make_shared<std::vector<MemoryTrend::Point>>();
+    memory_trend_->Points(s.memory.kind, points.get());
+    s.memory_trend_points = std::move(points);
+  }
   return s;
 }
 

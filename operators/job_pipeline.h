@@ -96,6 +96,8 @@ struct JobSnapshot {
   std::shared_ptr<const std::vector<StepWindow::RankTotals>> rank_totals;
   std::shared_ptr<const std::vector<double>> rank_peak_allocated;
   std::shared_ptr<const std::vector<double>> rank_peak_reserved;
+  // The lifetime memory trend's points of the kind the memory diagnosis reports.
+  std::shared_ptr<const std::vector<MemoryTrend::Point>> memory_trend_points;
   // Node of each rank ("" when unknown); shared with the pipeline, replaced when one changes.
   std::shared_ptr<const std::vector<std::string>> rank_nodes;
   // The node of `rank`, or "" when unknown.

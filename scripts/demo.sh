@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # rankwatch demo: installs what is missing, builds, then starts rankwatchd on its embedded
 # Kafka broker and a simulated 32-rank data-parallel job in which rank 17 is 30% slower in
-# compute. Prints the metrics and gRPC addresses and a status line every 5 s; Ctrl-C stops
+# compute. Prints the web UI, metrics and gRPC addresses and a status line every 5 s; Ctrl-C stops
 # every process it started.
 #
 # --with-prometheus also starts Debian's Prometheus (/usr/bin/prometheus, its own temporary
@@ -9,7 +9,8 @@
 # rules, and prints its URL.
 #
 # Environment: RANKWATCH_BIN=DIR uses already-built binaries from DIR (no install, no build);
-# DEMO_RANKS (32), DEMO_STEP_MS (100), DEMO_METRICS (127.0.0.1:9466), DEMO_GRPC (127.0.0.1:7466).
+# DEMO_RANKS (32), DEMO_STEP_MS (100), DEMO_METRICS (127.0.0.1:9466), DEMO_GRPC (127.0.0.1:7466),
+# DEMO_UI (127.0.0.1:8466).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +32,7 @@ RANKS=${DEMO_RANKS:-32}
 STEP_MS=${DEMO_STEP_MS:-100}
 METRICS=${DEMO_METRICS:-127.0.0.1:9466}
 GRPC=${DEMO_GRPC:-127.0.0.1:7466}
+UI=${DEMO_UI:-127.0.0.1:8466}
 
 workdir=$(mktemp -d -t rankwatch-demo-XXXXXX)
 pids=()
@@ -54,7 +56,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 "$RANKWATCH_BIN/rankwatchd" --state-dir "$workdir/state" --metrics-listen "$METRICS" \
-  --grpc-listen "$GRPC" 2>"$workdir/rankwatchd.log" &
+  --grpc-listen "$GRPC" --ui-listen "$UI" 2>"$workdir/rankwatchd.log" &
 pids+=($!)
 for _ in $(seq 1 100); do
   [[ -f "$workdir/state/endpoints.json" ]] && break
@@ -69,6 +71,7 @@ endpoints=$(cat "$workdir/state/endpoints.json")
 field() { sed -E "s/.*\"$1\": \"([^\"]*)\".*/\1/" <<<"$endpoints"; }
 metrics=$(field metrics)
 grpc=$(field grpc)
+ui=$(field ui)
 brokers=$(field brokers)
 
 "$RANKWATCH_BIN/rankwatch" simulate --brokers "$brokers" --job demo-job --ranks "$RANKS" \
@@ -106,6 +109,7 @@ fi
 
 cat <<TXT
 rankwatch demo is running (Ctrl-C stops it)
+  web UI:   http://$ui/ui/   (the job: http://$ui/ui/jobs/demo-job)
   metrics:  http://$metrics/metrics
   gRPC:     $grpc   (rankwatch.v1.RankWatch, grpc.health.v1.Health, reflection)
   Kafka:    $brokers   (embedded broker, topic rankwatch.telemetry)

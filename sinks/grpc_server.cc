@@ -1,7 +1,5 @@
 #include "sinks/grpc_server.h"
 
-#include <cmath>
-
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -12,7 +10,7 @@
 
 #include "rankwatch/v1/service.grpc.pb.h"
 #include "sinks/diagnosis_proto.h"
-#include "sinks/timeline.h"
+#include "sinks/queries.h"
 
 namespace rankwatch {
 namespace {
@@ -22,112 +20,23 @@ constexpr char kStateServiceName[] = "rankwatch.state";
 
 class RankWatchService final : public v1::RankWatch::Service {
  public:
-  RankWatchService(const SnapshotStore* snapshots, AlertHub* alerts,
-                   const KernelSnapshotStore* kernels, CaptureStore* captures,
-                   const HangInspector* hang, const StateStore* state)
-      : snapshots_(snapshots),
-        alerts_(alerts),
-        kernels_(kernels),
-        captures_(captures),
-        hang_(hang),
-        state_(state) {}
+  RankWatchService(const QuerySources& sources, AlertHub* alerts, CaptureStore* captures)
+      : queries_(sources), snapshots_(sources.snapshots), alerts_(alerts), captures_(captures) {}
 
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
                         v1::ListJobsResponse* response) override {
-    for (const auto& [job, snapshot] : *snapshots_->Get()) {
-      const JobSnapshot& s = *snapshot;
-      v1::JobSummary* j = response->add_jobs();
-      j->set_training_job(job);
-      j->set_world_size(s.world_size);
-      j->set_ranks_seen(s.ranks_seen);
-      j->set_aligned_steps(s.aligned_steps);
-      j->set_last_aligned_step(s.window_last_step);
-      j->set_last_record_unix_ns(s.last_record_unix_ns);
-      j->set_step_label(ToProto(s.step.label));
-      j->set_memory_label(ToProto(s.memory.label));
-      j->set_step_severity(ToProto(s.step.severity));
-      j->set_memory_severity(ToProto(s.memory.severity));
-      for (uint32_t r : s.step.culprit_ranks) j->add_culprit_ranks(r);
-      if (s.rank_pods != nullptr) {
-        for (uint32_t r : s.step.culprit_ranks) j->add_culprit_pods(s.PodOf(r));
-      }
-      if (!s.scheduler.empty()) ToProto(s.scheduler, j->mutable_scheduler());
-      j->set_step_skew(s.phases[static_cast<int>(Phase::kStep)].skew);
-      j->set_wait_share(s.step.wait_share);
-      j->set_input_share(s.step.input_share);
-      ToProto(s, j->mutable_lost_time());
-      if (alerts_ != nullptr) {
-        for (const std::string& id : alerts_->Firing(job)) j->add_firing_alerts(id);
-      }
-    }
+    *response = queries_.ListJobs();
     return grpc::Status::OK;
   }
 
   grpc::Status GetDiagnosis(grpc::ServerContext*, const v1::GetDiagnosisRequest* request,
                             v1::Diagnosis* response) override {
-    auto snapshots = snapshots_->Get();
-    auto it = snapshots->find(request->training_job());
-    if (it == snapshots->end()) {
-      return {grpc::StatusCode::NOT_FOUND, "no training job '" + request->training_job() + "'"};
-    }
-    ToProto(*it->second, it->second->evaluated_unix_ns, response);
-    if (captures_ != nullptr) {
-      if (auto c = captures_->LatestComparison(request->training_job(), kEvidenceCaptureRows)) {
-        *response->mutable_capture() = std::move(*c);
-      }
-    }
-    if (hang_ != nullptr && it->second->step.label == StepLabel::kHang) {
-      if (auto s = hang_->Get(request->training_job())) {
-        *response->mutable_hang_stacks() = std::move(*s);
-      }
-    }
-    return grpc::Status::OK;
+    return Answer(queries_.GetDiagnosis(request->training_job()), response);
   }
 
   grpc::Status GetRankDetail(grpc::ServerContext*, const v1::GetRankDetailRequest* request,
                              v1::RankDetail* response) override {
-    auto snapshots = snapshots_->Get();
-    auto it = snapshots->find(request->training_job());
-    if (it == snapshots->end()) {
-      return {grpc::StatusCode::NOT_FOUND, "no training job '" + request->training_job() + "'"};
-    }
-    const JobSnapshot& s = *it->second;
-    const uint32_t rank = request->rank();
-    if (rank >= s.world_size) {
-      return {grpc::StatusCode::OUT_OF_RANGE, "training job '" + s.training_job + "' has " +
-                                                  std::to_string(s.world_size) + " ranks"};
-    }
-    response->set_training_job(s.training_job);
-    response->set_rank(rank);
-    response->set_node(s.NodeOf(rank));
-    response->set_pod(s.PodOf(rank));
-    response->set_last_step(s.window_last_step);
-    response->set_window_steps(s.window_steps);
-    if (s.rank_totals && rank < s.rank_totals->size()) {
-      const auto& totals = (*s.rank_totals)[rank];
-      for (int p = 0; p < kPhaseCount; ++p) {
-        const double mean = WindowMean(totals, static_cast<Phase>(p));  // NaN: not reported
-        if (std::isnan(mean)) continue;
-        v1::RankPhase* phase = response->add_phases();
-        phase->set_phase(ToProto(static_cast<Phase>(p)));
-        phase->set_seconds(mean);
-        phase->set_excess_seconds(mean - s.phases[p].median_seconds);
-      }
-    }
-    if (s.rank_peak_allocated && rank < s.rank_peak_allocated->size()) {
-      response->set_peak_allocated_bytes((*s.rank_peak_allocated)[rank]);
-    }
-    if (s.rank_peak_reserved && rank < s.rank_peak_reserved->size()) {
-      response->set_peak_reserved_bytes((*s.rank_peak_reserved)[rank]);
-    }
-    if (kernels_ != nullptr) {
-      if (auto job = kernels_->Get(s.training_job)) {
-        if (const kernel::RankKernelSummary* r = job->Rank(rank)) {
-          FillKernel(*r, *job, response->mutable_kernel());
-        }
-      }
-    }
-    return grpc::Status::OK;
+    return Answer(queries_.GetRankDetail(request->training_job(), request->rank()), response);
   }
 
   grpc::Status WatchAlerts(grpc::ServerContext* context, const v1::WatchAlertsRequest* request,
@@ -214,41 +123,37 @@ class RankWatchService final : public v1::RankWatch::Service {
 
   grpc::Status GetCapture(grpc::ServerContext*, const v1::GetCaptureRequest* request,
                           v1::GetCaptureResponse* response) override {
-    if (captures_ == nullptr) return {grpc::StatusCode::UNAVAILABLE, "captures are off"};
-    std::vector<v1::CaptureTrace> traces;
-    auto c = captures_->Get(request->id(), request->with_events() ? &traces : nullptr);
-    if (!c) return {grpc::StatusCode::NOT_FOUND, "no capture '" + request->id() + "'"};
-    *response->mutable_capture() = std::move(*c);
-    for (v1::CaptureTrace& t : traces) *response->add_traces() = std::move(t);
-    return grpc::Status::OK;
+    return Answer(queries_.GetCapture(request->id(), request->with_events()), response);
   }
 
   grpc::Status ListCaptures(grpc::ServerContext*, const v1::ListCapturesRequest* request,
                             v1::ListCapturesResponse* response) override {
-    if (captures_ == nullptr) return {grpc::StatusCode::UNAVAILABLE, "captures are off"};
-    for (v1::Capture& c : captures_->List(request->training_job())) {
-      *response->add_captures() = std::move(c);
-    }
-    return grpc::Status::OK;
+    return Answer(queries_.ListCaptures(request->training_job()), response);
   }
 
   grpc::Status GetTimeline(grpc::ServerContext*, const v1::GetTimelineRequest* request,
                            v1::Timeline* response) override {
-    if (state_ == nullptr) return {grpc::StatusCode::UNAVAILABLE, "no state store"};
-    auto snapshots = snapshots_->Get();
-    auto it = snapshots->find(request->training_job());
-    if (it == snapshots->end()) {
-      return {grpc::StatusCode::NOT_FOUND, "no training job '" + request->training_job() + "'"};
-    }
-    auto timeline = BuildTimeline(*it->second, *request, *state_, alerts_, captures_);
-    if (!timeline.ok()) return ToGrpc(timeline.status());
-    *response = std::move(*timeline);
-    return grpc::Status::OK;
+    return Answer(queries_.GetTimeline(*request), response);
   }
 
  private:
+  template <typename T>
+  static grpc::Status Answer(absl::StatusOr<T> answer, T* response) {
+    if (!answer.ok()) return ToGrpc(answer.status());
+    *response = std::move(*answer);
+    return grpc::Status::OK;
+  }
+
   static grpc::Status ToGrpc(const absl::Status& s) {
     switch (s.code()) {
+      case absl::StatusCode::kNotFound:
+        return {grpc::StatusCode::NOT_FOUND, std::string(s.message())};
+      case absl::StatusCode::kOutOfRange:
+        return {grpc::StatusCode::OUT_OF_RANGE, std::string(s.message())};
+      case absl::StatusCode::kFailedPrecondition:
+        return {grpc::StatusCode::FAILED_PRECONDITION, std::string(s.message())};
+      case absl::StatusCode::kDataLoss:
+        return {grpc::StatusCode::DATA_LOSS, std::string(s.message())};
       case absl::StatusCode::kInvalidArgument:
         return {grpc::StatusCode::INVALID_ARGUMENT, std::string(s.message())};
       case absl::StatusCode::kResourceExhausted:
@@ -259,37 +164,10 @@ class RankWatchService final : public v1::RankWatch::Service {
     }
   }
 
-  static void FillKernel(const kernel::RankKernelSummary& r, const kernel::KernelJobSnapshot& job,
-                         v1::RankKernel* out) {
-    const kernel::KernelStepSummary& t = r.total;
-    out->set_steps(r.steps);
-    out->set_first_step(r.first_step);
-    out->set_last_step(r.last_step);
-    out->set_gpu_ops(t.gpu_ops);
-    out->set_kernel_seconds(t.kernel_ns * 1e-9);
-    out->set_idle_seconds(t.idle_ns * 1e-9);
-    out->set_compute_seconds(t.compute_ns * 1e-9);
-    out->set_non_compute_seconds(t.non_compute_ns * 1e-9);
-    out->set_communication_seconds(t.comm_ns * 1e-9);
-    out->set_comm_overlap_seconds(t.comm_overlap_ns * 1e-9);
-    out->set_idle_share(r.idle_share);
-    out->set_communication_share(r.comm_share);
-    out->set_idle_host_wait_seconds(t.idle_us[0] * 1e-6);
-    out->set_idle_kernel_wait_seconds(t.idle_us[1] * 1e-6);
-    out->set_idle_other_seconds(t.idle_us[2] * 1e-6);
-    out->set_launches(t.launches);
-    if (t.launches > 0) out->set_launch_delay_max_seconds(t.delay_max_us * 1e-6);
-    for (const kernel::KernelOutlier& o : job.outliers) {
-      if (o.rank == r.rank) out->add_outliers(o.note);
-    }
-  }
-
+  const Queries queries_;
   const SnapshotStore* snapshots_;
   AlertHub* alerts_;
-  const KernelSnapshotStore* kernels_;
   CaptureStore* captures_;
-  const HangInspector* hang_;
-  const StateStore* state_;
 };
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
@@ -332,9 +210,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   auto self = std::unique_ptr<GrpcServer>(new GrpcServer());
-  self->service_ =
-      std::make_unique<RankWatchService>(options.snapshots, options.alerts, options.kernels,
-                                         options.captures, options.hang, options.state);
+  const QuerySources sources{options.snapshots, options.alerts, options.kernels,
+                             options.captures,  options.hang,   options.state};
+  self->service_ = std::make_unique<RankWatchService>(sources, options.alerts, options.captures);
   self->alerts_ = options.alerts;
   grpc::ServerBuilder builder;
   int port = 0;

@@ -13,22 +13,7 @@ std::string Num(double x) {
   return buf;
 }
 
-std::string Str(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+std::string Str(const std::string& s) { return JsonString(s); }
 
 std::string Uint(uint64_t x) { return std::to_string(x); }
 
@@ -114,6 +99,23 @@ std::string KernelJobListJson(const std::vector<std::string>& jobs) {
   std::string out = "{\"jobs\": [";
   for (size_t i = 0; i < jobs.size(); ++i) out += (i ? ", " : "") + Str(jobs[i]);
   return out + "]}\n";
+}
+
+std::string JsonString(std::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
 }
 
 }  // namespace rankwatch

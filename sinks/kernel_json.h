@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "operators/kernel/kernel_job_summary.h"
@@ -15,5 +16,8 @@ std::string KernelJobJson(const kernel::KernelJobSnapshot& snapshot);
 
 // {"jobs": ["a", "b"]}
 std::string KernelJobListJson(const std::vector<std::string>& jobs);
+
+// `s` as a JSON string, quoted and escaped.
+std::string JsonString(std::string_view s);
 
 }  // namespace rankwatch

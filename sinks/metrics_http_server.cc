@@ -6,6 +6,22 @@
 
 namespace rankwatch {
 
+absl::StatusOr<ListenAddress> BindHttpServer(httplib::Server* server, const ListenAddress& address,
+                                             const std::string& what) {
+  ListenAddress bound = address;
+  if (address.port == 0) {
+    bound.port = server->bind_to_any_port(address.host);
+  } else if (server->bind_to_port(address.host, address.port)) {
+    bound.port = address.port;
+  } else {
+    bound.port = -1;
+  }
+  if (bound.port <= 0) {
+    return absl::UnavailableError("cannot listen for " + what + " on " + address.ToString());
+  }
+  return bound;
+}
+
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const ListenAddress& address, const PrometheusRegistry* registry,
     const KernelSnapshotStore* kernel) {
@@ -39,17 +55,9 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   s.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("rankwatchd: metrics at /metrics\n", "text/plain");
   });
-  self->address_ = address;
-  if (address.port == 0) {
-    self->address_.port = s.bind_to_any_port(address.host);
-  } else if (s.bind_to_port(address.host, address.port)) {
-    self->address_.port = address.port;
-  } else {
-    self->address_.port = -1;
-  }
-  if (self->address_.port <= 0) {
-    return absl::UnavailableError("cannot listen for metrics on " + address.ToString());
-  }
+  auto bound = BindHttpServer(&s, address, "metrics");
+  if (!bound.ok()) return bound.status();
+  self->address_ = *bound;
   self->thread_ = std::thread([server = self->server_.get()] { server->listen_after_bind(); });
   return self;
 }

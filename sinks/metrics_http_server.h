@@ -21,6 +21,11 @@ class Server;
 
 namespace rankwatch {
 
+// Binds `server` to `address` (port 0 picks a free port); the bound address, or Unavailable
+// naming `what` ("metrics", "the web UI").
+absl::StatusOr<ListenAddress> BindHttpServer(httplib::Server* server, const ListenAddress& address,
+                                             const std::string& what);
+
 class MetricsHttpServer {
  public:
   // Binds `address` (port 0 picks a free port) and starts serving `registry`.

@@ -167,6 +167,32 @@ absl::StatusOr<StoredSteps> ReadSteps(const StateStore& store, const std::string
   return out;
 }
 
+absl::StatusOr<std::vector<state::v1::StoredStep>> ReadStepRange(const StateStore& store,
+                                                                 const std::string& job,
+                                                                 uint64_t first, uint64_t last) {
+  std::vector<state::v1::StoredStep> out;
+  const std::string prefix = StepPrefix(job);
+  absl::Status bad;
+  absl::Status s = store.Scan(
+      StateFamily::kJobs, StepKey(job, first), [&](std::string_view key, std::string_view value) {
+        if (key.size() != prefix.size() + 8 || key.substr(0, prefix.size()) != prefix) {
+          return false;  // past the job's steps
+        }
+        const uint64_t step = ReadBigEndian(key.substr(prefix.size()));
+        if (step > last) return false;
+        out.emplace_back();
+        if (!out.back().ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+          bad = absl::DataLossError("unreadable stored step " + std::to_string(step) + " of job '" +
+                                    job + "'");
+          return false;
+        }
+        return true;
+      });
+  if (!s.ok()) return s;
+  if (!bad.ok()) return bad;
+  return out;
+}
+
 absl::Status CopyJobs(const StateStore& store, const std::vector<std::string>& jobs,
                       Checkpoint* out) {
   for (const std::string& job : jobs) {

@@ -68,6 +68,11 @@ struct StoredSteps {
 // Unreadable steps are DataLoss naming the job.
 absl::StatusOr<StoredSteps> ReadSteps(const StateStore& store, const std::string& job,
                                       uint64_t first, uint64_t last);
+// The stored steps of one job from `first` to `last` only: the read starts at `first` (the
+// range of every step stored is not known, left 0). Unreadable steps are DataLoss.
+absl::StatusOr<std::vector<state::v1::StoredStep>> ReadStepRange(const StateStore& store,
+                                                                 const std::string& job,
+                                                                 uint64_t first, uint64_t last);
 
 // Adds every stored key and value of `jobs` to `out` as puts (a full snapshot of them, for the
 // changelog). Jobs not stored are skipped.

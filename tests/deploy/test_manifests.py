@@ -79,7 +79,7 @@ class KubernetesManifestTest(unittest.TestCase):
         spec = pod_spec(dep)
         (c,) = spec["containers"]
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-        self.assertEqual(ports, {"metrics": 9466, "grpc": 7466})
+        self.assertEqual(ports, {"metrics": 9466, "grpc": 7466, "ui": 8466})
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             self.assertEqual(c[probe]["grpc"]["port"], ports["grpc"], probe)
         self.assertTrue(spec["securityContext"]["runAsNonRoot"])
@@ -101,7 +101,7 @@ class KubernetesManifestTest(unittest.TestCase):
         pod_labels = dep["spec"]["template"]["metadata"]["labels"]
         (svc,) = by_kind("Service", "rankwatchd")
         self.assertLessEqual(svc["spec"]["selector"].items(), pod_labels.items())
-        self.assertEqual({p["name"] for p in svc["spec"]["ports"]}, {"metrics", "grpc"})
+        self.assertEqual({p["name"] for p in svc["spec"]["ports"]}, {"metrics", "grpc", "ui"})
         (sm,) = by_kind("ServiceMonitor")
         self.assertLessEqual(sm["spec"]["selector"]["matchLabels"].items(), svc["metadata"]["labels"].items())
         self.assertEqual(sm["spec"]["endpoints"][0]["port"], "metrics")
@@ -233,7 +233,9 @@ class DockerfileTest(unittest.TestCase):
                          "python3-grpcio", "python3-protobuf", "python3-confluent-kafka", "python3-yaml",
                          "python3-numpy", "python3-torch",
                          # the Python wheel, for users' virtualenvs: the image does not ship it
-                         "python3-venv", "python3-build", "python3-setuptools", "python3-wheel"}
+                         "python3-venv", "python3-build", "python3-setuptools", "python3-wheel",
+                         # the web UI's browser test
+                         "chromium", "chromium-driver", "python3-selenium"}
 
     def test_build_stage_installs_the_build_dependencies_of_deps_sh(self):
         with open(os.path.join(deploy_files.ROOT, "scripts/deps.sh")) as f:
@@ -286,7 +288,7 @@ class ConfigFilesTest(unittest.TestCase):
                     f.write(text)
                 try:
                     r = subprocess.run([daemon, "--config", path, "--state-dir", os.path.join(tmp, "state"),
-                                        "--metrics-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"],
+                                        "--metrics-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--ui-listen", "127.0.0.1:0"],
                                        capture_output=True, text=True, timeout=3)
                     out = r.stderr
                 except subprocess.TimeoutExpired as e:  # still running: the config was fine

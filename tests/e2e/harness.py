@@ -128,7 +128,7 @@ class Fleet:
     def start_daemon(self, brokers=None, extra=(), state_dir=None, grpc_listen="127.0.0.1:0"):
         state = state_dir or os.path.join(self.workdir, "state-%d" % len(self.processes))
         args = [os.path.join(BIN, "rankwatchd"), "--state-dir", state,
-                "--metrics-listen", "127.0.0.1:0", "--grpc-listen", grpc_listen]
+                "--metrics-listen", "127.0.0.1:0", "--grpc-listen", grpc_listen, "--ui-listen", "127.0.0.1:0"]
         if brokers:
             args += ["--brokers", brokers]
         p = self.start("rankwatchd", args + list(extra))

@@ -9,13 +9,17 @@ python3-grpcio with stubs generated from the project's protos.
 - with TLS, plaintext clients and clients with a wrong CA (or no client certificate under
   mutual TLS) are refused, and the CLI says so in one line.
 """
+import http.client
 import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 import grpc
 
@@ -301,6 +305,26 @@ class TlsTest(unittest.TestCase):
                               "--tls-key", self.path("client.key")], capture_output=True, text=True, timeout=30)
         self.assertEqual(top.returncode, 0, top.stderr)
         self.assertIn("t1", top.stdout)
+
+        # The web UI and its API: the same TLS options, over TLS only.
+        ui = daemon.endpoints["ui"]
+        self.assertEqual(daemon.endpoints["ui_scheme"], "https")
+
+        def get(scheme, context=None):
+            with urllib.request.urlopen("%s://%s/api/v1/jobs" % (scheme, ui), timeout=5, context=context) as r:
+                return json.loads(r.read())
+        trusted = ssl.create_default_context(cafile=self.path("ca.pem"))
+        trusted.load_cert_chain(self.path("client.pem"), self.path("client.key"))
+        self.assertEqual([j["trainingJob"] for j in get("https", trusted)["jobs"]], ["t1"])
+        with self.assertRaises((urllib.error.URLError, ConnectionError, http.client.HTTPException), msg="plaintext"):
+            get("http")
+        without_client = ssl.create_default_context(cafile=self.path("ca.pem"))
+        with self.assertRaises((urllib.error.URLError, ssl.SSLError, ConnectionError), msg="no client certificate"):
+            get("https", without_client)
+        stranger = ssl.create_default_context(cafile=self.path("ca.pem"))
+        stranger.load_cert_chain(self.path("stranger.pem"), self.path("stranger.key"))
+        with self.assertRaises((urllib.error.URLError, ssl.SSLError, ConnectionError), msg="another CA's client"):
+            get("https", stranger)
 
 
 if __name__ == "__main__":

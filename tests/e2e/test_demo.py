@@ -25,7 +25,7 @@ def alive(pid):
 class DemoTest(unittest.TestCase):
     def test_demo_aligns_steps_within_30s_and_stops_cleanly_on_ctrl_c(self):
         env = dict(os.environ, RANKWATCH_BIN=os.path.abspath(BIN), DEMO_METRICS="127.0.0.1:0",
-                   DEMO_GRPC="127.0.0.1:0")
+                   DEMO_GRPC="127.0.0.1:0", DEMO_UI="127.0.0.1:0")
         log = open(os.path.join(ROOT, "build", "demo-test.log"), "w+")
         demo = subprocess.Popen(["bash", os.path.join(ROOT, "scripts/demo.sh")], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -37,6 +37,9 @@ class DemoTest(unittest.TestCase):
                 return log.read()
             text = wait_until(lambda: "processes:" in output() and output(), 20, "the demo banner")
             metrics = re.search(r"metrics:\s+(http://\S+/metrics)", text).group(1)
+            ui = re.search(r"web UI:\s+(http://\S+/ui/)", text).group(1)
+            with urllib.request.urlopen(ui, timeout=5) as r:  # the banner's UI address serves it
+                self.assertIn("<title>rankwatch</title>", r.read().decode())
             pids = [int(p) for p in re.findall(r"=(\d+)", re.search(r"processes:.*", text).group(0))]
             self.assertEqual(len(pids), 2)
 

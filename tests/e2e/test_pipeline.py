@@ -332,7 +332,7 @@ class LifecycleTest(unittest.TestCase):
     def test_a_second_daemon_on_the_same_state_dir_is_refused(self):
         first = self.fleet.start_daemon(brokers=None)
         r = subprocess.run([os.path.join(BIN, "rankwatchd"), "--state-dir", first.state_dir,
-                            "--metrics-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"],
+                            "--metrics-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--ui-listen", "127.0.0.1:0"],
                            capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 1)
         self.assertIn("in use by another rankwatchd", r.stderr)

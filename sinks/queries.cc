@@ -1,0 +1,305 @@
+#include "sinks/queries.h"
+
+#include <algorithm>
+#include <future>
+#include <array>
+#include <cctype>
+#include <cmath>
+
+#include "operators/step_codec.h"
+#include "operators/step_time_diagnosis.h"
+#include "state/job_state_store.h"
+#include "sinks/diagnosis_proto.h"
+#include "sinks/timeline.h"
+
+namespace rankwatch {
+namespace {
+
+absl::Status NoJob(const std::string& job) {
+  return absl::NotFoundError("no training job '" + job + "'");
+}
+
+void FillKernel(const kernel::RankKernelSummary& r, const kernel::KernelJobSnapshot& job,
+                v1::RankKernel* out) {
+  const kernel::KernelStepSummary& t = r.total;
+  out->set_steps(r.steps);
+  out->set_first_step(r.first_step);
+  out->set_last_step(r.last_step);
+  out->set_gpu_ops(t.gpu_ops);
+  out->set_kernel_seconds(t.kernel_ns * 1e-9);
+  out->set_idle_seconds(t.idle_ns * 1e-9);
+  out->set_compute_seconds(t.compute_ns * 1e-9);
+  out->set_non_compute_seconds(t.non_compute_ns * 1e-9);
+  out->set_communication_seconds(t.comm_ns * 1e-9);
+  out->set_comm_overlap_seconds(t.comm_overlap_ns * 1e-9);
+  out->set_idle_share(r.idle_share);
+  out->set_communication_share(r.comm_share);
+  out->set_idle_host_wait_seconds(t.idle_us[0] * 1e-6);
+  out->set_idle_kernel_wait_seconds(t.idle_us[1] * 1e-6);
+  out->set_idle_other_seconds(t.idle_us[2] * 1e-6);
+  out->set_launches(t.launches);
+  if (t.launches > 0) out->set_launch_delay_max_seconds(t.delay_max_us * 1e-6);
+  for (const kernel::KernelOutlier& o : job.outliers) {
+    if (o.rank == r.rank) out->add_outliers(o.note);
+  }
+}
+
+}  // namespace
+
+v1::ListJobsResponse Queries::ListJobs() const {
+  v1::ListJobsResponse response;
+  for (const auto& [job, snapshot] : *s_.snapshots->Get()) {
+    const JobSnapshot& s = *snapshot;
+    v1::JobSummary* j = response.add_jobs();
+    j->set_training_job(job);
+    j->set_world_size(s.world_size);
+    j->set_ranks_seen(s.ranks_seen);
+    j->set_aligned_steps(s.aligned_steps);
+    j->set_last_aligned_step(s.window_last_step);
+    j->set_last_record_unix_ns(s.last_record_unix_ns);
+    j->set_step_label(ToProto(s.step.label));
+    j->set_memory_label(ToProto(s.memory.label));
+    j->set_step_severity(ToProto(s.step.severity));
+    j->set_memory_severity(ToProto(s.memory.severity));
+    for (uint32_t r : s.step.culprit_ranks) j->add_culprit_ranks(r);
+    if (s.rank_pods != nullptr) {
+      for (uint32_t r : s.step.culprit_ranks) j->add_culprit_pods(s.PodOf(r));
+    }
+    if (!s.scheduler.empty()) ToProto(s.scheduler, j->mutable_scheduler());
+    j->set_step_skew(s.phases[static_cast<int>(Phase::kStep)].skew);
+    j->set_wait_share(s.step.wait_share);
+    j->set_input_share(s.step.input_share);
+    ToProto(s, j->mutable_lost_time());
+    if (s_.alerts != nullptr) {
+      for (const std::string& id : s_.alerts->Firing(job)) j->add_firing_alerts(id);
+    }
+  }
+  return response;
+}
+
+absl::StatusOr<v1::Diagnosis> Queries::GetDiagnosis(const std::string& job) const {
+  auto snapshots = s_.snapshots->Get();
+  auto it = snapshots->find(job);
+  if (it == snapshots->end()) return NoJob(job);
+  v1::Diagnosis response;
+  ToProto(*it->second, it->second->evaluated_unix_ns, &response);
+  if (const auto& points = it->second->memory_trend_points; points != nullptr) {
+    for (const MemoryTrend::Point& p : *points) {
+      v1::MemoryTrendPoint* out = response.mutable_memory()->add_trend_points();
+      out->set_step(p.step);
+      out->set_worst_bytes(p.worst);
+      out->set_median_bytes(p.median);
+    }
+  }
+  if (s_.captures != nullptr) {
+    if (auto c = s_.captures->LatestComparison(job, kEvidenceCaptureRows)) {
+      *response.mutable_capture() = std::move(*c);
+    }
+  }
+  if (s_.hang != nullptr && it->second->step.label == StepLabel::kHang) {
+    if (auto s = s_.hang->Get(job)) *response.mutable_hang_stacks() = std::move(*s);
+  }
+  return response;
+}
+
+absl::StatusOr<v1::RankDetail> Queries::GetRankDetail(const std::string& job, uint32_t rank) const {
+  auto snapshots = s_.snapshots->Get();
+  auto it = snapshots->find(job);
+  if (it == snapshots->end()) return NoJob(job);
+  const JobSnapshot& s = *it->second;
+  if (rank >= s.world_size) {
+    return absl::OutOfRangeError("training job '" + s.training_job + "' has " +
+                                 std::to_string(s.world_size) + " ranks");
+  }
+  v1::RankDetail response;
+  response.set_training_job(s.training_job);
+  response.set_rank(rank);
+  response.set_node(s.NodeOf(rank));
+  response.set_pod(s.PodOf(rank));
+  response.set_last_step(s.window_last_step);
+  response.set_window_steps(s.window_steps);
+  if (s.rank_totals && rank < s.rank_totals->size()) {
+    const auto& totals = (*s.rank_totals)[rank];
+    for (int p = 0; p < kPhaseCount; ++p) {
+      const double mean = WindowMean(totals, static_cast<Phase>(p));  // NaN: not reported
+      if (std::isnan(mean)) continue;
+      v1::RankPhase* phase = response.add_phases();
+      phase->set_phase(ToProto(static_cast<Phase>(p)));
+      phase->set_seconds(mean);
+      phase->set_excess_seconds(mean - s.phases[p].median_seconds);
+    }
+  }
+  if (s.rank_peak_allocated && rank < s.rank_peak_allocated->size()) {
+    response.set_peak_allocated_bytes((*s.rank_peak_allocated)[rank]);
+  }
+  if (s.rank_peak_reserved && rank < s.rank_peak_reserved->size()) {
+    response.set_peak_reserved_bytes((*s.rank_peak_reserved)[rank]);
+  }
+  if (s_.kernels != nullptr) {
+    if (auto kernels = s_.kernels->Get(s.training_job)) {
+      if (const kernel::RankKernelSummary* r = kernels->Rank(rank)) {
+        FillKernel(*r, *kernels, response.mutable_kernel());
+      }
+    }
+  }
+  return response;
+}
+
+absl::StatusOr<v1::ListCapturesResponse> Queries::ListCaptures(const std::string& job) const {
+  if (s_.captures == nullptr) return absl::UnavailableError("captures are off");
+  v1::ListCapturesResponse response;
+  for (v1::Capture& c : s_.captures->List(job)) *response.add_captures() = std::move(c);
+  return response;
+}
+
+absl::StatusOr<v1::GetCaptureResponse> Queries::GetCapture(const std::string& id,
+                                                           bool with_events) const {
+  if (s_.captures == nullptr) return absl::UnavailableError("captures are off");
+  std::vector<v1::CaptureTrace> traces;
+  auto c = s_.captures->Get(id, with_events ? &traces : nullptr);
+  if (!c) return absl::NotFoundError("no capture '" + id + "'");
+  v1::GetCaptureResponse response;
+  *response.mutable_capture() = std::move(*c);
+  for (v1::CaptureTrace& t : traces) *response.add_traces() = std::move(t);
+  return response;
+}
+
+absl::StatusOr<v1::Timeline> Queries::GetTimeline(const v1::GetTimelineRequest& request) const {
+  if (s_.state == nullptr) return absl::UnavailableError("no state store");
+  auto snapshots = s_.snapshots->Get();
+  auto it = snapshots->find(request.training_job());
+  if (it == snapshots->end()) return NoJob(request.training_job());
+  return BuildTimeline(*it->second, request, *s_.state, s_.alerts, s_.captures);
+}
+
+absl::StatusOr<JobHeatmap> Queries::GetHeatmap(const std::string& job, const std::string& metric,
+                                                uint32_t max_rank_steps) const {
+  if (s_.state == nullptr) return absl::UnavailableError("no state store");
+  auto snapshots = s_.snapshots->Get();
+  auto it = snapshots->find(job);
+  if (it == snapshots->end()) return NoJob(job);
+  const JobSnapshot& snapshot = *it->second;
+  JobHeatmap h;
+  h.training_job = job;
+  h.world_size = snapshot.world_size;
+  h.culprit_ranks = snapshot.step.culprit_ranks;
+  for (uint32_t r = 0; r < snapshot.world_size; ++r) h.rank_nodes.push_back(snapshot.NodeOf(r));
+  if (!snapshot.has_window) return h;
+  // The window's steps, read and decoded in two halves at once (a 16,384-rank window is ~60 MB
+  // of stored columns): the older half on a thread of its own.
+  struct Half {
+    absl::Status status;
+    std::vector<AlignedStep> steps;
+  };
+  const auto read = [this, &job](uint64_t first, uint64_t last) {
+    Half half;
+    auto stored = job_state::ReadStepRange(*s_.state, job, first, last);
+    if (!stored.ok()) {
+      half.status = stored.status();
+      return half;
+    }
+    half.steps.resize(stored->size());
+    for (size_t i = 0; i < stored->size(); ++i) {
+      if (absl::Status st = DecodeStep((*stored)[i], &half.steps[i]); !st.ok()) {
+        half.status = absl::DataLossError("stored step " + std::to_string((*stored)[i].step()) +
+                                          " of job '" + job + "': " + std::string(st.message()));
+        return half;
+      }
+    }
+    return half;
+  };
+  const uint64_t first = snapshot.window_first_step, last = snapshot.window_last_step;
+  const uint64_t middle = first + (last - first) / 2;
+  std::future<Half> older = std::async(std::launch::async, read, first, middle);
+  Half newer = read(middle + 1, last);
+  Half old_half = older.get();
+  if (!old_half.status.ok()) return old_half.status;
+  if (!newer.status.ok()) return newer.status;
+  std::vector<AlignedStep> steps = std::move(old_half.steps);
+  steps.insert(steps.end(), std::make_move_iterator(newer.steps.begin()),
+               std::make_move_iterator(newer.steps.end()));
+  // The newest steps that fit.
+  size_t begin = steps.size();
+  uint64_t rank_steps = 0;
+  while (begin > 0) {
+    const uint64_t n = steps[begin - 1].samples.size();
+    if (rank_steps + n > max_rank_steps) break;
+    rank_steps += n;
+    --begin;
+  }
+  h.truncated = begin > 0;
+  steps.erase(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(begin));
+  uint32_t present = 0;  // phases any rank reported
+  for (const AlignedStep& step : steps) {
+    h.steps.push_back(step.step);
+    h.timed_out.push_back(step.timed_out);
+    for (const StepSample& sample : step.samples) present |= sample.present;
+  }
+  const auto upper = [](Phase p) {
+    std::string n(PhaseName(p));
+    for (char& c : n) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return n;
+  };
+  const bool own_known = snapshot.step.blocked.kind != BlockedModel::Kind::kUnknown;
+  if (present & (1u << static_cast<int>(Phase::kStep))) {
+    h.metrics.push_back("STEP");
+    if (own_known) h.metrics.push_back("OWN");
+  }
+  int phase = -1;  // the metric's phase; -1: own time
+  for (int p = 0; p < kPhaseCount; ++p) {
+    if (p == static_cast<int>(Phase::kStep) || !(present & (1u << p))) continue;
+    h.metrics.push_back(upper(static_cast<Phase>(p)));
+  }
+  h.metric = metric.empty() ? (own_known ? "OWN" : "STEP") : metric;
+  if (std::find(h.metrics.begin(), h.metrics.end(), h.metric) == h.metrics.end()) {
+    if (h.steps.empty()) return h;
+    std::string known;
+    for (const std::string& m : h.metrics) known += (known.empty() ? "" : ", ") + m;
+    return absl::InvalidArgumentError("no metric '" + h.metric + "' in the steps of job '" + job +
+                                      "' (" + known + ")");
+  }
+  for (int p = 0; p < kPhaseCount; ++p) {
+    if (upper(static_cast<Phase>(p)) == h.metric) phase = p;
+  }
+  const size_t n = h.steps.size();
+  h.values.assign(static_cast<size_t>(h.world_size) * n, NAN);
+  for (size_t s = 0; s < n; ++s) {
+    for (const StepSample& sample : steps[s].samples) {
+      if (sample.rank >= h.world_size) continue;
+      float& out = h.values[sample.rank * n + s];
+      if (phase >= 0) {
+        if (sample.Has(static_cast<Phase>(phase))) {
+          out = static_cast<float>(static_cast<double>(sample.ns[phase]) * 1e-6);
+        }
+        continue;
+      }
+      std::array<double, kPhaseCount> v{};
+      for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(sample.ns[p]) * 1e-6;
+      out = static_cast<float>(OwnTime(v, sample.present, snapshot.step.blocked));
+    }
+  }
+  return h;
+}
+
+absl::StatusOr<std::vector<v1::Alert>> Queries::RecentAlerts(const std::string& job,
+                                                             size_t max) const {
+  if (s_.alerts == nullptr) return absl::UnavailableError("alerts are not enabled");
+  {
+    auto snapshots = s_.snapshots->Get();
+    if (snapshots->find(job) == snapshots->end()) return NoJob(job);
+  }
+  // The alerts kept in memory for resuming subscribers (the newest few thousand of every job);
+  // older ones stay in the alert log, for WatchAlerts.
+  constexpr uint64_t kScan = 4096;
+  const uint64_t last = s_.alerts->last_sequence();
+  AlertFilter filter;
+  filter.training_job = job;
+  std::vector<v1::Alert> out;
+  s_.alerts->Backlog(last > kScan ? last - kScan : 0, last + 1, filter,
+                     [&](std::shared_ptr<const v1::Alert> a) { out.push_back(*a); });
+  std::reverse(out.begin(), out.end());
+  if (out.size() > max) out.resize(max);
+  return out;
+}
+
+}  // namespace rankwatch
