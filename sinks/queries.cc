@@ -173,14 +173,20 @@ absl::StatusOr<v1::Timeline> Queries::GetTimeline(const v1::GetTimelineRequest& 
 }
 
 absl::StatusOr<JobHeatmap> Queries::GetHeatmap(const std::string& job, const std::string& metric,
-                                                uint32_t max_rank_steps) const {
+                                                uint32_t max_rank_steps,
+                                                std::optional<uint32_t> rank) const {
   if (s_.state == nullptr) return absl::UnavailableError("no state store");
   auto snapshots = s_.snapshots->Get();
   auto it = snapshots->find(job);
   if (it == snapshots->end()) return NoJob(job);
   const JobSnapshot& snapshot = *it->second;
+  if (rank && *rank >= snapshot.world_size) {
+    return absl::OutOfRangeError("training job '" + job + "' has " +
+                                 std::to_string(snapshot.world_size) + " ranks");
+  }
   JobHeatmap h;
   h.training_job = job;
+  h.rank = rank;
   h.world_size = snapshot.world_size;
   h.culprit_ranks = snapshot.step.culprit_ranks;
   for (uint32_t r = 0; r < snapshot.world_size; ++r) h.rank_nodes.push_back(snapshot.NodeOf(r));
@@ -277,6 +283,24 @@ absl::StatusOr<JobHeatmap> Queries::GetHeatmap(const std::string& job, const std
       for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(sample.ns[p]) * 1e-6;
       out = static_cast<float>(OwnTime(v, sample.present, snapshot.step.blocked));
     }
+  }
+  if (rank) {
+    std::vector<float> row(h.values.begin() + *rank * n, h.values.begin() + (*rank + 1) * n);
+    std::vector<float> column;
+    for (size_t s = 0; s < n; ++s) {
+      column.clear();
+      for (uint32_t r = 0; r < h.world_size; ++r) {
+        if (const float v = h.values[r * n + s]; !std::isnan(v)) column.push_back(v);
+      }
+      float median = NAN;
+      if (!column.empty()) {
+        auto mid = column.begin() + static_cast<std::ptrdiff_t>(column.size() / 2);
+        std::nth_element(column.begin(), mid, column.end());
+        median = *mid;
+      }
+      h.medians.push_back(median);
+    }
+    h.values = std::move(row);
   }
   return h;
 }

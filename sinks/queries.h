@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,6 +53,10 @@ struct JobHeatmap {
   std::vector<std::string> metrics;  // the metrics the steps hold, STEP and OWN first
   std::string metric;                // the one in `values`
   std::vector<float> values;
+  // With a rank asked for: `values` holds that rank's steps only, and `medians` each step's
+  // median over every rank that reported it.
+  std::optional<uint32_t> rank;
+  std::vector<float> medians;
 };
 
 class Queries {
@@ -77,8 +82,11 @@ class Queries {
   // `metric` (empty: OWN where known, else STEP) over the diagnosis window's stored steps (the
   // store lags the live diagnosis by up to a checkpoint interval), at most `max_rank_steps`
   // rank-steps, the newest kept. A metric the steps do not hold is InvalidArgument.
+  // With `rank`: that rank's values and every step's median over the ranks (OutOfRange past
+  // the world size).
   absl::StatusOr<JobHeatmap> GetHeatmap(const std::string& job, const std::string& metric,
-                                        uint32_t max_rank_steps) const;
+                                        uint32_t max_rank_steps,
+                                        std::optional<uint32_t> rank = std::nullopt) const;
 
   const QuerySources& sources() const { return s_; }
 

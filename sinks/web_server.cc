@@ -108,23 +108,31 @@ std::string HeatmapJson(const JobHeatmap& h, bool with_values = true) {
     out += Quoted(h.metrics[i]);
   }
   out += "], \"metric\": " + Quoted(h.metric);
-  if (!with_values) return out + "}";
-  out += ", \"values\": [";
-  out.reserve(out.size() + h.values.size() * 7 + 4);
-  char buf[32];
-  for (size_t i = 0; i < h.values.size(); ++i) {
-    if (i > 0) out += ',';
-    if (std::isnan(h.values[i])) {
-      out += "null";
-    } else {
-      // Milliseconds to the microsecond.
-      const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), h.values[i],
-                                           std::chars_format::fixed, 3);
-      out.append(buf, end);
+  const auto numbers = [&out](const std::vector<float>& values) {
+    out.reserve(out.size() + values.size() * 7 + 4);
+    char buf[32];
+    out += '[';
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (i > 0) out += ',';
+      if (std::isnan(values[i])) {
+        out += "null";
+      } else {
+        // Milliseconds to the microsecond.
+        const auto [end, ec] =
+            std::to_chars(buf, buf + sizeof(buf), values[i], std::chars_format::fixed, 3);
+        out.append(buf, end);
+      }
     }
+    out += ']';
+  };
+  if (h.rank) {
+    out += ", \"rank\": " + std::to_string(*h.rank) + ", \"medians\": ";
+    numbers(h.medians);
   }
-  out += "]}\n";
-  return out;
+  if (!with_values) return out + "}";
+  out += ", \"values\": ";
+  numbers(h.values);
+  return out + "}\n";
 }
 
 // The heatmap with its values as 32-bit floats, for the UI (no text to format or parse):
@@ -195,7 +203,13 @@ void Routes(httplib::Server& s, const Queries* q) {
         UintParam(req, res, "max_rank_steps", kMaxTimelineRankSteps, kMaxTimelineRankSteps);
     if (!max) return;
     const std::string metric = req.has_param("metric") ? req.get_param_value("metric") : "";
-    auto heatmap = q->GetHeatmap(req.matches[1], metric, static_cast<uint32_t>(*max));
+    std::optional<uint32_t> rank;
+    if (req.has_param("rank")) {
+      const auto r = UintParam(req, res, "rank", 0, UINT32_MAX);
+      if (!r) return;
+      rank = static_cast<uint32_t>(*r);
+    }
+    auto heatmap = q->GetHeatmap(req.matches[1], metric, static_cast<uint32_t>(*max), rank);
     if (!heatmap.ok()) return Error(res, heatmap.status());
     if (req.has_param("format") && req.get_param_value("format") == "f32") {
       res.set_content(HeatmapBinary(*heatmap), "application/octet-stream");

@@ -495,12 +495,80 @@ function captureTable(job, captures) {
 }
 
 // --- rank ----------------------------------------------------------------------------------
+// The rank's value of one metric step by step over the window against each step's median
+// rank (own time by default).
+const rankState = {metric: ""};
+
+function drawRankChart(canvas, h) {
+  const ctx = canvas.getContext("2d");
+  const W = canvas.width, H = canvas.height, L = 64, B = 22, T = 8, R = 10;
+  const steps = h.steps || [];
+  const all = [...h.values, ...h.medians].filter(v => v !== null);
+  const yMax = Math.max(1e-6, ...all) * 1.1;
+  const x = i => L + i / Math.max(1, steps.length - 1) * (W - L - R);
+  const y = v => H - B - v / yMax * (H - B - T);
+  ctx.clearRect(0, 0, W, H);
+  ctx.fillStyle = "#6b7385";
+  ctx.font = "11px system-ui";
+  for (let i = 0; i <= 4; i++) {
+    const v = yMax * i / 4;
+    ctx.fillText(v.toFixed(1) + " ms", 4, y(v) + 4);
+    ctx.strokeStyle = "#eee";
+    ctx.beginPath(); ctx.moveTo(L, y(v)); ctx.lineTo(W - R, y(v)); ctx.stroke();
+  }
+  if (steps.length) {
+    ctx.fillText("step " + steps[0], L, H - 6);
+    ctx.fillText("step " + steps[steps.length - 1], W - R - 70, H - 6);
+  }
+  const line = (values, colour) => {
+    ctx.strokeStyle = colour; ctx.lineWidth = 2;
+    ctx.beginPath();
+    let pen = false;
+    values.forEach((v, i) => {
+      if (v === null) { pen = false; return; }
+      (pen ? ctx.lineTo : ctx.moveTo).call(ctx, x(i), y(v));
+      pen = true;
+    });
+    ctx.stroke();
+  };
+  line(h.medians, "#2c7bb6");
+  line(h.values, "#d7191c");
+  canvas.dataset.steps = String(steps.length);
+}
+
+async function rankSeries(job, rank) {
+  const q = "?rank=" + rank + (rankState.metric ? "&metric=" + encodeURIComponent(rankState.metric) : "");
+  try {
+    return await api(jobPath(job) + "/heatmap" + q);
+  } catch (e) {
+    rankState.metric = "";
+    return api(jobPath(job) + "/heatmap?rank=" + rank).catch(() => null);
+  }
+}
+
+function rankSection(job, rank, h) {
+  if (!h || !(h.steps || []).length) return el("p", {class: "muted", text: "No stored steps yet."});
+  const canvas = el("canvas", {id: "rank-chart", width: 900, height: 240});
+  const select = el("select", {id: "rank-metric", onchange: async e => {
+      rankState.metric = e.target.value;
+      const next = await rankSeries(job, rank);
+      if (next) drawRankChart(canvas, next);
+    }},
+    (h.metrics || []).map(k => el("option", {value: k, text: k.toLowerCase() + (k === "OWN" || k === "STEP" ? " time" : ""), selected: k === h.metric})));
+  requestAnimationFrame(() => drawRankChart(canvas, h));
+  return el("div", {}, el("div", {class: "controls"}, "value ", select), canvas,
+    el("div", {class: "legend"}, el("span", {style: "color:#d7191c", text: "— rank " + rank}),
+      el("span", {style: "color:#2c7bb6", text: "— median rank of each step"})));
+}
+
 async function rankPage(job, rank) {
   setCrumbs(el("a", {href: "/ui/", text: "jobs"}), el("a", {href: jobUrl(job), text: job}), el("a", {href: rankUrl(job, rank), text: "rank " + rank}));
   document.title = "rankwatch — " + job + " rank " + rank;
-  let r, captures;
+  let r, captures, series;
   try {
-    [r, captures] = await Promise.all([api(jobPath(job) + "/ranks/" + rank), api(jobPath(job) + "/captures").catch(() => ({captures: []}))]);
+    [r, captures, series] = await Promise.all([api(jobPath(job) + "/ranks/" + rank),
+      api(jobPath(job) + "/captures").catch(() => ({captures: []})), rankSeries(job, rank)]);
+    rankState.metric = series ? series.metric : "";
   } catch (e) {
     app.replaceChildren(el("h1", {text: job + " — rank " + rank}), el("p", {class: "error", text: e.message}));
     return schedule(() => rankPage(job, rank), REFRESH_MS);
@@ -516,6 +584,7 @@ async function rankPage(job, rank) {
       el("dt", {text: "pod"}), el("dd", {text: r.pod || "—"}),
       el("dt", {text: "window"}), el("dd", {text: r.windowSteps + " steps to step " + r.lastStep}),
       el("dt", {text: "memory peaks"}), el("dd", {text: "allocated " + bytes(r.peakAllocatedBytes) + ", reserved " + bytes(r.peakReservedBytes)})),
+    el("h2", {text: "Step by step against the median rank"}), rankSection(job, rank, series),
     el("h2", {text: "Phases against the median rank (per-step means over the window)"}),
     phases.length ? el("table", {id: "rank-phases"},
       el("thead", {}, el("tr", {}, ["phase", "this rank", "median rank", "excess", ""].map(t => el("th", {text: t})))),

@@ -139,6 +139,14 @@ class WebUiTest(DaemonTestCase):
             values = [v for v in own[rank * steps:(rank + 1) * steps] if v is not None]
             return sum(values) / len(values)
         self.assertGreater(mean(CULPRIT), 1.15 * mean(0))
+        # One rank against each step's median rank (the rank page's chart).
+        one = self.api("jobs/%s/heatmap?rank=%d" % (quoted, CULPRIT))
+        self.assertEqual(one["rank"], CULPRIT)
+        self.assertEqual(one["values"], own[CULPRIT * steps:(CULPRIT + 1) * steps])
+        self.assertEqual(len(one["medians"]), steps)
+        self.assertTrue(all(v > m for v, m in zip(one["values"], one["medians"])))
+        status, body = get(self.ui + "/api/v1/jobs/%s/heatmap?rank=64" % quoted)
+        self.assertEqual(status, 404, body)
 
     def test_read_only_and_clear_errors(self):
         ui = self.ui
@@ -212,6 +220,9 @@ class WebUiTest(DaemonTestCase):
             # The rank page of the culprit: its compute above the median rank's.
             driver.get(self.ui + "/ui/jobs/%s/ranks/%d" % (urllib.request.quote(JOB, safe=""), CULPRIT))
             table = wait_until(lambda: driver.find_elements(By.ID, "rank-phases"), 20, "the rank's phases")[0]
+            chart = wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, "canvas#rank-chart[data-steps]"), 20,
+                               "the rank's chart")[0]
+            self.assertGreater(int(chart.get_attribute("data-steps")), 10)
             # The simulated straggler's forward is 30 % longer (its backward shorter: the others
             # wait in theirs for its gradients).
             forward = [r.text for r in table.find_elements(By.TAG_NAME, "tr") if r.text.startswith("forward ")]
