@@ -494,6 +494,23 @@ function captureTable(job, captures) {
     })));
 }
 
+// The newest capture of `rank` with a comparison (this rank as the culprit or the reference):
+// operator by operator, self time per step on each, largest excess first.
+function comparisonTable(rank, captures) {
+  const c = captures.find(c => (c.comparison || []).length && (c.culpritRank === rank || c.referenceRank === rank));
+  if (!c) return null;
+  return el("div", {},
+    el("h2", {text: "Capture " + c.id + ": rank " + c.culpritRank + " against rank " + c.referenceRank}),
+    el("table", {id: "capture-comparison"},
+      el("thead", {}, el("tr", {}, ["operator", "phase", "rank " + c.culpritRank, "rank " + c.referenceRank, "excess per step"].map(t => el("th", {text: t})))),
+      el("tbody", {}, c.comparison.slice(0, 15).map(o => el("tr", {},
+        el("td", {text: o.name}),
+        el("td", {text: o.phase}),
+        el("td", {class: "num", text: ms(o.culpritSecondsPerStep)}),
+        el("td", {class: "num", text: ms(o.referenceSecondsPerStep)}),
+        el("td", {class: "num", text: (o.excessSecondsPerStep >= 0 ? "+" : "") + ms(o.excessSecondsPerStep)}))))));
+}
+
 // --- rank ----------------------------------------------------------------------------------
 // The rank's value of one metric step by step over the window against each step's median
 // rank (own time by default).
@@ -606,7 +623,7 @@ async function rankPage(job, rank) {
       el("dt", {text: "launches"}), el("dd", {text: k.launches + (k.launchDelayMaxSeconds ? ", longest delay " + ms(k.launchDelayMaxSeconds) : "")}),
       el("dt", {text: "stands apart"}), el("dd", {text: (k.outliers || []).join("; ") || "no"}))
       : el("p", {class: "muted", text: "No kernel events from this rank."}),
-    el("h2", {text: "Captures of this rank"}), captureTable(job, mine));
+    el("h2", {text: "Captures of this rank"}), captureTable(job, mine), comparisonTable(rank, mine) || "");
   setStatus("updated " + new Date().toLocaleTimeString());
   schedule(() => rankPage(job, rank), REFRESH_MS);
 }

@@ -7,8 +7,9 @@ is 30 % slower in compute and whose memory creeps. Then:
 - headless Chromium (Debian's chromium and chromium-driver, driven by Debian's python3-selenium)
   shows what a person would see: the fleet page lists the job with its diagnosis and culprit; the
   job page's heatmap marks the culprit's row (the pixels of the canvas are read back) and the
-  memory chart is drawn; the rank page shows the culprit's compute excess. A screenshot of each
-  page goes to build/test-artifacts/web_ui/;
+  memory chart is drawn; the rank page shows the culprit's forward excess and its chart over the
+  window, and a replayed real Kineto trace's rank its GPU timeline. A screenshot of each page goes
+  to build/test-artifacts/web_ui/;
 - the API and the UI are read-only, and unknown paths and bad parameters are clear 4xx errors.
 """
 import json
@@ -16,6 +17,7 @@ import math
 import os
 import shutil
 import struct
+import subprocess
 import time
 import unittest
 import urllib.error
@@ -23,9 +25,10 @@ import urllib.request
 
 from google.protobuf import json_format
 
-from harness import DaemonTestCase, wait_until
+from harness import BIN, DaemonTestCase, wait_until
 from rankwatch.v1 import service_pb2
 
+FIXTURES = os.environ.get("RANKWATCH_FIXTURES", os.path.join(os.path.dirname(os.path.abspath(__file__)), "../fixtures"))
 ARTIFACTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../build/test-artifacts/web_ui")
 JOB = "ui-demo/job"  # a '/' in the id, as Kubeflow namespaces give
 CULPRIT = 37
@@ -229,6 +232,21 @@ class WebUiTest(DaemonTestCase):
             self.assertEqual(len(forward), 1, table.text)
             self.assertIn("+", forward[0].split(" ms")[2])
             driver.save_screenshot(os.path.join(ARTIFACTS, "rank.png"))
+
+            # A rank with kernel events (a real 2-rank Kineto trace replayed through Kafka): its
+            # page shows the GPU timeline's breakdown, with the API's numbers.
+            replay = subprocess.run([os.path.join(BIN, "rankwatch"), "replay", "--brokers", self.brokers, "--job",
+                                     "ui-kineto", os.path.join(FIXTURES, "kineto", "hta-trace-filter-2rank")],
+                                    capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+            self.assertEqual(replay.returncode, 0, replay.stderr)
+            kernel = wait_until(lambda: (lambda r: r.get("kernel") if r.get("kernel", {}).get("steps") == 2 else None)(
+                get(self.ui + "/api/v1/jobs/ui-kineto/ranks/1")[1]), 60, "rank 1's kernel analyses")
+            driver.get(self.ui + "/ui/jobs/ui-kineto/ranks/1")
+            section = wait_until(lambda: driver.find_elements(By.ID, "rank-kernel"), 20, "the GPU timeline")[0]
+            self.assertIn("%.1f ms" % (kernel["kernelSeconds"] * 1e3), section.text)
+            self.assertIn("communication", section.text)
+            self.assertNotIn("null", driver.find_element(By.ID, "app").text)
+            driver.save_screenshot(os.path.join(ARTIFACTS, "rank-kernel.png"))
         finally:
             driver.quit()
 
