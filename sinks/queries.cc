@@ -1,16 +1,16 @@
 #include "sinks/queries.h"
 
 #include <algorithm>
-#include <future>
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <future>
 
 #include "operators/step_codec.h"
 #include "operators/step_time_diagnosis.h"
-#include "state/job_state_store.h"
 #include "sinks/diagnosis_proto.h"
 #include "sinks/timeline.h"
+#include "state/job_state_store.h"
 
 namespace rankwatch {
 namespace {
@@ -173,8 +173,8 @@ absl::StatusOr<v1::Timeline> Queries::GetTimeline(const v1::GetTimelineRequest& 
 }
 
 absl::StatusOr<JobHeatmap> Queries::GetHeatmap(const std::string& job, const std::string& metric,
-                                                uint32_t max_rank_steps,
-                                                std::optional<uint32_t> rank) const {
+                                               uint32_t max_rank_steps,
+                                               std::optional<uint32_t> rank) const {
   if (s_.state == nullptr) return absl::UnavailableError("no state store");
   auto snapshots = s_.snapshots->Get();
   auto it = snapshots->find(job);
@@ -191,106 +191,119 @@ absl::StatusOr<JobHeatmap> Queries::GetHeatmap(const std::string& job, const std
   h.culprit_ranks = snapshot.step.culprit_ranks;
   for (uint32_t r = 0; r < snapshot.world_size; ++r) h.rank_nodes.push_back(snapshot.NodeOf(r));
   if (!snapshot.has_window) return h;
-  // The window's steps, read and decoded in two halves at once (a 16,384-rank window is ~60 MB
-  // of stored columns): the older half on a thread of its own.
-  struct Half {
-    absl::Status status;
-    std::vector<AlignedStep> steps;
-  };
-  const auto read = [this, &job](uint64_t first, uint64_t last) {
-    Half half;
-    auto stored = job_state::ReadStepRange(*s_.state, job, first, last);
-    if (!stored.ok()) {
-      half.status = stored.status();
-      return half;
-    }
-    half.steps.resize(stored->size());
-    for (size_t i = 0; i < stored->size(); ++i) {
-      if (absl::Status st = DecodeStep((*stored)[i], &half.steps[i]); !st.ok()) {
-        half.status = absl::DataLossError("stored step " + std::to_string((*stored)[i].step()) +
-                                          " of job '" + job + "': " + std::string(st.message()));
-        return half;
-      }
-    }
-    return half;
-  };
-  const uint64_t first = snapshot.window_first_step, last = snapshot.window_last_step;
-  const uint64_t middle = first + (last - first) / 2;
-  std::future<Half> older = std::async(std::launch::async, read, first, middle);
-  Half newer = read(middle + 1, last);
-  Half old_half = older.get();
-  if (!old_half.status.ok()) return old_half.status;
-  if (!newer.status.ok()) return newer.status;
-  std::vector<AlignedStep> steps = std::move(old_half.steps);
-  steps.insert(steps.end(), std::make_move_iterator(newer.steps.begin()),
-               std::make_move_iterator(newer.steps.end()));
-  // The newest steps that fit.
-  size_t begin = steps.size();
-  uint64_t rank_steps = 0;
-  while (begin > 0) {
-    const uint64_t n = steps[begin - 1].samples.size();
-    if (rank_steps + n > max_rank_steps) break;
-    rank_steps += n;
-    --begin;
-  }
-  h.truncated = begin > 0;
-  steps.erase(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(begin));
-  uint32_t present = 0;  // phases any rank reported
-  for (const AlignedStep& step : steps) {
-    h.steps.push_back(step.step);
-    h.timed_out.push_back(step.timed_out);
-    for (const StepSample& sample : step.samples) present |= sample.present;
-  }
+
   const auto upper = [](Phase p) {
     std::string n(PhaseName(p));
     for (char& c : n) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     return n;
   };
   const bool own_known = snapshot.step.blocked.kind != BlockedModel::Kind::kUnknown;
+  h.metric = metric.empty() ? (own_known ? "OWN" : "STEP") : metric;
+  int phase = -1;  // the metric's phase; -1: own time
+  for (int p = 0; p < kPhaseCount; ++p) {
+    if (upper(static_cast<Phase>(p)) == h.metric) phase = p;
+  }
+  if (phase < 0 && h.metric != "OWN") {
+    return absl::InvalidArgumentError("no metric '" + h.metric +
+                                      "' (STEP, OWN or a phase: DATALOADER, FORWARD, ...)");
+  }
+  // The window's steps, read and decoded in two halves at once (a 16,384-rank window is ~60 MB
+  // of stored columns), the older half on a thread of its own. Each step is decoded and reduced
+  // to the metric's column at once: the decoded samples of a whole window would take ~100
+  // bytes a rank-step.
+  struct Half {
+    absl::Status status;
+    std::vector<uint64_t> steps;
+    std::vector<bool> timed_out;
+    std::vector<uint32_t> ranks;  // rank-steps of each step, for max_rank_steps
+    std::vector<std::vector<float>> columns;
+    uint32_t present = 0;  // phases any rank reported
+  };
+  const uint32_t n = snapshot.world_size;
+  const BlockedModel& blocked = snapshot.step.blocked;
+  const auto read = [this, &job, n, phase, &blocked](uint64_t first, uint64_t last) {
+    Half half;
+    auto stored = job_state::ReadStepRange(*s_.state, job, first, last);
+    if (!stored.ok()) {
+      half.status = stored.status();
+      return half;
+    }
+    AlignedStep step;
+    for (const state::v1::StoredStep& st : *stored) {
+      if (absl::Status d = DecodeStep(st, &step); !d.ok()) {
+        half.status = absl::DataLossError("stored step " + std::to_string(st.step()) + " of job '" +
+                                          job + "': " + std::string(d.message()));
+        return half;
+      }
+      half.steps.push_back(step.step);
+      half.timed_out.push_back(step.timed_out);
+      half.ranks.push_back(static_cast<uint32_t>(step.samples.size()));
+      std::vector<float>& column = half.columns.emplace_back(n, NAN);
+      for (const StepSample& sample : step.samples) {
+        half.present |= sample.present;
+        if (sample.rank >= n) continue;
+        if (phase >= 0) {
+          if (sample.Has(static_cast<Phase>(phase))) {
+            column[sample.rank] = static_cast<float>(static_cast<double>(sample.ns[phase]) * 1e-6);
+          }
+          continue;
+        }
+        std::array<double, kPhaseCount> v{};
+        for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(sample.ns[p]) * 1e-6;
+        column[sample.rank] = static_cast<float>(OwnTime(v, sample.present, blocked));
+      }
+    }
+    return half;
+  };
+  const uint64_t first = snapshot.window_first_step, last = snapshot.window_last_step;
+  const uint64_t middle = first + (last - first) / 2;
+  std::future<Half> older_future = std::async(std::launch::async, read, first, middle);
+  Half newer = read(middle + 1, last);
+  Half older = older_future.get();
+  if (!older.status.ok()) return older.status;
+  if (!newer.status.ok()) return newer.status;
+  for (Half* half : {&older, &newer}) {
+    h.steps.insert(h.steps.end(), half->steps.begin(), half->steps.end());
+    h.timed_out.insert(h.timed_out.end(), half->timed_out.begin(), half->timed_out.end());
+  }
+  std::vector<uint32_t> ranks = older.ranks;
+  ranks.insert(ranks.end(), newer.ranks.begin(), newer.ranks.end());
+  std::vector<std::vector<float>> columns = std::move(older.columns);
+  for (auto& c : newer.columns) columns.push_back(std::move(c));
+  // The newest steps that fit.
+  size_t begin = ranks.size();
+  uint64_t rank_steps = 0;
+  while (begin > 0 && rank_steps + ranks[begin - 1] <= max_rank_steps) rank_steps += ranks[--begin];
+  h.truncated = begin > 0;
+  h.steps.erase(h.steps.begin(), h.steps.begin() + static_cast<std::ptrdiff_t>(begin));
+  h.timed_out.erase(h.timed_out.begin(), h.timed_out.begin() + static_cast<std::ptrdiff_t>(begin));
+  columns.erase(columns.begin(), columns.begin() + static_cast<std::ptrdiff_t>(begin));
+
+  const uint32_t present = older.present | newer.present;
   if (present & (1u << static_cast<int>(Phase::kStep))) {
     h.metrics.push_back("STEP");
     if (own_known) h.metrics.push_back("OWN");
   }
-  int phase = -1;  // the metric's phase; -1: own time
   for (int p = 0; p < kPhaseCount; ++p) {
-    if (p == static_cast<int>(Phase::kStep) || !(present & (1u << p))) continue;
-    h.metrics.push_back(upper(static_cast<Phase>(p)));
+    if (p != static_cast<int>(Phase::kStep) && (present & (1u << p))) {
+      h.metrics.push_back(upper(static_cast<Phase>(p)));
+    }
   }
-  h.metric = metric.empty() ? (own_known ? "OWN" : "STEP") : metric;
-  if (std::find(h.metrics.begin(), h.metrics.end(), h.metric) == h.metrics.end()) {
-    if (h.steps.empty()) return h;
+  if (!h.steps.empty() &&
+      std::find(h.metrics.begin(), h.metrics.end(), h.metric) == h.metrics.end()) {
     std::string known;
     for (const std::string& m : h.metrics) known += (known.empty() ? "" : ", ") + m;
     return absl::InvalidArgumentError("no metric '" + h.metric + "' in the steps of job '" + job +
                                       "' (" + known + ")");
   }
-  for (int p = 0; p < kPhaseCount; ++p) {
-    if (upper(static_cast<Phase>(p)) == h.metric) phase = p;
-  }
-  const size_t n = h.steps.size();
-  h.values.assign(static_cast<size_t>(h.world_size) * n, NAN);
-  for (size_t s = 0; s < n; ++s) {
-    for (const StepSample& sample : steps[s].samples) {
-      if (sample.rank >= h.world_size) continue;
-      float& out = h.values[sample.rank * n + s];
-      if (phase >= 0) {
-        if (sample.Has(static_cast<Phase>(phase))) {
-          out = static_cast<float>(static_cast<double>(sample.ns[phase]) * 1e-6);
-        }
-        continue;
-      }
-      std::array<double, kPhaseCount> v{};
-      for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(sample.ns[p]) * 1e-6;
-      out = static_cast<float>(OwnTime(v, sample.present, snapshot.step.blocked));
-    }
-  }
+  const size_t steps = h.steps.size();
   if (rank) {
-    std::vector<float> row(h.values.begin() + *rank * n, h.values.begin() + (*rank + 1) * n);
     std::vector<float> column;
-    for (size_t s = 0; s < n; ++s) {
+    for (size_t s = 0; s < steps; ++s) {
+      h.values.push_back(columns[s][*rank]);
       column.clear();
-      for (uint32_t r = 0; r < h.world_size; ++r) {
-        if (const float v = h.values[r * n + s]; !std::isnan(v)) column.push_back(v);
+      for (float v : columns[s]) {
+        if (!std::isnan(v)) column.push_back(v);
       }
       float median = NAN;
       if (!column.empty()) {
@@ -300,7 +313,11 @@ absl::StatusOr<JobHeatmap> Queries::GetHeatmap(const std::string& job, const std
       }
       h.medians.push_back(median);
     }
-    h.values = std::move(row);
+    return h;
+  }
+  h.values.assign(static_cast<size_t>(n) * steps, NAN);
+  for (size_t s = 0; s < steps; ++s) {
+    for (uint32_t r = 0; r < n; ++r) h.values[r * steps + s] = columns[s][r];
   }
   return h;
 }
