@@ -193,8 +193,9 @@ void Routes(httplib::Server& s, const Queries* q) {
     if (!last) return;
     const auto max = UintParam(req, res, "max_rank_steps", 0, kMaxTimelineRankSteps);
     if (!max) return;
-    request.set_first_step(*first);
-    request.set_last_step(*last);
+    // Unset bounds: the newest stored steps, as many as the window holds (as over gRPC).
+    if (req.has_param("first_step")) request.set_first_step(*first);
+    if (req.has_param("last_step")) request.set_last_step(*last);
     request.set_max_rank_steps(static_cast<uint32_t>(*max));
     Answer(res, q->GetTimeline(request));
   });

@@ -107,6 +107,11 @@ class WebUiTest(DaemonTestCase):
         h = wait_until(lambda: (lambda h: h if h["steps"] else None)(self.api("jobs/%s/heatmap" % quoted)), 20,
                        "the window's steps stored")
         self.assertEqual(h["worldSize"], 64)
+        # The timeline without bounds: the newest stored steps (stored by now), as many as the window holds.
+        timeline = self.same(lambda: self.stub.GetTimeline(service_pb2.GetTimelineRequest(training_job=JOB),
+                                                           timeout=30),
+                             "jobs/%s/timeline" % quoted, service_pb2.Timeline)
+        self.assertGreater(len(timeline["steps"]), 10)
         self.assertEqual(h["culpritRanks"], [CULPRIT])
         steps = len(h["steps"])
         self.assertEqual(steps, int(d["step"]["window"]["steps"]))
