@@ -1,5 +1,7 @@
 #include "state/job_state_store.h"
 
+#include <functional>
+
 #include <memory>
 #include <utility>
 
@@ -138,32 +140,45 @@ absl::StatusOr<std::vector<StoredJob>> ReadJobs(const StateStore& store,
   return jobs;
 }
 
-absl::StatusOr<StoredSteps> ReadSteps(const StateStore& store, const std::string& job,
-                                      uint64_t first, uint64_t last) {
-  StoredSteps out;
+namespace {
+
+// Calls `fn(step, stored step)` for each stored step of `job` from step `from` on, in step
+// order, while it returns true. An unreadable step is DataLoss naming the job.
+absl::Status ScanSteps(const StateStore& store, const std::string& job, uint64_t from,
+                       const std::function<bool(uint64_t, state::v1::StoredStep&&)>& fn) {
   const std::string prefix = StepPrefix(job);
-  bool any = false;
   absl::Status bad;
-  absl::Status s =
-      store.Scan(StateFamily::kJobs, prefix, [&](std::string_view key, std::string_view value) {
+  absl::Status s = store.Scan(
+      StateFamily::kJobs, StepKey(job, from), [&](std::string_view key, std::string_view value) {
         if (key.size() != prefix.size() + 8 || key.substr(0, prefix.size()) != prefix) {
           return false;  // past the job's steps
         }
         const uint64_t step = ReadBigEndian(key.substr(prefix.size()));
-        if (!any) out.stored_first = step;
-        any = true;
-        out.stored_last = step;
-        if (step < first || step > last) return true;
-        out.steps.emplace_back();
-        if (!out.steps.back().ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+        state::v1::StoredStep stored;
+        if (!stored.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
           bad = absl::DataLossError("unreadable stored step " + std::to_string(step) + " of job '" +
                                     job + "'");
           return false;
         }
-        return true;
+        return fn(step, std::move(stored));
       });
+  return s.ok() ? bad : s;
+}
+
+}  // namespace
+
+absl::StatusOr<StoredSteps> ReadSteps(const StateStore& store, const std::string& job,
+                                      uint64_t first, uint64_t last) {
+  StoredSteps out;
+  bool any = false;
+  absl::Status s = ScanSteps(store, job, 0, [&](uint64_t step, state::v1::StoredStep&& stored) {
+    if (!any) out.stored_first = step;
+    any = true;
+    out.stored_last = step;
+    if (step >= first && step <= last) out.steps.push_back(std::move(stored));
+    return true;
+  });
   if (!s.ok()) return s;
-  if (!bad.ok()) return bad;
   return out;
 }
 
@@ -171,25 +186,12 @@ absl::StatusOr<std::vector<state::v1::StoredStep>> ReadStepRange(const StateStor
                                                                  const std::string& job,
                                                                  uint64_t first, uint64_t last) {
   std::vector<state::v1::StoredStep> out;
-  const std::string prefix = StepPrefix(job);
-  absl::Status bad;
-  absl::Status s = store.Scan(
-      StateFamily::kJobs, StepKey(job, first), [&](std::string_view key, std::string_view value) {
-        if (key.size() != prefix.size() + 8 || key.substr(0, prefix.size()) != prefix) {
-          return false;  // past the job's steps
-        }
-        const uint64_t step = ReadBigEndian(key.substr(prefix.size()));
-        if (step > last) return false;
-        out.emplace_back();
-        if (!out.back().ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-          bad = absl::DataLossError("unreadable stored step " + std::to_string(step) + " of job '" +
-                                    job + "'");
-          return false;
-        }
-        return true;
-      });
+  absl::Status s = ScanSteps(store, job, first, [&](uint64_t step, state::v1::StoredStep&& stored) {
+    if (step > last) return false;
+    out.push_back(std::move(stored));
+    return true;
+  });
   if (!s.ok()) return s;
-  if (!bad.ok()) return bad;
   return out;
 }
 
