@@ -91,12 +91,23 @@ def fmt_ms(v):
     return "-" if v is None else "%.1f" % (v * 1e3)
 
 
-def memory_breakdown(samples):
+def memory_breakdown(samples, pid=None):
     """MiB by the daemon's gauges: jemalloc's allocated and resident bytes (builds with jemalloc),
-    RocksDB's memtables, table readers and block cache; {} without a scrape."""
+    RocksDB's memtables, table readers and block cache; {} without a scrape. With a pid, also the
+    kernel's split of its RSS: anonymous pages (the heap, stacks) and file pages (the binary's
+    and the libraries' code as it is touched)."""
     if not samples:
         return {}
     out = {}
+    if pid is not None:
+        try:
+            with open("/proc/%d/status" % pid) as f:
+                for line in f:
+                    for field, key in (("RssAnon:", "rss_anon"), ("RssFile:", "rss_file")):
+                        if line.startswith(field):
+                            out[key] = round(int(line.split()[1]) / 1024.0, 1)
+        except OSError:
+            pass
     for name, label, key in (("rankwatch_heap_bytes", "allocated", "heap_allocated"),
                              ("rankwatch_heap_bytes", "resident", "heap_resident"),
                              ("rankwatch_state_memory_bytes", "memtables", "memtables"),
@@ -496,7 +507,8 @@ class Soak:
                 "kills": self.kills_done, "broker_restarts": self.broker_restarts,
                 "max_ingest_lag_s": dict(self.lag_max),
                 # Where the memory is, by the daemons' own gauges at the minute's last scrape (MiB).
-                "memory_mib": {"reference": memory_breakdown(ref_s), "subject": memory_breakdown(subj_s)},
+                "memory_mib": {"reference": memory_breakdown(ref_s, self.reference.proc.pid),
+                               "subject": memory_breakdown(subj_s, subject.proc.pid if subject else None)},
             }
             for which in ("reference", "subject"):
                 w = [x[0] for x in self.cp[which]]
