@@ -109,6 +109,8 @@ def memory_breakdown(samples, pid=None):
         except OSError:
             pass
     for name, label, key in (("rankwatch_heap_bytes", "allocated", "heap_allocated"),
+                             ("rankwatch_heap_bytes", "active", "heap_active"),
+                             ("rankwatch_heap_bytes", "metadata", "heap_metadata"),
                              ("rankwatch_heap_bytes", "resident", "heap_resident"),
                              ("rankwatch_state_memory_bytes", "memtables", "memtables"),
                              ("rankwatch_state_memory_bytes", "table_readers", "table_readers"),
@@ -289,7 +291,11 @@ class Soak:
                 "--job-retention", "%ds" % a.kernel_ttl, "--log-level", "warn"]
 
     def start_daemon(self, group, state):
-        return self.fleet.start_daemon(self.brokers, extra=self.daemon_args(group), state_dir=state)
+        env = None
+        conf = self.args.subject_malloc_conf if group == "subject" else self.args.reference_malloc_conf
+        if conf is not None:
+            env = dict(os.environ, MALLOC_CONF=conf)
+        return self.fleet.start_daemon(self.brokers, extra=self.daemon_args(group), state_dir=state, env=env)
 
     def batch_steps(self, prod):
         """Step records per message: --batch-steps, or a second's steps of one rank, as the
@@ -779,6 +785,11 @@ def main():
     p.add_argument("--drain-timeout", type=float, default=300,
                    help="seconds to wait for each daemon to align every step after the load (at most "
                         "0.75 x --kernel-ttl: finished jobs are retired --kernel-ttl after their end)")
+    p.add_argument("--reference-malloc-conf", default=None,
+                   help="MALLOC_CONF for the reference daemon only (jemalloc builds)")
+    p.add_argument("--subject-malloc-conf", default=None,
+                   help="MALLOC_CONF for the subject daemon only; with --kills 0 and --no-broker-restart "
+                        "the two daemons are an A/B of allocator settings in one run")
     p.add_argument("--seed", type=int, default=16)
     p.add_argument("--trim-probe", action=argparse.BooleanOptionalAction, default=shutil.which("gdb") is not None,
                    help="after the checks, call malloc_trim(0) in both daemons (gdb) and report their RSS "

@@ -19,6 +19,8 @@
 #include <optional>
 #include <stop_token>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "collectors/kafka_publisher.h"
 #include "common/logging.h"
@@ -57,20 +59,23 @@ extern "C" const char* malloc_conf = "background_thread:true,dirty_decay_ms:1000
 
 namespace {
 
-// jemalloc's own counts, where rankwatchd is built with it: bytes the daemon has allocated, and
-// bytes in pages jemalloc keeps resident. The difference is fragmentation and freed pages not
-// yet returned. Without jemalloc the family is not registered.
+// jemalloc's own counts, where rankwatchd is built with it: bytes the daemon has allocated; bytes
+// in the pages that hold them (active: the excess over allocated is fragmentation); jemalloc's
+// own metadata; and bytes in pages it keeps resident (active, metadata, and freed pages not yet
+// returned). Without jemalloc the family is not registered.
 class HeapMetrics {
  public:
   explicit HeapMetrics(PrometheusRegistry* registry) {
 #ifdef RANKWATCH_JEMALLOC
     MetricFamily* heap = registry->Gauge(
         "rankwatch_heap_bytes",
-        "The allocator's counts (builds with jemalloc): allocated (in use by the daemon), "
-        "resident (in pages it holds). Sampled after each checkpoint.",
+        "The allocator's counts (builds with jemalloc): allocated (in use by the daemon), active "
+        "(in the pages that hold it), metadata (jemalloc's own), resident (in pages it holds). "
+        "Sampled after each checkpoint.",
         {"kind"});
-    allocated_ = heap->WithLabels({"allocated"});
-    resident_ = heap->WithLabels({"resident"});
+    for (const char* kind : {"allocated", "active", "metadata", "resident"}) {
+      cells_.push_back({std::string("stats.") + kind, heap->WithLabels({kind})});
+    }
 #endif
   }
 
@@ -79,21 +84,16 @@ class HeapMetrics {
     uint64_t epoch = 1;
     size_t size = sizeof(epoch);
     mallctl("epoch", &epoch, &size, &epoch, size);
-    size_t value = 0;
-    size = sizeof(value);
-    if (mallctl("stats.allocated", &value, &size, nullptr, 0) == 0) {
-      allocated_->Set(static_cast<double>(value));
-    }
-    size = sizeof(value);
-    if (mallctl("stats.resident", &value, &size, nullptr, 0) == 0) {
-      resident_->Set(static_cast<double>(value));
+    for (const auto& [name, cell] : cells_) {
+      size_t value = 0;
+      size = sizeof(value);
+      if (mallctl(name.c_str(), &value, &size, nullptr, 0) == 0) cell->Set(static_cast<double>(value));
     }
 #endif
   }
 
  private:
-  MetricCell* allocated_ = nullptr;
-  MetricCell* resident_ = nullptr;
+  std::vector<std::pair<std::string, MetricCell*>> cells_;  // jemalloc's stat, its series
 };
 
 int64_t WallNowUnixNs() {

@@ -70,14 +70,14 @@ def wait_until(predicate, timeout, what, interval=0.1):
 class Process:
     """A child process whose output goes to files in `workdir`."""
 
-    def __init__(self, name, args, workdir):
+    def __init__(self, name, args, workdir, env=None):
         self.name = name
         self.stdout_path = os.path.join(workdir, name + ".out")
         self.stderr_path = os.path.join(workdir, name + ".err")
         self._out = open(self.stdout_path, "wb")
         self._err = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(args, stdout=self._out, stderr=self._err,
-                                     stdin=subprocess.DEVNULL, cwd=workdir)
+                                     stdin=subprocess.DEVNULL, cwd=workdir, env=env)
 
     def stdout(self):
         with open(self.stdout_path, errors="replace") as f:
@@ -113,8 +113,8 @@ class Fleet:
         self.workdir = tempfile.mkdtemp(prefix="rankwatch-e2e-")
         self.processes = []
 
-    def start(self, name, args):
-        p = Process("%s-%d" % (name, len(self.processes)), args, self.workdir)
+    def start(self, name, args, env=None):
+        p = Process("%s-%d" % (name, len(self.processes)), args, self.workdir, env=env)
         self.processes.append(p)
         return p
 
@@ -125,13 +125,13 @@ class Fleet:
         assert re.match(r"^127\.0\.0\.1:\d+", line), line
         return line
 
-    def start_daemon(self, brokers=None, extra=(), state_dir=None, grpc_listen="127.0.0.1:0"):
+    def start_daemon(self, brokers=None, extra=(), state_dir=None, grpc_listen="127.0.0.1:0", env=None):
         state = state_dir or os.path.join(self.workdir, "state-%d" % len(self.processes))
         args = [os.path.join(BIN, "rankwatchd"), "--state-dir", state,
                 "--metrics-listen", "127.0.0.1:0", "--grpc-listen", grpc_listen, "--ui-listen", "127.0.0.1:0"]
         if brokers:
             args += ["--brokers", brokers]
-        p = self.start("rankwatchd", args + list(extra))
+        p = self.start("rankwatchd", args + list(extra), env=env)
         endpoints_file = os.path.join(state, "endpoints.json")
         started = time.time()
         def endpoints_pid():
