@@ -156,7 +156,11 @@ absl::StatusOr<v1::Timeline> BuildTimeline(const JobSnapshot& snapshot,
   if (alerts != nullptr) {
     // The alert events raised at the steps shown, and the alerts firing since before them
     // (their last event before the first step shown fired them). An alert's step is the
-    // newest step of the evaluation that raised it; without one, its time places it.
+    // newest step of the evaluation that raised it; without one, its time places it. Without
+    // an upper bound, alerts raised after the newest stored step are listed too: the store is
+    // up to one checkpoint behind the live window, and an alert that just fired is the one a
+    // reader came for.
+    const bool open_ended = !request.has_last_step();
     AlertFilter filter;
     filter.training_job = snapshot.training_job;
     std::map<std::string, v1::TimelineAlert> before;
@@ -166,7 +170,7 @@ absl::StatusOr<v1::Timeline> BuildTimeline(const JobSnapshot& snapshot,
           const uint64_t step = a->has_evidence() ? a->evidence().step().window().last_step() : 0;
           const bool after = step > 0 ? step > last_shown : a->at_unix_ns() > span_end;
           const bool earlier = step > 0 ? step < first_shown : a->at_unix_ns() < span_start;
-          if (after) return;
+          if (after && !open_ended) return;
           v1::TimelineAlert ta;
           *ta.mutable_alert() = *a;
           ta.mutable_alert()->clear_evidence();  // the diagnosis is GetDiagnosis's

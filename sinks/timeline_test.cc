@@ -12,6 +12,7 @@
 #include <set>
 
 #include "operators/step_codec.h"
+#include "sinks/alert_hub.h"
 #include "state/job_state_store.h"
 
 namespace rankwatch {
@@ -115,6 +116,53 @@ TEST_F(TimelineTest, ReadsTheNewestStoredWindowByDefaultRankByRank) {
   EXPECT_EQ(phases[v1::PHASE_STEP], 160 * kMs);
   EXPECT_EQ(phases[v1::PHASE_COLLECTIVE], 20 * kMs);
   EXPECT_EQ(s.ranks(3).end_unix_ns(), kT0 + 11 * 160 * kMs);
+}
+
+// The store is up to one checkpoint behind the live window: an alert raised at a step not yet
+// stored is still listed when no last step is asked for, and left out of a closed range.
+TEST_F(TimelineTest, ListsAnAlertRaisedAfterTheNewestStoredStepUnlessARangeEndsBefore) {
+  AlertHub hub(nullptr, nullptr, {}, {});
+  std::vector<v1::Alert> raised;
+  for (uint64_t step : {15u, 25u}) {
+    v1::Alert a;
+    a.set_id("straggler/job/rank:3/" + std::to_string(step));
+    a.set_training_job("job");
+    a.set_kind(v1::ALERT_STRAGGLER);
+    a.set_state(v1::ALERT_FIRING);
+    a.set_subject("rank:3");
+    a.set_at_unix_ns(kT0 + static_cast<int64_t>(step) * 160 * kMs);
+    a.mutable_evidence()->mutable_step()->mutable_window()->set_last_step(step);
+    raised.push_back(std::move(a));
+  }
+  hub.Append(std::move(raised), Checkpoint());
+  ASSERT_TRUE(hub.Flush().ok());
+
+  auto steps_of = [](const v1::Timeline& t) {
+    std::vector<uint64_t> out;
+    for (const v1::TimelineAlert& a : t.alerts()) out.push_back(a.step());
+    return out;
+  };
+  auto newest = BuildTimeline(snapshot_, v1::GetTimelineRequest(), *store_, &hub, nullptr);
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  ASSERT_EQ(newest->steps(newest->steps_size() - 1).step(), 20u);
+  EXPECT_EQ(steps_of(*newest), (std::vector<uint64_t>{15, 25}));
+
+  v1::GetTimelineRequest from;
+  from.set_first_step(12);
+  auto open = BuildTimeline(snapshot_, from, *store_, &hub, nullptr);
+  ASSERT_TRUE(open.ok()) << open.status();
+  EXPECT_EQ(steps_of(*open), (std::vector<uint64_t>{15, 25}));
+
+  v1::GetTimelineRequest closed;
+  closed.set_first_step(12);
+  closed.set_last_step(20);
+  auto range = BuildTimeline(snapshot_, closed, *store_, &hub, nullptr);
+  ASSERT_TRUE(range.ok()) << range.status();
+  EXPECT_EQ(steps_of(*range), (std::vector<uint64_t>{15}));
+
+  // In the trace, the unstored step's alert is on its rank's track at its time.
+  const std::string trace = TimelineChromeTrace(*newest, TimelineGrouping::kNode);
+  EXPECT_NE(trace.find("straggler firing: rank:3"), std::string::npos);
 }
 
 TEST_F(TimelineTest, ReadsTheRangeAskedForAndKeepsTheNewestThatFit) {
