@@ -51,9 +51,9 @@ namespace rankwatch {
 // jemalloc's settings, read when it starts: a background thread of its own returns freed pages
 // to the system, so the daemon's threads never do that work and an idle daemon gives back what a
 // burst left. It returns them after 1 s unused instead of jemalloc's default 10 s: at 200,000
-// records/s the pages freed in the last 10 s were half the daemon's RSS (jemalloc's resident
-// ~240 MiB for ~120 MiB allocated in the soak), and how many there were at a given minute decided
-// whether the RSS looked as if it grew. MALLOC_CONF in the environment overrides this.
+// records/s the soak's RSS was 196 MiB with 1 s against 240 MiB with 10 s, for ingest pauses a
+// quarter longer (page faults when freed pages are taken again; benchmarks/README.md, the
+// allocator A/B). MALLOC_CONF in the environment overrides this.
 extern "C" const char* malloc_conf = "background_thread:true,dirty_decay_ms:1000";
 #endif
 
