@@ -87,7 +87,8 @@ class HeapMetrics {
     for (const auto& [name, cell] : cells_) {
       size_t value = 0;
       size = sizeof(value);
-      if (mallctl(name.c_str(), &value, &size, nullptr, 0) == 0) cell->Set(static_cast<double>(value));
+      if (mallctl(name.c_str(), &value, &size, nullptr, 0) == 0)
+        cell->Set(static_cast<double>(value));
     }
 #endif
   }

@@ -27,7 +27,8 @@ bool AcceptsGzip(const httplib::Request& req) {
     if (semicolon == std::string::npos) return true;
     const std::string params = item.substr(semicolon + 1);
     // "q=0", "q=0.0", "q=0.000" refuse it.
-    if (params.rfind("q=", 0) == 0 && params.find_first_not_of("0.", 2) == std::string::npos) return false;
+    if (params.rfind("q=", 0) == 0 && params.find_first_not_of("0.", 2) == std::string::npos)
+      return false;
     return true;
   }
   return false;
@@ -68,11 +69,11 @@ void SetBody(const httplib::Request& req, httplib::Response& res, std::string bo
     return;
   }
   auto shared = std::make_shared<std::string>(std::move(body));
-  res.set_content_provider(
-      shared->size(), content_type,
-      [shared](size_t offset, size_t length, httplib::DataSink& sink) {
-        return sink.write(shared->data() + offset, std::min(length, shared->size() - offset));
-      });
+  res.set_content_provider(shared->size(), content_type,
+                           [shared](size_t offset, size_t length, httplib::DataSink& sink) {
+                             return sink.write(shared->data() + offset,
+                                               std::min(length, shared->size() - offset));
+                           });
 }
 
 }  // namespace

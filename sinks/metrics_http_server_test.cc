@@ -33,8 +33,8 @@ std::string Gunzip(const std::string& in) {
 class MetricsHttpServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    MetricFamily* family = registry_.Gauge("test_step_seconds", "A gauge with many series.",
-                                           {"training_job", "rank"});
+    MetricFamily* family =
+        registry_.Gauge("test_step_seconds", "A gauge with many series.", {"training_job", "rank"});
     for (int rank = 0; rank < 500; ++rank) {
       family->WithLabels({"job-a", std::to_string(rank)})->Set(rank * 0.25);
     }
