@@ -92,8 +92,8 @@ def fmt_ms(v):
 
 
 def memory_breakdown(samples, pid=None):
-    """MiB by the daemon's gauges: jemalloc's allocated and resident bytes (builds with jemalloc),
-    RocksDB's memtables, table readers and block cache; {} without a scrape. With a pid, also the
+    """MiB by the daemon's gauges: jemalloc's allocated, active, metadata and resident bytes
+    (builds with jemalloc), RocksDB's memtables, table readers and block cache; {} without a scrape. With a pid, also the
     kernel's split of its RSS: anonymous pages (the heap, stacks) and file pages (the binary's
     and the libraries' code as it is touched)."""
     if not samples:
