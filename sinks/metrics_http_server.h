@@ -1,7 +1,9 @@
 // MetricsHttpServer: serves the registry at GET /metrics (Prometheus text format) and a
 // liveness answer at GET /healthz, on its own threads. With a KernelSnapshotStore it also serves
 // each job's live kernel results as JSON at GET /kernel?training_job=J (GET /kernel lists the
-// jobs; an unknown job is 404).
+// jobs; an unknown job is 404). Answers above 1 KiB are gzip-compressed (zlib's fastest level)
+// for clients that accept gzip and sent uncompressed to others; cpp-httplib's own compression
+// (brotli at its slowest level for any client offering "br") is never used.
 //
 // Thread-safe. Start once, Stop once (the destructor stops).
 #pragma once
