@@ -287,8 +287,20 @@ class Soak:
 
     def daemon_args(self, group):
         a = self.args
-        return ["--group", group, "--config", self.group_config, "--job-ttl", "%ds" % a.kernel_ttl,
+        return ["--group", group, "--config", self.group_config[group], "--job-ttl", "%ds" % a.kernel_ttl,
                 "--job-retention", "%ds" % a.kernel_ttl, "--log-level", "warn"]
+
+    def write_group_config(self, group):
+        """The daemon's config file: the e2e tests' fast group settings, and the group's
+        --reference-kafka/--subject-kafka librdkafka properties."""
+        extra = (self.args.subject_kafka if group == "subject" else self.args.reference_kafka) or []
+        path = os.path.join(self.fleet.workdir, group + ".yaml")
+        with open(path, "w") as f:
+            f.write(harness.FAST_GROUP)
+            for prop in extra:
+                key, value = prop.split("=", 1)
+                f.write("  %s: %s\n" % (key, json.dumps(value)))
+        return path
 
     def start_daemon(self, group, state):
         env = None
@@ -440,7 +452,7 @@ class Soak:
         log("soak: job ids %s-*; the hottest of %d partitions takes %.0f step records/s, ~%.0f s of input in the "
             "development broker's 5 MiB (at ~36 bytes a record with zstd)"
             % (self.jobs[0].name.split("-")[0], a.partitions, hot, 5 * 1024 * 1024 / (hot * 36.0)))
-        self.group_config = harness.fast_group_config(self.fleet)
+        self.group_config = {g: self.write_group_config(g) for g in ("reference", "subject")}
         self.brokers = self.start_broker()
         self.reference = self.start_daemon("reference", os.path.join(self.fleet.workdir, "reference"))
         self.subject_state = os.path.join(self.fleet.workdir, "subject")
@@ -790,6 +802,11 @@ def main():
     p.add_argument("--subject-malloc-conf", default=None,
                    help="MALLOC_CONF for the subject daemon only; with --kills 0 and --no-broker-restart "
                         "the two daemons are an A/B of allocator settings in one run")
+    p.add_argument("--reference-kafka", action="append", metavar="KEY=VALUE",
+                   help="a librdkafka property for the reference daemon only (repeatable)")
+    p.add_argument("--subject-kafka", action="append", metavar="KEY=VALUE",
+                   help="a librdkafka property for the subject daemon only (repeatable); with --kills 0 "
+                        "the two daemons are an A/B of consumer settings in one run")
     p.add_argument("--seed", type=int, default=16)
     p.add_argument("--trim-probe", action=argparse.BooleanOptionalAction, default=shutil.which("gdb") is not None,
                    help="after the checks, call malloc_trim(0) in both daemons (gdb) and report their RSS "
