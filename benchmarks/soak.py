@@ -224,6 +224,14 @@ def job_names(stem, classes):
     return out
 
 
+def kafka_property(text):
+    """--reference-kafka/--subject-kafka: a librdkafka property as KEY=VALUE."""
+    key, sep, _ = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError("expected KEY=VALUE (a librdkafka property), got %r" % text)
+    return text
+
+
 def partition_of(key, partitions):
     """librdkafka's default partitioner (consistent_random): CRC-32 of the key."""
     return zlib.crc32(key.encode()) % partitions
@@ -729,7 +737,9 @@ class Soak:
                        "rate": a.rate, "partitions": a.partitions, "kills": a.kills,
                        "broker_restart": a.broker_restart, "down_seconds": a.down_seconds,
                        "kernel_loops": a.kernel_loops, "kernel_period_s": a.kernel_period,
-                       "job_ttl_s": a.kernel_ttl, "warmup_minutes": warmup, "steps_per_job": self.jobs[0].steps},
+                       "job_ttl_s": a.kernel_ttl, "warmup_minutes": warmup, "steps_per_job": self.jobs[0].steps,
+                       "reference_malloc_conf": a.reference_malloc_conf, "subject_malloc_conf": a.subject_malloc_conf,
+                       "reference_kafka": a.reference_kafka or [], "subject_kafka": a.subject_kafka or []},
             "records_per_s_mean": round(rate), "step_records_per_s_mean": round(step_rate),
             "step_records_offered": sum(j.ranks * j.steps for j in self.jobs),
             "kernel_replays": self.kernel_replays, "kernel_events_published": self.kernel_events_published,
@@ -802,9 +812,9 @@ def main():
     p.add_argument("--subject-malloc-conf", default=None,
                    help="MALLOC_CONF for the subject daemon only; with --kills 0 and --no-broker-restart "
                         "the two daemons are an A/B of allocator settings in one run")
-    p.add_argument("--reference-kafka", action="append", metavar="KEY=VALUE",
+    p.add_argument("--reference-kafka", action="append", metavar="KEY=VALUE", type=kafka_property,
                    help="a librdkafka property for the reference daemon only (repeatable)")
-    p.add_argument("--subject-kafka", action="append", metavar="KEY=VALUE",
+    p.add_argument("--subject-kafka", action="append", metavar="KEY=VALUE", type=kafka_property,
                    help="a librdkafka property for the subject daemon only (repeatable); with --kills 0 "
                         "the two daemons are an A/B of consumer settings in one run")
     p.add_argument("--seed", type=int, default=16)
