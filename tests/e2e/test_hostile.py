@@ -42,6 +42,17 @@ def rss_bytes(pid):
     raise AssertionError("no VmRSS")
 
 
+def settled_rss_bytes(pid, seconds=3.0):
+    """The smallest RSS seen over `seconds`: what the daemon holds, not a transient buffer (a
+    25-MB exposition just rendered for the scrape) that jemalloc gives back within its 1-s decay.
+    A single sample, taken right after a scrape on a loaded machine, read +12 % once."""
+    deadline, low = time.monotonic() + seconds, rss_bytes(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        low = min(low, rss_bytes(pid))
+    return low
+
+
 class Base(unittest.TestCase):
     daemon_args = ()
 
@@ -316,7 +327,7 @@ class JobIdFloodTest(Base):
         time.sleep(3)  # evaluated and published
         text = self.text()
         full_at = time.monotonic()
-        rss_full, series_full = rss_bytes(self.daemon.proc.pid), text.count("\n") - text.count("\n#")
+        rss_full, series_full = settled_rss_bytes(self.daemon.proc.pid), text.count("\n") - text.count("\n#")
         jobs_full = self.value(text, "rankwatch_jobs")
         # A real job arrives while the flood goes on; it is diagnosed.
         sim = self.fleet.start("simulate", [os.path.join(BIN, "rankwatch"), "simulate", "--brokers",
@@ -337,7 +348,7 @@ class JobIdFloodTest(Base):
         jobs = self.value(text, "rankwatch_jobs")
         evicted = self.value(text, "rankwatch_jobs_evicted_total")
         refused = self.value(text, "rankwatch_events_rejected_total", '{reason="too_many_jobs"}')
-        rss, series = rss_bytes(self.daemon.proc.pid), text.count("\n") - text.count("\n#")
+        rss, series = settled_rss_bytes(self.daemon.proc.pid), text.count("\n") - text.count("\n#")
         per_job = text.count('training_job="junk-049999"')
         print("50,000 job ids: jobs %d (max-jobs 10,000), evicted %d, refused %d; %d series "
               "(%d per one-record job), %.1f MB exposition; RSS %.0f MiB (%.0f MiB and %d series "
