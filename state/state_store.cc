@@ -154,6 +154,12 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StateStoreOpt
   store->flush_on_close_ = options.flush_on_close;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
+  // The directory first: RocksDB lists it before it creates it, and a first start would log
+  // "Error when reading <dir> dir NotFound" as an error. A failure here (no parent, no
+  // permission) is left to DB::Open, which reports it.
+  (db_options.env != nullptr ? db_options.env : rocksdb::Env::Default())
+      ->CreateDirIfMissing(dir)
+      .PermitUncheckedError();
   rocksdb::Status s = rocksdb::DB::Open(db_options, dir, descriptors, &handles, &db);
   if (!s.ok()) {
     absl::Status st = FromRocks(s, "cannot open the state store in " + dir);

@@ -5,6 +5,9 @@
 #include <rocksdb/file_system.h>
 #include "state/failing_file_system.h"
 
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+
 #include <atomic>
 #include <fstream>
 
@@ -44,6 +47,25 @@ TEST(StateStoreTest, CheckpointsAreDurableAcrossReopen) {
   ASSERT_EQ(offsets->size(), 2u);
   EXPECT_EQ((offsets->at({"rankwatch.telemetry", 3})), 1300);
   EXPECT_EQ((offsets->at({"rankwatch.telemetry", 10})), 7);
+}
+
+// A first start in a state directory that does not exist yet logs nothing at warning or above
+// (RocksDB, opening a directory it has not created, used to log "Error when reading ... dir").
+TEST(StateStoreTest, AFirstStartLogsNoError) {
+  const auto dir = FreshDir("first_start");
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  {
+    auto store = StateStore::Open({dir});
+    ASSERT_TRUE(store.ok()) << store.status();
+  }
+  spdlog::set_default_logger(previous);
+  for (const auto& msg : sink->last_raw()) {
+    EXPECT_LT(msg.level, spdlog::level::warn)
+        << std::string(msg.payload.data(), msg.payload.size());
+  }
+  EXPECT_TRUE(std::filesystem::is_directory(dir));
 }
 
 TEST(StateStoreTest, ForEachScansAPrefixInKeyOrder) {
