@@ -18,6 +18,7 @@
 #include "cli/grpc_client.h"
 #include "common/stop_signal.h"
 #include "rankwatch/v1/service.grpc.pb.h"
+#include "sinks/json_string.h"
 #include "sinks/timeline.h"
 
 namespace rankwatch {
@@ -117,10 +118,10 @@ absl::Status WriteKineto(const v1::Capture& c, const v1::CaptureTrace& t,
   std::ofstream out(path);
   if (!out) return absl::UnavailableError("cannot write " + path.string());
   auto name = [&](uint32_t i) {
-    return JsonQuote(static_cast<int>(i) < t.names_size() ? t.names(i) : "");
+    return JsonString(static_cast<int>(i) < t.names_size() ? t.names(i) : "");
   };
   out << "{\"schemaVersion\": 1, \"distributedInfo\": {\"rank\": " << t.rank() << "},\n"
-      << " \"traceName\": " << JsonQuote(c.id() + " rank " + std::to_string(t.rank())) << ",\n"
+      << " \"traceName\": " << JsonString(c.id() + " rank " + std::to_string(t.rank())) << ",\n"
       << " \"traceEvents\": [\n";
   for (int i = 0; i < t.events_size(); ++i) {
     const v1::KernelEvent& e = t.events(i);

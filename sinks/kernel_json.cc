@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "sinks/json_string.h"
+
 namespace rankwatch {
 namespace {
 
@@ -99,23 +101,6 @@ std::string KernelJobListJson(const std::vector<std::string>& jobs) {
   std::string out = "{\"jobs\": [";
   for (size_t i = 0; i < jobs.size(); ++i) out += (i ? ", " : "") + Str(jobs[i]);
   return out + "]}\n";
-}
-
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 }  // namespace rankwatch

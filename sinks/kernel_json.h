@@ -17,7 +17,4 @@ std::string KernelJobJson(const kernel::KernelJobSnapshot& snapshot);
 // {"jobs": ["a", "b"]}
 std::string KernelJobListJson(const std::vector<std::string>& jobs);
 
-// `s` as a JSON string, quoted and escaped.
-std::string JsonString(std::string_view s);
-
 }  // namespace rankwatch

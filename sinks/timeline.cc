@@ -11,6 +11,7 @@
 
 #include "operators/step_codec.h"
 #include "sinks/diagnosis_proto.h"
+#include "sinks/json_string.h"
 #include "state/job_state_store.h"
 
 namespace rankwatch {
@@ -52,23 +53,6 @@ std::string Micros(int64_t ns) {
 }
 
 }  // namespace
-
-std::string JsonQuote(std::string_view text) {
-  std::string out = "\"";
-  for (unsigned char ch : text) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += static_cast<char>(ch);
-    } else if (ch < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof(esc), "\\u%04x", ch);
-      out += esc;
-    } else {
-      out += static_cast<char>(ch);
-    }
-  }
-  return out + "\"";
-}
 
 absl::StatusOr<v1::Timeline> BuildTimeline(const JobSnapshot& snapshot,
                                            const v1::GetTimelineRequest& request,
@@ -236,7 +220,7 @@ std::string TimelineChromeTrace(const v1::Timeline& t, TimelineGrouping grouping
   std::string out;
   out.reserve(256 + static_cast<size_t>(t.steps_size()) * ranks.size() * 400);
   out += "{\"displayTimeUnit\": \"ms\",\n \"otherData\": {\"generator\": \"rankwatch timeline\", ";
-  out += "\"training_job\": " + JsonQuote(t.training_job()) +
+  out += "\"training_job\": " + JsonString(t.training_job()) +
          ", \"world_size\": " + std::to_string(t.world_size());
   if (t.steps_size() > 0) {
     out += ", \"first_step\": " + std::to_string(t.steps(0).step()) +
@@ -260,7 +244,7 @@ std::string TimelineChromeTrace(const v1::Timeline& t, TimelineGrouping grouping
                              : node.empty()                      ? "node unknown"
                                                                  : "node " + node;
     event("\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " + std::to_string(pid) +
-          ", \"args\": {\"name\": " + JsonQuote(name) + "}");
+          ", \"args\": {\"name\": " + JsonString(name) + "}");
     event("\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": " + std::to_string(pid) +
           ", \"args\": {\"sort_index\": " + std::to_string(pid) + "}");
   }
@@ -271,7 +255,7 @@ std::string TimelineChromeTrace(const v1::Timeline& t, TimelineGrouping grouping
     const std::string ids =
         "\"pid\": " + std::to_string(pid_of(r)) + ", \"tid\": " + std::to_string(r);
     event("\"ph\": \"M\", \"name\": \"thread_name\", " + ids +
-          ", \"args\": {\"name\": " + JsonQuote(name) + "}");
+          ", \"args\": {\"name\": " + JsonString(name) + "}");
     event("\"ph\": \"M\", \"name\": \"thread_sort_index\", " + ids +
           ", \"args\": {\"sort_index\": " + std::to_string(r) + "}");
   }
@@ -304,7 +288,7 @@ std::string TimelineChromeTrace(const v1::Timeline& t, TimelineGrouping grouping
         auto it = ns.find(ToProto(p));
         if (it == ns.end() || it->second <= 0 || at >= end) continue;
         const int64_t dur = std::min(it->second, end - at);
-        event("\"name\": " + JsonQuote(PhaseLabel(ToProto(p))) + ", \"cat\": \"phase\", " +
+        event("\"name\": " + JsonString(PhaseLabel(ToProto(p))) + ", \"cat\": \"phase\", " +
               "\"ph\": \"X\", " + ids + ", \"ts\": " + Micros(at) + ", \"dur\": " + Micros(dur) +
               ", \"args\": {\"step\": " + std::to_string(s.step()) + "}");
         at += dur;
@@ -367,10 +351,11 @@ std::string TimelineChromeTrace(const v1::Timeline& t, TimelineGrouping grouping
         where = "\"s\": \"p\", \"pid\": " + std::to_string(it->second) + ", \"tid\": 0";
       }
     }
-    event("\"name\": " + JsonQuote(name) + ", \"cat\": \"alert\", \"ph\": \"i\", " + where +
-          ", \"ts\": " + Micros(at) + ", \"args\": {\"id\": " + JsonQuote(a.id()) + ", \"step\": " +
-          std::to_string(ta.step()) + ", \"at_unix_ns\": " + std::to_string(a.at_unix_ns()) +
-          ", \"severity\": " + JsonQuote(EnumLabel(v1::Severity_Name(a.severity()), "SEVERITY_")) +
+    event("\"name\": " + JsonString(name) + ", \"cat\": \"alert\", \"ph\": \"i\", " + where +
+          ", \"ts\": " + Micros(at) + ", \"args\": {\"id\": " + JsonString(a.id()) +
+          ", \"step\": " + std::to_string(ta.step()) +
+          ", \"at_unix_ns\": " + std::to_string(a.at_unix_ns()) +
+          ", \"severity\": " + JsonString(EnumLabel(v1::Severity_Name(a.severity()), "SEVERITY_")) +
           ", \"sequence\": " + std::to_string(a.sequence()) + "}");
   }
 
@@ -386,13 +371,13 @@ std::string TimelineChromeTrace(const v1::Timeline& t, TimelineGrouping grouping
         auto b = bounds.find({static_cast<uint64_t>(cr.first_step()), cr.rank()});
         if (b != bounds.end()) at = b->second.first;
       }
-      event("\"name\": " + JsonQuote(name) +
+      event("\"name\": " + JsonString(name) +
             ", \"cat\": \"capture\", \"ph\": \"i\", \"s\": \"t\", " + "\"pid\": " +
             std::to_string(pid_of(cr.rank())) + ", \"tid\": " + std::to_string(cr.rank()) +
-            ", \"ts\": " + Micros(at) + ", \"args\": {\"id\": " + JsonQuote(c.id()) +
+            ", \"ts\": " + Micros(at) + ", \"args\": {\"id\": " + JsonString(c.id()) +
             ", \"first_step\": " + std::to_string(cr.first_step()) +
-            ", \"state\": " + JsonQuote(EnumLabel(v1::CaptureState_Name(c.state()), "CAPTURE_")) +
-            ", \"requested_by\": " + JsonQuote(c.requested_by()) + "}");
+            ", \"state\": " + JsonString(EnumLabel(v1::CaptureState_Name(c.state()), "CAPTURE_")) +
+            ", \"requested_by\": " + JsonString(c.requested_by()) + "}");
     }
   }
   out += "\n ]}\n";

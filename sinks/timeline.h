@@ -43,7 +43,4 @@ enum class TimelineGrouping {
 // The Chrome trace event format (JSON object form: {"traceEvents": [...], ...}).
 std::string TimelineChromeTrace(const v1::Timeline& timeline, TimelineGrouping grouping);
 
-// `text` as a JSON string literal, quotes included.
-std::string JsonQuote(std::string_view text);
-
 }  // namespace rankwatch

@@ -13,6 +13,7 @@
 
 #include "operators/step_codec.h"
 #include "sinks/alert_hub.h"
+#include "sinks/json_string.h"
 #include "state/job_state_store.h"
 
 namespace rankwatch {
@@ -295,8 +296,8 @@ TEST_F(TimelineTest, ChromeTraceHasATrackPerRankGroupedByNode) {
   }
 }
 
-TEST(JsonQuoteTest, EscapesQuotesBackslashesAndControlCharacters) {
-  EXPECT_EQ(JsonQuote("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\u000a\\u0001\"");
+TEST(JsonStringTest, EscapesQuotesBackslashesAndControlCharacters) {
+  EXPECT_EQ(JsonString("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\u000a\\u0001\"");
 }
 
 }  // namespace

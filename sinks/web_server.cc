@@ -4,12 +4,13 @@
 #include <httplib.h>
 
 #include <charconv>
-#include <cstring>
-#include <limits>
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
+#include "sinks/json_string.h"
 #include "sinks/kernel_json.h"
 #include "sinks/metrics_http_server.h"
 #include "sinks/timeline.h"
