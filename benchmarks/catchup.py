@@ -18,8 +18,9 @@ its ratio to the first configuration (the baseline).
 
 Usage: benchmarks/catchup.py [--runs 5] [--jobs 200] [--ranks 16] [--steps 1000]
        [--partitions 256] [--config NAME=KEY=VALUE,KEY=VALUE ...] [--bin build/bin]
-With no --config: "default" (the daemon's own settings), "fetch-8MiB" (fetch.max.bytes 8 MiB)
-and "librdkafka" (librdkafka's defaults: 64 MiB queued ahead, 50 MiB a fetch).
+With no --config: "default" (the daemon's own settings: 16 MiB queued ahead, 4 MiB a fetch),
+"queue-32MiB" (queued.max.messages.kbytes 32768) and "librdkafka" (librdkafka's defaults: 64 MiB
+queued ahead, 50 MiB a fetch).
 """
 import argparse
 import json
@@ -34,7 +35,7 @@ import harness  # noqa: E402
 
 DEFAULT_CONFIGS = [
     "default=",
-    "fetch-8MiB=fetch.max.bytes=8388608",
+    "queue-32MiB=queued.max.messages.kbytes=32768",
     "librdkafka=queued.max.messages.kbytes=65536,fetch.max.bytes=52428800",
 ]
 

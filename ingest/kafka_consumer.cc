@@ -33,11 +33,13 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
       {"fetch.error.backoff.ms", "100"},
       // What a backlog (after a broker outage, a restart, a rebalance) may hold in memory before
       // the daemon takes it: librdkafka queues up to 64 MiB of messages ahead, and one fetch
-      // answer may bring 50 MiB more (compressed) on top. 32 MiB ahead and 4 MiB a fetch:
-      // benchmarks/catchup.py reads a 3.2 M-record backlog at 0.79 M records/s with a peak RSS
-      // of 382 MiB, against 1.05 M/s and 486 MiB with 64 MiB ahead and 0.47 M/s and 297 MiB
-      // with 16 MiB ahead (docs/operating.md, Memory).
-      {"queued.max.messages.kbytes", "32768"},
+      // answer may bring 50 MiB more (compressed) on top. 16 MiB ahead and 4 MiB a fetch trade
+      // the speed of a catch-up for a lower peak: benchmarks/catchup.py reads a 3.2 M-record
+      // backlog at 0.43 M records/s with a peak RSS of 299 MiB, against 0.73 M/s and 353 MiB with
+      // 32 MiB ahead. The 60-minute soak passes with 16 MiB (RSS +1.95 % after its broker
+      // outage); with 32 MiB its reference grew +6.09 %, over the soak's 5 % (benchmarks/
+      // README.md, Catch-up and Soak).
+      {"queued.max.messages.kbytes", "16384"},
       {"fetch.max.bytes", "4194304"},
       // A crashed instance's partitions move on after this long (librdkafka's default is 45 s).
       {"session.timeout.ms", std::to_string(options.session_timeout.count())},

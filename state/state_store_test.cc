@@ -54,13 +54,16 @@ TEST(StateStoreTest, CheckpointsAreDurableAcrossReopen) {
 TEST(StateStoreTest, AFirstStartLogsNoError) {
   const auto dir = FreshDir("first_start");
   auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
-  auto previous = spdlog::default_logger();
+  struct RestoreLogger {
+    std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+    ~RestoreLogger() { spdlog::set_default_logger(previous); }
+  } restore;
   spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
   {
     auto store = StateStore::Open({dir});
     ASSERT_TRUE(store.ok()) << store.status();
   }
-  spdlog::set_default_logger(previous);
+  spdlog::set_default_logger(restore.previous);
   for (const auto& msg : sink->last_raw()) {
     EXPECT_LT(msg.level, spdlog::level::warn)
         << std::string(msg.payload.data(), msg.payload.size());
