@@ -301,11 +301,14 @@ int Run(const DaemonConfig& config) {
   AlertHub alert_hub(
       store->get(), &writer, hub_options,
       {metrics.alert_subscribers, metrics.alert_subscribers_dropped, metrics.alerts_delivered});
-  // Captures: requests to the collectors on the control topic (never blocking: a full local
-  // queue refuses the request), answers from the telemetry batches.
+  // Evidence (evidence/): captures and hang stacks, requests to the collectors on the control
+  // topic (never blocking: a full local queue refuses the request), answers from the telemetry
+  // batches. The router calls `evidence` in order: hang stacks first, so that a hang alert
+  // published again with its stacks still gets the newest capture comparison.
   std::unique_ptr<BatchPublisher> control_publisher;
   std::unique_ptr<CaptureStore> captures;
   std::unique_ptr<HangInspector> hang;
+  std::vector<Evidence*> evidence;
   if (!config.control_topic.empty()) {
     PublisherOptions po;
     po.brokers = brokers;
@@ -332,7 +335,11 @@ int Run(const DaemonConfig& config) {
       return s;
     };
     captures = std::make_unique<CaptureStore>(capture_options, send);
-    if (config.hang_stacks) hang = std::make_unique<HangInspector>(HangInspectorOptions{}, send);
+    if (config.hang_stacks) {
+      hang = std::make_unique<HangInspector>(HangInspectorOptions{}, send);
+      evidence.push_back(hang.get());
+    }
+    evidence.push_back(captures.get());
   }
   GrpcServerOptions grpc_options;
   grpc_options.address = *grpc_address;
@@ -405,8 +412,8 @@ int Run(const DaemonConfig& config) {
     return Fail(absl::InvalidArgumentError("memory-diagnosis.window-steps must be >= 1"));
   }
   task_options.pipeline.memory_window.steps = static_cast<size_t>(config.memory_window_steps);
-  JobRouter router(router_options, {&metrics, &snapshots, &alert_hub, &kernel_snapshots,
-                                    captures.get(), hang.get()});
+  JobRouter router(router_options,
+                   {&metrics, &snapshots, &alert_hub, &kernel_snapshots, std::move(evidence)});
   TaskManagerOptions manager_options;
   manager_options.checkpoint_max_bytes = static_cast<size_t>(config.checkpoint_budget_mib) << 20;
   TaskManager tasks(config.topic, store->get(), &writer, changelog.get(), &router, &metrics,

@@ -3,10 +3,14 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "state/job_state_store.h"
 
 namespace rankwatch {
+
+static_assert(std::is_same_v<SnapshotStore::Map, JobSnapshotMap>,
+              "evidence reads the SnapshotStore's map as it is");
 
 JobRouter::JobRouter(JobRouterOptions options, TaskSinks sinks)
     : options_(std::move(options)),
@@ -207,69 +211,17 @@ void JobRouter::Tick(TimePoint now, int64_t wall_now_unix_ns) {
     sinks_.snapshots->Update(out.snapshots, out.removed_snapshots);
   }
   for (auto& [partition, task] : tasks_) task->RaiseAlerts(wall_now_unix_ns, &out);
-  if (sinks_.hang != nullptr) InspectHangs(out, wall_now_unix_ns);
-  if (sinks_.captures != nullptr) {
-    // The job's newest comparison goes into each alert's evidence; a straggler alert that
-    // fires may ask its culprit and a typical rank for a new capture.
-    for (v1::Alert& a : out.alerts) {
-      if (!a.has_evidence()) continue;
-      if (auto c = sinks_.captures->LatestComparison(a.training_job(), kEvidenceCaptureRows)) {
-        *a.mutable_evidence()->mutable_capture() = std::move(*c);
-      }
-    }
-    if (!out.alerts.empty()) {
-      auto snapshots = sinks_.snapshots->Get();
-      for (const v1::Alert& a : out.alerts) {
-        auto it = snapshots->find(a.training_job());
-        sinks_.captures->OnAlert(a, it == snapshots->end() ? nullptr : it->second.get(),
-                                 wall_now_unix_ns);
-      }
-    }
-    sinks_.captures->Expire(wall_now_unix_ns);
+  if (!sinks_.evidence.empty()) {
+    EvidenceTick tick;
+    tick.now_unix_ns = wall_now_unix_ns;
+    tick.evaluated = &out.snapshots;
+    tick.removed = &out.removed_snapshots;
+    tick.latest = sinks_.snapshots->Get();
+    for (Evidence* evidence : sinks_.evidence) evidence->OnTick(tick, &out.alerts);
   }
   // Every alert of the tick in one write; the ingest thread never waits for it.
   if (sinks_.alert_hub != nullptr && (!out.alerts.empty() || !out.alert_states.empty())) {
     sinks_.alert_hub->Append(std::move(out.alerts), std::move(out.alert_states));
-  }
-}
-
-void JobRouter::InspectHangs(TickOutput& out, int64_t wall_now_unix_ns) {
-  HangInspector* hang = sinks_.hang;
-  hang->OnSnapshots(out.snapshots, wall_now_unix_ns);
-  for (const std::string& job : out.removed_snapshots) {
-    hang->Forget(job);
-    hang_alerts_.erase(job);
-  }
-  // A hang alert carries the stacks once they came.
-  for (v1::Alert& a : out.alerts) {
-    if (a.kind() != v1::ALERT_HANG) continue;
-    if (a.state() == v1::ALERT_RESOLVED) {
-      hang_alerts_.erase(a.training_job());
-      continue;
-    }
-    if (a.has_evidence()) {
-      if (auto s = hang->Get(a.training_job()); s && s->settled_unix_ns() > 0) {
-        *a.mutable_evidence()->mutable_hang_stacks() = std::move(*s);
-      }
-    }
-    hang_alerts_[a.training_job()] = a;
-  }
-  // Stacks that came after the job's hang alert was raised: the alert again (same id and
-  // state, a new sequence), with them.
-  for (const std::string& job : hang->TakeSettled()) {
-    auto it = hang_alerts_.find(job);
-    if (it == hang_alerts_.end() || !it->second.has_evidence()) continue;
-    auto s = hang->Get(job);
-    if (!s) continue;
-    const v1::Diagnosis& carried = it->second.evidence();
-    if (carried.has_hang_stacks() && carried.hang_stacks().request_id() == s->request_id()) {
-      continue;
-    }
-    v1::Alert again = it->second;
-    *again.mutable_evidence()->mutable_hang_stacks() = std::move(*s);
-    again.set_at_unix_ns(wall_now_unix_ns);
-    it->second = again;
-    out.alerts.push_back(std::move(again));
   }
 }
 

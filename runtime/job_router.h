@@ -1,8 +1,9 @@
 // JobRouter: the daemon's ingest stage without Kafka. It decodes and validates each message,
 // dispatches its records to the PartitionTask of the message's partition (which owns the job's
-// state), counts everything in the daemon metrics, and every tick publishes what the tasks
-// evaluated: snapshots to the SnapshotStore and the metrics, then alerts to the AlertHub (one
-// write per tick). Checkpoints are collected task by task (whole partitions: jobs and offset
+// state), hands each batch to every kind of evidence, counts everything in the daemon metrics,
+// and every tick publishes what the tasks evaluated: snapshots to the metrics, then to the
+// SnapshotStore; then the tasks' alerts, which each kind of evidence may add to, to the AlertHub
+// (one write per tick). Checkpoints are collected task by task (whole partitions: jobs and offset
 // together), within a byte budget.
 //
 // Not thread-safe: owned by the ingest thread (the single owner of every task). Time comes in
@@ -59,8 +60,10 @@ class JobRouter {
   void HandleMessage(std::string_view payload, int32_t partition, int64_t offset, TimePoint now,
                      int64_t wall_now_unix_ns);
 
-  // Expires jobs, closes alignment timeouts, evaluates the jobs that changed, and publishes
-  // their snapshots (first to the SnapshotStore, then to the metrics) and their alerts.
+  // Expires jobs, closes alignment timeouts and evaluates the jobs that changed, then publishes
+  // in this order: their snapshots to the metrics, then to the SnapshotStore; their alerts are
+  // evaluated (and their step counts published with them); each kind of evidence, in order,
+  // runs its tick hook over the alerts (evidence/evidence.h); the alerts go to the AlertHub.
   void Tick(TimePoint now, int64_t wall_now_unix_ns);
 
   // Adds to `checkpoint` the changes of the tasks that changed, whole tasks oldest-changed
@@ -103,9 +106,6 @@ class JobRouter {
   uint64_t ranks() const { return total_ranks_; }
 
  private:
-  // Hung jobs: asks their ranks for stacks, puts the answers into the hang alerts' evidence and
-  // publishes a hang alert again once its stacks came.
-  void InspectHangs(TickOutput& out, int64_t wall_now_unix_ns);
   struct Entry {
     int32_t partition = -1;
     uint32_t world_size = 0;
@@ -153,9 +153,6 @@ class JobRouter {
   // them (the order budgeted checkpoints collect tasks in).
   uint64_t checkpoint_calls_ = 0;
   std::map<int32_t, uint64_t> changed_since_;
-  // The newest hang alert of each hung job (pending or firing), to publish again when its
-  // stacks arrive (sinks/hang_inspector.h).
-  std::map<std::string, v1::Alert> hang_alerts_;
   MetricCell* rejected_too_many_jobs_;
 };
 

@@ -3,13 +3,51 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
 
+#include "evidence/evidence.h"
 #include "runtime/test_batches.h"
+#include "sinks/alert_hub.h"
 
 namespace rankwatch {
 namespace {
 
 using testing::EncodedStep;
+
+// A kind of evidence that records what the router hands it, appends its name to the subject of
+// every alert it sees, and appends `append` (when set) to the first tick's alerts.
+class RecordingEvidence : public Evidence {
+ public:
+  explicit RecordingEvidence(std::string name) : name_(std::move(name)) {}
+
+  void OnBatch(const v1::Batch& batch) override {
+    batches.push_back(batch.source().training_job());
+  }
+  void OnTick(const EvidenceTick& tick, std::vector<v1::Alert>* alerts) override {
+    ++ticks;
+    now_unix_ns = tick.now_unix_ns;
+    evaluated.clear();
+    for (const auto& s : *tick.evaluated) evaluated.push_back(s->training_job);
+    removed.insert(removed.end(), tick.removed->begin(), tick.removed->end());
+    latest.clear();
+    for (const auto& [job, s] : *tick.latest) latest.push_back(job);
+    alerts_seen = alerts->size();
+    for (v1::Alert& a : *alerts) a.set_subject(a.subject() + name_ + ";");
+    if (append && ticks == 1) alerts->push_back(*append);
+  }
+
+  std::optional<v1::Alert> append;
+  std::vector<std::string> batches;
+  int ticks = 0;
+  int64_t now_unix_ns = 0;
+  std::vector<std::string> evaluated, removed, latest;
+  size_t alerts_seen = 0;
+
+ private:
+  const std::string name_;
+};
 
 class JobRouterTest : public ::testing::Test {
  protected:
@@ -37,6 +75,56 @@ TEST_F(JobRouterTest, RoutesJobsCountsEventsAndPublishesSnapshots) {
                       "stat=\"median\"} 0.03"),
             std::string::npos)
       << text;
+}
+
+TEST_F(JobRouterTest, EvidenceSeesEveryBatchAndEveryTickInOrderAndAddsToThePublishedAlerts) {
+  AlertHub hub(nullptr, nullptr, {}, {});
+  auto subscription = hub.Subscribe({});
+  RecordingEvidence first("first"), second("second");
+  first.append.emplace();
+  first.append->set_id("a|hang|job");
+  first.append->set_training_job("a");
+  first.append->set_kind(v1::ALERT_HANG);
+  first.append->set_state(v1::ALERT_FIRING);
+  JobRouterOptions o;
+  o.task.job_ttl = std::chrono::minutes(1);
+  o.task.job_retention = std::chrono::minutes(1);
+  JobRouter router(o, {&metrics, &snapshots, &hub, nullptr, {&first, &second}});
+  router.HandleMessage(EncodedStep("a", 1, 0, 1), t0, 0);
+  // Events answering a control request: evidence, not a job's telemetry.
+  v1::Batch events;
+  ASSERT_TRUE(events.ParseFromString(EncodedStep("b", 1, 0, 1)));
+  events.mutable_trace()->set_capture_id("cap-1-1");
+  router.HandleMessage(events.SerializeAsString(), t0, 0);
+  EXPECT_EQ(first.batches, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(second.batches, first.batches);
+  EXPECT_EQ(first.ticks, 0);
+
+  router.Tick(t0, 5);
+  EXPECT_EQ(router.jobs(), 1u);
+  for (const RecordingEvidence* e : {&first, &second}) {
+    EXPECT_EQ(e->ticks, 1);
+    EXPECT_EQ(e->now_unix_ns, 5);
+    EXPECT_EQ(e->evaluated, std::vector<std::string>{"a"});
+    EXPECT_EQ(e->latest, std::vector<std::string>{"a"});  // published before evidence runs
+    EXPECT_TRUE(e->removed.empty());
+  }
+  EXPECT_EQ(first.alerts_seen, 0u);
+  EXPECT_EQ(second.alerts_seen, 1u);  // what the first appended, in registration order
+  ASSERT_TRUE(hub.Flush().ok());
+  std::shared_ptr<const v1::Alert> published;
+  ASSERT_EQ(subscription->Next(std::chrono::milliseconds(1000), &published),
+            AlertHub::Subscription::Wait::kAlert);
+  EXPECT_EQ(published->id(), "a|hang|job");
+  EXPECT_EQ(published->subject(), "second;");
+
+  // Expired, then removed: each kind hears of the removal once.
+  router.Tick(t0 + std::chrono::minutes(2), 6);
+  router.Tick(t0 + std::chrono::minutes(4), 7);
+  router.Tick(t0 + std::chrono::minutes(5), 8);
+  EXPECT_EQ(first.removed, std::vector<std::string>{"a"});
+  EXPECT_EQ(second.removed, std::vector<std::string>{"a"});
+  EXPECT_TRUE(second.latest.empty());
 }
 
 TEST_F(JobRouterTest, CountsRejectionsByReasonAndKeepsGoing) {

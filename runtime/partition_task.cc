@@ -47,9 +47,9 @@ PartitionTask::Job& PartitionTask::Insert(const std::string& name,
 
 void PartitionTask::Add(const v1::Batch& batch, TimePoint now, int64_t wall_now_unix_ns) {
   const v1::SourceIdentity& source = batch.source();
-  if (sinks_->captures != nullptr) sinks_->captures->OnBatch(batch);
-  if (sinks_->hang != nullptr) sinks_->hang->OnBatch(batch);
-  // A capture's events belong to the capture, not to the rank's live analyses.
+  for (Evidence* evidence : sinks_->evidence) evidence->OnBatch(batch);
+  // Events that answer a control request (trace.capture_id) are evidence, not the rank's live
+  // telemetry.
   if (!batch.trace().capture_id().empty()) {
     if (auto it = jobs_.find(source.training_job()); it != jobs_.end()) {
       it->second->last_input = now;

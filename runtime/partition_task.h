@@ -24,14 +24,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "evidence/evidence.h"
 #include "operators/alert_tracker.h"
 #include "operators/job_pipeline.h"
 #include "operators/kernel/kernel_accumulator.h"
 #include "operators/time.h"
 #include "sinks/alert_hub.h"
-#include "sinks/capture_store.h"
 #include "sinks/daemon_metrics.h"
-#include "sinks/hang_inspector.h"
 #include "sinks/kernel_snapshot_store.h"
 #include "sinks/snapshot_store.h"
 #include "state/job_state_store.h"
@@ -59,16 +58,14 @@ struct TaskSinks {
   SnapshotStore* snapshots = nullptr;
   AlertHub* alert_hub = nullptr;                    // null: alerts are not stored or published
   KernelSnapshotStore* kernel_snapshots = nullptr;  // null: kernel results are not served
-  // Control replies and captured events go here; firing straggler alerts may start captures.
-  // Null: captures are off.
-  CaptureStore* captures = nullptr;
-  // Stacks requests to hung jobs and their answers. Null: hangs are not inspected.
-  HangInspector* hang = nullptr;
+  // Every kind of evidence (evidence/evidence.h), in the order they are called: each gets
+  // every batch, and a hook after each tick that may add to the tick's alerts. Empty: none.
+  std::vector<Evidence*> evidence;
 };
 
 // What the tasks' evaluations of one tick produced, published by the router: new snapshots
-// first (to the metrics and the SnapshotStore), then the alerts (stored, then published by
-// the AlertHub together with the lifecycle state of their jobs).
+// first (to the metrics, then the SnapshotStore), then the alerts (with what the evidence adds,
+// stored, then published by the AlertHub together with the lifecycle state of their jobs).
 struct TickOutput {
   std::vector<std::shared_ptr<const JobSnapshot>> snapshots;
   std::vector<std::string> removed_snapshots;  // jobs dropped since the last tick

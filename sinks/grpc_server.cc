@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "evidence/capture_ranks.h"
 #include "rankwatch/v1/service.grpc.pb.h"
 #include "sinks/diagnosis_proto.h"
 #include "sinks/queries.h"
@@ -94,28 +95,14 @@ class RankWatchService final : public v1::RankWatch::Service {
       return {grpc::StatusCode::NOT_FOUND, "no training job '" + request->training_job() + "'"};
     }
     const JobSnapshot& s = *it->second;
-    std::vector<uint32_t> ranks(request->ranks().begin(), request->ranks().end());
-    int32_t culprit = -1, reference = -1;
-    if (ranks.empty()) {
-      const auto pair = CaptureStore::CulpritAndReference(s);
-      if (!pair) {
-        return {grpc::StatusCode::FAILED_PRECONDITION,
-                "training job '" + s.training_job +
-                    "' names no culprit rank now: say which ranks to capture"};
-      }
-      ranks = {pair->first, pair->second};
-      culprit = static_cast<int32_t>(pair->first);
-      reference = static_cast<int32_t>(pair->second);
-    } else if (request->has_reference_rank()) {
-      culprit = static_cast<int32_t>(ranks.front());
-      reference = static_cast<int32_t>(request->reference_rank());
-      ranks.push_back(request->reference_rank());
-    }
+    auto target = ChooseCaptureRanks(*request, s);
+    if (!target.ok()) return ToGrpc(target.status());
     const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
-    auto c = captures_->Request(s.training_job, std::move(ranks), culprit, reference,
-                                request->steps(), "rankwatch capture", "", &s, now);
+    auto c = captures_->Request(s.training_job, std::move(target->ranks), target->culprit,
+                                target->reference, request->steps(), "rankwatch capture", "", &s,
+                                now);
     if (!c.ok()) return ToGrpc(c.status());
     *response = std::move(*c);
     return grpc::Status::OK;

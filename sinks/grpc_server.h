@@ -1,7 +1,8 @@
 // GrpcServer: the rankwatch.v1.RankWatch service plus gRPC health checking and server
 // reflection, on its own threads, over plaintext or TLS (mutual TLS with a client CA).
 //
-// RequestCapture, GetCapture and ListCaptures go to the CaptureStore. GetTimeline reads the
+// RequestCapture asks the CaptureStore (evidence/capture_store.h) for the ranks
+// evidence/capture_ranks.h chooses; GetCapture and ListCaptures read it. GetTimeline reads the
 // job's stored steps from the StateStore (sinks/timeline.h).
 //
 // ListJobs, GetDiagnosis and GetRankDetail answer from the SnapshotStore; WatchAlerts streams
@@ -19,9 +20,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "evidence/capture_store.h"
+#include "evidence/hang_inspector.h"
 #include "sinks/alert_hub.h"
-#include "sinks/capture_store.h"
-#include "sinks/hang_inspector.h"
 #include "sinks/kernel_snapshot_store.h"
 #include "sinks/listen_address.h"
 #include "sinks/snapshot_store.h"

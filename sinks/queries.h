@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "evidence/capture_store.h"
+#include "evidence/hang_inspector.h"
 #include "rankwatch/v1/service.pb.h"
 #include "sinks/alert_hub.h"
-#include "sinks/capture_store.h"
-#include "sinks/hang_inspector.h"
 #include "sinks/kernel_snapshot_store.h"
 #include "sinks/snapshot_store.h"
 #include "state/state_store.h"

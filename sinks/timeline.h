@@ -15,10 +15,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "evidence/capture_store.h"
 #include "operators/job_pipeline.h"
 #include "rankwatch/v1/service.pb.h"
 #include "sinks/alert_hub.h"
-#include "sinks/capture_store.h"
 #include "state/state_store.h"
 
 namespace rankwatch {

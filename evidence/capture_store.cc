@@ -1,18 +1,18 @@
-#include "sinks/capture_store.h"
+#include "evidence/capture_store.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <unordered_map>
 
+#include "evidence/capture_ranks.h"
 #include "operators/capture_compare.h"
-#include "operators/step_time_diagnosis.h"
 
 namespace rankwatch {
 namespace {
-
-constexpr int64_t kSecond = 1'000'000'000;
 
 bool Finished(v1::CaptureState s) {
   return s == v1::CAPTURE_DONE || s == v1::CAPTURE_FAILED || s == v1::CAPTURE_EXPIRED;
@@ -24,58 +24,12 @@ std::string RankList(const std::vector<uint32_t>& ranks) {
   return out;
 }
 
-// A rank's mean of `phase` over the window; NaN when unknown.
-double MeanOf(const JobSnapshot& s, uint32_t rank, Phase phase) {
-  if (!s.rank_totals || rank >= s.rank_totals->size()) return std::nan("");
-  return WindowMean((*s.rank_totals)[rank], phase);
-}
-
-// A rank's own compute per step: forward + backward + optimizer (or forward_backward) minus its
-// time in collectives; NaN when it reports none of them.
-double ComputeOf(const JobSnapshot& s, uint32_t rank) {
-  double sum = 0;
-  bool any = false;
-  for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kOptimizer, Phase::kForwardBackward}) {
-    const double m = MeanOf(s, rank, p);
-    if (!std::isnan(m)) {
-      sum += m;
-      any = true;
-    }
-  }
-  if (!any) return std::nan("");
-  const double collective = MeanOf(s, rank, Phase::kCollective);
-  return std::isnan(collective) ? sum : sum - collective;
-}
-
 }  // namespace
 
 CaptureStore::CaptureStore(CaptureStoreOptions options, Sender send)
-    : options_(std::move(options)), send_(std::move(send)) {}
-
-std::optional<std::pair<uint32_t, uint32_t>> CaptureStore::CulpritAndReference(
-    const JobSnapshot& s) {
-  if (s.step.culprit_ranks.empty() || s.world_size < 2) return std::nullopt;
-  const uint32_t culprit = s.step.culprit_ranks.front();
-  std::vector<std::pair<double, uint32_t>> typical;  // (compute time, rank), non-culprits
-  for (uint32_t r = 0; r < s.world_size; ++r) {
-    if (std::find(s.step.culprit_ranks.begin(), s.step.culprit_ranks.end(), r) !=
-        s.step.culprit_ranks.end()) {
-      continue;
-    }
-    double t = ComputeOf(s, r);
-    if (std::isnan(t)) t = MeanOf(s, r, Phase::kStep);
-    if (!std::isnan(t)) typical.emplace_back(t, r);
-  }
-  if (typical.empty()) {
-    // No per-rank figures: any rank that is not a culprit.
-    for (uint32_t r = 0; r < s.world_size; ++r) {
-      if (r != culprit) return std::make_pair(culprit, r);
-    }
-    return std::nullopt;
-  }
-  std::nth_element(typical.begin(), typical.begin() + typical.size() / 2, typical.end());
-  return std::make_pair(culprit, typical[typical.size() / 2].second);
-}
+    : options_(std::move(options)),
+      send_(std::move(send)),
+      requests_("cap", options_.answer_deadline) {}
 
 absl::StatusOr<v1::Capture> CaptureStore::Request(
     const std::string& job, std::vector<uint32_t> ranks, int32_t culprit, int32_t reference,
@@ -103,7 +57,6 @@ absl::StatusOr<v1::Capture> CaptureStore::Request(
     return absl::InvalidArgumentError("the compared ranks must be among the ranks captured");
   }
 
-  v1::Capture c;
   v1::ControlRequest request;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -112,13 +65,17 @@ absl::StatusOr<v1::Capture> CaptureStore::Request(
       return absl::ResourceExhaustedError(std::to_string(captures_.size()) +
                                           " captures are still running");
     }
-    c.set_id("cap-" + std::to_string(now_unix_ns / 1'000'000) + "-" + std::to_string(++sequence_));
+    request = requests_.Open(job, ranks, now_unix_ns);
   }
+  request.set_requested_by(requested_by.substr(0, 256));
+  request.mutable_capture()->set_steps(steps);
+  v1::Capture c;
+  c.set_id(request.id());
   c.set_training_job(job);
   c.set_state(v1::CAPTURE_REQUESTED);
   c.set_requested_by(requested_by);
   c.set_requested_unix_ns(now_unix_ns);
-  c.set_deadline_unix_ns(now_unix_ns + options_.answer_deadline.count() * kSecond);
+  c.set_deadline_unix_ns(request.deadline_unix_ns());
   c.set_steps(steps);
   c.set_culprit_rank(culprit);
   c.set_reference_rank(reference);
@@ -133,29 +90,27 @@ absl::StatusOr<v1::Capture> CaptureStore::Request(
     cr->set_first_step(-1);
     if (snapshot != nullptr) {
       cr->set_node(snapshot->NodeOf(r));
-      const double step_s = MeanOf(*snapshot, r, Phase::kStep);
+      const double step_s = RankMeanSeconds(*snapshot, r, Phase::kStep);
       if (!std::isnan(step_s)) {
         cr->set_step_seconds_before(step_s);
         slowest_step_s = std::max(slowest_step_s, step_s);
       }
     }
   }
-  request.set_id(c.id());
-  request.set_training_job(job);
-  for (uint32_t r : ranks) request.add_ranks(r);
-  request.set_issued_unix_ns(now_unix_ns);
-  request.set_deadline_unix_ns(c.deadline_unix_ns());
-  request.set_requested_by(requested_by.substr(0, 256));
-  request.mutable_capture()->set_steps(steps);
-  if (absl::Status s = send_(job, request.SerializeAsString()); !s.ok()) return s;
+  if (absl::Status s = send_(job, request.SerializeAsString()); !s.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    requests_.Close(request.id());
+    return s;
+  }
 
   Entry e;
   e.capture = c;
   // The ranks start before the deadline, then need their steps, profiled (slower): three times
   // the steps at the slowest rank's step time, at least a minute.
+  const int64_t minute_ns = std::chrono::nanoseconds(std::chrono::minutes(1)).count();
   e.finish_by_unix_ns =
       c.deadline_unix_ns() +
-      std::max<int64_t>(60 * kSecond, static_cast<int64_t>(3.0 * steps * slowest_step_s * kSecond));
+      std::max<int64_t>(minute_ns, static_cast<int64_t>(3.0 * steps * slowest_step_s * 1e9));
   for (int i = 0; i < c.ranks_size(); ++i) e.index_of_rank[c.ranks(i).rank()] = i;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -207,20 +162,17 @@ void CaptureStore::OnBatch(const v1::Batch& batch) {
     }
   }
   for (const v1::ControlReply& reply : batch.control_replies()) {
-    auto it = captures_.find(reply.request_id());
-    if (it == captures_.end() ||
-        it->second.capture.training_job() != batch.source().training_job()) {
-      continue;  // an unknown request (another daemon's, or one this daemon forgot)
-    }
+    // Replies to unknown requests (another daemon's, or one this daemon forgot), of another
+    // job, from ranks not asked, or after the rank's last word are ignored.
+    const ControlRequestTracker::Request* request =
+        requests_.Apply(batch.source().training_job(), rank, reply);
+    if (request == nullptr) continue;
+    auto it = captures_.find(request->id);
+    if (it == captures_.end()) continue;  // its request is still being sent
     Entry& e = it->second;
     auto at = e.index_of_rank.find(rank);
     if (at == e.index_of_rank.end()) continue;
     v1::CaptureRank* cr = e.capture.mutable_ranks(at->second);
-    // An answer never moves a rank back (ACCEPTED arriving after DONE, say).
-    if (cr->state() == v1::CONTROL_DONE || cr->state() == v1::CONTROL_REFUSED ||
-        cr->state() == v1::CONTROL_FAILED) {
-      continue;
-    }
     cr->set_state(reply.state());
     cr->set_reason(reply.reason());
     if (reply.state() == v1::CONTROL_DONE || reply.state() == v1::CONTROL_FAILED) {
@@ -318,20 +270,18 @@ void CaptureStore::OnAlert(const v1::Alert& alert, const JobSnapshot* snapshot,
     return;
   }
   const std::string& job = alert.training_job();
+  const int64_t interval_ns = std::chrono::nanoseconds(options_.auto_interval).count();
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = last_auto_unix_ns_.find(job);
-    if (it != last_auto_unix_ns_.end() &&
-        now_unix_ns - it->second < options_.auto_interval.count() * kSecond) {
+    if (it != last_auto_unix_ns_.end() && now_unix_ns - it->second < interval_ns) {
       return;
     }
     last_auto_unix_ns_[job] = now_unix_ns;
     if (last_auto_unix_ns_.size() > 4 * options_.max_captures) {
       // Forget the jobs whose interval is over: they could capture again anyway.
       for (auto j = last_auto_unix_ns_.begin(); j != last_auto_unix_ns_.end();) {
-        j = now_unix_ns - j->second >= options_.auto_interval.count() * kSecond
-                ? last_auto_unix_ns_.erase(j)
-                : std::next(j);
+        j = now_unix_ns - j->second >= interval_ns ? last_auto_unix_ns_.erase(j) : std::next(j);
       }
     }
   }
@@ -346,18 +296,37 @@ void CaptureStore::OnAlert(const v1::Alert& alert, const JobSnapshot* snapshot,
   }
 }
 
+void CaptureStore::OnTick(const EvidenceTick& tick, std::vector<v1::Alert>* alerts) {
+  // The job's newest comparison goes into each alert's evidence; a straggler alert that fires
+  // may ask its culprit and a typical rank for a new capture.
+  for (v1::Alert& a : *alerts) {
+    if (!a.has_evidence()) continue;
+    if (auto c = LatestComparison(a.training_job(), kEvidenceCaptureRows)) {
+      *a.mutable_evidence()->mutable_capture() = std::move(*c);
+    }
+  }
+  for (const v1::Alert& a : *alerts) {
+    auto it = tick.latest->find(a.training_job());
+    OnAlert(a, it == tick.latest->end() ? nullptr : it->second.get(), tick.now_unix_ns);
+  }
+  Expire(tick.now_unix_ns);
+}
+
 void CaptureStore::Expire(int64_t now_unix_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [id, e] : captures_) {
     v1::Capture& c = e.capture;
     if (Finished(c.state())) continue;
-    std::vector<uint32_t> silent, unfinished;
-    for (const v1::CaptureRank& r : c.ranks()) {
-      if (r.state() == v1::CONTROL_STATE_UNSPECIFIED) silent.push_back(r.rank());
-      if (r.state() == v1::CONTROL_ACCEPTED) unfinished.push_back(r.rank());
+    const ControlRequestTracker::Request* request = requests_.Find(id);
+    if (request == nullptr) {
+      // Requests close only when their captures are dropped.
+      spdlog::critical("capture {} has no open request", id);
+      std::abort();
     }
+    const std::vector<uint32_t> silent = request->RanksIn(v1::CONTROL_STATE_UNSPECIFIED);
+    const std::vector<uint32_t> unfinished = request->RanksIn(v1::CONTROL_ACCEPTED);
     std::string reason;
-    if (!silent.empty() && now_unix_ns > c.deadline_unix_ns()) {
+    if (!silent.empty() && request->PastDeadline(now_unix_ns)) {
       reason = "no answer from rank" + std::string(silent.size() > 1 ? "s " : " ") +
                RankList(silent) + " before the request's deadline";
     } else if (now_unix_ns > e.finish_by_unix_ns) {
@@ -376,6 +345,7 @@ void CaptureStore::MakeRoom() {
   for (auto it = order_.begin(); captures_.size() >= options_.max_captures && it != order_.end();) {
     auto c = captures_.find(*it);
     if (c != captures_.end() && Finished(c->second.capture.state())) {
+      requests_.Close(c->first);
       captures_.erase(c);
       it = order_.erase(it);
     } else {

@@ -1,11 +1,13 @@
-// HangInspector: asks the ranks of a hung job where they are, while their processes are alive.
+// HangInspector: hang stacks, the evidence behind a hang. It asks the ranks of a hung job where
+// they are, while their processes are alive.
 //
 // When a job's step diagnosis becomes `hang`, the inspector sends one stacks request
 // (control.proto, StacksAction) to every rank of the job through `send` (the daemon's producer on
-// the control topic). Each rank's collector answers ACCEPTED from its listener thread (the
+// the control topic; the request's id, deadline and per-rank states are a
+// ControlRequestTracker's). Each rank's collector answers ACCEPTED from its listener thread (the
 // process is alive) and then DONE with every thread's stack and its collective counters, from a
 // thread of its own (the training thread is stuck). The answers arrive in the job's telemetry
-// batches (OnBatch). The inquiry settles when every rank has given its stacks, or at the
+// batches (OnBatch). The inquiry settles when every rank has given its last word, or at the
 // request's deadline:
 //  - ranks are grouped by their training thread's stack, smallest group first;
 //  - per process group, the ranks that entered fewer collectives than the others never reached
@@ -18,11 +20,15 @@
 // completed; steps aligned at their timeout with ranks missing are not progress) and hung again.
 // The inquiry stays while the job makes no progress, hung or not (a diagnosis may leave `hang`
 // for a while as the last partial steps time out). Results are kept while the job stays hung (Get),
-// and a settled one is handed out once (TakeSettled) so that the job's hang alert can be published
-// again with it. At most `max_inquiries` jobs are followed; the oldest settled ones go first.
+// and a settled one is handed out once (TakeSettled). At most `max_inquiries` jobs are followed;
+// the oldest settled ones go first.
 //
-// Thread-safe: batches arrive on the ingest thread, ticks after each evaluation, queries on gRPC
-// threads. `send` is called under no lock of the inspector's.
+// As Evidence (evidence/evidence.h), after each tick (OnTick): the evaluated jobs are inspected
+// (OnSnapshots), removed jobs forgotten; a hang alert carries the job's settled stacks, and one
+// raised before its stacks came is published again with them (same id and state).
+//
+// Thread-safe: batches and ticks arrive on the ingest thread, queries on gRPC threads. `send` is
+// called under no lock of the inspector's.
 #pragma once
 
 #include <chrono>
@@ -35,7 +41,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "evidence/control_request_tracker.h"
+#include "evidence/evidence.h"
 #include "operators/job_pipeline.h"
 #include "rankwatch/v1/service.pb.h"
 
@@ -56,7 +65,7 @@ struct HangInspectorCounters {
   uint64_t settled_partial = 0;  // settled at the deadline with some ranks missing
 };
 
-class HangInspector {
+class HangInspector : public Evidence {
  public:
   // Sends one control request (key: the training job). Unavailable when it cannot.
   using Sender = std::function<absl::Status(const std::string& key, const std::string& payload)>;
@@ -67,10 +76,13 @@ class HangInspector {
   // is forgotten; inquiries whose ranks have all answered, or whose deadline passed, settle.
   void OnSnapshots(const std::vector<std::shared_ptr<const JobSnapshot>>& snapshots,
                    int64_t now_unix_ns);
-  // A job was removed: its inquiry goes.
+  // A job was removed: its inquiry goes, and its hang alert.
   void Forget(const std::string& job);
   // A telemetry batch: its control replies to stacks requests.
-  void OnBatch(const v1::Batch& batch);
+  void OnBatch(const v1::Batch& batch) override;
+  // After each tick: OnSnapshots and Forget; the settled stacks into the job's hang alerts, and
+  // a hang alert raised before them appended again with them (a new `at`).
+  void OnTick(const EvidenceTick& tick, std::vector<v1::Alert>* alerts) override;
 
   // The job's inquiry for its current hang (settled or still awaiting answers).
   std::optional<v1::HangStacks> Get(const std::string& job) const;
@@ -102,25 +114,31 @@ class HangInspector {
  private:
   struct Inquiry {
     v1::HangStacks result;  // request id, times, aligned steps; the rest once settled
-    int64_t deadline_unix_ns = 0;
     std::map<uint32_t, RankAnswer> answers;      // DONE replies by rank
     std::vector<v1::ThreadStack> stacks;         // distinct training-thread stacks
     std::map<std::string, int32_t> stack_index;  // frames key -> index into stacks
-    std::vector<Heard> heard;                    // by rank
-    uint32_t final_answers = 0;                  // ranks whose Heard is kFinal
     uint64_t complete_steps = 0;  // the job's steps aligned with every rank, when asked
-    bool settled = false;
+    bool settled = false;         // its request is closed then
   };
-  void Settle(Inquiry& q, int64_t now_unix_ns);
+  static Heard HeardOf(v1::ControlState state);
+  // Summarize over what the ranks of `q`'s open request said so far.
+  v1::HangStacks SummarizeOpen(const Inquiry& q) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Settle(Inquiry& q, int64_t now_unix_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::optional<v1::HangStacks> GetLocked(const std::string& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the job's inquiry and closes its request.
+  void Erase(std::map<std::string, Inquiry>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const HangInspectorOptions options_;
   const Sender send_;
   mutable std::mutex mu_;
-  std::map<std::string, Inquiry> inquiries_;           // by job
-  std::map<std::string, std::string> job_of_request_;  // request id -> job
-  std::vector<std::string> settled_;                   // not taken yet
-  HangInspectorCounters counters_;
-  uint64_t sequence_ = 0;
+  ControlRequestTracker requests_ ABSL_GUARDED_BY(mu_);            // of unsettled inquiries
+  std::map<std::string, Inquiry> inquiries_ ABSL_GUARDED_BY(mu_);  // by job
+  std::vector<std::string> settled_ ABSL_GUARDED_BY(mu_);          // not taken yet
+  HangInspectorCounters counters_ ABSL_GUARDED_BY(mu_);
+  // The newest hang alert of each hung job (pending or firing), to publish again when its
+  // stacks arrive.
+  std::map<std::string, v1::Alert> hang_alerts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rankwatch

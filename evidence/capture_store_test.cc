@@ -1,8 +1,8 @@
-#include "sinks/capture_store.h"
+#include "evidence/capture_store.h"
 
 #include <gtest/gtest.h>
 
-#include "sinks/control_requests_test_util.h"
+#include "evidence/control_requests_test_util.h"
 
 namespace rankwatch {
 namespace {

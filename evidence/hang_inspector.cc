@@ -1,4 +1,4 @@
-#include "sinks/hang_inspector.h"
+#include "evidence/hang_inspector.h"
 
 #include <spdlog/spdlog.h>
 
@@ -10,8 +10,6 @@
 
 namespace rankwatch {
 namespace {
-
-constexpr int64_t kSecond = 1'000'000'000;
 
 // "0–2, 4, 6–7"
 std::string RankRanges(const std::vector<uint32_t>& sorted) {
@@ -98,7 +96,14 @@ const v1::ThreadStack* TrainingThread(const v1::ControlReply& r) {
 }  // namespace
 
 HangInspector::HangInspector(HangInspectorOptions options, Sender send)
-    : options_(std::move(options)), send_(std::move(send)) {}
+    : options_(std::move(options)),
+      send_(std::move(send)),
+      requests_("stk", options_.answer_deadline) {}
+
+HangInspector::Heard HangInspector::HeardOf(v1::ControlState state) {
+  if (ControlRequestTracker::Final(state)) return Heard::kFinal;
+  return state == v1::CONTROL_ACCEPTED ? Heard::kAlive : Heard::kNothing;
+}
 
 v1::HangStacks HangInspector::Summarize(const std::map<uint32_t, RankAnswer>& answers,
                                         const std::vector<v1::ThreadStack>& stacks,
@@ -211,8 +216,7 @@ void HangInspector::OnSnapshots(const std::vector<std::shared_ptr<const JobSnaps
       // ranks missing (the last steps of ranks that died) are not.
       const uint64_t complete = s->aligned_steps - std::min(s->aligned_steps, s->timed_out_steps);
       if (it != inquiries_.end() && it->second.complete_steps != complete) {
-        job_of_request_.erase(it->second.result.request_id());
-        inquiries_.erase(it);
+        Erase(it);
         it = inquiries_.end();
       }
       const bool hung = s->step.label == StepLabel::kHang && !s->finished && s->world_size > 0;
@@ -228,29 +232,20 @@ void HangInspector::OnSnapshots(const std::vector<std::shared_ptr<const JobSnaps
           }
         }
         if (oldest == inquiries_.end()) continue;
-        job_of_request_.erase(oldest->second.result.request_id());
-        inquiries_.erase(oldest);
+        Erase(oldest);
       }
-      Inquiry q;
-      const std::string id =
-          "stk-" + std::to_string(now_unix_ns / 1'000'000) + "-" + std::to_string(++sequence_);
-      q.result.set_request_id(id);
-      q.result.set_requested_unix_ns(now_unix_ns);
-      q.result.set_aligned_steps(s->aligned_steps);
-      q.result.set_ranks_asked(s->world_size);
-      q.deadline_unix_ns = now_unix_ns + options_.answer_deadline.count() * kSecond;
-      q.heard.assign(s->world_size, Heard::kNothing);
-      q.complete_steps = complete;
-      v1::ControlRequest request;
-      request.set_id(id);
-      request.set_training_job(job);  // every rank: no ranks listed
-      request.set_issued_unix_ns(now_unix_ns);
-      request.set_deadline_unix_ns(q.deadline_unix_ns);
+      // Every rank: the request names none.
+      v1::ControlRequest request = requests_.OpenToEveryRank(job, s->world_size, now_unix_ns);
       request.set_requested_by(
           "hang diagnosis (no step aligned for " +
           std::to_string(static_cast<int64_t>(s->step.seconds_since_last_aligned)) + " s)");
       request.mutable_stacks()->set_max_frames(options_.max_frames);
-      job_of_request_[id] = job;
+      Inquiry q;
+      q.result.set_request_id(request.id());
+      q.result.set_requested_unix_ns(now_unix_ns);
+      q.result.set_aligned_steps(s->aligned_steps);
+      q.result.set_ranks_asked(s->world_size);
+      q.complete_steps = complete;
       inquiries_.emplace(job, std::move(q));
       to_send.emplace_back(job, std::move(request));
     }
@@ -268,6 +263,7 @@ void HangInspector::OnSnapshots(const std::vector<std::shared_ptr<const JobSnaps
     ++counters_.send_failures;
     spdlog::warn("training job '{}' is hung: the stacks request could not be sent: {}", job,
                  std::string(sent.message()));
+    requests_.Close(request.id());
     if (it != inquiries_.end() && it->second.result.request_id() == request.id()) {
       it->second.settled = true;
       it->second.result.set_settled_unix_ns(now_unix_ns);
@@ -278,38 +274,56 @@ void HangInspector::OnSnapshots(const std::vector<std::shared_ptr<const JobSnaps
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [job, q] : inquiries_) {
     if (q.settled) continue;
-    if (q.final_answers >= q.heard.size() || now_unix_ns >= q.deadline_unix_ns) {
+    const ControlRequestTracker::Request* request = requests_.Find(q.result.request_id());
+    if (request == nullptr || request->AllFinal() || request->PastDeadline(now_unix_ns)) {
       Settle(q, now_unix_ns);
       settled_.push_back(job);
     }
   }
 }
 
-void HangInspector::Settle(Inquiry& q, int64_t now_unix_ns) {
-  v1::HangStacks r = Summarize(q.answers, q.stacks, q.heard);
+v1::HangStacks HangInspector::SummarizeOpen(const Inquiry& q) const {
+  std::vector<Heard> heard(q.result.ranks_asked(), Heard::kNothing);
+  if (const ControlRequestTracker::Request* request = requests_.Find(q.result.request_id())) {
+    // The request addresses ranks 0 to ranks_asked - 1.
+    for (size_t i = 0; i < request->ranks.size() && request->ranks[i] < heard.size(); ++i) {
+      heard[request->ranks[i]] = HeardOf(request->states[i]);
+    }
+  }
+  v1::HangStacks r = Summarize(q.answers, q.stacks, heard);
   r.set_request_id(q.result.request_id());
   r.set_requested_unix_ns(q.result.requested_unix_ns());
   r.set_aligned_steps(q.result.aligned_steps());
+  return r;
+}
+
+void HangInspector::Settle(Inquiry& q, int64_t now_unix_ns) {
+  v1::HangStacks r = SummarizeOpen(q);
   r.set_settled_unix_ns(now_unix_ns);
-  q.result = std::move(r);
-  q.settled = true;
-  if (q.answers.size() == q.heard.size()) {
+  if (r.ranks_answered() == r.ranks_asked()) {
     ++counters_.settled_all;
   } else {
     ++counters_.settled_partial;
   }
-  // The stacks are in the result now; the per-rank answers are not needed any more.
+  // Later replies are ignored; the stacks are in the result now and the per-rank answers are
+  // not needed any more.
+  requests_.Close(q.result.request_id());
+  q.result = std::move(r);
+  q.settled = true;
   q.answers.clear();
   q.stacks.clear();
   q.stack_index.clear();
 }
 
+void HangInspector::Erase(std::map<std::string, Inquiry>::iterator it) {
+  requests_.Close(it->second.result.request_id());
+  inquiries_.erase(it);
+}
+
 void HangInspector::Forget(const std::string& job) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = inquiries_.find(job); it != inquiries_.end()) {
-    job_of_request_.erase(it->second.result.request_id());
-    inquiries_.erase(it);
-  }
+  if (auto it = inquiries_.find(job); it != inquiries_.end()) Erase(it);
+  hang_alerts_.erase(job);
 }
 
 void HangInspector::OnBatch(const v1::Batch& batch) {
@@ -317,21 +331,14 @@ void HangInspector::OnBatch(const v1::Batch& batch) {
   const uint32_t rank = batch.source().rank();
   std::lock_guard<std::mutex> lock(mu_);
   for (const v1::ControlReply& reply : batch.control_replies()) {
-    auto id = job_of_request_.find(reply.request_id());
-    if (id == job_of_request_.end() || id->second != batch.source().training_job()) continue;
-    auto it = inquiries_.find(id->second);
-    if (it == inquiries_.end() || it->second.settled) continue;
+    // Replies to unknown or settled requests, of other jobs, from ranks out of range, or after
+    // the rank's last word are ignored.
+    const ControlRequestTracker::Request* request =
+        requests_.Apply(batch.source().training_job(), rank, reply);
+    if (request == nullptr || reply.state() != v1::CONTROL_DONE) continue;
+    auto it = inquiries_.find(request->training_job);
+    if (it == inquiries_.end() || it->second.result.request_id() != request->id) continue;
     Inquiry& q = it->second;
-    if (rank >= q.heard.size()) continue;
-    Heard& h = q.heard[rank];
-    if (h == Heard::kFinal) continue;  // one last word a rank
-    if (reply.state() == v1::CONTROL_ACCEPTED) {
-      h = Heard::kAlive;
-      continue;
-    }
-    h = Heard::kFinal;
-    ++q.final_answers;
-    if (reply.state() != v1::CONTROL_DONE) continue;
     RankAnswer a;
     a.collectives.assign(reply.collectives().begin(), reply.collectives().end());
     if (const v1::ThreadStack* t = TrainingThread(reply)) {
@@ -351,16 +358,54 @@ void HangInspector::OnBatch(const v1::Batch& batch) {
   }
 }
 
+void HangInspector::OnTick(const EvidenceTick& tick, std::vector<v1::Alert>* alerts) {
+  OnSnapshots(*tick.evaluated, tick.now_unix_ns);
+  for (const std::string& job : *tick.removed) Forget(job);
+  std::lock_guard<std::mutex> lock(mu_);
+  // A hang alert carries the stacks once they came.
+  for (v1::Alert& a : *alerts) {
+    if (a.kind() != v1::ALERT_HANG) continue;
+    if (a.state() == v1::ALERT_RESOLVED) {
+      hang_alerts_.erase(a.training_job());
+      continue;
+    }
+    if (a.has_evidence()) {
+      if (auto s = GetLocked(a.training_job()); s && s->settled_unix_ns() > 0) {
+        *a.mutable_evidence()->mutable_hang_stacks() = std::move(*s);
+      }
+    }
+    hang_alerts_[a.training_job()] = a;
+  }
+  // Stacks that came after the job's hang alert was raised: the alert again (same id and
+  // state, a new sequence), with them.
+  for (const std::string& job : std::exchange(settled_, {})) {
+    auto it = hang_alerts_.find(job);
+    if (it == hang_alerts_.end() || !it->second.has_evidence()) continue;
+    auto s = GetLocked(job);
+    if (!s) continue;
+    const v1::Diagnosis& carried = it->second.evidence();
+    if (carried.has_hang_stacks() && carried.hang_stacks().request_id() == s->request_id()) {
+      continue;
+    }
+    v1::Alert again = it->second;
+    *again.mutable_evidence()->mutable_hang_stacks() = std::move(*s);
+    again.set_at_unix_ns(tick.now_unix_ns);
+    it->second = again;
+    alerts->push_back(std::move(again));
+  }
+}
+
 std::optional<v1::HangStacks> HangInspector::Get(const std::string& job) const {
   std::lock_guard<std::mutex> lock(mu_);
+  return GetLocked(job);
+}
+
+std::optional<v1::HangStacks> HangInspector::GetLocked(const std::string& job) const {
   auto it = inquiries_.find(job);
   if (it == inquiries_.end()) return std::nullopt;
   if (it->second.settled) return it->second.result;
   // Still awaiting answers: what is known so far.
-  v1::HangStacks r = Summarize(it->second.answers, it->second.stacks, it->second.heard);
-  r.set_request_id(it->second.result.request_id());
-  r.set_requested_unix_ns(it->second.result.requested_unix_ns());
-  r.set_aligned_steps(it->second.result.aligned_steps());
+  v1::HangStacks r = SummarizeOpen(it->second);
   r.set_summary("awaiting answers (" + std::to_string(r.ranks_answered()) + " of " +
                 std::to_string(r.ranks_asked()) + " ranks so far): " + r.summary());
   return r;

@@ -1,9 +1,9 @@
-#include "sinks/hang_inspector.h"
+#include "evidence/hang_inspector.h"
 
 #include <gtest/gtest.h>
 
+#include "evidence/control_requests_test_util.h"
 #include "operators/step_time_diagnosis.h"
-#include "sinks/control_requests_test_util.h"
 
 namespace rankwatch {
 namespace {

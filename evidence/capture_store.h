@@ -1,19 +1,21 @@
-// CaptureStore: the daemon's side of captures (proto/rankwatch/v1/control.proto).
+// CaptureStore: captures, the evidence behind a straggler (proto/rankwatch/v1/control.proto).
 //
 // A capture asks some ranks of a job for a profiler trace of their next few steps. The store
 // sends a ControlRequest through `send` (the daemon's producer on the control topic), follows
-// each rank's answers (the ControlReplies in the job's telemetry batches), keeps the events each
-// rank sends (batches whose trace.capture_id names the capture), and once the culprit rank and
-// the reference rank are both done compares them operator by operator
+// each rank's answers (the ControlReplies in the job's telemetry batches; the request's id,
+// deadline and per-rank states are a ControlRequestTracker's), keeps the events each rank sends
+// (batches whose trace.capture_id names the capture), and once the culprit rank and the
+// reference rank are both done compares them operator by operator
 // (operators/capture_compare.h). A capture whose ranks have not all answered by the request's
 // deadline, or finished some time after (three times the steps asked at the rank's step time,
 // at least a minute), is EXPIRED, naming the ranks.
 //
-// Automatic captures: a straggler alert that fires triggers one on its culprit rank and on a
-// typical rank (the median non-culprit rank by compute time), at most one per job per
-// `auto_interval`.
+// As Evidence (evidence/evidence.h), after each tick: the job's newest comparison goes into the
+// evidence of its alerts; a straggler alert that fires triggers an automatic capture of its
+// culprit rank and a typical rank (evidence/capture_ranks.h), at most one per job per
+// `auto_interval`; captures past their time expire.
 //
-// Thread-safe: batches arrive on the ingest thread, alerts after each tick, queries on gRPC
+// Thread-safe: batches and ticks arrive on the ingest thread, requests and queries on gRPC
 // threads. `send` is called under no lock of the store's.
 #pragma once
 
@@ -28,7 +30,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "evidence/control_request_tracker.h"
+#include "evidence/evidence.h"
 #include "operators/job_pipeline.h"
 #include "rankwatch/v1/service.pb.h"
 
@@ -49,7 +54,7 @@ struct CaptureStoreOptions {
   size_t comparison_rows = 25;
 };
 
-class CaptureStore {
+class CaptureStore : public Evidence {
  public:
   // Sends one control request (key: the training job). Unavailable when it cannot.
   using Sender = std::function<absl::Status(const std::string& key, const std::string& payload)>;
@@ -66,13 +71,11 @@ class CaptureStore {
                                       const std::string& requested_by, const std::string& alert_id,
                                       const JobSnapshot* snapshot, int64_t now_unix_ns);
 
-  // The job's culprit (its first culprit rank) and a typical rank to compare it with: the
-  // non-culprit rank whose mean compute time over the window is the median. Nothing when the
-  // job names no culprit or has a single rank.
-  static std::optional<std::pair<uint32_t, uint32_t>> CulpritAndReference(const JobSnapshot& s);
-
   // A telemetry batch: its control replies and, when it is a capture's, its events.
-  void OnBatch(const v1::Batch& batch);
+  void OnBatch(const v1::Batch& batch) override;
+  // After each tick: the newest comparison into the alerts' evidence, automatic captures for
+  // firing straggler alerts (OnAlert), expiry (Expire).
+  void OnTick(const EvidenceTick& tick, std::vector<v1::Alert>* alerts) override;
   // An alert was published: a straggler alert that fires may trigger an automatic capture.
   void OnAlert(const v1::Alert& alert, const JobSnapshot* snapshot, int64_t now_unix_ns);
   // Captures past their deadline expire.
@@ -97,16 +100,18 @@ class CaptureStore {
     std::map<uint32_t, size_t> index_of_rank;     // into capture.ranks
   };
   // Updates the capture's state from its ranks; compares when culprit and reference are done.
-  void Settle(Entry& e);
-  void MakeRoom();  // drops the oldest finished captures beyond max_captures
+  void Settle(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the oldest finished captures beyond max_captures.
+  void MakeRoom() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CaptureStoreOptions options_;
   const Sender send_;
   mutable std::mutex mu_;
-  std::map<std::string, Entry> captures_;             // by id
-  std::deque<std::string> order_;                     // ids, oldest first
-  std::map<std::string, int64_t> last_auto_unix_ns_;  // by job
-  uint64_t sequence_ = 0;
+  // Every capture kept has its request open here: late answers still update its ranks.
+  ControlRequestTracker requests_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Entry> captures_ ABSL_GUARDED_BY(mu_);             // by id
+  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);                     // ids, oldest first
+  std::map<std::string, int64_t> last_auto_unix_ns_ ABSL_GUARDED_BY(mu_);  // by job
 };
 
 }  // namespace rankwatch
