@@ -60,7 +60,7 @@ struct TaskSinks {
   KernelSnapshotStore* kernel_snapshots = nullptr;  // null: kernel results are not served
   // Every kind of evidence (evidence/evidence.h), in the order they are called: each gets
   // every batch, and a hook after each tick that may add to the tick's alerts. Empty: none.
-  std::vector<Evidence*> evidence;
+  std::vector<Evidence*> evidence = {};
 };
 
 // What the tasks' evaluations of one tick produced, published by the router: new snapshots

@@ -59,7 +59,7 @@ class DaemonMetrics {
   MetricCell* alert_subscribers;
   MetricCell* alert_subscribers_dropped;
   MetricCell* alerts_delivered;
-  // Stacks requests to hung jobs (sinks/hang_inspector.h): sent, not sent, and settled with
+  // Stacks requests to hung jobs (evidence/hang_inspector.h): sent, not sent, and settled with
   // every rank's stacks or at the deadline with some missing.
   MetricCell* hang_stacks_requested;
   MetricCell* hang_stacks_send_failed;
