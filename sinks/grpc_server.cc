@@ -100,9 +100,9 @@ class RankWatchService final : public v1::RankWatch::Service {
     const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
-    auto c = captures_->Request(s.training_job, std::move(target->ranks), target->culprit,
-                                target->reference, request->steps(), "rankwatch capture", "", &s,
-                                now);
+    auto c =
+        captures_->Request(s.training_job, std::move(target->ranks), target->culprit,
+                           target->reference, request->steps(), "rankwatch capture", "", &s, now);
     if (!c.ok()) return ToGrpc(c.status());
     *response = std::move(*c);
     return grpc::Status::OK;
