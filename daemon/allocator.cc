@@ -15,7 +15,9 @@
 // records/s the soak's RSS was 196 MiB with 1 s against 240 MiB with 10 s, for ingest pauses a
 // quarter longer (page faults when freed pages are taken again; benchmarks/README.md, the
 // allocator A/B). MALLOC_CONF in the environment overrides this.
-extern "C" const char* malloc_conf = "background_thread:true,dirty_decay_ms:1000";
+extern "C" {
+const char* malloc_conf = "background_thread:true,dirty_decay_ms:1000";
+}
 #endif
 
 namespace rankwatch {

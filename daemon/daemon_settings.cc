@@ -282,7 +282,7 @@ std::string Cell(std::string text) {
 
 std::string MarkdownDefault(const Setting& s) {
   if (s.is_map) return "—";
-  if (!s.default_note.empty()) return "*(" + s.default_note + ")*";
+  if (!s.default_note.empty()) return "*" + s.default_note + "*";
   const std::string value = s.DefaultText();
   if (value.empty()) return "—";
   if (s.value_name == "INT" || s.value_name == "NUMBER") return value;

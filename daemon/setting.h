@@ -39,7 +39,7 @@ struct Setting {
   std::string value_name;    // what the value is, for --help: "DURATION", "INT", ...
   std::string help;          // one line, for --help and the docs
   std::string details;       // markdown the docs add after `help`; may be empty
-  std::string default_note;  // shown instead of the default value where set, e.g. "(embedded)"
+  std::string default_note;  // said instead of the default value where set, e.g. "embedded"
   bool is_map = false;       // a map of names to text (`kafka:`): file only, set by `set_entry`
 
   // Parses and checks `text` and stores it in `config`. On an error `config` is unchanged and
@@ -59,9 +59,9 @@ struct Setting {
     const size_t dot = key.find('.');
     return dot == std::string::npos ? "" : key.substr(0, dot);
   }
-  // The default as --help and the docs show it: `default_note`, else the default's text.
+  // The default as --help shows it: the default's text, or "(default_note)".
   std::string DefaultText() const {
-    return default_note.empty() ? get(DaemonConfig{}) : default_note;
+    return default_note.empty() ? get(DaemonConfig{}) : "(" + default_note + ")";
   }
 };
 
