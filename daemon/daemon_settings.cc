@@ -1,0 +1,354 @@
+#include "daemon/daemon_settings.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+
+#include "daemon/consumer_group.h"
+
+namespace rankwatch {
+namespace {
+
+using std::chrono::hours;
+using std::chrono::seconds;
+
+absl::Status NotEmpty(const std::string& value) {
+  if (!value.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError("must not be empty");
+}
+
+// A file named by a setting must be readable when the daemon starts, not later, when it opens
+// it with its listeners half started.
+absl::Status ReadableFile(const std::string& path) {
+  if (path.empty() || ::access(path.c_str(), R_OK) == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError("cannot read '" + path + "': " + std::strerror(errno));
+}
+
+absl::Status LogLevel(const std::string& level) {
+  for (const char* known : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
+    if (level == known) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError("unknown log level '" + level +
+                                    "' (trace, debug, info, warn, error, critical, off)");
+}
+
+// Kafka takes [a-zA-Z0-9._-], at most 249 characters, in a group.instance.id.
+absl::Status InstanceId(const std::string& id) {
+  const bool allowed = std::all_of(id.begin(), id.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-';
+  });
+  if (allowed && id.size() <= 249) return absl::OkStatus();
+  return absl::InvalidArgumentError("'" + id +
+                                    "' is not a Kafka instance id ([a-zA-Z0-9._-], at most 249)");
+}
+
+std::vector<Setting> BuildSettings() {
+  using D = DaemonConfig;
+  using Step = StepDiagnosisOptions;
+  using Memory = MemoryDiagnosisOptions;
+  const std::string session_default =
+      SettingValue<Duration>::Format(kClusterSessionTimeout) + " (" +
+      SettingValue<Duration>::Format(kDevelopmentSessionTimeout) + " on the development broker)";
+  return {
+      Declare("brokers", &D::brokers)
+          .DefaultNote("embedded")
+          .Help("Kafka bootstrap servers; none: an embedded in-memory broker (development)"),
+      Declare("topic", &D::topic).Require(NotEmpty).Help("telemetry topic"),
+      Declare("group", &D::group)
+          .Require(NotEmpty)
+          .Help("Kafka consumer group; several instances share its partitions"),
+      Declare("state-dir", &D::state_dir)
+          .Require(NotEmpty)
+          .Help("state directory, locked for the daemon's life"),
+      Declare("metrics-listen", &D::metrics_listen)
+          .Help("HTTP: Prometheus `/metrics`, `/kernel`, `/healthz`"),
+      Declare("grpc-listen", &D::grpc_listen)
+          .Help("gRPC: `rankwatch.v1.RankWatch`, `grpc.health.v1.Health`, reflection"),
+      Declare("ui-listen", &D::ui_listen)
+          .Help("HTTP(S): the web UI at `/ui/` and its JSON API at `/api/v1/`, over TLS with the "
+                "gRPC TLS settings; `\"\"` turns both off")
+          .Details(" ([web-ui.md](web-ui.md))"),
+      Declare("window-steps", &D::window_steps)
+          .AtLeast(1)
+          .Help("aligned steps per diagnosis window (K)"),
+      Declare("align-timeout", &D::align_timeout)
+          .Help("a step with ranks missing closes this long after its first record"),
+      Declare("hang-timeout", &D::step_diagnosis, &Step::hang_timeout_min)
+          .Help("a job is `hang` when no step aligned for max(`hang-timeout-steps` × median step "
+                "time, this)"),
+      Declare("checkpoint-interval", &D::checkpoint_interval)
+          .Help("how often durable state and the offsets it covers are written"),
+      Declare("checkpoint-budget-mib", &D::checkpoint_budget_mib)
+          .Within(1, 65536)
+          .Help("changes (MiB, estimated) one checkpoint collects on the ingest thread, whole "
+                "partitions; the rest follows in the next rounds")
+          .Details(", at the writer's pace"),
+      Declare("changelog-topic", &D::changelog_topic)
+          .DefaultNote("none")
+          .Help("compacted Kafka topic with a copy of the state, so partitions can move between "
+                "instances; set the same on every instance of a group"),
+      Declare("control-topic", &D::control_topic)
+          .Help("topic on which rankwatchd asks the collectors for captures and hang stacks; "
+                "`\"\"` turns both off")
+          .Details(" ([formats.md](formats.md#control-channel-rankwatchcontrol)); the capture "
+                   "calls then answer `UNAVAILABLE`"),
+      Declare("hang-stacks", &D::hang_stacks)
+          .Help("a job diagnosed hung: its ranks are asked for their stacks and collective "
+                "counters (on the control topic)")
+          .Details(" ([diagnoses.md](diagnoses.md#hang-stacks))"),
+      Declare("auto-capture", &D::auto_capture)
+          .Help("a straggler alert that fires captures its culprit rank and a typical rank")
+          .Details(" (the median non-culprit rank by compute time)"),
+      Declare("capture-steps", &D::capture_steps)
+          .Within(1, 100)
+          .Help("steps a capture profiles on each rank"),
+      Declare("capture-interval", &D::capture_interval)
+          .Help("at most one automatic capture per job this often"),
+      Declare("capture-deadline", &D::capture_deadline)
+          .Within(seconds(1), hours(1))
+          .Help("the collectors must take a capture request this soon: a request the broker "
+                "has not taken by then is dropped, not retried")
+          .Details("; a capture whose ranks have not answered by then expires, naming them; an "
+                   "accepted capture has until three times its steps at the ranks' step time "
+                   "after that, at least a minute"),
+      Declare("job-ttl", &D::job_ttl)
+          .Help("a job without input this long is finished: its last diagnosis is frozen"),
+      Declare("job-retention", &D::job_retention)
+          .Help("a finished job stays queryable this long; then the job, its metrics and its "
+                "state go"),
+      Declare("embedded-partitions", &D::embedded_partitions)
+          .Within(1, 1000)
+          .Help("partitions of the embedded broker's topic"),
+      Declare("max-jobs", &D::max_jobs)
+          .AtLeast(1)
+          .Help("jobs tracked at most; when full, jobs that have not completed 10 steps are "
+                "evicted to admit new ones, else new jobs are rejected")
+          .Details(" (`too_many_jobs`)"),
+      Declare("max-ranks", &D::max_ranks)
+          .AtLeast(1)
+          .Help("ranks tracked at most, summed over the jobs' world sizes (~2 KiB per rank "
+                "before any step, more once windows fill)"),
+      Declare("alert-subscriber-queue", &D::alert_subscriber_queue)
+          .AtLeast(1)
+          .Help("alerts a `WatchAlerts` subscriber may fall behind before its stream ends (it "
+                "can resume)"),
+      Declare("grpc-tls-cert", &D::grpc_tls_cert)
+          .Require(ReadableFile)
+          .Help("PEM certificate chain: gRPC and the web UI over TLS (with `--grpc-tls-key`)"),
+      Declare("grpc-tls-key", &D::grpc_tls_key)
+          .Require(ReadableFile)
+          .Help("PEM private key of `--grpc-tls-cert`"),
+      Declare("grpc-tls-client-ca", &D::grpc_tls_client_ca)
+          .Require(ReadableFile)
+          .Help("PEM CA: clients must present a certificate it signed (mutual TLS)"),
+      Declare("log-level", &D::log_level)
+          .Require(LogLevel)
+          .Help("`trace`, `debug`, `info`, `warn`, `error`, `critical` or `off`"),
+      Declare("instance-id", &D::instance_id)
+          .Require(InstanceId)
+          .DefaultNote("derived")
+          .Help("static consumer-group membership (`group.instance.id`): a restarted instance "
+                "with the same id gets its partitions back at once; `none`: a dynamic member")
+          .Details(". Default `rankwatchd-<pod or host>-<hash of the state directory>` "
+                   "(`$POD_NAME` when set, else the host name): stable across restarts on the "
+                   "same state, different for two instances on one host. Always dynamic on the "
+                   "development broker, which does not support it. See [Restarts](#restarts)"),
+      Declare("session-timeout", &D::session_timeout)
+          .Within(seconds(1), hours(1))
+          .DefaultNote(session_default)
+          .Help("a crashed (SIGKILLed, partitioned) instance's partitions move on after this "
+                "long")
+          .Details("; heartbeats go every third of it, at most every second. Kafka brokers "
+                   "accept 6 s–5 min by default"),
+      DeclareMap("kafka", &D::kafka,
+                 "map of librdkafka properties passed through (SASL/SSL, …) to the consumer, the "
+                 "changelog and the control producer"),
+
+      // step-diagnosis: (docs/spec/step-diagnosis.md section 3, docs/diagnoses.md)
+      Declare("step-diagnosis.min-steps", &D::step_diagnosis, &Step::min_steps)
+          .AtLeast(1)
+          .Help("fewer aligned steps in the window: `no_data`"),
+      Declare("step-diagnosis.straggler-warn", &D::step_diagnosis, &Step::straggler_warn)
+          .AtLeast(0.0)
+          .Help("straggler score (a rank's excess over the median rank) of a warning"),
+      Declare("step-diagnosis.straggler-crit", &D::step_diagnosis, &Step::straggler_crit)
+          .AtLeast(0.0)
+          .Help("straggler score of a critical diagnosis"),
+      Declare("step-diagnosis.input-share-warn", &D::step_diagnosis, &Step::input_share_warn)
+          .Within(0.0, 1.0)
+          .Help("share of the step waiting for input: `input_bound`, warning"),
+      Declare("step-diagnosis.input-share-crit", &D::step_diagnosis, &Step::input_share_crit)
+          .Within(0.0, 1.0)
+          .Help("the same, critical"),
+      Declare("step-diagnosis.wait-share-warn", &D::step_diagnosis, &Step::wait_share_warn)
+          .Within(0.0, 1.0)
+          .Help("share of the step outside the measured phases: `wait_heavy`, warning"),
+      Declare("step-diagnosis.wait-share-crit", &D::step_diagnosis, &Step::wait_share_crit)
+          .Within(0.0, 1.0)
+          .Help("the same, critical"),
+      Declare("step-diagnosis.compute-share-warn", &D::step_diagnosis, &Step::compute_share_warn)
+          .Within(0.0, 1.0)
+          .Help("share of the step in compute: `compute_bound`, warning"),
+      Declare("step-diagnosis.compute-share-crit", &D::step_diagnosis, &Step::compute_share_crit)
+          .Within(0.0, 1.0)
+          .Help("the same, critical"),
+      Declare("step-diagnosis.bound-max-skew", &D::step_diagnosis, &Step::bound_max_skew)
+          .AtLeast(0.0)
+          .Help("a `*_bound` diagnosis of several ranks needs their skew at most this"),
+      Declare("step-diagnosis.onset-steps", &D::step_diagnosis, &Step::onset_steps)
+          .AtLeast(1)
+          .Help("the newest steps are also scored on their own, so that a rank that became slow "
+                "is named within this many steps"),
+      Declare("step-diagnosis.sync-max-step-skew", &D::step_diagnosis, &Step::sync_max_step_skew)
+          .AtLeast(0.0)
+          .Help("ranks whose step times differ by at most this skew run synchronised"),
+      Declare("step-diagnosis.node-fraction", &D::step_diagnosis, &Step::node_fraction)
+          .Within(0.0, 1.0)
+          .Help("a node is the culprit when at least this share of its ranks exceed the "
+                "threshold"),
+      Declare("step-diagnosis.hang-timeout-steps", &D::step_diagnosis, &Step::hang_timeout_steps)
+          .AtLeast(0.0)
+          .Help("hang after max(this × median step time, `hang-timeout`)"),
+
+      // memory-diagnosis: (docs/spec/step-diagnosis.md section 4, docs/diagnoses.md)
+      Declare("memory-diagnosis.window-steps", &D::memory_window_steps)
+          .AtLeast(1)
+          .Help("steps with memory in the window"),
+      Declare("memory-diagnosis.min-steps", &D::memory_diagnosis, &Memory::min_steps)
+          .AtLeast(1)
+          .Help("fewer steps with memory: `no_data`"),
+      Declare("memory-diagnosis.pressure-warn", &D::memory_diagnosis, &Memory::pressure_warn)
+          .AtLeast(0.0)
+          .Help("the worst rank's peak as a share of its capacity: `high_pressure`, warning"),
+      Declare("memory-diagnosis.pressure-crit", &D::memory_diagnosis, &Memory::pressure_crit)
+          .AtLeast(0.0)
+          .Help("the same, critical"),
+      Declare("memory-diagnosis.imbalance-warn", &D::memory_diagnosis, &Memory::imbalance_warn)
+          .AtLeast(0.0)
+          .Help("(worst − median) / median of the ranks' peaks: `imbalance`, warning"),
+      Declare("memory-diagnosis.imbalance-crit", &D::memory_diagnosis, &Memory::imbalance_crit)
+          .AtLeast(0.0)
+          .Help("the same, critical"),
+      Declare("memory-diagnosis.imbalance-min-pressure", &D::memory_diagnosis,
+              &Memory::imbalance_min_pressure)
+          .Within(0.0, 1.0)
+          .Help("`imbalance` only when the worst peak is at least this share of the capacity, "
+                "where it is known"),
+      Declare("memory-diagnosis.trend", &D::memory_diagnosis, &Memory::trend)
+          .Help("judge the lifetime trend of memory (creep over the job's life)"),
+      Declare("memory-diagnosis.trend-min-steps", &D::memory_diagnosis, &Memory::trend_min_steps)
+          .AtLeast(1)
+          .Help("the trend's points must span at least this many steps"),
+      Declare("memory-diagnosis.trend-min-points", &D::memory_diagnosis, &Memory::trend_min_points)
+          .AtLeast(2)
+          .Help("and number at least this many"),
+      Declare("memory-diagnosis.trend-steady-ratio", &D::memory_diagnosis,
+              &Memory::trend_steady_ratio)
+          .AtLeast(0.0)
+          .Help("still growing at the end: the recent slope is at least this × the overall slope"),
+      Declare("memory-diagnosis.trend-noise", &D::memory_diagnosis, &Memory::trend_noise)
+          .AtLeast(0.0)
+          .Help("significant: the growth is at least this × the residuals' robust spread"),
+      Declare("memory-diagnosis.trend-min-growth-bytes", &D::memory_diagnosis,
+              &Memory::trend_min_growth_bytes)
+          .AtLeast(0.0)
+          .Help("and at least this many bytes"),
+      Declare("memory-diagnosis.trend-early-growth", &D::memory_diagnosis,
+              &Memory::trend_early_growth)
+          .AtLeast(0.0)
+          .Help("and at least this share of the level at the start: `memory_creep_early`"),
+      Declare("memory-diagnosis.trend-confirmed-growth", &D::memory_diagnosis,
+              &Memory::trend_confirmed_growth)
+          .AtLeast(0.0)
+          .Help("the same share for `memory_creep`"),
+      Declare("memory-diagnosis.trend-last-half", &D::memory_diagnosis, &Memory::trend_last_half)
+          .Help("with no creep over the whole life, the later half is judged too (a late leak)"),
+  };
+}
+
+// A table cell: no line breaks, no column separators.
+std::string Cell(std::string text) {
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  std::string out;
+  for (char ch : text) {
+    if (ch == '|') out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
+std::string MarkdownDefault(const Setting& s) {
+  if (s.is_map) return "—";
+  if (!s.default_note.empty()) return "*" + s.default_note + "*";
+  const std::string value = s.DefaultText();
+  if (value.empty()) return "—";
+  if (s.value_name == "INT" || s.value_name == "NUMBER") return value;
+  return "`" + value + "`";
+}
+
+}  // namespace
+
+const std::vector<Setting>& DaemonSettings() {
+  static const std::vector<Setting>* const settings = new std::vector<Setting>(BuildSettings());
+  return *settings;
+}
+
+const std::vector<SettingSection>& DaemonSettingSections() {
+  static const std::vector<SettingSection>* const sections = new std::vector<SettingSection>{
+      {"step-diagnosis",
+       "thresholds of the step-time diagnosis ([diagnoses.md](diagnoses.md), "
+       "[spec](spec/step-diagnosis.md) section 3)"},
+      {"memory-diagnosis",
+       "window and thresholds of the memory diagnosis ([diagnoses.md](diagnoses.md)); the "
+       "window's creep thresholds are not configurable"},
+  };
+  return *sections;
+}
+
+const Setting* FindDaemonSetting(std::string_view key) {
+  for (const Setting& s : DaemonSettings()) {
+    if (s.key == key) return &s;
+  }
+  return nullptr;
+}
+
+absl::Status CheckDaemonConfig(const DaemonConfig& c) {
+  if (c.grpc_tls_cert.empty() != c.grpc_tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "grpc-tls-cert and grpc-tls-key go together: set both or neither");
+  }
+  if (!c.grpc_tls_client_ca.empty() && c.grpc_tls_cert.empty()) {
+    return absl::InvalidArgumentError("grpc-tls-client-ca needs grpc-tls-cert and grpc-tls-key");
+  }
+  return absl::OkStatus();
+}
+
+std::string DaemonSettingsMarkdown() {
+  std::string md =
+      "| flag / config key | default | meaning |\n"
+      "|---|---|---|\n"
+      "| `--config FILE` | — | YAML file with the keys below; flags given on the command line "
+      "win over it |\n";
+  for (const Setting& s : DaemonSettings()) {
+    if (!s.section().empty()) continue;
+    const std::string name = s.is_map ? "`" + s.key + ":` (file only)" : "`" + s.flag() + "`";
+    md += "| " + name + " | " + MarkdownDefault(s) + " | " + Cell(s.help + s.details) + " |\n";
+  }
+  for (const SettingSection& section : DaemonSettingSections()) {
+    md += "| `" + section.name + ":` (file only) | — | " + Cell(section.help) + "; keys below |\n";
+  }
+  for (const SettingSection& section : DaemonSettingSections()) {
+    md += "\n`" + section.name + ":` keys:\n\n| key | default | meaning |\n|---|---|---|\n";
+    for (const Setting& s : DaemonSettings()) {
+      if (s.section() != section.name) continue;
+      md += "| `" + s.key.substr(section.name.size() + 1) + "` | " + MarkdownDefault(s) + " | " +
+            Cell(s.help + s.details) + " |\n";
+    }
+  }
+  return md;
+}
+
+}  // namespace rankwatch
