@@ -46,12 +46,13 @@ fi
 
 # One clang-format process per file, two at a time: a file that differs is printed by name.
 # --ferror-limit=1 stops at a file's first difference; the name is all this needs.
+# shellcheck disable=SC2016  # $0 and $1 are the inner shell's
 mapfile -t DIFFERING < <(printf '%s\0' "${FILES[@]}" | xargs -0 -n1 -P2 sh -c \
   '"$0" --dry-run -Werror --ferror-limit=1 "$1" >/dev/null 2>&1 || printf "%s\n" "$1"' \
   "$CLANG_FORMAT" | sort)
 
 if ((${#DIFFERING[@]} == 0)); then
-  echo "check_format: ${#FILES[@]} files formatted as .clang-format says"
+  echo "check_format: ${#FILES[@]} C/C++ file(s) checked, none differs from .clang-format"
   exit 0
 fi
 
@@ -61,7 +62,7 @@ if ((FIX)); then
   exit 0
 fi
 
-echo "check_format: ${#DIFFERING[@]} of ${#FILES[@]} files differ from .clang-format:"
+echo "check_format: ${#DIFFERING[@]} of ${#FILES[@]} C/C++ file(s) differ from .clang-format:"
 for f in "${DIFFERING[@]}"; do
   echo "  $f    (fix: $CLANG_FORMAT -i $f)"
 done

@@ -11,7 +11,7 @@
 # pyflakes also reads collectors/python/examples/. mypy keeps its cache in
 # ${BUILD_DIR:-build}/mypy-cache (a warm check takes about a second, a cold one a few).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 PYTHON=/usr/bin/python3
 PKG=collectors/python/rankwatch
