@@ -17,6 +17,7 @@ PACKAGES=(
   python3-dev pybind11-dev python3-numpy python3-torch
   python3-venv python3-build python3-setuptools python3-wheel
   chromium chromium-driver python3-selenium
+  clang-format-14 mypy pyflakes3  # scripts/check_format.sh, scripts/check_python.sh
 )
 
 missing=()

@@ -6,13 +6,23 @@ between steps, never waiting for Kafka. A capture starts the profiler when the n
 and stops it when the requested number of steps has ended; its operator events are then handed
 to the collector, which sends them in batches of their own tagged with the request id, followed
 by the DONE reply. Anything that goes wrong answers FAILED with the reason, and training goes on.
+
+torch's objects (the profiler, its events) are typed Any: torch is imported only when a capture
+runs.
 """
+from __future__ import annotations
+
 import time
+from typing import TYPE_CHECKING, Any
 
 from rankwatch import _native  # noqa: F401  (the native module must load first)
 
+if TYPE_CHECKING:
+    from rankwatch._native import ControlRequest, KernelEvent
 
-def _torch_profiler():
+
+def _torch_profiler() -> tuple[Any, Any, Any, Any, Any] | None:
+    """(torch, profile, ProfilerActivity, ProfilerAction, DeviceType), or None without torch."""
     try:
         import torch
         from torch.autograd import DeviceType
@@ -25,28 +35,30 @@ def _torch_profiler():
 class _Capture:
     """One running capture: the profiler, the steps it has seen, its wall time."""
 
-    def __init__(self, request, prof, device_type):
+    def __init__(self, request: ControlRequest, prof: Any, device_type: Any, first_step: int,
+                 t0: int) -> None:
         self.request = request
         self.prof = prof
         self.device_type = device_type
-        self.first_step = None
+        self.first_step = first_step
         self.steps = 0
-        self.t0 = None
+        self.t0 = t0
 
 
 class CaptureRunner:
     """Runs the control requests of one collector, one at a time, at step boundaries."""
 
-    def __init__(self, native):
+    def __init__(self, native: _native.Collector) -> None:
         self._native = native
-        self._queue = []      # accepted requests not started yet
-        self._running = None  # the _Capture in progress
+        self._queue: list[ControlRequest] = []  # accepted requests not started yet
+        self._running: _Capture | None = None   # the _Capture in progress
 
     @property
-    def busy(self):
+    def busy(self) -> bool:
+        """A capture runs or waits for its first step."""
         return self._running is not None or bool(self._queue)
 
-    def before_step(self, step):
+    def before_step(self, step: int) -> None:
         """At the beginning of step `step`: takes new requests, starts a capture if one waits."""
         if self._native.control_pending():
             self._queue.extend(self._native.take_control_requests())
@@ -75,12 +87,9 @@ class CaptureRunner:
         except Exception as e:  # noqa: BLE001 - reported, training goes on
             self._reply(request, "failed", "the profiler did not start: %s" % e)
             return
-        cap = _Capture(request, prof, device_type)
-        cap.first_step = step
-        cap.t0 = _native.now_ns()
-        self._running = cap
+        self._running = _Capture(request, prof, device_type, first_step=step, t0=_native.now_ns())
 
-    def after_step(self):
+    def after_step(self) -> None:
         """At the end of a step: counts it; stops and ships the capture after its last step."""
         cap = self._running
         if cap is None:
@@ -103,7 +112,7 @@ class CaptureRunner:
         self._native.send_capture(cap.request["id"], "torch.profiler", events, cap.first_step,
                                   cap.steps, profiled_ns)
 
-    def close(self):
+    def close(self) -> None:
         """Ends a capture that is still running (the job ends first): FAILED, not silent."""
         cap, self._running = self._running, None
         if cap is not None:
@@ -113,7 +122,7 @@ class CaptureRunner:
         self._queue = []
 
     # --- helpers ------------------------------------------------------------------------------
-    def _fail(self, cap, reason, profiled_ns=0):
+    def _fail(self, cap: _Capture, reason: str, profiled_ns: int = 0) -> None:
         try:
             cap.prof.stop()
         except Exception:  # noqa: BLE001 - already failing
@@ -121,10 +130,10 @@ class CaptureRunner:
         self._native.reply_control(cap.request["id"], "failed", reason, cap.first_step, cap.steps,
                                    profiled_ns)
 
-    def _reply(self, request, state, reason):
+    def _reply(self, request: ControlRequest, state: str, reason: str) -> None:
         self._native.reply_control(request["id"], state, reason, -1, 0, 0)
 
-    def _events(self, cap):
+    def _events(self, cap: _Capture) -> list[KernelEvent]:
         """The profiled operators as (name, category, ts_ns, dur_ns, stream, correlation, step, tid)
         tuples. Steps come from the profiler's own "ProfilerStep#k" ranges, one a step, taken in
         time order (events() renames them all "ProfilerStep*", and torch 1.13 numbers the first
@@ -134,7 +143,7 @@ class CaptureRunner:
                        if e.name.startswith("ProfilerStep"))
         ranges = [(lo, hi, cap.first_step + k) for k, (lo, hi) in enumerate(marks)]
         cuda = cap.device_type.CUDA
-        out = []
+        out: list[KernelEvent] = []
         for e in events:
             if e.name.startswith("ProfilerStep"):
                 continue

@@ -1,17 +1,29 @@
 """The Python face of the collector: init(), step and phase scopes, and the helpers that
 instrument a PyTorch training loop (see rankwatch/torch_hooks.py)."""
+from __future__ import annotations
+
 import functools
 import logging
 import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from typing import Any, Literal, TypeVar
 
 from rankwatch import _native
 from rankwatch import capture as _capture
 from rankwatch import identity as _identity
 from rankwatch import stacks as _stacks
 from rankwatch import torch_hooks as _hooks
+
+_T = TypeVar("_T")
+# What the instrument_* helpers hand back: the object they were given (a torch.nn.Module, an
+# optimizer), with its type.
+_Instrumented = TypeVar("_Instrumented")
+# The scopes step(), phase() and pause() return: `with` blocks whose value is not used.
+Scope = AbstractContextManager[object]
 
 PHASES = {
     "dataloader": _native.PHASE_DATALOADER,
@@ -24,21 +36,22 @@ PHASES = {
 now_ns = _native.now_ns
 _get_ident = threading.get_ident
 
-_current = None
+_current: Collector | None = None
 _log = logging.getLogger("rankwatch")
 
 
 class _Phase:
     __slots__ = ("_native", "_phase", "_t0")
 
-    def __init__(self, native, phase):
+    def __init__(self, native: _native.Collector, phase: int) -> None:
         self._native, self._phase = native, phase
+        self._t0: int
 
-    def __enter__(self):
+    def __enter__(self) -> _Phase:
         self._t0 = now_ns()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self._native.add_phase(self._phase, self._t0, now_ns())
         return False
 
@@ -46,10 +59,10 @@ class _Phase:
 class _Step:
     __slots__ = ("_collector", "_step")
 
-    def __init__(self, collector, step):
+    def __init__(self, collector: Collector, step: int) -> None:
         self._collector, self._step = collector, step
 
-    def __enter__(self):
+    def __enter__(self) -> _Step:
         c = self._collector
         # Control requests (captures) begin between steps: one native call when none waits.
         if c._native.control_pending() or c._captures.busy:
@@ -59,7 +72,7 @@ class _Step:
         c._in_step = True
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         c = self._collector
         c._collectives.at_step_end()  # before the step ends: its record carries the count
         c._end_step()
@@ -73,15 +86,19 @@ class _MemoryProbe:
     """Per-step memory peaks: torch.cuda on a GPU rank, else the process's peak RSS with the
     process's memory capacity (its cgroup's memory limit, else the host's MemTotal)."""
 
-    def __init__(self, native, device):
-        self._cuda = None
+    _capacity: int
+    _rss: _native.ProcessPeakMemory
+    end_step: Callable[[], None]  # records the step's peaks and ends the step
+
+    def __init__(self, native: _native.Collector, device: str) -> None:
+        self._cuda: Any = None  # the torch.cuda module on a GPU rank
         if device.startswith("cuda"):
             import torch
             self._cuda = torch.cuda
             self._capacity = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
             torch.cuda.reset_peak_memory_stats()
 
-            def end_step():
+            def end_step() -> None:
                 native.record_memory(*self.take())
                 native.end_step()
             self.end_step = end_step
@@ -90,7 +107,7 @@ class _MemoryProbe:
             # One native call ends a CPU rank's step: peak RSS read, recorded, step ended.
             self.end_step = functools.partial(native.end_step_with_peak_rss, self._rss)
 
-    def take(self):
+    def take(self) -> tuple[int, int, int]:
         """(peak_allocated, peak_reserved, capacity) since the previous call; 0 = unknown."""
         if self._cuda is not None:
             peaks = (self._cuda.max_memory_allocated(), self._cuda.max_memory_reserved(), self._capacity)
@@ -102,8 +119,9 @@ class _MemoryProbe:
 class Collector:
     """One training rank's collector. Create it with rankwatch.init()."""
 
-    def __init__(self, job, brokers, rank, world_size, local_rank, node, device, memory=True,
-                 scheduler=None, **options):
+    def __init__(self, job: str, brokers: str, rank: int, world_size: int, local_rank: int,
+                 node: str, device: str, memory: bool = True,
+                 scheduler: Mapping[str, object] | None = None, **options: Any) -> None:
         self.job, self.rank, self.world_size = job, rank, world_size
         self.local_rank, self.node, self.device = local_rank, node, device
         # The scheduler's names (rankwatch.identity.scheduler()); sent with every batch.
@@ -111,12 +129,12 @@ class Collector:
         self._native = _native.Collector(job, rank, world_size, node, local_rank, os.getpid(), device,
                                          brokers, take_stacks=True, scheduler=self.scheduler, **options)
         self._memory = _MemoryProbe(self._native, device) if memory else None
-        self._end_step = self._memory.end_step if memory else self._native.end_step
+        self._end_step = self._memory.end_step if self._memory is not None else self._native.end_step
         self._next_step = 0
         self._closed = False
         self._gate = _hooks.Gate()
         self._captures = _capture.CaptureRunner(self._native)
-        self._attachments = []
+        self._attachments: list[_hooks.Attachment] = []
         self._collectives_timed = False
         self._training_ident = _get_ident()
         self._in_step = False
@@ -124,7 +142,7 @@ class Collector:
         self._stacks = _stacks.StackResponder(self._native, self)
 
     # --- scopes ---------------------------------------------------------------------------
-    def step(self, step=None):
+    def step(self, step: int | None = None) -> Scope:
         """Context manager around one training iteration. Steps count from 0 unless given;
         paused steps are not counted."""
         if not self._gate.open:
@@ -134,7 +152,7 @@ class Collector:
         self._next_step = step + 1
         return _Step(self, step)
 
-    def phase(self, name):
+    def phase(self, name: str) -> Scope:
         """Context manager adding the time inside to `name` (dataloader, forward, backward,
         optimizer, collective, forward_backward) of the open step (or the next one). Scopes of
         one name must not nest; use separate objects per thread (phase_timer)."""
@@ -142,22 +160,23 @@ class Collector:
 
     phase_timer = phase  # a fresh scope object each call: safe to use from another thread
 
-    def add_phase(self, name, begin_ns, end_ns):
+    def add_phase(self, name: str, begin_ns: int, end_ns: int) -> None:
         """Adds [begin_ns, end_ns) (rankwatch.collector.now_ns clock) to a phase."""
         if self._gate.open:
             self._native.add_phase(PHASES[name], begin_ns, end_ns)
 
-    def record_memory(self, peak_allocated, peak_reserved=0, capacity=0):
+    def record_memory(self, peak_allocated: int, peak_reserved: int = 0, capacity: int = 0) -> None:
+        """Records the open step's memory peaks (bytes; 0 = unknown), replacing the probe's."""
         if self._gate.open:
             self._native.record_memory(int(peak_allocated), int(peak_reserved), int(capacity))
 
-    def record_kernels(self, events):
+    def record_kernels(self, events: Iterable[_native.KernelEvent]) -> None:
         """events: iterable of (name, category, ts_ns, dur_ns, stream, correlation, step)."""
         if self._gate.open:
             self._native.record_kernels(list(events))
 
     # --- pausing --------------------------------------------------------------------------
-    def pause(self):
+    def pause(self) -> Scope:
         """Stops recording until resume(): the hooks come off the modules, optimizer.step is
         unwrapped, step() and phase() scopes do nothing and do not count steps (the next
         recorded step follows the last one). For evaluation loops, whose forward passes would
@@ -171,7 +190,7 @@ class Collector:
             a.off()
         return _Resume(self)
 
-    def resume(self):
+    def resume(self) -> None:
         """Records again after pause()."""
         if self._gate.open:
             return
@@ -182,32 +201,34 @@ class Collector:
             self._memory.take()  # the peak since the last step is the paused stretch's, no step's
 
     @property
-    def paused(self):
+    def paused(self) -> bool:
+        """Whether pause() is in effect."""
         return not self._gate.open
 
-    def _attach(self, attachment):
+    def _attach(self, attachment: _hooks.Attachment | None) -> None:
         if attachment is not None:
             self._attachments.append(attachment)
             if not self._gate.open:
                 attachment.off()
 
     # --- PyTorch helpers (rankwatch/torch_hooks.py) ---------------------------------------
-    def dataloader(self, iterable):
+    def dataloader(self, iterable: Iterable[_T]) -> Iterator[_T]:
         """Yields from `iterable`, timing each fetch as the next step's dataloader phase."""
         return _hooks.timed_iter(self._native, iterable, self._gate)
 
-    def instrument_module(self, module):
+    def instrument_module(self, module: _Instrumented) -> _Instrumented:
         """Times `module`'s forward (hooks) and backward (from its output's gradient to the end
         of the backward pass, DDP's gradient synchronisation included). Returns `module`."""
         self._attach(_hooks.instrument_module(self._native, module, compute=True))
         return module
 
-    def instrument_optimizer(self, optimizer):
+    def instrument_optimizer(self, optimizer: _Instrumented) -> _Instrumented:
         """Times optimizer.step(). Returns `optimizer`."""
         self._attach(_hooks.instrument_optimizer(self._native, optimizer))
         return optimizer
 
-    def instrument_ddp(self, ddp_model, process_group=None, comm_hook=False):
+    def instrument_ddp(self, ddp_model: _Instrumented, process_group: Any = None,
+                       comm_hook: bool = False) -> _Instrumented:
         """Times DDP's gradient synchronisation as the collective phase: the part of the
         backward pass spent waiting for the allreduce once the local gradients are computed,
         where waiting for slower ranks shows. Two autograd callbacks a step; DDP's own comm
@@ -221,7 +242,7 @@ class Collector:
             self._attach(_hooks.instrument_module(self._native, ddp_model, sync=True))
         return ddp_model
 
-    def instrument_fsdp(self, fsdp_model=None):
+    def instrument_fsdp(self, fsdp_model: _Instrumented | None = None) -> _Instrumented | None:
         """For sharded data parallelism (FullyShardedDataParallel, or fully_shard): tells
         rankwatchd the job trains with "fsdp" and shards its parameters (so forward waits for
         other ranks too), and times as the collective phase the time this process is blocked
@@ -237,22 +258,24 @@ class Collector:
             self._attach(_hooks.instrument_collectives(self._native))
         return fsdp_model
 
-    def set_training_strategy(self, training_strategy, sharded=False):
+    def set_training_strategy(self, training_strategy: str, sharded: bool = False) -> None:
         """How the job trains ("ddp", "fsdp", "deepspeed_zero3", ...) and whether parameters
         are sharded across ranks: carried by every batch from now on (instrument_ddp and
         instrument_fsdp call it)."""
         self._native.set_training_strategy(str(training_strategy), bool(sharded))
 
     @property
-    def training_strategy(self):
+    def training_strategy(self) -> str:
+        """The strategy set_training_strategy() set ("" until then)."""
         return self._native.training_strategy
 
     @property
-    def sharded(self):
+    def sharded(self) -> bool:
+        """Whether the job shards its parameters (set_training_strategy)."""
         return self._native.sharded
 
     # --- lifecycle --------------------------------------------------------------------------
-    def stats(self):
+    def stats(self) -> dict[str, Any]:
         """The library's counters (steps, records, drops, bytes, ...) and `threads_cpu_s`: CPU
         seconds used so far by the collector's threads (its sender and librdkafka's), from
         /proc/self/task; absent where /proc is not readable."""
@@ -262,10 +285,11 @@ class Collector:
             d["threads_cpu_s"] = cpu
         return d
 
-    def flush(self, timeout_s=10.0):
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Waits up to `timeout_s` for what is buffered to be delivered; True when it was."""
         return self._native.flush(int(timeout_s * 1000))
 
-    def close(self, final=True, timeout_s=10.0):
+    def close(self, final: bool = True, timeout_s: float = 10.0) -> bool:
         """Ships what is left; `final` tells rankwatchd this rank ended cleanly (not a hang)."""
         global _current
         if self._closed:
@@ -281,65 +305,66 @@ class Collector:
 class NullCollector(Collector):
     """Same interface, records nothing (rankwatch.init(enabled=False) or RANKWATCH_DISABLE=1)."""
 
-    def __init__(self):  # pylint: disable=super-init-not-called
+    def __init__(self) -> None:  # pylint: disable=super-init-not-called
         self._next_step = 0
 
-    def step(self, step=None):
+    def step(self, step: int | None = None) -> Scope:
         return _NULL_SCOPE
 
-    def phase(self, name):
+    def phase(self, name: str) -> Scope:
         return _NULL_SCOPE
 
     phase_timer = phase
 
-    def add_phase(self, name, begin_ns, end_ns):
+    def add_phase(self, name: str, begin_ns: int, end_ns: int) -> None:
         pass
 
-    def record_memory(self, *args):
+    def record_memory(self, peak_allocated: int, peak_reserved: int = 0, capacity: int = 0) -> None:
         pass
 
-    def record_kernels(self, events):
+    def record_kernels(self, events: Iterable[_native.KernelEvent]) -> None:
         pass
 
-    def dataloader(self, iterable):
+    def dataloader(self, iterable: Iterable[_T]) -> Iterator[_T]:
         return iter(iterable)
 
-    def instrument_module(self, module):
+    def instrument_module(self, module: _Instrumented) -> _Instrumented:
         return module
 
-    def instrument_optimizer(self, optimizer):
+    def instrument_optimizer(self, optimizer: _Instrumented) -> _Instrumented:
         return optimizer
 
-    def instrument_ddp(self, ddp_model, process_group=None, comm_hook=False):
+    def instrument_ddp(self, ddp_model: _Instrumented, process_group: Any = None,
+                       comm_hook: bool = False) -> _Instrumented:
         return ddp_model
 
-    def instrument_fsdp(self, fsdp_model=None):
+    def instrument_fsdp(self, fsdp_model: _Instrumented | None = None) -> _Instrumented | None:
         return fsdp_model
 
-    def set_training_strategy(self, training_strategy, sharded=False):
+    def set_training_strategy(self, training_strategy: str, sharded: bool = False) -> None:
         pass
 
     training_strategy, sharded = "", False
 
-    def stats(self):
+    def stats(self) -> dict[str, Any]:
         return {}
 
-    def flush(self, timeout_s=10.0):
+    def flush(self, timeout_s: float = 10.0) -> bool:
         return True
 
-    def close(self, final=True, timeout_s=10.0):
+    def close(self, final: bool = True, timeout_s: float = 10.0) -> bool:
         return True
 
-    def pause(self):
+    def pause(self) -> Scope:
         return _NULL_SCOPE
 
-    def resume(self):
+    def resume(self) -> None:
         pass
 
     paused = False
 
 
-def _threads_cpu_s(prefixes):
+def _threads_cpu_s(prefixes: tuple[str, ...]) -> float | None:
     """CPU seconds (user + system) of this process's threads whose names start with one of
     `prefixes`; None when /proc/self/task cannot be read."""
     try:
@@ -362,30 +387,32 @@ def _threads_cpu_s(prefixes):
 class _Resume:
     __slots__ = ("_collector",)
 
-    def __init__(self, collector):
+    def __init__(self, collector: Collector) -> None:
         self._collector = collector
 
-    def __enter__(self):
+    def __enter__(self) -> _Resume:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self._collector.resume()
         return False
 
 
 class _NullScope:
-    def __enter__(self):
+    def __enter__(self) -> _NullScope:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
 
-_NULL_SCOPE = _NullScope()
+_NULL_SCOPE: Scope = _NullScope()
 
 
-def init(job=None, brokers=None, rank=None, world_size=None, local_rank=None, node=None,
-         device=None, enabled=None, memory=True, **options):
+def init(job: str | None = None, brokers: str | None = None, rank: int | None = None,
+         world_size: int | None = None, local_rank: int | None = None, node: str | None = None,
+         device: str | None = None, enabled: bool | None = None, memory: bool = True,
+         **options: Any) -> Collector:
     """Creates this process's collector (and makes it rankwatch.get()).
 
     With no arguments it works under torchrun, Slurm and Kubernetes (Kubeflow's PyTorchJob):
@@ -432,7 +459,7 @@ def init(job=None, brokers=None, rank=None, world_size=None, local_rank=None, no
     return _current
 
 
-def _log_picked(line):
+def _log_picked(line: str) -> None:
     """Logs what init() picked, once a process: to the "rankwatch" logger at INFO, or to stderr
     when the application configured no logging at all (so it shows in a torchrun job's output)."""
     global _logged_identity
@@ -449,11 +476,11 @@ def _log_picked(line):
 _logged_identity = False
 
 
-def _brokers_file():
+def _brokers_file() -> str:
     return os.environ.get("RANKWATCH_BROKERS_FILE", "/etc/rankwatch/brokers")
 
 
-def _default_brokers():
+def _default_brokers() -> tuple[str, str]:
     """($RANKWATCH_BROKERS or the brokers file's first line, where it came from), or ("", "")."""
     if os.environ.get("RANKWATCH_BROKERS"):
         return os.environ["RANKWATCH_BROKERS"], "$RANKWATCH_BROKERS"
@@ -468,10 +495,10 @@ def _default_brokers():
     return "", ""
 
 
-def get():
+def get() -> Collector | None:
     """The collector made by the last init(), or None."""
     return _current
 
 
-def _sleep_s(seconds):  # for tests: a clock-independent pause
+def _sleep_s(seconds: float) -> None:  # for tests: a clock-independent pause
     time.sleep(seconds)

@@ -10,9 +10,13 @@ The training job's id, when $RANKWATCH_JOB does not say it, comes from the sched
 as "slurm-<SLURM_JOB_ID>", a torchrun rendezvous as "torchrun-<TORCHELASTIC_RUN_ID>". The outermost
 scheduler names the job: torchrun under Slurm is the Slurm job, so every node's ranks agree.
 """
+from __future__ import annotations
+
 import os
 import re
 import socket
+from collections.abc import Mapping
+from typing import TypedDict
 
 # Kubeflow names a PyTorchJob's pods <job>-master-<i> and <job>-worker-<i>; the training
 # operator's newer releases label them with the job's name.
@@ -21,17 +25,26 @@ _OWNER_LABELS = ("training.kubeflow.org/job-name", "job-name", "app.kubernetes.i
 PODINFO_LABELS = "/etc/podinfo/labels"  # downward API volume (optional)
 
 
-def _env_int(env, *names, default):
+class Identity(TypedDict):
+    """Who this process is (detect()): the keyword arguments rankwatch.init() gives Collector."""
+    rank: int
+    world_size: int
+    local_rank: int
+    node: str
+    device: str
+
+
+def _env_int(env: Mapping[str, str], *names: str, default: int) -> int:
     for name in names:
         value = env.get(name)
-        if value not in (None, ""):
+        if value is not None and value != "":
             return int(value)
     return default
 
 
-def _pod_labels(path):
+def _pod_labels(path: str) -> dict[str, str]:
     """Labels from a downward-API labels file (key="value" per line), or {}."""
-    labels = {}
+    labels: dict[str, str] = {}
     try:
         with open(path) as f:
             for line in f:
@@ -43,7 +56,8 @@ def _pod_labels(path):
     return labels
 
 
-def scheduler(env=None, podinfo_labels=PODINFO_LABELS):
+def scheduler(env: Mapping[str, str] | None = None,
+              podinfo_labels: str = PODINFO_LABELS) -> dict[str, str]:
     """The scheduler's identity of this process, from its environment. Returns a dict:
     scheduler ("kubernetes", "slurm", "torchrun" or ""), job (the id rankwatch uses for the
     training job, "" when no scheduler says one), scheduler_job (the scheduler's own job id),
@@ -81,10 +95,13 @@ def scheduler(env=None, podinfo_labels=PODINFO_LABELS):
     return out
 
 
-def detect(rank=None, world_size=None, local_rank=None, node=None, device=None, env=None):
+def detect(rank: int | None = None, world_size: int | None = None, local_rank: int | None = None,
+           node: str | None = None, device: str | None = None,
+           env: Mapping[str, str] | None = None) -> Identity:
     """Returns dict(rank, world_size, local_rank, node, device); explicit arguments win."""
     env = os.environ if env is None else env
-    dist_rank = dist_world = None
+    dist_rank: int | None = None
+    dist_world: int | None = None
     try:
         import torch.distributed as dist
         if dist.is_available() and dist.is_initialized():

@@ -15,11 +15,19 @@ what it was when the rank's last step ended (a step ends after its collectives).
 in a collective has entered more than it completed; a rank that never reached the collective the
 others wait in has entered fewer than they have.
 """
+from __future__ import annotations
+
 import atexit
 import sys
 import threading
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from rankwatch import _native  # noqa: F401  (the native module must load first)
+
+if TYPE_CHECKING:
+    from rankwatch._native import CollectiveCount, ControlRequest, StackFrame, ThreadStack
+    from rankwatch.collector import Collector
 
 _WAIT_MS = 1000
 
@@ -27,14 +35,14 @@ _WAIT_MS = 1000
 class CollectiveCounters:
     """The process groups' sequence numbers, now and at the end of the last step."""
 
-    def __init__(self, native):
+    def __init__(self, native: _native.Collector) -> None:
         self._native = native
-        self._c10d = None
-        self._groups = []       # [(name, size, pg, is_default)]
+        self._c10d: Any = None  # torch.distributed.distributed_c10d, once initialised
+        self._groups: list[tuple[str, int, Any, bool]] = []  # [(name, size, pg, is_default)]
         self._known = -1        # len(_pg_map) when _groups was built
-        self.completed = {}     # group name -> entered at the last step end
+        self.completed: dict[str, int] = {}  # group name -> entered at the last step end
 
-    def _refresh(self):
+    def _refresh(self) -> bool:
         """The process groups, once torch.distributed is initialised (cheap when unchanged)."""
         if self._c10d is None:
             dist = sys.modules.get("torch.distributed")
@@ -60,12 +68,12 @@ class CollectiveCounters:
             self._groups, self._known = groups, len(pg_map)
         return bool(self._groups)
 
-    def at_step_end(self):
+    def at_step_end(self) -> None:
         """Training thread, after each step: the counts become the completed ones; the default
         group's rides with the step."""
         if not self._refresh():
             return
-        completed = {}
+        completed: dict[str, int] = {}
         for name, _size, pg, is_default in self._groups:
             try:
                 seq = pg._get_sequence_number_for_group()
@@ -76,11 +84,11 @@ class CollectiveCounters:
                 self._native.record_collectives(seq)
         self.completed = completed
 
-    def now(self):
+    def now(self) -> list[CollectiveCount]:
         """[(group, size, entered, completed)] for a stacks answer (any thread)."""
         if not self._refresh():
             return []
-        out = []
+        out: list[CollectiveCount] = []
         completed = self.completed
         for name, size, pg, _is_default in self._groups:
             try:
@@ -91,17 +99,17 @@ class CollectiveCounters:
         return out
 
 
-def thread_stacks(max_frames, training_ident, skip_ident):
+def thread_stacks(max_frames: int, training_ident: int, skip_ident: int) -> list[ThreadStack]:
     """Every Python thread but `skip_ident` as (name, id, training, frames, omitted), frames
     outermost first as (file, line, function), at most `max_frames` innermost ones; the
     training thread first."""
     names = {t.ident: t.name for t in threading.enumerate()}
-    out = []
+    out: list[ThreadStack] = []
     for ident, frame in sys._current_frames().items():
         if ident == skip_ident:
             continue
-        frames = []
-        f = frame
+        frames: list[StackFrame] = []
+        f: FrameType | None = frame
         total = 0
         while f is not None:
             if len(frames) < max_frames:
@@ -119,7 +127,7 @@ def thread_stacks(max_frames, training_ident, skip_ident):
 class StackResponder:
     """The "rw:stacks" thread: answers stacks requests until the collector closes."""
 
-    def __init__(self, native, collector):
+    def __init__(self, native: _native.Collector, collector: Collector) -> None:
         self._native = native
         self._collector = collector
         self._stop = False
@@ -130,7 +138,7 @@ class StackResponder:
         # (pthread_exit), which aborts the process when the unwinding crosses C++ frames.
         atexit.register(self.stop)
 
-    def _run(self):
+    def _run(self) -> None:
         while not self._stop:
             try:
                 requests = self._native.wait_stack_requests(_WAIT_MS)
@@ -139,7 +147,8 @@ class StackResponder:
             for r in requests:
                 self.answer(r)
 
-    def answer(self, request):
+    def answer(self, request: ControlRequest) -> None:
+        """Answers one stacks request: DONE with the stacks and counters, or FAILED."""
         c = self._collector
         try:
             threads = thread_stacks(int(request.get("max_frames", 64)), c._training_ident,
@@ -150,7 +159,7 @@ class StackResponder:
         except Exception as e:  # noqa: BLE001 - answered, never raised into the process
             self._native.reply_control(request["id"], "failed", "stacks: %s" % e)
 
-    def stop(self):
+    def stop(self) -> None:
         """Ends the thread and waits for it (at most 2 s). Idempotent; close() and exit call it."""
         self._stop = True
         try:

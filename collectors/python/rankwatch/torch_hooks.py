@@ -1,10 +1,20 @@
 """PyTorch instrumentation on top of the native collector: dataloader fetches, a module's
 forward and backward, optimizer.step, DDP's gradient synchronisation, and the all-gathers and
 reduce-scatters of sharded data parallelism (FSDP). Works with torch >= 1.13 (Debian 12's
-python3-torch): only long-standing hook APIs are used."""
+python3-torch): only long-standing hook APIs are used.
+
+The torch objects (modules, optimizers, process groups, tensors) are typed Any: torch is imported
+only inside the functions that need it, and the package does not depend on its type stubs."""
+from __future__ import annotations
+
 import threading
+from collections.abc import Callable, Iterable, Iterator
+from types import ModuleType
+from typing import Any, TypeVar
 
 from rankwatch import _native
+
+_T = TypeVar("_T")
 
 now_ns = _native.now_ns
 _FORWARD, _BACKWARD = _native.PHASE_FORWARD, _native.PHASE_BACKWARD
@@ -17,7 +27,7 @@ class Gate:
     it on every fetch. Hooks are removed while paused, not gated."""
     __slots__ = ("open",)
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.open = True
 
 
@@ -25,20 +35,23 @@ class Attachment:
     """Instrumentation that pause() takes off and resume() puts back: `attach()` installs it
     and returns the function that removes it."""
 
-    def __init__(self, attach):
-        self._attach, self._detach = attach, None
+    def __init__(self, attach: Callable[[], Callable[[], object]]) -> None:
+        self._attach = attach
+        self._detach: Callable[[], object] | None = None
 
-    def on(self):
+    def on(self) -> None:
         if self._detach is None:
             self._detach = self._attach()
 
-    def off(self):
+    def off(self) -> None:
         if self._detach is not None:
             self._detach()
             self._detach = None
 
 
-def timed_iter(native, iterable, gate):
+def timed_iter(native: _native.Collector, iterable: Iterable[_T], gate: Gate) -> Iterator[_T]:
+    """Yields from `iterable`, adding the time of each fetch to the dataloader phase while `gate`
+    is open."""
     it = iter(iterable)
     while True:
         if not gate.open:
@@ -57,7 +70,9 @@ def timed_iter(native, iterable, gate):
         yield item
 
 
-def _first_grad_tensor(output, tensor_type):
+def _first_grad_tensor(output: Any, tensor_type: type[Any]) -> Any:
+    """The first tensor in `output` (nested lists, tuples, dicts) that requires a gradient, or
+    None."""
     if isinstance(output, tensor_type):
         return output if output.requires_grad else None
     if isinstance(output, (list, tuple)):
@@ -73,7 +88,8 @@ def _first_grad_tensor(output, tensor_type):
     return None
 
 
-def instrument_module(native, module, compute=False, sync=False):
+def instrument_module(native: _native.Collector, module: Any, compute: bool = False,
+                      sync: bool = False) -> Attachment | None:
     """Hooks `module` once; later calls only add what they ask for. Returns the Attachment of
     its hooks the first time, None after.
 
@@ -90,19 +106,19 @@ def instrument_module(native, module, compute=False, sync=False):
     per-parameter hook is needed: two Python callbacks per step."""
     from torch import Tensor
     from torch.autograd import Variable
-    state = getattr(module, "_rankwatch_hooks", None)
-    if state is not None:
-        state["compute"] = state["compute"] or compute
-        state["sync"] = state["sync"] or sync
+    hooked: dict[str, int] | None = getattr(module, "_rankwatch_hooks", None)
+    if hooked is not None:
+        hooked["compute"] = hooked["compute"] or compute
+        hooked["sync"] = hooked["sync"] or sync
         return None
-    state = {"t0": 0, "compute": compute, "sync": sync}
+    state: dict[str, int] = {"t0": 0, "compute": compute, "sync": sync}
     module._rankwatch_hooks = state
     queue_callback, add_phase = Variable._execution_engine.queue_callback, native.add_phase
 
-    def pre_hook(mod, inputs):
+    def pre_hook(mod: Any, inputs: Any) -> None:
         state["t0"] = now_ns()
 
-    def hook(mod, inputs, output):
+    def hook(mod: Any, inputs: Any, output: Any) -> None:
         t1 = now_ns()
         if state["compute"]:
             add_phase(_FORWARD, state["t0"], t1)
@@ -110,18 +126,18 @@ def instrument_module(native, module, compute=False, sync=False):
         if tensor is None:
             return None
 
-        def grad_hook(grad):
+        def grad_hook(grad: Any) -> None:
             b0 = now_ns()
             computed = [0]
 
-            def end_backward():
+            def end_backward() -> None:
                 t = now_ns()
                 if state["compute"]:
                     add_phase(_BACKWARD, b0, t)
                 if state["sync"]:
                     add_phase(_COLLECTIVE, computed[0], t)
 
-            def graph_computed():
+            def graph_computed() -> None:
                 computed[0] = now_ns()
                 queue_callback(end_backward)
 
@@ -131,7 +147,7 @@ def instrument_module(native, module, compute=False, sync=False):
         tensor.register_hook(grad_hook)
         return None
 
-    def attach():
+    def attach() -> Callable[[], object]:
         handles = (module.register_forward_pre_hook(pre_hook), module.register_forward_hook(hook))
         return lambda: [h.remove() for h in handles]
 
@@ -140,7 +156,7 @@ def instrument_module(native, module, compute=False, sync=False):
     return hooks
 
 
-def instrument_optimizer(native, optimizer):
+def instrument_optimizer(native: _native.Collector, optimizer: Any) -> Attachment | None:
     """Wraps optimizer.step (an instance attribute over the class's) once. Returns its
     Attachment the first time, None after."""
     if getattr(optimizer, "_rankwatch_timed", False):
@@ -149,17 +165,17 @@ def instrument_optimizer(native, optimizer):
     step = optimizer.step
     before = optimizer.__dict__.get("step")
 
-    def timed_step(*args, **kwargs):
+    def timed_step(*args: Any, **kwargs: Any) -> Any:
         t0 = now_ns()
         try:
             return step(*args, **kwargs)
         finally:
             native.add_phase(_OPTIMIZER, t0, now_ns())
 
-    def attach():
+    def attach() -> Callable[[], None]:
         optimizer.step = timed_step
 
-        def detach():
+        def detach() -> None:
             if before is None:
                 del optimizer.step
             else:
@@ -171,19 +187,20 @@ def instrument_optimizer(native, optimizer):
     return wrapper
 
 
-def register_timed_allreduce(native, ddp_model, gate, process_group=None):
+def register_timed_allreduce(native: _native.Collector, ddp_model: Any, gate: Gate,
+                             process_group: Any = None) -> None:
     """A DDP comm hook (allreduce, averaging) timing each bucket's allreduce, waiting included.
     Costs ~140 us a step (the hook and its completion callback run in Python). DDP cannot
     unregister a comm hook: while `gate` is closed it still averages, without timing."""
     import torch.distributed as dist
 
-    def timed_allreduce(group, bucket):
+    def timed_allreduce(group: Any, bucket: Any) -> Any:
         t0 = now_ns()
         world = dist.get_world_size(group)
         tensor = bucket.buffer().div_(world)
         fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
 
-        def done(f):
+        def done(f: Any) -> Any:
             if gate.open:
                 native.add_phase(_COLLECTIVE, t0, now_ns())
             return f.value()[0]
@@ -204,21 +221,22 @@ class _TimedWork:
     collective phase; everything else goes to the real handle."""
     __slots__ = ("_work", "_add_phase")
 
-    def __init__(self, work, add_phase):
+    def __init__(self, work: Any, add_phase: Callable[[int, int, int], None]) -> None:
         self._work, self._add_phase = work, add_phase
 
-    def wait(self, *args, **kwargs):
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
         t0 = now_ns()
         try:
             return self._work.wait(*args, **kwargs)
         finally:
             self._add_phase(_COLLECTIVE, t0, now_ns())
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._work, name)
 
 
-def instrument_collectives(native, names=SHARDED_COLLECTIVES):
+def instrument_collectives(native: _native.Collector,
+                          names: Iterable[str] = SHARDED_COLLECTIVES) -> Attachment:
     """Wraps the torch.distributed functions `names` (those that exist, in torch.distributed
     and in torch.distributed.distributed_c10d) so that the time a caller is blocked in them
     is the collective phase: a synchronous call from start to return, an asynchronous one
@@ -227,12 +245,12 @@ def instrument_collectives(native, names=SHARDED_COLLECTIVES):
     the wrappers (process-wide; one per process is enough)."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d
-    modules = [m for m in (dist, distributed_c10d)]
+    modules: list[ModuleType] = [m for m in (dist, distributed_c10d)]
     add_phase = native.add_phase
     inside = threading.local()
 
-    def wrap(fn):
-        def timed(*args, **kwargs):
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
             if getattr(inside, "depth", 0):
                 return fn(*args, **kwargs)
             inside.depth = 1
@@ -245,14 +263,14 @@ def instrument_collectives(native, names=SHARDED_COLLECTIVES):
                 add_phase(_COLLECTIVE, t0, now_ns())
                 return None
             return _TimedWork(work, add_phase)
-        timed.__wrapped__ = fn
+        timed.__wrapped__ = fn  # type: ignore[attr-defined]  # as functools.wraps sets it
         timed.__name__ = getattr(fn, "__name__", "collective")
         timed.__doc__ = getattr(fn, "__doc__", None)
         return timed
 
-    def attach():
-        replaced = []
-        wrappers = {}
+    def attach() -> Callable[[], None]:
+        replaced: list[tuple[ModuleType, str, Callable[..., Any]]] = []
+        wrappers: dict[Callable[..., Any], Callable[..., Any]] = {}
         for module in modules:
             for name in names:
                 fn = module.__dict__.get(name)
@@ -263,7 +281,7 @@ def instrument_collectives(native, names=SHARDED_COLLECTIVES):
                 setattr(module, name, wrappers[fn])
                 replaced.append((module, name, fn))
 
-        def detach():
+        def detach() -> None:
             for module, name, fn in replaced:
                 setattr(module, name, fn)
         return detach

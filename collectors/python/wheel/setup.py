@@ -20,7 +20,8 @@ setup(
     version=os.environ["RANKWATCH_VERSION"],
     description="rankwatch collector for PyTorch training jobs: per-step telemetry to rankwatchd",
     packages=["rankwatch"],
-    package_data={"rankwatch": ["_native*.so"]},
+    # py.typed (PEP 561): the package's annotations are its types; _native.pyi types the extension.
+    package_data={"rankwatch": ["_native*.so", "_native.pyi", "py.typed"]},
     python_requires=">=3.11,<3.12",
     distclass=BinaryDistribution,
     zip_safe=False,

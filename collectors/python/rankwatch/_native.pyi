@@ -1,0 +1,119 @@
+"""Types of rankwatch._native, the pybind11 extension built from collectors/python/native_module.cc
+(the C++ collector library bound for this package). Written by hand: a binding added or changed
+there is added or changed here too; scripts/check_python.sh checks the package against it."""
+from collections.abc import Mapping, Sequence
+from typing import Any, NotRequired, TypedDict
+
+VERSION: str
+SCHEMA_VERSION: int
+PHASE_DATALOADER: int
+PHASE_FORWARD: int
+PHASE_BACKWARD: int
+PHASE_OPTIMIZER: int
+PHASE_COLLECTIVE: int
+PHASE_FORWARD_BACKWARD: int
+
+def now_ns() -> int:
+    """Monotonic clock, ns: the clock of every *_ns argument."""
+
+class ControlRequest(TypedDict):
+    """An accepted control request (take_control_requests, wait_stack_requests)."""
+    id: str
+    action: str  # "capture", "stacks" or "unknown"
+    ranks: list[int]
+    deadline_unix_ns: int
+    requested_by: str
+    steps: NotRequired[int]  # capture
+    cuda: NotRequired[bool]  # capture
+    max_frames: NotRequired[int]  # stacks
+
+# (name, category, ts_ns, dur_ns, stream, correlation, step[, tid])
+KernelEvent = tuple[str, str, int, int, int, int, int] | tuple[str, str, int, int, int, int, int, int]
+# (file, line, function)
+StackFrame = tuple[str, int, str]
+# (name, thread id, training, frames outermost first, frames omitted)
+ThreadStack = tuple[str, int, bool, list[StackFrame], int]
+# (group, group size, entered, completed)
+CollectiveCount = tuple[str, int, int, int]
+
+class ProcessPeakMemory:
+    def __init__(self) -> None: ...
+    def take_peak_bytes(self) -> int:
+        """Peak RSS (bytes) since the previous call."""
+    @property
+    def resets(self) -> int: ...
+    @property
+    def status_reads(self) -> int: ...
+    @property
+    def capacity_bytes(self) -> int:
+        """The process's memory capacity: its cgroup's limit, else MemTotal."""
+
+class Collector:
+    def __init__(
+        self,
+        training_job: str,
+        rank: int,
+        world_size: int,
+        node: str,
+        local_rank: int,
+        pid: int,
+        device: str,
+        brokers: str,
+        topic: str = ...,
+        flush_interval_ms: int = ...,
+        step_ring_capacity: int = ...,
+        max_pending_bytes: int = ...,
+        kafka_queue_max_messages: int = ...,
+        kafka_queue_max_kbytes: int = ...,
+        properties: Mapping[str, str] = ...,
+        control_topic: str = ...,
+        take_stacks: bool = ...,
+        scheduler: Mapping[str, str] = ...,
+    ) -> None: ...
+    def begin_step(self, step: int, /) -> None: ...
+    def end_step(self) -> None: ...
+    def end_step_with_peak_rss(self, peak: ProcessPeakMemory) -> None: ...
+    def add_phase(self, phase: int, begin_ns: int, end_ns: int, /) -> None: ...
+    def set_training_strategy(self, training_strategy: str, sharded: bool = ...) -> None: ...
+    @property
+    def training_strategy(self) -> str: ...
+    @property
+    def sharded(self) -> bool: ...
+    def record_memory(self, peak_allocated: int, peak_reserved: int = ..., capacity: int = ...) -> None: ...
+    def record_collectives(self, entered: int) -> None: ...
+    def record_kernels(self, events: Sequence[KernelEvent], /) -> None: ...
+    def control_pending(self) -> bool: ...
+    def take_control_requests(self) -> list[ControlRequest]: ...
+    def wait_stack_requests(self, timeout_ms: int) -> list[ControlRequest]: ...
+    def wake_stack_waiters(self) -> None: ...
+    def reply_stacks(
+        self,
+        request_id: str,
+        threads: Sequence[ThreadStack],
+        collectives: Sequence[CollectiveCount],
+        last_step: int,
+        in_step: bool,
+    ) -> None: ...
+    def reply_control(
+        self,
+        request_id: str,
+        state: str,
+        reason: str = ...,
+        first_step: int = ...,
+        steps: int = ...,
+        profiled_step_ns: int = ...,
+    ) -> None: ...
+    def send_capture(
+        self,
+        request_id: str,
+        source_format: str,
+        events: Sequence[KernelEvent],
+        first_step: int,
+        steps: int,
+        profiled_step_ns: int,
+    ) -> None: ...
+    def flush(self, timeout_ms: int = ...) -> bool: ...
+    def close(self, final: bool = ..., timeout_ms: int = ...) -> bool: ...
+    def stats(self) -> dict[str, Any]: ...
+    @property
+    def memory_bound_bytes(self) -> int: ...
