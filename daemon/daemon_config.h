@@ -23,7 +23,7 @@
 #include "operators/memory_diagnosis.h"
 #include "operators/step_time_diagnosis.h"
 #include "operators/time.h"
-#include "wire/kafka_properties.h"
+#include "kafka/kafka_properties.h"
 
 namespace rankwatch {
 
