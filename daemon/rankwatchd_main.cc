@@ -308,8 +308,8 @@ int Run(const DaemonConfig& config) {
   std::unique_ptr<CaptureStore> captures;
   std::unique_ptr<HangInspector> hang;
   if (!config.control_topic.empty()) {
-    auto producer = ControlRequestProducer::Create(
-        {brokers, config.control_topic, deadline_s, config.kafka});
+    auto producer =
+        ControlRequestProducer::Create({brokers, config.control_topic, deadline_s, config.kafka});
     if (!producer.ok()) return Fail(producer.status());
     control_producer = std::move(*producer);
     CaptureStoreOptions capture_options;

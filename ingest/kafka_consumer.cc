@@ -248,9 +248,10 @@ size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_message
     if (rd_kafka_message_t* first =
             rd_kafka_consume_queue(queue_.get(), static_cast<int>(timeout.count()))) {
       messages[0] = first;
-      const ssize_t more = max_messages > 1 ? rd_kafka_consume_batch_queue(
-                                                  queue_.get(), 0, messages.data() + 1, max_messages - 1)
-                                            : 0;
+      const ssize_t more =
+          max_messages > 1
+              ? rd_kafka_consume_batch_queue(queue_.get(), 0, messages.data() + 1, max_messages - 1)
+              : 0;
       n = 1 + std::max<ssize_t>(more, 0);
     }
   }

@@ -112,7 +112,7 @@ class KafkaConsumer {
   // each seek in a row that read nothing).
   static constexpr double kResetMargin = 0.1;
 
-  KafkaClient rk_;     // outlives queue_
+  KafkaClient rk_;    // outlives queue_
   KafkaQueue queue_;  // the consumer queue, read by Poll
   // Per partition: the next offset the consumer should read, once known (the stored offset it
   // resumes at, or the offset after the last message handed out). Written inside Poll.

@@ -75,9 +75,9 @@ absl::Status EnsureTopic(rd_kafka_t* rk, const StateChangelogOptions& options) {
         " partitions but the telemetry topic has " + std::to_string(options.partitions) +
         "; they must match (delete the changelog topic or name another one)");
   }
-  const absl::Status created = CreateTopic(rk, options.topic, options.partitions,
-                                           {{"cleanup.policy", "compact"}},
-                                           std::chrono::milliseconds(10'000));
+  const absl::Status created =
+      CreateTopic(rk, options.topic, options.partitions, {{"cleanup.policy", "compact"}},
+                  std::chrono::milliseconds(10'000));
   if (!created.ok()) {
     return absl::Status(created.code(), "state changelog: " + std::string(created.message()));
   }
@@ -169,17 +169,19 @@ absl::StatusOr<std::unique_ptr<StateChangelog>> StateChangelog::Open(
         "state changelog: brokers, topic and partitions (or a source topic) are required");
   }
   auto changelog = std::unique_ptr<StateChangelog>(new StateChangelog(options));
-  KafkaClientConfig config = ClientConfig(RD_KAFKA_PRODUCER, options, {
-      {"bootstrap.servers", options.brokers},
-      {"client.id", "rankwatchd-changelog"},
-      {"enable.idempotence", "true"},
-      {"acks", "all"},
-      {"linger.ms", "2"},
-      {"compression.codec", "lz4"},
-      {"message.max.bytes", "16777216"},
-      // Metadata requests must not create the topic with the broker's default partitions.
-      {"allow.auto.create.topics", "false"},
-  });
+  KafkaClientConfig config = ClientConfig(
+      RD_KAFKA_PRODUCER, options,
+      {
+          {"bootstrap.servers", options.brokers},
+          {"client.id", "rankwatchd-changelog"},
+          {"enable.idempotence", "true"},
+          {"acks", "all"},
+          {"linger.ms", "2"},
+          {"compression.codec", "lz4"},
+          {"message.max.bytes", "16777216"},
+          // Metadata requests must not create the topic with the broker's default partitions.
+          {"allow.auto.create.topics", "false"},
+      });
   config.opaque = changelog.get();
   config.on_delivery = &StateChangelog::OnDelivery;
   auto producer = NewKafkaClient(config);
@@ -300,7 +302,8 @@ absl::StatusOr<ChangelogPartition> StateChangelog::Read(int32_t partition) {
   ChangelogReader reader;
   auto bounds = QueryWatermarks(rk, options_.topic, partition, options_.read_timeout);
   if (!bounds.ok()) {
-    status = absl::UnavailableError(where + ": watermarks: " + std::string(bounds.status().message()));
+    status =
+        absl::UnavailableError(where + ": watermarks: " + std::string(bounds.status().message()));
   } else if (bounds->high > bounds->low) {
     const int64_t high = bounds->high;
     KafkaPartitionList tps(rd_kafka_topic_partition_list_new(1));
