@@ -12,7 +12,7 @@
 
 #include "cli/commands.h"
 #include "collectors/agent/node_agent.h"
-#include "collectors/kafka_publisher.h"
+#include "collectors/batch_publisher.h"
 #include "common/stop_signal.h"
 #include "sinks/listen_address.h"
 #include "sinks/metrics_http_server.h"

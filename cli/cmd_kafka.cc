@@ -16,7 +16,7 @@
 
 #include "cli/commands.h"
 #include "common/stop_signal.h"
-#include "ingest/embedded_broker.h"
+#include "kafka/embedded_broker.h"
 
 namespace rankwatch {
 namespace {

@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "collectors/kafka_publisher.h"
+#include "collectors/batch_publisher.h"
 #include "collectors/kineto_replay.h"
 #include "ingest/batch_decoder.h"
 #include "ingest/iteration_trace.h"

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "cli/commands.h"
-#include "collectors/kafka_publisher.h"
+#include "collectors/batch_publisher.h"
 #include "collectors/simulator/fleet_model.h"
 #include "common/stop_signal.h"
 #include "ingest/batch_decoder.h"

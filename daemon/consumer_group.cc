@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "kafka/cluster_requests.h"
+
 namespace rankwatch {
 
 std::string DefaultInstanceId(std::string_view host, std::string_view state_dir) {

@@ -13,7 +13,7 @@
 #include <string_view>
 
 #include "operators/time.h"
-#include "wire/kafka_properties.h"
+#include "kafka/kafka_properties.h"
 
 namespace rankwatch {
 

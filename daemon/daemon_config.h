@@ -27,8 +27,8 @@
 #include "operators/memory_diagnosis.h"
 #include "operators/step_time_diagnosis.h"
 #include "operators/time.h"
+#include "kafka/kafka_properties.h"
 #include "sinks/listen_address.h"
-#include "wire/kafka_properties.h"
 
 namespace rankwatch {
 

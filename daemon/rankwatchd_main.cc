@@ -18,7 +18,6 @@
 #include <utility>
 #include <vector>
 
-#include "collectors/kafka_publisher.h"
 #include "common/logging.h"
 #include "common/protobuf_log.h"
 #include "common/stop_signal.h"
@@ -26,8 +25,10 @@
 #include "daemon/consumer_group.h"
 #include "daemon/daemon_command_line.h"
 #include "daemon/daemon_config.h"
-#include "ingest/embedded_broker.h"
 #include "ingest/kafka_consumer.h"
+#include "kafka/cluster_requests.h"
+#include "kafka/control_request_producer.h"
+#include "kafka/embedded_broker.h"
 #include "runtime/job_router.h"
 #include "runtime/state_health.h"
 #include "runtime/task_manager.h"
@@ -189,34 +190,24 @@ int Run(const DaemonConfig& config) {
   // topic (never blocking: a full local queue refuses the request), answers from the telemetry
   // batches. The router calls `evidence` in order: hang stacks first, so that a hang alert
   // published again with its stacks still gets the newest capture comparison.
-  std::unique_ptr<BatchPublisher> control_publisher;
+  std::unique_ptr<ControlRequestProducer> control_producer;
   std::unique_ptr<CaptureStore> captures;
   std::unique_ptr<HangInspector> hang;
   std::vector<Evidence*> evidence;
   if (!config.control_topic.empty()) {
-    PublisherOptions po;
-    po.brokers = brokers;
-    po.topic = config.control_topic;
-    po.client_id = "rankwatchd-control";
-    po.when_full = PublisherOptions::WhenFull::kDropNewest;
-    po.queue_max_messages = 1000;
-    // A request the broker has not taken by its deadline is dropped, never retried after it.
-    po.properties = {{"message.timeout.ms", std::to_string(deadline_s.count() * 1000)}};
-    for (const auto& [k, v] : config.kafka) po.properties[k] = v;
-    auto publisher = BatchPublisher::Create(po);
-    if (!publisher.ok()) return Fail(publisher.status());
-    control_publisher = std::move(*publisher);
+    auto producer =
+        ControlRequestProducer::Create({brokers, config.control_topic, deadline_s, config.kafka});
+    if (!producer.ok()) return Fail(producer.status());
+    control_producer = std::move(*producer);
     CaptureStoreOptions capture_options;
     capture_options.default_steps = static_cast<uint32_t>(config.capture_steps);
     capture_options.auto_capture = config.auto_capture;
     capture_options.auto_interval =
         std::chrono::duration_cast<std::chrono::seconds>(*capture_interval);
     capture_options.answer_deadline = deadline_s;
-    BatchPublisher* p = control_publisher.get();
+    ControlRequestProducer* p = control_producer.get();
     auto send = [p](const std::string& key, const std::string& payload) {
-      absl::Status s = p->Publish(key, payload);
-      p->Poll(std::chrono::milliseconds(0));  // serves delivery reports
-      return s;
+      return p->Send(key, payload);
     };
     captures = std::make_unique<CaptureStore>(capture_options, send);
     if (config.hang_stacks) {

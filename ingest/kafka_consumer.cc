@@ -6,14 +6,21 @@
 #include <map>
 #include <vector>
 
+#include "kafka/client_factory.h"
+#include "kafka/cluster_requests.h"
+
 namespace rankwatch {
 
 absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
     const KafkaConsumerOptions& options) {
   if (options.brokers.empty()) return absl::InvalidArgumentError("no Kafka brokers given");
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  RouteKafkaLogs(conf);
-  const KafkaProperties defaults = {
+  // The rebalance callback needs the consumer object; it is created before the client.
+  auto consumer = std::unique_ptr<KafkaConsumer>(new KafkaConsumer());
+  consumer->options_ = options;
+  KafkaClientConfig config;
+  config.type = RD_KAFKA_CONSUMER;
+  config.name = "kafka consumer";
+  config.defaults = {
       {"bootstrap.servers", options.brokers},
       {"group.id", options.group},
       {"client.id", "rankwatchd"},
@@ -52,33 +59,19 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
       // it); the strategy can still be set under kafka: in the config.
       {"partition.assignment.strategy", "range,roundrobin"},
   };
-  absl::Status s = SetKafkaProperties(conf, defaults);
-  if (s.ok() && !options.instance_id.empty()) {
-    s = SetKafkaProperty(conf, "group.instance.id", options.instance_id);
-  }
-  if (s.ok()) s = SetKafkaProperties(conf, options.properties);
-  if (!s.ok()) {
-    rd_kafka_conf_destroy(conf);
-    return s;
-  }
-  // The rebalance callback needs the consumer object; it is created before the handle.
-  auto consumer = std::unique_ptr<KafkaConsumer>(new KafkaConsumer(nullptr));
-  consumer->options_ = options;
-  rd_kafka_conf_set_opaque(conf, consumer.get());
-  rd_kafka_conf_set_rebalance_cb(conf, &KafkaConsumer::OnRebalance);
-  char err[512];
-  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
-  if (rk == nullptr) {
-    rd_kafka_conf_destroy(conf);
-    return absl::InvalidArgumentError(std::string("kafka consumer: ") + err);
-  }
-  consumer->rk_ = rk;
-  consumer->queue_ = rd_kafka_queue_get_consumer(rk);
+  if (!options.instance_id.empty()) config.defaults["group.instance.id"] = options.instance_id;
+  config.overrides = options.properties;
+  config.opaque = consumer.get();
+  config.on_rebalance = &KafkaConsumer::OnRebalance;
+  auto client = NewKafkaClient(config);
+  if (!client.ok()) return client.status();
+  consumer->rk_ = std::move(*client);
+  rd_kafka_t* rk = consumer->rk_.get();
+  consumer->queue_.reset(rd_kafka_queue_get_consumer(rk));
   rd_kafka_poll_set_consumer(rk);
-  rd_kafka_topic_partition_list_t* topics = rd_kafka_topic_partition_list_new(1);
-  rd_kafka_topic_partition_list_add(topics, options.topic.c_str(), RD_KAFKA_PARTITION_UA);
-  rd_kafka_resp_err_t e = rd_kafka_subscribe(rk, topics);
-  rd_kafka_topic_partition_list_destroy(topics);
+  KafkaPartitionList topics(rd_kafka_topic_partition_list_new(1));
+  rd_kafka_topic_partition_list_add(topics.get(), options.topic.c_str(), RD_KAFKA_PARTITION_UA);
+  const rd_kafka_resp_err_t e = rd_kafka_subscribe(rk, topics.get());
   if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
     return absl::UnavailableError(std::string("subscribe to ") + options.topic + ": " +
                                   rd_kafka_err2str(e));
@@ -86,13 +79,12 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
   return consumer;
 }
 
-KafkaConsumer::KafkaConsumer(rd_kafka_t* rk) : rk_(rk), queue_(nullptr) {}
-
 KafkaConsumer::~KafkaConsumer() {
   if (rk_ == nullptr) return;
   Close();
-  rd_kafka_queue_destroy(queue_);
-  rd_kafka_destroy(rk_);
+  // While every member is still alive: librdkafka may call back into this object until then.
+  queue_.reset();
+  rk_.reset();
 }
 
 void KafkaConsumer::OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
@@ -125,9 +117,8 @@ void KafkaConsumer::OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
       }
     }
     if (cooperative) {
-      if (rd_kafka_error_t* e = rd_kafka_incremental_assign(rk, partitions)) {
-        spdlog::error("kafka incremental assign: {}", rd_kafka_error_string(e));
-        rd_kafka_error_destroy(e);
+      if (KafkaError e{rd_kafka_incremental_assign(rk, partitions)}) {
+        spdlog::error("kafka incremental assign: {}", rd_kafka_error_string(e.get()));
       }
       self->assigned_partitions_ += partitions->cnt;
     } else {
@@ -150,9 +141,8 @@ void KafkaConsumer::OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
       self->options_.on_revoked(topic, ids);
     }
     if (cooperative) {
-      if (rd_kafka_error_t* e = rd_kafka_incremental_unassign(rk, partitions)) {
-        spdlog::error("kafka incremental unassign: {}", rd_kafka_error_string(e));
-        rd_kafka_error_destroy(e);
+      if (KafkaError e{rd_kafka_incremental_unassign(rk, partitions)}) {
+        spdlog::error("kafka incremental unassign: {}", rd_kafka_error_string(e.get()));
       }
       self->assigned_partitions_ -= partitions->cnt;
     } else {
@@ -167,7 +157,7 @@ void KafkaConsumer::OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
 void KafkaConsumer::Close() {
   if (closed_) return;
   closed_ = true;
-  if (rd_kafka_resp_err_t e = rd_kafka_consumer_close(rk_); e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+  if (rd_kafka_resp_err_t e = rd_kafka_consumer_close(rk_.get()); e != RD_KAFKA_RESP_ERR_NO_ERROR) {
     spdlog::warn("closing the Kafka consumer: {}", rd_kafka_err2str(e));
   }
 }
@@ -190,15 +180,13 @@ void KafkaConsumer::CheckContinuity(const rd_kafka_message_t* m) {
     // A gap in the offsets is a loss when the broker no longer has the messages: its log now
     // starts past them. Offsets a log keeps but never hands out (transaction markers,
     // compacted keys) are not. When the log start is not known, the gap counts as lost.
-    int64_t low = RD_KAFKA_OFFSET_INVALID, high = RD_KAFKA_OFFSET_INVALID;
-    const rd_kafka_resp_err_t e =
-        rd_kafka_get_watermark_offsets(rk_, rd_kafka_topic_name(m->rkt), m->partition, &low, &high);
-    const bool known = e == RD_KAFKA_RESP_ERR_NO_ERROR && low >= 0;
-    if (!known || low > expected) {
-      const int64_t got = known ? std::min(m->offset, low) : m->offset;
+    const std::optional<Watermarks> bounds =
+        CachedWatermarks(rk_.get(), rd_kafka_topic_name(m->rkt), m->partition);
+    if (!bounds || bounds->low > expected) {
+      const int64_t got = bounds ? std::min(m->offset, bounds->low) : m->offset;
       ReportLoss(rd_kafka_topic_name(m->rkt), m->partition, expected, got,
-                 known ? "now starts at offset " + std::to_string(low)
-                       : "went on at offset " + std::to_string(m->offset));
+                 bounds ? "now starts at offset " + std::to_string(bounds->low)
+                        : "went on at offset " + std::to_string(m->offset));
     }
   }
   next_offset_[m->partition] = m->offset + 1;
@@ -209,12 +197,10 @@ void KafkaConsumer::RecoverStuckPartitions() {
   if (now < next_stuck_check_) return;
   next_stuck_check_ = now + kStuckCheckInterval;
   for (auto& [partition, expected] : next_offset_) {
-    int64_t low = RD_KAFKA_OFFSET_INVALID, high = RD_KAFKA_OFFSET_INVALID;
     // The bounds librdkafka last saw in a fetch response (no request).
-    const rd_kafka_resp_err_t e =
-        rd_kafka_get_watermark_offsets(rk_, options_.topic.c_str(), partition, &low, &high);
+    const std::optional<Watermarks> bounds = CachedWatermarks(rk_.get(), options_.topic, partition);
     PartitionProgress& progress = progress_[partition];
-    if (e != RD_KAFKA_RESP_ERR_NO_ERROR || low <= expected || high < low) {
+    if (!bounds || bounds->low <= expected || bounds->high < bounds->low) {
       progress.behind_since = {};
       continue;
     }
@@ -232,6 +218,8 @@ void KafkaConsumer::RecoverStuckPartitions() {
     // log, twice as far each time the last seek read nothing.
     const double fraction =
         std::min(1.0, kResetMargin * static_cast<double>(1 << std::min(progress.seeks, 8)));
+    const int64_t low = bounds->low;
+    const int64_t high = bounds->high;
     const int64_t target =
         std::min(high, low + static_cast<int64_t>(fraction * static_cast<double>(high - low)));
     ++progress.seeks;
@@ -240,14 +228,13 @@ void KafkaConsumer::RecoverStuckPartitions() {
                "now starts at offset " + std::to_string(low) + "; reading resumes at offset " +
                    std::to_string(target));
     expected = target;
-    rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(list, options_.topic.c_str(), partition)->offset = target;
-    if (rd_kafka_error_t* s = rd_kafka_seek_partitions(rk_, list, /*async=*/0)) {
+    KafkaPartitionList list(rd_kafka_topic_partition_list_new(1));
+    rd_kafka_topic_partition_list_add(list.get(), options_.topic.c_str(), partition)->offset =
+        target;
+    if (KafkaError s{rd_kafka_seek_partitions(rk_.get(), list.get(), /*async=*/0)}) {
       spdlog::error("kafka: {} [{}] seek to offset {}: {}", options_.topic, partition, target,
-                    rd_kafka_error_string(s));
-      rd_kafka_error_destroy(s);
+                    rd_kafka_error_string(s.get()));
     }
-    rd_kafka_topic_partition_list_destroy(list);
   }
 }
 
@@ -256,14 +243,15 @@ size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_message
   std::vector<rd_kafka_message_t*> messages(max_messages);
   // A batch read waits for a full batch or the timeout, which would hold messages that have
   // arrived for up to `timeout`: take what is there, and wait only when nothing is.
-  ssize_t n = rd_kafka_consume_batch_queue(queue_, 0, messages.data(), max_messages);
+  ssize_t n = rd_kafka_consume_batch_queue(queue_.get(), 0, messages.data(), max_messages);
   if (n == 0) {
     if (rd_kafka_message_t* first =
-            rd_kafka_consume_queue(queue_, static_cast<int>(timeout.count()))) {
+            rd_kafka_consume_queue(queue_.get(), static_cast<int>(timeout.count()))) {
       messages[0] = first;
-      const ssize_t more = max_messages > 1 ? rd_kafka_consume_batch_queue(
-                                                  queue_, 0, messages.data() + 1, max_messages - 1)
-                                            : 0;
+      const ssize_t more =
+          max_messages > 1
+              ? rd_kafka_consume_batch_queue(queue_.get(), 0, messages.data() + 1, max_messages - 1)
+              : 0;
       n = 1 + std::max<ssize_t>(more, 0);
     }
   }
@@ -273,10 +261,11 @@ size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_message
   }
   size_t handled = 0;
   for (ssize_t i = 0; i < n; ++i) {
-    rd_kafka_message_t* m = messages[i];
+    const KafkaMessagePtr owned(messages[i]);
+    const rd_kafka_message_t* m = owned.get();
     if (m->err == RD_KAFKA_RESP_ERR__FATAL) {
       char reason[512];
-      const rd_kafka_resp_err_t e = rd_kafka_fatal_error(rk_, reason, sizeof(reason));
+      const rd_kafka_resp_err_t e = rd_kafka_fatal_error(rk_.get(), reason, sizeof(reason));
       std::string text = std::string(rd_kafka_err2name(e)) + ": " + reason;
       if (e == RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID) {
         text += " (another member of group " + options_.group + " uses group.instance.id " +
@@ -301,7 +290,6 @@ size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_message
       on_message(msg);
       ++handled;
     }
-    rd_kafka_message_destroy(m);
   }
   RecoverStuckPartitions();
   return handled;

@@ -22,7 +22,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "wire/kafka_properties.h"
+#include "kafka/handles.h"
+#include "kafka/kafka_properties.h"
 
 namespace rankwatch {
 
@@ -90,7 +91,7 @@ class KafkaConsumer {
   const absl::Status& fatal_error() const { return fatal_error_; }
 
  private:
-  explicit KafkaConsumer(rd_kafka_t* rk);
+  KafkaConsumer() = default;
   static void OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
                           rd_kafka_topic_partition_list_t* partitions, void* opaque);
 
@@ -111,8 +112,8 @@ class KafkaConsumer {
   // each seek in a row that read nothing).
   static constexpr double kResetMargin = 0.1;
 
-  rd_kafka_t* rk_;
-  rd_kafka_queue_t* queue_;
+  KafkaClient rk_;    // outlives queue_
+  KafkaQueue queue_;  // the consumer queue, read by Poll
   // Per partition: the next offset the consumer should read, once known (the stored offset it
   // resumes at, or the offset after the last message handed out). Written inside Poll.
   std::map<int32_t, int64_t> next_offset_;

@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "ingest/embedded_broker.h"
+#include "kafka/embedded_broker.h"
 
 namespace rankwatch {
 namespace {

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "ingest/embedded_broker.h"
+#include "kafka/embedded_broker.h"
 #include "runtime/test_batches.h"
 
 namespace rankwatch {

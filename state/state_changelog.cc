@@ -9,6 +9,9 @@
 #include <optional>
 #include <vector>
 
+#include "kafka/client_factory.h"
+#include "kafka/cluster_requests.h"
+
 namespace rankwatch {
 namespace {
 
@@ -36,47 +39,27 @@ std::string FamilyKey(char kind, StateFamily family, const std::string& key) {
   return out;
 }
 
-rd_kafka_t* NewClient(rd_kafka_type_t type, const StateChangelogOptions& options,
-                      const KafkaProperties& defaults, void* opaque,
-                      void (*on_delivery)(rd_kafka_t*, const rd_kafka_message_t*, void*),
-                      absl::Status* status) {
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  RouteKafkaLogs(conf);
-  absl::Status s = SetKafkaProperties(conf, defaults);
-  if (s.ok()) s = SetKafkaProperties(conf, options.properties);
-  if (!s.ok()) {
-    rd_kafka_conf_destroy(conf);
-    *status = s;
-    return nullptr;
-  }
-  if (on_delivery != nullptr) rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
-  rd_kafka_conf_set_opaque(conf, opaque);
-  char err[512];
-  rd_kafka_t* rk = rd_kafka_new(type, conf, err, sizeof(err));
-  if (rk == nullptr) {
-    rd_kafka_conf_destroy(conf);
-    *status = absl::InvalidArgumentError(std::string("state changelog client: ") + err);
-  }
-  return rk;
+// A client of the changelog: `defaults`, then the user's properties.
+KafkaClientConfig ClientConfig(rd_kafka_type_t type, const StateChangelogOptions& options,
+                               KafkaProperties defaults) {
+  KafkaClientConfig config;
+  config.type = type;
+  config.name = "state changelog client";
+  config.defaults = std::move(defaults);
+  config.overrides = options.properties;
+  return config;
 }
 
 // The partition count of `topic`, or -1 when it does not exist.
 absl::StatusOr<int> PartitionCount(rd_kafka_t* rk, const std::string& topic) {
   // All topics' metadata: asking for one topic would make some brokers (the mock one among
   // them) create it with their default partition count.
-  const rd_kafka_metadata_t* md = nullptr;
-  rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 1, nullptr, &md, 10'000);
-  if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+  auto count =
+      QueryPartitionCount(rk, topic, MetadataScope::kAllTopics, std::chrono::milliseconds(10'000));
+  if (!count.ok()) {
     return absl::UnavailableError("state changelog: Kafka metadata for " + topic + ": " +
-                                  rd_kafka_err2str(e));
+                                  std::string(count.status().message()));
   }
-  int count = -1;
-  for (int i = 0; i < md->topic_cnt; ++i) {
-    if (topic == md->topics[i].topic && md->topics[i].err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-      count = md->topics[i].partition_cnt;
-    }
-  }
-  rd_kafka_metadata_destroy(md);
   return count;
 }
 
@@ -92,43 +75,15 @@ absl::Status EnsureTopic(rd_kafka_t* rk, const StateChangelogOptions& options) {
         " partitions but the telemetry topic has " + std::to_string(options.partitions) +
         "; they must match (delete the changelog topic or name another one)");
   }
-  char err[512];
-  rd_kafka_NewTopic_t* topic =
-      rd_kafka_NewTopic_new(options.topic.c_str(), options.partitions, -1, err, sizeof(err));
-  if (topic == nullptr) return absl::InvalidArgumentError(std::string("state changelog: ") + err);
-  rd_kafka_NewTopic_set_config(topic, "cleanup.policy", "compact");
-  rd_kafka_queue_t* queue = rd_kafka_queue_new(rk);
-  rd_kafka_CreateTopics(rk, &topic, 1, nullptr, queue);
-  rd_kafka_event_t* ev = rd_kafka_queue_poll(queue, 10'000);
-  absl::Status status = absl::OkStatus();
-  if (ev == nullptr) {
-    status = absl::DeadlineExceededError(
-        "state changelog: the broker did not create topic " + options.topic +
-        " within 10 s; "
-        "create it with " +
-        std::to_string(options.partitions) + " partitions and cleanup.policy=compact");
-  } else {
-    const rd_kafka_CreateTopics_result_t* result = rd_kafka_event_CreateTopics_result(ev);
-    size_t n = 0;
-    const rd_kafka_topic_result_t** results =
-        result != nullptr ? rd_kafka_CreateTopics_result_topics(result, &n) : nullptr;
-    if (rd_kafka_event_error(ev) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      status = absl::UnavailableError(std::string("state changelog: creating topic: ") +
-                                      rd_kafka_event_error_string(ev));
-    } else if (n == 1 && rd_kafka_topic_result_error(results[0]) != RD_KAFKA_RESP_ERR_NO_ERROR &&
-               rd_kafka_topic_result_error(results[0]) != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
-      status = absl::UnavailableError("state changelog: creating topic " + options.topic + ": " +
-                                      rd_kafka_topic_result_error_string(results[0]));
-    }
-    rd_kafka_event_destroy(ev);
+  const absl::Status created =
+      CreateTopic(rk, options.topic, options.partitions, {{"cleanup.policy", "compact"}},
+                  std::chrono::milliseconds(10'000));
+  if (!created.ok()) {
+    return absl::Status(created.code(), "state changelog: " + std::string(created.message()));
   }
-  rd_kafka_queue_destroy(queue);
-  rd_kafka_NewTopic_destroy(topic);
-  if (status.ok()) {
-    spdlog::info("state changelog: created topic {} ({} partitions, compacted)", options.topic,
-                 options.partitions);
-  }
-  return status;
+  spdlog::info("state changelog: created topic {} ({} partitions, compacted)", options.topic,
+               options.partitions);
+  return absl::OkStatus();
 }
 
 void ApplyRecord(ChangelogPartition* state, const ChangelogRecord& record) {
@@ -213,24 +168,27 @@ absl::StatusOr<std::unique_ptr<StateChangelog>> StateChangelog::Open(
     return absl::InvalidArgumentError(
         "state changelog: brokers, topic and partitions (or a source topic) are required");
   }
-  auto changelog = std::unique_ptr<StateChangelog>(new StateChangelog(options, nullptr));
-  absl::Status status;
-  const KafkaProperties defaults = {
-      {"bootstrap.servers", options.brokers},
-      {"client.id", "rankwatchd-changelog"},
-      {"enable.idempotence", "true"},
-      {"acks", "all"},
-      {"linger.ms", "2"},
-      {"compression.codec", "lz4"},
-      {"message.max.bytes", "16777216"},
-      // Metadata requests must not create the topic with the broker's default partitions.
-      {"allow.auto.create.topics", "false"},
-  };
-  changelog->producer_ = NewClient(RD_KAFKA_PRODUCER, options, defaults, changelog.get(),
-                                   &StateChangelog::OnDelivery, &status);
-  if (changelog->producer_ == nullptr) return status;
+  auto changelog = std::unique_ptr<StateChangelog>(new StateChangelog(options));
+  KafkaClientConfig config = ClientConfig(
+      RD_KAFKA_PRODUCER, options,
+      {
+          {"bootstrap.servers", options.brokers},
+          {"client.id", "rankwatchd-changelog"},
+          {"enable.idempotence", "true"},
+          {"acks", "all"},
+          {"linger.ms", "2"},
+          {"compression.codec", "lz4"},
+          {"message.max.bytes", "16777216"},
+          // Metadata requests must not create the topic with the broker's default partitions.
+          {"allow.auto.create.topics", "false"},
+      });
+  config.opaque = changelog.get();
+  config.on_delivery = &StateChangelog::OnDelivery;
+  auto producer = NewKafkaClient(config);
+  if (!producer.ok()) return producer.status();
+  changelog->producer_ = std::move(*producer);
   if (options.partitions < 1) {
-    auto count = PartitionCount(changelog->producer_, options.source_topic);
+    auto count = PartitionCount(changelog->producer_.get(), options.source_topic);
     if (!count.ok()) return count.status();
     if (*count < 1) {
       return absl::FailedPreconditionError("state changelog: the telemetry topic " +
@@ -238,17 +196,18 @@ absl::StatusOr<std::unique_ptr<StateChangelog>> StateChangelog::Open(
     }
     changelog->options_.partitions = *count;
   }
-  if (absl::Status s = EnsureTopic(changelog->producer_, changelog->options_); !s.ok()) return s;
+  if (absl::Status s = EnsureTopic(changelog->producer_.get(), changelog->options_); !s.ok()) {
+    return s;
+  }
   return changelog;
 }
 
-StateChangelog::StateChangelog(StateChangelogOptions options, rd_kafka_t* producer)
-    : options_(std::move(options)), producer_(producer) {}
+StateChangelog::StateChangelog(StateChangelogOptions options) : options_(std::move(options)) {}
 
 StateChangelog::~StateChangelog() {
   if (producer_ == nullptr) return;
-  rd_kafka_flush(producer_, 5'000);
-  rd_kafka_destroy(producer_);
+  rd_kafka_flush(producer_.get(), 5'000);
+  producer_.reset();  // while failed_ and first_error_, which its delivery reports write, live
 }
 
 void StateChangelog::OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
@@ -263,7 +222,7 @@ void StateChangelog::Produce(int32_t partition, std::string key, const std::stri
   const size_t length = value != nullptr ? value->size() : 0;
   while (true) {
     const rd_kafka_resp_err_t e = rd_kafka_producev(
-        producer_, RD_KAFKA_V_TOPIC(options_.topic.c_str()), RD_KAFKA_V_PARTITION(partition),
+        producer_.get(), RD_KAFKA_V_TOPIC(options_.topic.c_str()), RD_KAFKA_V_PARTITION(partition),
         RD_KAFKA_V_KEY(key.data(), key.size()), RD_KAFKA_V_VALUE(payload, length),
         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
     if (e == RD_KAFKA_RESP_ERR_NO_ERROR) return;
@@ -272,7 +231,7 @@ void StateChangelog::Produce(int32_t partition, std::string key, const std::stri
       if (first_error_.empty()) first_error_ = rd_kafka_err2str(e);
       return;
     }
-    rd_kafka_poll(producer_, 10);  // the local queue is full: wait for deliveries
+    rd_kafka_poll(producer_.get(), 10);  // the local queue is full: wait for deliveries
   }
 }
 
@@ -294,7 +253,7 @@ void StateChangelog::Append(int32_t partition, const Checkpoint& delta, int64_t 
   } else {
     log.bytes_since_snapshot += bytes;
   }
-  rd_kafka_poll(producer_, 0);
+  rd_kafka_poll(producer_.get(), 0);
 }
 
 bool StateChangelog::NeedsSnapshot(int32_t partition) const {
@@ -307,7 +266,7 @@ bool StateChangelog::NeedsSnapshot(int32_t partition) const {
 }
 
 absl::Status StateChangelog::Flush(std::chrono::milliseconds timeout) {
-  const rd_kafka_resp_err_t e = rd_kafka_flush(producer_, static_cast<int>(timeout.count()));
+  const rd_kafka_resp_err_t e = rd_kafka_flush(producer_.get(), static_cast<int>(timeout.count()));
   absl::Status status = absl::OkStatus();
   if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
     status = absl::UnavailableError(std::string("state changelog: flush: ") + rd_kafka_err2str(e));
@@ -323,59 +282,57 @@ absl::Status StateChangelog::Flush(std::chrono::milliseconds timeout) {
 void StateChangelog::Release(int32_t partition) { logs_.erase(partition); }
 
 absl::StatusOr<ChangelogPartition> StateChangelog::Read(int32_t partition) {
-  absl::Status status;
-  const KafkaProperties defaults = {
-      {"bootstrap.servers", options_.brokers},
-      {"client.id", "rankwatchd-changelog-reader"},
-      {"group.id", "rankwatchd-changelog-reader"},  // required by librdkafka; never committed
-      {"enable.auto.commit", "false"},
-      {"enable.auto.offset.store", "false"},
-      {"enable.partition.eof", "true"},
-      {"fetch.wait.max.ms", "10"},
-      {"allow.auto.create.topics", "false"},
-  };
-  rd_kafka_t* rk = NewClient(RD_KAFKA_CONSUMER, options_, defaults, nullptr, nullptr, &status);
-  if (rk == nullptr) return status;
+  auto client = NewKafkaClient(ClientConfig(
+      RD_KAFKA_CONSUMER, options_,
+      {
+          {"bootstrap.servers", options_.brokers},
+          {"client.id", "rankwatchd-changelog-reader"},
+          {"group.id", "rankwatchd-changelog-reader"},  // required by librdkafka; never committed
+          {"enable.auto.commit", "false"},
+          {"enable.auto.offset.store", "false"},
+          {"enable.partition.eof", "true"},
+          {"fetch.wait.max.ms", "10"},
+          {"allow.auto.create.topics", "false"},
+      }));
+  if (!client.ok()) return client.status();
+  rd_kafka_t* rk = client->get();
   const std::string where =
       "state changelog " + options_.topic + " [" + std::to_string(partition) + "]";
-  int64_t low = 0;
-  int64_t high = 0;
-  rd_kafka_resp_err_t e =
-      rd_kafka_query_watermark_offsets(rk, options_.topic.c_str(), partition, &low, &high,
-                                       static_cast<int>(options_.read_timeout.count()));
+  absl::Status status;
   ChangelogReader reader;
-  if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    status = absl::UnavailableError(where + ": watermarks: " + rd_kafka_err2str(e));
-  } else if (high > low) {
-    rd_kafka_topic_partition_list_t* tps = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(tps, options_.topic.c_str(), partition)->offset = low;
-    rd_kafka_assign(rk, tps);
-    rd_kafka_topic_partition_list_destroy(tps);
+  auto bounds = QueryWatermarks(rk, options_.topic, partition, options_.read_timeout);
+  if (!bounds.ok()) {
+    status =
+        absl::UnavailableError(where + ": watermarks: " + std::string(bounds.status().message()));
+  } else if (bounds->high > bounds->low) {
+    const int64_t high = bounds->high;
+    KafkaPartitionList tps(rd_kafka_topic_partition_list_new(1));
+    rd_kafka_topic_partition_list_add(tps.get(), options_.topic.c_str(), partition)->offset =
+        bounds->low;
+    rd_kafka_assign(rk, tps.get());
     const auto deadline = std::chrono::steady_clock::now() + options_.read_timeout;
-    int64_t next = low;
+    int64_t next = bounds->low;
     while (next < high && status.ok()) {
       if (std::chrono::steady_clock::now() > deadline) {
         status = absl::DeadlineExceededError(where + ": reading timed out at offset " +
                                              std::to_string(next) + " of " + std::to_string(high));
         break;
       }
-      rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
+      const KafkaMessagePtr m(rd_kafka_consumer_poll(rk, 100));
       if (m == nullptr) continue;
       if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
         next = std::max(next, m->offset);
       } else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        status = absl::UnavailableError(where + ": " + rd_kafka_message_errstr(m));
+        status = absl::UnavailableError(where + ": " + rd_kafka_message_errstr(m.get()));
       } else {
         next = m->offset + 1;
         std::optional<std::string_view> value;
         if (m->payload != nullptr) value.emplace(static_cast<const char*>(m->payload), m->len);
         reader.Add(std::string_view(static_cast<const char*>(m->key), m->key_len), value);
       }
-      rd_kafka_message_destroy(m);
     }
   }
   rd_kafka_consumer_close(rk);
-  rd_kafka_destroy(rk);
   if (!status.ok()) return status;
   if (reader.ignored() > 0) {
     spdlog::warn("{}: {} records that this build does not write were ignored", where,

@@ -34,8 +34,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kafka/handles.h"
+#include "kafka/kafka_properties.h"
 #include "state/state_store.h"
-#include "wire/kafka_properties.h"
 
 namespace rankwatch {
 
@@ -131,12 +132,12 @@ class StateChangelog {
     size_t last_snapshot_bytes = 0;
     bool needs_snapshot = true;
   };
-  StateChangelog(StateChangelogOptions options, rd_kafka_t* producer);
+  explicit StateChangelog(StateChangelogOptions options);
   void Produce(int32_t partition, std::string key, const std::string* value);
   static void OnDelivery(rd_kafka_t* rk, const rd_kafka_message_t* m, void* opaque);
 
   StateChangelogOptions options_;
-  rd_kafka_t* producer_;
+  KafkaClient producer_;
   std::map<int32_t, PartitionLog> logs_;
   std::set<int32_t> failed_;  // partitions with a failed delivery since the last Flush
   std::string first_error_;

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "ingest/embedded_broker.h"
+#include "kafka/embedded_broker.h"
 
 namespace rankwatch {
 namespace {

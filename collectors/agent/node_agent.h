@@ -37,7 +37,7 @@
 #include "collectors/agent/nvml_probe.h"
 #include "collectors/agent/proc_sampler.h"
 #include "collectors/agent/trace_watcher.h"
-#include "collectors/kafka_publisher.h"
+#include "collectors/batch_publisher.h"
 #include "collectors/lib/control_listener.h"
 
 namespace rankwatch {

@@ -17,8 +17,8 @@
 #include <set>
 #include <thread>
 
-#include "ingest/embedded_broker.h"
-#include "wire/kafka_properties.h"
+#include "kafka/embedded_broker.h"
+#include "kafka/kafka_properties.h"
 
 namespace rankwatch {
 namespace {

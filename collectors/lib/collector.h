@@ -1,7 +1,7 @@
 // Collector: the in-process telemetry recorder of one training rank. The training thread
 // opens and closes steps and times phases; a background sender thread turns the recorded
 // steps and kernel events into v1::Batch messages and produces them, lz4-compressed, with
-// librdkafka's idempotent producer (collectors/kafka_publisher.h), keyed by training job.
+// librdkafka's idempotent producer (collectors/batch_publisher.h), keyed by training job.
 //
 // Recording never blocks and never allocates on the step path: phase times are atomic adds
 // into the open step, and closing a step is one push into a fixed BoundedRing (drop-oldest
@@ -37,12 +37,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "collectors/kafka_publisher.h"
+#include "collectors/batch_publisher.h"
 #include "collectors/lib/bounded_ring.h"
 #include "collectors/lib/control_listener.h"
 #include "collectors/lib/pending_batches.h"
 #include "collectors/lib/timed_step.h"
-#include "wire/kafka_properties.h"
+#include "kafka/kafka_properties.h"
 
 namespace rankwatch {
 
@@ -80,7 +80,7 @@ struct CollectorOptions {
   size_t max_pending_bytes = 4u << 20;  // default: 4 MiB of batches waiting for Kafka
   // Batches handed to librdkafka and not yet acknowledged; 1 to kIdempotentInflightWindow
   // (5), because more makes librdkafka spin while a hung broker holds its in-flight window
-  // (collectors/kafka_publisher.h). The backlog waits in the pending bytes instead.
+  // (kafka/kafka_producer.h). The backlog waits in the pending bytes instead.
   int kafka_queue_max_messages = 4;   // default: 4 batches in librdkafka's queue
   int kafka_queue_max_kbytes = 4096;  // default: 4 MiB in librdkafka's queue
   int message_timeout_ms = 300000;    // default: 5 min; older undelivered batches fail

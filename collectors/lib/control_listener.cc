@@ -7,6 +7,9 @@
 
 #include <algorithm>
 
+#include "kafka/client_factory.h"
+#include "kafka/cluster_requests.h"
+
 namespace rankwatch {
 namespace {
 
@@ -121,8 +124,10 @@ absl::StatusOr<std::unique_ptr<ControlListener>> ControlListener::Start(
   }
   if (options.topic.empty()) return absl::InvalidArgumentError("control channel: no topic");
   if (options.max_queued == 0) options.max_queued = 1;
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  KafkaProperties props = {
+  KafkaClientConfig config;
+  config.type = RD_KAFKA_CONSUMER;
+  config.name = "control channel";
+  config.defaults = {
       {"bootstrap.servers", options.brokers},
       {"client.id", "rankwatch-collector-control"},
       // librdkafka wants a group id for a consumer; this one never joins it (assign, no
@@ -134,26 +139,17 @@ absl::StatusOr<std::unique_ptr<ControlListener>> ControlListener::Start(
       {"fetch.wait.max.ms", "100"},
       {"reconnect.backoff.max.ms", "2000"},
   };
-  for (const auto& [k, v] : options.properties) props[k] = v;
-  if (absl::Status s = SetKafkaProperties(conf, props); !s.ok()) {
-    rd_kafka_conf_destroy(conf);
-    return s;
-  }
-  RouteKafkaLogs(conf);
-  char err[512];
-  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
-  if (rk == nullptr) {
-    rd_kafka_conf_destroy(conf);
-    return absl::InvalidArgumentError(std::string("control channel: ") + err);
-  }
+  config.overrides = options.properties;
+  auto rk = NewKafkaClient(config);
+  if (!rk.ok()) return rk.status();
   return std::unique_ptr<ControlListener>(
-      new ControlListener(std::move(options), std::move(reply), rk));
+      new ControlListener(std::move(options), std::move(reply), std::move(*rk)));
 }
 
-ControlListener::ControlListener(ControlListenerOptions options, ReplySink reply, rd_kafka_t* rk)
+ControlListener::ControlListener(ControlListenerOptions options, ReplySink reply, KafkaClient rk)
     : options_(std::move(options)),
       reply_(std::move(reply)),
-      rk_(rk),
+      rk_(std::move(rk)),
       started_unix_ns_(UnixNowNs()) {
   thread_ = std::thread([this] { Run(); });
 }
@@ -162,8 +158,7 @@ ControlListener::~ControlListener() {
   stop_.store(true);
   WakeStacks();
   thread_.join();
-  rd_kafka_consumer_close(rk_);
-  rd_kafka_destroy(rk_);
+  rd_kafka_consumer_close(rk_.get());
 }
 
 std::vector<v1::ControlRequest> ControlListener::Take() {
@@ -201,30 +196,19 @@ ControlListenerStats ControlListener::stats() const {
 }
 
 bool ControlListener::AssignPartitions() {
-  rd_kafka_topic_t* topic = rd_kafka_topic_new(rk_, options_.topic.c_str(), nullptr);
-  const rd_kafka_metadata_t* md = nullptr;
-  rd_kafka_resp_err_t e = rd_kafka_metadata(rk_, 0, topic, &md, 2000);
-  rd_kafka_topic_destroy(topic);
-  if (e != RD_KAFKA_RESP_ERR_NO_ERROR) return false;
-  int partitions = 0;
-  if (md->topic_cnt == 1 && md->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-    partitions = md->topics[0].partition_cnt;
-  }
-  rd_kafka_metadata_destroy(md);
-  if (partitions <= 0) return false;  // not created yet
+  rd_kafka_t* rk = rk_.get();
+  auto partitions = QueryPartitionCount(rk, options_.topic, MetadataScope::kTopic,
+                                        std::chrono::milliseconds(2000));
+  if (!partitions.ok() || *partitions <= 0) return false;  // no broker, or not created yet
   // Start `lookback_messages` before each partition's end.
-  rd_kafka_topic_partition_list_t* tps = rd_kafka_topic_partition_list_new(partitions);
-  bool ok = true;
-  for (int p = 0; ok && p < partitions; ++p) {
-    int64_t low = 0, high = 0;
-    ok = rd_kafka_query_watermark_offsets(rk_, options_.topic.c_str(), p, &low, &high, 5000) ==
-         RD_KAFKA_RESP_ERR_NO_ERROR;
-    rd_kafka_topic_partition_list_add(tps, options_.topic.c_str(), p)->offset =
-        std::max(low, high - std::max<int64_t>(0, options_.lookback_messages));
+  KafkaPartitionList tps(rd_kafka_topic_partition_list_new(*partitions));
+  for (int p = 0; p < *partitions; ++p) {
+    auto bounds = QueryWatermarks(rk, options_.topic, p, std::chrono::milliseconds(5000));
+    if (!bounds.ok()) return false;
+    rd_kafka_topic_partition_list_add(tps.get(), options_.topic.c_str(), p)->offset =
+        std::max(bounds->low, bounds->high - std::max<int64_t>(0, options_.lookback_messages));
   }
-  if (ok) ok = rd_kafka_assign(rk_, tps) == RD_KAFKA_RESP_ERR_NO_ERROR;
-  rd_kafka_topic_partition_list_destroy(tps);
-  return ok;
+  return rd_kafka_assign(rk, tps.get()) == RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
 void ControlListener::Run() {
@@ -245,7 +229,7 @@ void ControlListener::Run() {
       }
       continue;
     }
-    rd_kafka_message_t* m = rd_kafka_consumer_poll(rk_, 100);
+    const KafkaMessagePtr m(rd_kafka_consumer_poll(rk_.get(), 100));
     if (m == nullptr) continue;
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
       std::string_view key(static_cast<const char*>(m->key), m->key == nullptr ? 0 : m->key_len);
@@ -253,7 +237,6 @@ void ControlListener::Run() {
                                m->payload == nullptr ? 0 : m->len);
       Handle(key, payload);
     }
-    rd_kafka_message_destroy(m);
   }
 }
 

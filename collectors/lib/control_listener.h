@@ -33,10 +33,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kafka/handles.h"
+#include "kafka/kafka_properties.h"
 #include "rankwatch/v1/control.pb.h"
-#include "wire/kafka_properties.h"
-
-typedef struct rd_kafka_s rd_kafka_t;
 
 namespace rankwatch {
 
@@ -127,7 +126,7 @@ class ControlListener {
   ControlListenerStats stats() const;
 
  private:
-  ControlListener(ControlListenerOptions options, ReplySink reply, rd_kafka_t* rk);
+  ControlListener(ControlListenerOptions options, ReplySink reply, KafkaClient rk);
   void Run();
   bool AssignPartitions();  // metadata, then every partition from its look-back offset
   void Handle(std::string_view key, std::string_view payload);
@@ -135,7 +134,7 @@ class ControlListener {
 
   const ControlListenerOptions options_;
   const ReplySink reply_;
-  rd_kafka_t* const rk_;
+  const KafkaClient rk_;
   const int64_t started_unix_ns_;
 
   std::atomic<bool> stop_{false};

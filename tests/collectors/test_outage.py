@@ -8,7 +8,7 @@ must be counted, and the daemon must diagnose the job again afterwards.
 Step times on a shared machine are noisy, so the test also measures the cause directly: the
 CPU that the collector's own threads (librdkafka's "rdk:*" and the sender "rw:sender") use
 in each training process during the outage. librdkafka 2.0 spins there when messages wait
-behind a hung broker's full in-flight window (collectors/kafka_publisher.h)."""
+behind a hung broker's full in-flight window (kafka/kafka_producer.h)."""
 import os
 import signal
 import statistics

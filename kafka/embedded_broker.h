@@ -9,10 +9,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
-
-typedef struct rd_kafka_s rd_kafka_t;
-typedef struct rd_kafka_mock_cluster_s rd_kafka_mock_cluster_t;
+#include "kafka/handles.h"
 
 namespace rankwatch {
 
@@ -32,7 +31,6 @@ class EmbeddedBroker {
  public:
   static absl::StatusOr<std::unique_ptr<EmbeddedBroker>> Start(
       const EmbeddedBrokerOptions& options);
-  ~EmbeddedBroker();
   EmbeddedBroker(const EmbeddedBroker&) = delete;
   EmbeddedBroker& operator=(const EmbeddedBroker&) = delete;
 
@@ -47,10 +45,10 @@ class EmbeddedBroker {
   absl::Status SetUp();
 
  private:
-  EmbeddedBroker(rd_kafka_t* rk, rd_kafka_mock_cluster_t* cluster, std::string bootstrap);
+  EmbeddedBroker(KafkaClient host, KafkaMockCluster cluster);
 
-  rd_kafka_t* rk_;
-  rd_kafka_mock_cluster_t* cluster_;
+  KafkaClient host_;  // the client handle the mock cluster lives in; outlives it
+  KafkaMockCluster cluster_;
   std::string bootstrap_;
 };
 
