@@ -17,8 +17,10 @@ PACKAGES=(
   python3-dev pybind11-dev python3-numpy python3-torch
   python3-venv python3-build python3-setuptools python3-wheel
   chromium chromium-driver python3-selenium
-  clang-format-14 mypy pyflakes3  # scripts/check_format.sh, scripts/check_python.sh
 )
+# The checks CI runs before building (scripts/check_format.sh, scripts/check_python.sh); not
+# needed to build, so the container image's build stage leaves them out.
+PACKAGES+=(clang-format-14 mypy pyflakes3)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
