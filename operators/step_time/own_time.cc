@@ -8,8 +8,15 @@
 namespace rankwatch {
 namespace step_time {
 
-double ComputeOf(const std::array<double, kPhaseCount>& m, uint32_t present,
-                 const BlockedModel& model) {
+// ComputeOf and OutsideOf, with internal linkage so that the per-rank loops below inline them
+// (NewestSteps runs LocalCompute for every rank of the newest steps: 131,072 calls at 16,384
+// ranks).
+namespace {
+
+constexpr size_t kOnsetSample = 2048;  // NewestSteps: the sample of ranks a median is taken from
+
+double LocalCompute(const std::array<double, kPhaseCount>& m, uint32_t present,
+                    const BlockedModel& model) {
   auto has = [present](Phase p) { return (present & PhaseBit(p)) != 0; };
   auto get = [&](Phase p) { return has(p) ? m[PhaseIndex(p)] : 0.0; };
   const double sum = get(Phase::kForward) + get(Phase::kBackward) + get(Phase::kOptimizer) +
@@ -41,12 +48,24 @@ double ComputeOf(const std::array<double, kPhaseCount>& m, uint32_t present,
   return std::max(0.0, sum - get(Phase::kCollective));
 }
 
-double OutsideOf(const std::array<double, kPhaseCount>& m, uint32_t present, double own,
-                 double compute) {
+double Outside(const std::array<double, kPhaseCount>& m, uint32_t present, double own,
+               double compute) {
   if (!Known(own)) return NAN;
   const double dl =
       (present & PhaseBit(Phase::kDataloader)) ? m[PhaseIndex(Phase::kDataloader)] : 0.0;
   return std::max(0.0, own - dl - (Known(compute) ? compute : 0.0));
+}
+
+}  // namespace
+
+double ComputeOf(const std::array<double, kPhaseCount>& v, uint32_t present,
+                 const BlockedModel& model) {
+  return LocalCompute(v, present, model);
+}
+
+double OutsideOf(const std::array<double, kPhaseCount>& v, uint32_t present, double own,
+                 double compute) {
+  return Outside(v, present, own, compute);
 }
 
 OwnTimeSignals ModelOwnTime(const StepWindow& w, const WindowSignals& s,
@@ -63,19 +82,15 @@ OwnTimeSignals ModelOwnTime(const StepWindow& w, const WindowSignals& s,
   for (size_t r = 0; r < n; ++r) {
     const uint32_t present = s.present[r];
     for (int p = 0; p < kPhaseCount; ++p) mean[p] = (present >> p) & 1 ? s.phase[p][r] : 0.0;
-    if (present & kComputeMask) t.compute[r] = ComputeOf(mean, present, t.blocked);
+    if (present & kComputeMask) t.compute[r] = LocalCompute(mean, present, t.blocked);
     t.own[r] = OwnTime(mean, present, t.blocked);
-    t.outside[r] = OutsideOf(mean, present, t.own[r], t.compute[r]);
+    t.outside[r] = Outside(mean, present, t.own[r], t.compute[r]);
   }
   t.compute_evidence = EvidenceOf(t.compute);
   t.own_evidence = EvidenceOf(t.own);
   t.outside_evidence = EvidenceOf(t.outside);
   return t;
 }
-
-namespace {
-constexpr size_t kOnsetSample = 2048;
-}  // namespace
 
 OnsetSignals NewestSteps(const StepWindow& w, uint32_t k, const BlockedModel& model) {
   const uint32_t n = w.world_size();
@@ -122,7 +137,7 @@ OnsetSignals NewestSteps(const StepWindow& w, uint32_t k, const BlockedModel& mo
       std::array<double, kPhaseCount> v{};
       for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(e.ns[p]) * 1e-9;
       if (e.Has(Phase::kDataloader)) dl.Add(v[PhaseIndex(Phase::kDataloader)], e.rank);
-      if (e.present & kComputeMask) comp.Add(ComputeOf(v, e.present, model), e.rank);
+      if (e.present & kComputeMask) comp.Add(LocalCompute(v, e.present, model), e.rank);
       own.Add(OwnTime(v, e.present, model), e.rank);
     }
     excess_of_step(dl, s.dl_excess);
