@@ -110,6 +110,13 @@ TEST(ScopeOfTest, OneRankAboveTheThresholdIsTheRank) {
   EXPECT_EQ(set.node, "a");
 }
 
+TEST(ScopeOfTest, ANodeNeedsTwoRanksAboveTheThreshold) {
+  // Half of node a's 2 ranks is the node fraction, but one rank is a rank.
+  const CulpritSet set = ScopeOf(SlowRanks(0, {0.009, 0.001, 0, 0}), {"a", "a", "b", "b"}, {});
+  EXPECT_EQ(set.scope, CulpritScope::kRank);
+  EXPECT_EQ(set.ranks, std::vector<uint32_t>{0});
+}
+
 TEST(ScopeOfTest, AnUnknownNodeIsTheRank) {
   const Culprit c = SlowRanks(1, {0.009, 0.009, 0.009});
   const CulpritSet unnamed = ScopeOf(c, {"", "", ""}, {});

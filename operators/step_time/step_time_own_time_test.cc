@@ -65,6 +65,16 @@ TEST(ModelOwnTimeTest, UnsynchronisedRanksBlockNothing) {
   EXPECT_NEAR(t.outside[2], 0.025, 1e-9);
 }
 
+TEST(ModelOwnTimeTest, OneRankWaitsForNobody) {
+  const StepWindow w = WindowOf(1, 20, [](uint64_t, uint32_t) {
+    return Ms{.dl = 5, .fwd = 20, .bwd = 20, .opt = 5, .coll = 3, .step = 52};
+  });
+  const OwnTimeSignals t = Model(w);
+  EXPECT_FALSE(t.synchronized);
+  EXPECT_EQ(t.blocked.kind, BlockedModel::Kind::kNone);
+  EXPECT_NEAR(t.own[0], 0.052, 1e-9);
+}
+
 TEST(ModelOwnTimeTest, AShardedJobWaitsInForwardToo) {
   // Rank 2 spends 15 ms outside the phases; the others wait for it in forward's all-gathers.
   const StepWindow w = WindowOf(4, 20, [](uint64_t, uint32_t r) {
