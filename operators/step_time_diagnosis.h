@@ -5,7 +5,10 @@
 // and carries the evidence.
 //
 // Pure: a function of the window, the ranks' nodes, the hang input, the options and whether the
-// job is sharded.
+// job is sharded. It runs as named stages, each in its own file of operators/step_time/:
+// signals.h (per-rank window means, missing phases), own_time.h (the blocked model, own time;
+// WindowMean, BlockedModelOf and OwnTime below are defined there), scores.h, culprit.h (culprit
+// and scope), cause.h, note.h.
 #pragma once
 
 #include <array>

@@ -12,6 +12,7 @@
 #include "rankwatch/v1/service.grpc.pb.h"
 #include "sinks/diagnosis_proto.h"
 #include "sinks/queries.h"
+#include "sinks/status_codes.h"
 
 namespace rankwatch {
 namespace {
@@ -129,26 +130,6 @@ class RankWatchService final : public v1::RankWatch::Service {
     if (!answer.ok()) return ToGrpc(answer.status());
     *response = std::move(*answer);
     return grpc::Status::OK;
-  }
-
-  static grpc::Status ToGrpc(const absl::Status& s) {
-    switch (s.code()) {
-      case absl::StatusCode::kNotFound:
-        return {grpc::StatusCode::NOT_FOUND, std::string(s.message())};
-      case absl::StatusCode::kOutOfRange:
-        return {grpc::StatusCode::OUT_OF_RANGE, std::string(s.message())};
-      case absl::StatusCode::kFailedPrecondition:
-        return {grpc::StatusCode::FAILED_PRECONDITION, std::string(s.message())};
-      case absl::StatusCode::kDataLoss:
-        return {grpc::StatusCode::DATA_LOSS, std::string(s.message())};
-      case absl::StatusCode::kInvalidArgument:
-        return {grpc::StatusCode::INVALID_ARGUMENT, std::string(s.message())};
-      case absl::StatusCode::kResourceExhausted:
-        return {grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(s.message())};
-      case absl::StatusCode::kUnavailable:
-        return {grpc::StatusCode::UNAVAILABLE, std::string(s.message())};
-      default: return {grpc::StatusCode::INTERNAL, std::string(s.message())};
-    }
   }
 
   const Queries queries_;

@@ -13,6 +13,7 @@
 #include "sinks/json_string.h"
 #include "sinks/kernel_json.h"
 #include "sinks/metrics_http_server.h"
+#include "sinks/status_codes.h"
 #include "sinks/timeline.h"
 #include "sinks/ui_assets.h"
 
@@ -39,20 +40,8 @@ void Error(httplib::Response& res, int status, const std::string& message) {
   res.set_content("{\"error\": " + Quoted(message) + "}\n", kJson);
 }
 
-int HttpStatusOf(const absl::Status& s);
-
 void Error(httplib::Response& res, const absl::Status& s) {
   Error(res, HttpStatusOf(s), std::string(s.message()));
-}
-
-int HttpStatusOf(const absl::Status& s) {
-  switch (s.code()) {
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kOutOfRange: return 404;
-    case absl::StatusCode::kInvalidArgument: return 400;
-    case absl::StatusCode::kUnavailable: return 503;
-    default: return 500;
-  }
 }
 
 template <typename T>

@@ -1,0 +1,258 @@
+#include "operators/step_time/own_time.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "operators/phase_stats.h"
+
+namespace rankwatch {
+namespace step_time {
+
+// ComputeOf and OutsideOf, with internal linkage so that the per-rank loops below inline them
+// (NewestSteps runs LocalCompute for every rank of the newest steps: 131,072 calls at 16,384
+// ranks).
+namespace {
+
+constexpr size_t kOnsetSample = 2048;  // NewestSteps: the sample of ranks a median is taken from
+
+double LocalCompute(const std::array<double, kPhaseCount>& m, uint32_t present,
+                    const BlockedModel& model) {
+  auto has = [present](Phase p) { return (present & PhaseBit(p)) != 0; };
+  auto get = [&](Phase p) { return has(p) ? m[PhaseIndex(p)] : 0.0; };
+  const double sum = get(Phase::kForward) + get(Phase::kBackward) + get(Phase::kOptimizer) +
+                     get(Phase::kForwardBackward);
+  switch (model.kind) {
+    case BlockedModel::Kind::kBackward:
+      // Synchronised without collective times: backward absorbs the waiting, so local compute
+      // is estimated from forward, calibrated by the backward/forward ratio of the rank that
+      // waits least.
+      if (has(Phase::kForward)) {
+        return get(Phase::kForward) * (1 + model.ratio) + get(Phase::kOptimizer);
+      }
+      break;
+    case BlockedModel::Kind::kSharded: {
+      const double fb = sum - get(Phase::kOptimizer);
+      return std::max(0.0, std::min(fb, model.least_forward_backward)) + get(Phase::kOptimizer);
+    }
+    case BlockedModel::Kind::kLeastBackward: {
+      const double b = get(Phase::kBackward) + get(Phase::kForwardBackward);
+      return std::max(0.0, sum - b + std::min(b, model.least_forward_backward));
+    }
+    case BlockedModel::Kind::kUnknown:
+      // Synchronised, and nothing tells the waiting apart: backward absorbs it, so only forward
+      // and optimizer count; unknown when neither is reported.
+      if (!has(Phase::kForward) && !has(Phase::kOptimizer)) return NAN;
+      return get(Phase::kForward) + get(Phase::kOptimizer);
+    default: break;
+  }
+  return std::max(0.0, sum - get(Phase::kCollective));
+}
+
+double Outside(const std::array<double, kPhaseCount>& m, uint32_t present, double own,
+               double compute) {
+  if (!Known(own)) return NAN;
+  const double dl =
+      (present & PhaseBit(Phase::kDataloader)) ? m[PhaseIndex(Phase::kDataloader)] : 0.0;
+  return std::max(0.0, own - dl - (Known(compute) ? compute : 0.0));
+}
+
+}  // namespace
+
+double ComputeOf(const std::array<double, kPhaseCount>& v, uint32_t present,
+                 const BlockedModel& model) {
+  return LocalCompute(v, present, model);
+}
+
+double OutsideOf(const std::array<double, kPhaseCount>& v, uint32_t present, double own,
+                 double compute) {
+  return Outside(v, present, own, compute);
+}
+
+OwnTimeSignals ModelOwnTime(const StepWindow& w, const WindowSignals& s,
+                            const StepDiagnosisOptions& o, bool sharded) {
+  OwnTimeSignals t;
+  const PhaseStat& step = s.step();
+  t.synchronized = step.present && step.ranks > 1 && step.skew <= o.sync_max_step_skew;
+  t.blocked = BlockedModelOf(w, t.synchronized, sharded);
+  const size_t n = s.present.size();
+  t.compute.assign(n, NAN);
+  t.own.assign(n, NAN);
+  t.outside.assign(n, NAN);
+  std::array<double, kPhaseCount> mean{};
+  for (size_t r = 0; r < n; ++r) {
+    const uint32_t present = s.present[r];
+    for (int p = 0; p < kPhaseCount; ++p) mean[p] = (present >> p) & 1 ? s.phase[p][r] : 0.0;
+    if (present & kComputeMask) t.compute[r] = LocalCompute(mean, present, t.blocked);
+    t.own[r] = OwnTime(mean, present, t.blocked);
+    t.outside[r] = Outside(mean, present, t.own[r], t.compute[r]);
+  }
+  t.compute_evidence = EvidenceOf(t.compute);
+  t.own_evidence = EvidenceOf(t.own);
+  t.outside_evidence = EvidenceOf(t.outside);
+  return t;
+}
+
+OnsetSignals NewestSteps(const StepWindow& w, uint32_t k, const BlockedModel& model) {
+  const uint32_t n = w.world_size();
+  const auto& steps = w.steps();
+  const size_t first = steps.size() > k ? steps.size() - k : 0;
+  OnsetSignals s;
+  s.dl_excess.assign(n, INFINITY);
+  s.compute_excess.assign(n, INFINITY);
+  s.own_excess.assign(n, INFINITY);
+  // One step's values and their ranks, and a copy to select the median from.
+  struct Series {
+    std::vector<double> values;
+    std::vector<uint32_t> ranks;
+    std::vector<double> medians;  // one per step
+    void Add(double v, uint32_t r) {
+      if (Known(v)) values.push_back(v), ranks.push_back(r);
+    }
+  } dl, comp, own;
+  std::vector<double> scratch;
+  auto excess_of_step = [&scratch](Series& series, RankValues& excess) {
+    if (!series.values.empty()) {
+      // One step's median rank. Above kOnsetSample ranks, from an evenly strided sample of
+      // them: its error (~1.25 sigma / sqrt(sample)) is far below the 10 % threshold, and 24
+      // exact medians of 16,384 values would take half the evaluation.
+      const size_t n = series.values.size();
+      if (n <= 2 * kOnsetSample) {
+        scratch.assign(series.values.begin(), series.values.end());
+      } else {
+        scratch.clear();
+        const size_t stride = n / kOnsetSample;
+        for (size_t j = stride / 2; j < n; j += stride) scratch.push_back(series.values[j]);
+      }
+      const double median = MedianInPlace(scratch);
+      series.medians.push_back(median);
+      for (size_t j = 0; j < series.values.size(); ++j) {
+        excess[series.ranks[j]] = std::min(excess[series.ranks[j]], series.values[j] - median);
+      }
+    }
+    series.values.clear();
+    series.ranks.clear();
+  };
+  for (size_t i = first; i < steps.size(); ++i) {
+    for (const StepWindow::Entry& e : steps[i].entries) {
+      std::array<double, kPhaseCount> v{};
+      for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(e.ns[p]) * 1e-9;
+      if (e.Has(Phase::kDataloader)) dl.Add(v[PhaseIndex(Phase::kDataloader)], e.rank);
+      if (e.present & kComputeMask) comp.Add(LocalCompute(v, e.present, model), e.rank);
+      own.Add(OwnTime(v, e.present, model), e.rank);
+    }
+    excess_of_step(dl, s.dl_excess);
+    excess_of_step(comp, s.compute_excess);
+    excess_of_step(own, s.own_excess);
+  }
+  for (RankValues* excess : {&s.dl_excess, &s.compute_excess, &s.own_excess}) {
+    for (double& x : *excess) x = std::isinf(x) ? NAN : x;
+  }
+  if (!dl.medians.empty()) s.burden += MedianInPlace(dl.medians);
+  if (!comp.medians.empty()) s.burden += MedianInPlace(comp.medians);
+  return s;
+}
+
+}  // namespace step_time
+
+// The public pieces of stage 2 (step_time_diagnosis.h).
+
+using step_time::Known;
+using step_time::PhaseBit;
+using step_time::PhaseIndex;
+
+double WindowMean(const StepWindow::RankTotals& t, Phase p) {
+  const uint32_t n = t.count[PhaseIndex(p)];
+  if (n == 0) return NAN;
+  return static_cast<double>(t.sum_ns[PhaseIndex(p)]) /
+         std::max(n, t.count[PhaseIndex(Phase::kStep)]) * 1e-9;
+}
+
+BlockedModel BlockedModelOf(const StepWindow& w, bool synchronized, bool sharded) {
+  BlockedModel m;
+  if (!synchronized) return m;  // kNone
+  double least_ratio = INFINITY, least_fb = INFINITY, least_b = INFINITY;
+  bool collective = false, forward = false;
+  for (const StepWindow::RankTotals& t : w.totals()) {
+    if (t.count[PhaseIndex(Phase::kCollective)] > 0) collective = true;
+    const double f = WindowMean(t, Phase::kForward), b = WindowMean(t, Phase::kBackward);
+    const double fb = WindowMean(t, Phase::kForwardBackward);
+    if (Known(f) && f > 0) forward = true;
+    if (Known(f) && Known(b) && f > 0) least_ratio = std::min(least_ratio, b / f);
+    if (Known(f) || Known(b) || Known(fb)) {
+      least_fb = std::min(least_fb, (Known(f) ? f : 0) + (Known(b) ? b : 0) + (Known(fb) ? fb : 0));
+    }
+    if (Known(b) || Known(fb))
+      least_b = std::min(least_b, (Known(b) ? b : 0) + (Known(fb) ? fb : 0));
+  }
+  if (collective) {
+    m.kind = BlockedModel::Kind::kCollective;
+  } else if (sharded && std::isfinite(least_fb)) {
+    m.kind = BlockedModel::Kind::kSharded;
+    m.least_forward_backward = least_fb;
+  } else if (!sharded && std::isfinite(least_ratio) && least_ratio > 0) {
+    m.kind = BlockedModel::Kind::kBackward;
+    m.ratio = least_ratio;
+  } else if (!sharded && !forward && std::isfinite(least_b)) {
+    // No forward to calibrate with: under synchronisation every rank's backward ends with the
+    // allreduce, so a longer backward is waiting (the reference tool's assumption too).
+    m.kind = BlockedModel::Kind::kLeastBackward;
+    m.least_forward_backward = least_b;
+  } else {
+    m.kind = BlockedModel::Kind::kUnknown;
+  }
+  return m;
+}
+
+BlockedModel BlockedModelOf(const StepWindow& w, const StepDiagnosisOptions& o, bool sharded) {
+  std::vector<double> steps;
+  steps.reserve(w.world_size());
+  double worst = 0;
+  for (const StepWindow::RankTotals& t : w.totals()) {
+    const double m = WindowMean(t, Phase::kStep);
+    if (!Known(m)) continue;
+    steps.push_back(m);
+    worst = std::max(worst, m);
+  }
+  if (steps.size() < 2) return BlockedModelOf(w, false, sharded);
+  const double median = MedianInPlace(steps);
+  const bool synchronized = median > 0 && (worst - median) / median <= o.sync_max_step_skew;
+  return BlockedModelOf(w, synchronized, sharded);
+}
+
+double OwnTime(const std::array<double, kPhaseCount>& v, uint32_t present,
+               const BlockedModel& model) {
+  auto has = [present](Phase p) { return (present & PhaseBit(p)) != 0; };
+  if (!has(Phase::kStep)) return NAN;
+  double blocked = 0;
+  switch (model.kind) {
+    case BlockedModel::Kind::kNone: break;
+    case BlockedModel::Kind::kUnknown: return NAN;
+    case BlockedModel::Kind::kCollective:
+      if (!has(Phase::kCollective)) return NAN;
+      blocked = v[PhaseIndex(Phase::kCollective)];
+      break;
+    case BlockedModel::Kind::kBackward:
+      if (!has(Phase::kForward) || !has(Phase::kBackward)) return NAN;
+      blocked = std::max(
+          0.0, v[PhaseIndex(Phase::kBackward)] - v[PhaseIndex(Phase::kForward)] * model.ratio);
+      break;
+    case BlockedModel::Kind::kSharded: {
+      double fb = 0;
+      for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kForwardBackward}) {
+        if (has(p)) fb += v[PhaseIndex(p)];
+      }
+      blocked = std::max(0.0, fb - model.least_forward_backward);
+      break;
+    }
+    case BlockedModel::Kind::kLeastBackward: {
+      if (!has(Phase::kBackward) && !has(Phase::kForwardBackward)) return NAN;
+      const double b = (has(Phase::kBackward) ? v[PhaseIndex(Phase::kBackward)] : 0) +
+                       (has(Phase::kForwardBackward) ? v[PhaseIndex(Phase::kForwardBackward)] : 0);
+      blocked = std::max(0.0, b - model.least_forward_backward);
+      break;
+    }
+  }
+  return std::max(0.0, v[PhaseIndex(Phase::kStep)] - blocked);
+}
+
+}  // namespace rankwatch
