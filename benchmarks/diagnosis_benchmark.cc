@@ -61,8 +61,8 @@ void BM_DiagnoseMemoryWithTrend(benchmark::State& state) {
   Job job(static_cast<uint32_t>(state.range(0)));
   MemoryTrend trend;
   for (uint64_t s = 0; s < 1023; ++s) {
-    const double b = (40.0 + 0.01 * static_cast<double>(s % 7) + 0.001 * static_cast<double>(s))
-                     * (1 << 30);
+    const double b =
+        (40.0 + 0.01 * static_cast<double>(s % 7) + 0.001 * static_cast<double>(s)) * (1 << 30);
     trend.Add({s, job.memory.world_size(), {b, 1.04 * b}, {0.99 * b, 1.03 * b}, 80ull << 30});
   }
   MemoryDiagnosisOptions o;
@@ -141,8 +141,8 @@ void BM_JobSnapshotLongJob(benchmark::State& state) {
   JobCheckpoint c = pipeline.TakeCheckpoint(now, 0);
   MemoryTrend trend;
   for (uint64_t s = 0; s < 1023; ++s) {
-    const double b = (40.0 + 0.01 * static_cast<double>(s % 7) + 0.001 * static_cast<double>(s))
-                     * (1 << 30);
+    const double b =
+        (40.0 + 0.01 * static_cast<double>(s % 7) + 0.001 * static_cast<double>(s)) * (1 << 30);
     trend.Add({s, ranks, {b, 1.04 * b}, {0.99 * b, 1.03 * b}, 80ull << 30});
   }
   *c.meta.mutable_memory_trend() = trend.ExportState();
@@ -154,10 +154,7 @@ void BM_JobSnapshotLongJob(benchmark::State& state) {
   }
   for (auto _ : state) benchmark::DoNotOptimize((*long_job)->Snapshot(now));
 }
-BENCHMARK(BM_JobSnapshotLongJob)
-    ->Args({16384, 0})
-    ->Args({16384, 1})
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_JobSnapshotLongJob)->Args({16384, 0})->Args({16384, 1})->Unit(benchmark::kMillisecond);
 
 // The operators end to end on one core: batches of one rank's 20 steps (already decoded)
 // through alignment, both windows, and a full snapshot with the step and memory diagnoses

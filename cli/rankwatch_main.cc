@@ -21,8 +21,7 @@ int main(int argc, char** argv) {
       rankwatch::AddDiagnoseCommand(app), rankwatch::AddReplayCommand(app),
       rankwatch::AddAgentCommand(app),    rankwatch::AddAnalyzeCommand(app),
       rankwatch::AddAlertsCommand(app),   rankwatch::AddTopCommand(app),
-      rankwatch::AddCaptureCommand(app),
-      rankwatch::AddTimelineCommand(app),
+      rankwatch::AddCaptureCommand(app),  rankwatch::AddTimelineCommand(app),
   };
   try {
     app.parse(argc, argv);

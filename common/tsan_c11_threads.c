@@ -24,16 +24,11 @@ _Static_assert(sizeof(thrd_t) == sizeof(pthread_t), "thrd_t is a pthread_t");
 
 static int ThreadResult(int err) {
   switch (err) {
-    case 0:
-      return thrd_success;
-    case EBUSY:
-      return thrd_busy;
-    case ENOMEM:
-      return thrd_nomem;
-    case ETIMEDOUT:
-      return thrd_timedout;
-    default:
-      return thrd_error;
+    case 0: return thrd_success;
+    case EBUSY: return thrd_busy;
+    case ENOMEM: return thrd_nomem;
+    case ETIMEDOUT: return thrd_timedout;
+    default: return thrd_error;
   }
 }
 
@@ -99,8 +94,7 @@ int cnd_wait(cnd_t* c, mtx_t* m) {
 }
 
 int cnd_timedwait(cnd_t* restrict c, mtx_t* restrict m, const struct timespec* restrict deadline) {
-  return ThreadResult(
-      pthread_cond_timedwait((pthread_cond_t*)c, (pthread_mutex_t*)m, deadline));
+  return ThreadResult(pthread_cond_timedwait((pthread_cond_t*)c, (pthread_mutex_t*)m, deadline));
 }
 
 void cnd_destroy(cnd_t* c) { pthread_cond_destroy((pthread_cond_t*)c); }

@@ -12,8 +12,8 @@
 #include <string>
 #include <string_view>
 
-#include "operators/time.h"
 #include "kafka/kafka_properties.h"
+#include "operators/time.h"
 
 namespace rankwatch {
 

@@ -24,10 +24,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kafka/kafka_properties.h"
 #include "operators/memory_diagnosis.h"
 #include "operators/step_time_diagnosis.h"
 #include "operators/time.h"
-#include "kafka/kafka_properties.h"
 #include "sinks/listen_address.h"
 
 namespace rankwatch {

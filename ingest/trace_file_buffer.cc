@@ -26,7 +26,7 @@ absl::Status StreamTraceFile(const std::filesystem::path& file,
     return absl::NotFoundError(file.string() + ": cannot open: " + std::strerror(errno));
   }
   // Pieces of at most 4 MiB; a small file gets small buffers (at least 64 KiB).
-  struct stat st{};
+  struct stat st {};
   const size_t file_size = fstat(fileno(f.get()), &st) == 0 ? static_cast<size_t>(st.st_size) : 0;
   const size_t kChunk = std::clamp<size_t>(file_size, 64 << 10, 4 << 20);
   std::unique_ptr<char[]> in(new char[kChunk]);

@@ -49,15 +49,15 @@ MemoryTrendEvidence JudgeHorizon(const std::vector<MemoryTrend::Point>& points, 
   MemoryTrendEvidence e;
   e.steps = steps;
   if (points.size() < std::max<uint32_t>(o.trend_min_points, 3)) return e;
-  e.worst = FitTrend(points, TrendSeries::kWorst, o.trend_recent_fraction, o.trend_max_pairs,
-                     scratch);
+  e.worst =
+      FitTrend(points, TrendSeries::kWorst, o.trend_recent_fraction, o.trend_max_pairs, scratch);
   e.present = e.worst.present && e.worst.span_steps >= o.trend_min_steps;
   if (!e.present) return e;
   e.worst_growth = e.worst.level > 0 ? e.worst.growth_bytes() / e.worst.level : 0;
   // The median rank's series only when the worst rank's grows (half the cost otherwise).
   if (!Steady(e.worst, o) || e.worst.growth_bytes() < o.trend_min_growth_bytes) return e;
-  e.median = FitTrend(points, TrendSeries::kMedian, o.trend_recent_fraction, o.trend_max_pairs,
-                      scratch);
+  e.median =
+      FitTrend(points, TrendSeries::kMedian, o.trend_recent_fraction, o.trend_max_pairs, scratch);
   e.median_growth = e.median.level > 0 ? e.median.growth_bytes() / e.median.level : 0;
   e.steady = Steady(e.median, o);
   if (!e.steady) return e;
@@ -84,8 +84,8 @@ MemoryTrendEvidence AssessTrend(const MemoryTrend& t, MemoryKind kind,
   // Drop the older half of the points (all full points: stride steps each).
   const size_t drop = points.size() / 2;
   points.erase(points.begin(), points.begin() + static_cast<std::ptrdiff_t>(drop));
-  MemoryTrendEvidence half = JudgeHorizon(points, t.steps(kind) - drop * t.stride(kind), o,
-                                          &scratch);
+  MemoryTrendEvidence half =
+      JudgeHorizon(points, t.steps(kind) - drop * t.stride(kind), o, &scratch);
   if (half.label == MemoryLabel::kBalanced) return whole;
   half.last_half = true;
   return half;
@@ -276,8 +276,7 @@ MemoryDiagnosis DiagnoseMemory(const MemoryWindow& w, const MemoryTrend* trend,
         d.note = fmt::format(
             "{} memory grows {} MiB a step {} the job's {}{} steps (steady, +{:.0f}%){}", kind,
             MiBPerStep(e.creep_bytes_per_step), e.trend.last_half ? "now, steadily over" : "over",
-            e.trend.last_half ? "last " : "", Grouped(e.trend.steps),
-            e.trend.worst_growth * 100,
+            e.trend.last_half ? "last " : "", Grouped(e.trend.steps), e.trend.worst_growth * 100,
             e.projected_steps_to_full
                 ? fmt::format("; full in ~{} steps", Grouped(*e.projected_steps_to_full))
                 : std::string());

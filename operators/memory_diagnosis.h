@@ -57,7 +57,7 @@ struct MemoryDiagnosisOptions {
   // Lifetime trend (docs/diagnoses.md, "Lifetime trend"). Fitted on the worst-rank series of
   // each kind; the median-rank series must pass the same test with its growth thresholds
   // scaled by trend_median_ratio.
-  bool trend = true;              // use the lifetime trend
+  bool trend = true;               // use the lifetime trend
   uint32_t trend_min_steps = 200;  // the points must span at least this many steps
   uint32_t trend_min_points = 32;  // and number at least this many
   size_t trend_max_pairs = 1024;   // Theil–Sen pairs per fit (beyond: a deterministic subsample)
@@ -72,7 +72,7 @@ struct MemoryDiagnosisOptions {
   double trend_min_growth_bytes = 32.0 * 1024 * 1024;
   double trend_early_growth = 0.10;      // memory_creep_early
   double trend_confirmed_growth = 0.25;  // memory_creep
-  double trend_median_ratio = 0.5;  // the median rank's growth shares: the above x this
+  double trend_median_ratio = 0.5;       // the median rank's growth shares: the above x this
   // When the whole life shows no creep, judge the later half of the points the same way (a
   // leak that began late in a long job).
   bool trend_last_half = true;
@@ -83,12 +83,12 @@ struct MemoryTrendEvidence {
   bool present = false;  // enough points over enough steps to judge
   // The horizon judged: the job's whole life, or (when only that found a creep) its later half.
   bool last_half = false;
-  uint64_t steps = 0;  // memory steps the horizon covers
-  TrendFit worst;        // fit of the worst-rank series
-  TrendFit median;       // fit of the median-rank series (only when the worst one grows steadily)
-  bool steady = false;   // both series grow steadily and significantly (growth thresholds aside)
-  double worst_growth = 0;   // worst.growth_bytes() / worst.level
-  double median_growth = 0;  // median.growth_bytes() / median.level
+  uint64_t steps = 0;   // memory steps the horizon covers
+  TrendFit worst;       // fit of the worst-rank series
+  TrendFit median;      // fit of the median-rank series (only when the worst one grows steadily)
+  bool steady = false;  // both series grow steadily and significantly (growth thresholds aside)
+  double worst_growth = 0;                     // worst.growth_bytes() / worst.level
+  double median_growth = 0;                    // median.growth_bytes() / median.level
   MemoryLabel label = MemoryLabel::kBalanced;  // kCreep, kCreepEarly or kBalanced
   // The growth rate it reports, bytes per step: the worst rank's slope over the whole life; on
   // the later half, the slope of its recent third (the half may still hold flat points).

@@ -274,8 +274,7 @@ TEST(MemoryTrendDiagnosisTest, ALateSlowLeakIsFoundOnTheLaterHalf) {
   EXPECT_TRUE(d.kinds[0].trend.last_half);
   // The rate: the recent third of the later half (the half itself still holds flat steps).
   EXPECT_NEAR(d.kinds[0].creep_bytes_per_step / kMiB, 0.5, 0.1);
-  EXPECT_NE(d.note.find("a step now, steadily over the job's last 6"), std::string::npos)
-      << d.note;
+  EXPECT_NE(d.note.find("a step now, steadily over the job's last 6"), std::string::npos) << d.note;
 }
 
 TEST(MemoryTrendDiagnosisTest, WithoutTheTrendOrWithItOffTheSlowLeakGoesUnseen) {

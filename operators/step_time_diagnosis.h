@@ -96,7 +96,7 @@ struct HangInput {
 // A phase the diagnosis needs that some ranks of the window do not report.
 struct MissingSignal {
   Phase phase = Phase::kDataloader;
-  uint32_t reporting = 0;               // ranks that report it
+  uint32_t reporting = 0;  // ranks that report it
   // Ranks in the window (those that report a step time); for Phase::kStep, the world size
   // (ranks silent for the whole window).
   uint32_t ranks = 0;

@@ -34,8 +34,7 @@ TEST(PrometheusRegistryTest, EscapesLabelValuesAndWritesSpecialValues) {
   EXPECT_NE(text.find("rankwatch_g{training_job=\"a\\\"b\\\\c\\nd\"} Nan\n"), std::string::npos)
       << text;
   EXPECT_NE(text.find("rankwatch_g{training_job=\"inf\"} +Inf\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("rankwatch_g{training_job=\"big\"} 123456789\n"), std::string::npos)
-      << text;
+  EXPECT_NE(text.find("rankwatch_g{training_job=\"big\"} 123456789\n"), std::string::npos) << text;
 }
 
 TEST(PrometheusRegistryTest, LabelValuesAreGivenByPosition) {
