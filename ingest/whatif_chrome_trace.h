@@ -35,14 +35,15 @@ struct WhatifTrace {
   // (ts, seq_id, kind); start_us is the trace's own µs time base, common to every worker, so
   // the absolute timestamps a replay publishes are start_us as written.
   std::vector<whatif::StepOps> steps;
-  uint64_t events = 0;           // X events read (TP rank 0)
-  uint64_t other_tp_events = 0;  // X events of TP ranks other than 0, skipped
+  uint64_t events = 0;              // X events read (TP rank 0)
+  uint64_t other_tp_events = 0;     // X events of TP ranks other than 0, skipped
+  uint64_t negative_durations = 0;  // X events with dur < 0 (clock noise), read as 0
 };
 
 // Reads a trace file, or a directory holding exactly one `timeline-*.json[.gz]`. Errors are
 // one line starting with the file name: NotFound for a missing file, InvalidArgument for
 // malformed JSON, an event without pid/tid/ts/dur/args.step, an unknown op name, a thread
-// without a well-formed name, a negative duration, ranks outside the meta file's layout, a
+// without a well-formed name, ranks outside the meta file's layout, a
 // malformed meta file, or a step missing a worker.
 absl::StatusOr<WhatifTrace> ReadWhatifChromeTrace(const std::filesystem::path& path);
 
