@@ -5,6 +5,8 @@
 // ms-SE.json.
 #include <simdjson.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -93,6 +95,10 @@ WindowResult Analyze(const std::string& dir, const std::set<uint64_t>& steps) {
 constexpr double kTolerance = 0.005;
 
 void ExpectMatches(const std::string& name, const WindowResult& r, const Expected& x) {
+  double worst = std::abs(r.slowdown / x.slowdown - 1);
+  auto track = [&](double ours, double study) {
+    worst = std::max(worst, std::abs(ours / study - 1));
+  };
   std::printf(
       "%s: S %.4f (study %.4f), M_W %.4f (study %.4f), M_S last stage %.4f (study %.4f),"
       " M_S stage %u %.4f\n",
@@ -102,11 +108,13 @@ void ExpectMatches(const std::string& name, const WindowResult& r, const Expecte
   for (const auto& [d, v] : x.by_dp_rank) {
     std::printf("  dp %u: %.4f (study %.4f)\n", d, r.decomposition.by_dp_rank[d], v);
     EXPECT_NEAR(r.decomposition.by_dp_rank[d] / v, 1, kTolerance) << "data rank " << d;
+    track(r.decomposition.by_dp_rank[d], v);
   }
   ASSERT_EQ(r.decomposition.by_stage.size(), x.by_stage.size());
   for (const auto& [s, v] : x.by_stage) {
     std::printf("  stage %u: %.4f (study %.4f)\n", s, r.decomposition.by_stage[s], v);
     EXPECT_NEAR(r.decomposition.by_stage[s] / v, 1, kTolerance) << "stage " << s;
+    track(r.decomposition.by_stage[s], v);
   }
   std::map<std::string, double> groups(r.decomposition.by_op_group.begin(),
                                        r.decomposition.by_op_group.end());
@@ -115,9 +123,12 @@ void ExpectMatches(const std::string& name, const WindowResult& r, const Expecte
     ASSERT_TRUE(groups.contains(g)) << g;
     std::printf("  %s: %.4f (study %.4f)\n", g.c_str(), groups[g], v);
     EXPECT_NEAR(groups[g] / v, 1, kTolerance) << g;
+    track(groups[g], v);
   }
   EXPECT_NEAR(r.m_w, x.m_w, kTolerance);
   EXPECT_NEAR(r.m_s_last, x.m_s, kTolerance);
+  std::printf("%s: largest relative difference of an S %.2e; of M_W %.2e, M_S %.2e absolute\n",
+              name.c_str(), worst, std::abs(r.m_w - x.m_w), std::abs(r.m_s_last - x.m_s));
 }
 
 TEST(WhatifFixture, SlowWorkerJobAR) {
