@@ -212,8 +212,9 @@ void ToProto(const whatif::WhatIfSnapshot& w, v1::WhatIf* out) {
     }
   }
   out->set_m_w(r.m_w);
-  out->set_m_s(r.m_s);
+  out->set_m_s(r.m_s_last);
   out->set_m_s_stage(r.m_s_stage);
+  out->set_m_s_worst(r.m_s);
   out->set_culprit_data_rank(v.data_rank);
   out->set_culprit_stage(v.stage);
   for (uint32_t rank : v.ranks) out->add_culprit_ranks(rank);
