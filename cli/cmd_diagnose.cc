@@ -45,6 +45,7 @@ std::string CauseWord(v1::StragglerCause c) {
     case v1::CAUSE_COMPUTE: return "compute (forward, backward, optimizer)";
     case v1::CAUSE_BOTH: return "input and compute";
     case v1::CAUSE_OUTSIDE: return "time outside the measured phases";
+    case v1::CAUSE_GC: return "garbage-collection pauses";
     default: return "unattributed";
   }
 }
@@ -194,6 +195,14 @@ void PrintStep(const v1::StepDiagnosis& d) {
   for (const v1::MissingSignal& m : d.missing()) {
     std::printf("           missing: %s on %u of %u ranks\n", PhaseWord(m.phase()).c_str(),
                 m.ranks() - m.ranks_reporting(), m.ranks());
+  }
+  if (d.has_gc()) {
+    const v1::GcEvidence& gc = d.gc();
+    std::printf(
+        "           gc: rank %u pauses %.1f ms a step (%.1f collections); the median rank %.1f ms "
+        "(%.1f); %u ranks report GC\n",
+        gc.rank(), gc.seconds() * 1e3, gc.collections(), gc.median_seconds() * 1e3,
+        gc.median_collections(), gc.ranks_reporting());
   }
   if (d.sharded()) std::printf("           sharded job (forward waits for other ranks too)\n");
   if (d.phases_size() == 0) return;
