@@ -219,6 +219,8 @@ void FleetModel::PipelineStep(uint64_t step, std::vector<v1::StepRecord>* record
         ++gc_count;
       }
     }
+    // The simulated job's input is prefetched: no data-loading op, a known zero.
+    rec.set_dataloader_ns(0);
     rec.set_forward_ns(static_cast<uint64_t>(Ns(forward)));
     rec.set_backward_ns(static_cast<uint64_t>(Ns(backward)));
     rec.set_optimizer_ns(static_cast<uint64_t>(Ns(optimizer)));

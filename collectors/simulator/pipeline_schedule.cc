@@ -107,7 +107,7 @@ absl::StatusOr<PipelineSpec> ParsePipelineSpec(std::string_view text) {
   if (uint64_t{spec.dp} * spec.pp * spec.tp > (uint64_t{1} << 20)) {
     return absl::InvalidArgumentError(quoted + "more than 2^20 ranks");
   }
-  if (spec.microbatches > 4096) return absl::InvalidArgumentError(quoted + "mb must be <= 4096");
+  if (spec.microbatches > 1024) return absl::InvalidArgumentError(quoted + "mb must be <= 1024");
   return spec;
 }
 

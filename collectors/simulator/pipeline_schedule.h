@@ -45,8 +45,8 @@ struct PipelineSpec {
 };
 
 // Parses `dp=D,pp=P,tp=T[,mb=M]` (any order; an absent size is 1, an absent mb 8). Sizes are
-// >= 1, the world at most 2^20 ranks, M in 1..4096. InvalidArgument with a message for the
-// command line.
+// >= 1, the world at most 2^20 ranks, M in 1..1024 (a step's ops stay within a batch's 4 MiB).
+// InvalidArgument with a message for the command line.
 absl::StatusOr<PipelineSpec> ParsePipelineSpec(std::string_view text);
 
 // One op of a worker's program.

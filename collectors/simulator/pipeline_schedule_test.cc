@@ -49,7 +49,7 @@ TEST(PipelineSpecTest, ParsesAndRejects) {
   EXPECT_EQ(s->tp, 1u);
   EXPECT_EQ(s->microbatches, 16u);
   for (const char* bad :
-       {"", "dp=0,pp=2", "dp=2,xx=3", "dp=2,", "dp", "dp=-1", "dp=1024,pp=1024,tp=2", "mb=5000"}) {
+       {"", "dp=0,pp=2", "dp=2,xx=3", "dp=2,", "dp", "dp=-1", "dp=1024,pp=1024,tp=2", "mb=1025"}) {
     auto r = ParsePipelineSpec(bad);
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("--parallel"), std::string::npos) << r.status();
