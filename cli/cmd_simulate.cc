@@ -306,7 +306,8 @@ CommandRunner AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--ranks-per-node", f->ranks_per_node, "ranks per node")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1024u));
-  cmd->add_option("--step-ms", f->step_ms, "nominal step time, ms")
+  cmd->add_option("--step-ms", f->step_ms,
+                  "nominal step time, ms (with --parallel: 80% 1F1B compute, docs/cli.md)")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 3.6e6));
   cmd->add_option("--speed", f->speed, "realtime: paced like a real job; max: as fast as possible")
