@@ -11,6 +11,7 @@
 
 #include "collectors/simulator/fleet_model.h"
 #include "operators/step_time_diagnosis.h"
+#include "operators/whatif/step_assembler.h"
 
 namespace rankwatch::accuracy {
 namespace {
@@ -114,37 +115,77 @@ FleetOptions Options(const Scenario& s, double noise, std::optional<double> para
   return o;
 }
 
-double MeanStepNs(const FleetOptions& o) {
+// Means over the fault's steps of the noiseless job: its step, its forward and backward ops
+// (every worker's, from its tensor rank 0).
+struct JobMeans {
+  double step_ns = 0, forward_us = 0, backward_us = 0;
+};
+
+JobMeans Measure(const FleetOptions& o) {
   FleetModel model(o);
+  const PipelineSpec& p = *o.parallel;
   std::vector<v1::StepRecord> records;
   std::vector<bool> reported;
-  double sum = 0;
+  JobMeans m;
+  double forwards = 0, backwards = 0;
   for (uint64_t step = kWarmup; step < kWarmup + kFaultSteps; ++step) {
     model.Step(step, &records, &reported);
-    sum += static_cast<double>(records[0].step_time_ns());
+    m.step_ns += static_cast<double>(records[0].step_time_ns()) / kFaultSteps;
+    for (uint32_t r = 0; r < records.size(); r += p.tp) {
+      for (const v1::OpRecord& op : records[r].ops()) {
+        if (op.type() == v1::OP_FORWARD_COMPUTE) {
+          m.forward_us += static_cast<double>(op.duration_us());
+          ++forwards;
+        } else if (op.type() == v1::OP_BACKWARD_COMPUTE) {
+          m.backward_us += static_cast<double>(op.duration_us());
+          ++backwards;
+        }
+      }
+    }
   }
-  return sum / kFaultSteps;
+  m.forward_us /= forwards;
+  m.backward_us /= backwards;
+  return m;
 }
 
-// The parameter at which the noiseless job's mean step over the fault's steps is
-// (1 + magnitude) x the job's without the fault (bisection; slowdown grows with it).
+// The slowdown S the fault causes, as the what-if study defines it, without noise: the job's
+// mean step over the step of the same job with every forward and every backward at its kind's
+// mean duration (the faults leave communication and the optimizer alone). A GC pause is part
+// of the forward it interrupts, so the ideal spreads it over every forward. Also the slowdown
+// against the job without the fault (`*job`).
+double TrueSlowdown(const Scenario& s, double parameter, double* job = nullptr) {
+  const JobMeans m = Measure(Options(s, 0, parameter));
+  FleetOptions ideal = Options(s, 0, std::nullopt);
+  FleetOptions::PipelineCosts costs = NominalPipelineCosts(ideal);
+  costs.forward = m.forward_us;
+  costs.backward = m.backward_us;
+  ideal.pipeline_costs = costs;
+  FleetModel model(ideal);
+  std::vector<v1::StepRecord> records;
+  std::vector<bool> reported;
+  model.Step(kWarmup, &records, &reported);
+  if (job != nullptr) *job = m.step_ns / Measure(Options(s, 0, std::nullopt)).step_ns;
+  return m.step_ns / static_cast<double>(records[0].step_time_ns());
+}
+
+// The parameter at which TrueSlowdown is 1 + magnitude (bisection; S grows with it).
 double Calibrate(const Scenario& s) {
-  const double target = MeanStepNs(Options(s, 0, std::nullopt)) * (1 + s.magnitude);
+  const double target = 1 + s.magnitude;
   double lo = 0, hi = 0;
   switch (s.kind->fault) {
     case Fault::kSlowWorker:
-    case Fault::kStageImbalance: lo = 1, hi = 4; break;
-    case Fault::kSequenceImbalance: lo = 0, hi = 4; break;
-    case Fault::kGc: lo = 0, hi = 8.0 * kGcEvery * FleetOptions{}.step_ms; break;
+    case Fault::kStageImbalance: lo = 1, hi = 8; break;
+    case Fault::kSequenceImbalance: lo = 0, hi = 0.99; break;
+    case Fault::kGc: lo = 0, hi = 16.0 * kGcEvery * FleetOptions{}.step_ms; break;
   }
-  if (MeanStepNs(Options(s, 0, hi)) < target) {
+  if (TrueSlowdown(s, hi) < target) {
     std::fprintf(stderr, "accuracy_benchmark: %s cannot slow %s by %.0f%%\n", s.kind->name,
                  s.layout->name, 100 * s.magnitude);
     std::abort();
   }
-  for (int i = 0; i < 40; ++i) {
+  for (int i = 0; i < 30; ++i) {
     const double mid = (lo + hi) / 2;
-    (MeanStepNs(Options(s, 0, mid)) < target ? lo : hi) = mid;
+    (TrueSlowdown(s, mid) < target ? lo : hi) = mid;
   }
   return hi;
 }
@@ -203,6 +244,55 @@ class FlatReader : public Reader {
   std::vector<std::string> nodes_;
 };
 
+// The what-if verdict (operators/whatif/): the job's StepAssembler, as the job's JobPipeline
+// runs it — every rank's record with its layout, the step aligned, then evaluated.
+class WhatIfReader : public Reader {
+ public:
+  explicit WhatIfReader(const FleetModel&) : assembler_(whatif::AssemblerOptions{}) {}
+  void Add(uint64_t step, const FleetModel& model,
+           const std::vector<v1::StepRecord>& records) override {
+    for (uint32_t r = 0; r < records.size(); ++r) assembler_.Add(r, model.LayoutOf(r), records[r]);
+    assembler_.Aligned(step);
+    assembler_.Evaluate();
+  }
+  Reading Read(const Scenario& s) override {
+    Reading out;
+    const auto snapshot = assembler_.snapshot();
+    if (snapshot == nullptr) return {.label = "none"};
+    const whatif::WhatIfVerdict& v = snapshot->verdict;
+    out.label = std::string(whatif::VerdictName(v.verdict));
+    out.slowdown = v.slowdown;
+    out.finding = v.verdict != whatif::Verdict::kNone && v.verdict != whatif::Verdict::kBalanced;
+    if (!out.finding || s.kind == nullptr) {
+      out.names_something_else = out.finding && v.verdict != whatif::Verdict::kUnattributed;
+      return out;
+    }
+    const bool worker =
+        v.data_rank == static_cast<int32_t>(s.dp) && v.stage == static_cast<int32_t>(s.stage);
+    switch (s.kind->fault) {
+      case Fault::kSlowWorker:
+        out.right = v.verdict == whatif::Verdict::kSlowWorker && worker;
+        break;
+      case Fault::kStageImbalance:
+        out.right = v.verdict == whatif::Verdict::kStageImbalance &&
+                    v.stage == static_cast<int32_t>(s.stage);
+        break;
+      case Fault::kSequenceImbalance:
+        out.right = v.verdict == whatif::Verdict::kSequenceImbalance;
+        break;
+      case Fault::kGc:
+        out.right = v.verdict == whatif::Verdict::kGcPauses && worker &&
+                    std::find(v.ranks.begin(), v.ranks.end(), s.rank) != v.ranks.end();
+        break;
+    }
+    out.names_something_else = !out.right && v.verdict != whatif::Verdict::kUnattributed;
+    return out;
+  }
+
+ private:
+  whatif::StepAssembler assembler_;
+};
+
 struct Outcome {
   bool detected = false;
   bool wrong = false;           // something else named after the onset
@@ -220,6 +310,10 @@ struct ReaderKind {
 };
 
 const ReaderKind kReaders[] = {
+    {"what-if",
+     [](const FleetModel& m) -> std::unique_ptr<Reader> {
+       return std::make_unique<WhatIfReader>(m);
+     }},
     {"step-time",
      [](const FleetModel& m) -> std::unique_ptr<Reader> {
        return std::make_unique<FlatReader>(m);
@@ -285,14 +379,17 @@ bool IsPipelineKind(const std::string& name) {
 
 void RunPipelineAccuracy(const PipelineAccuracyOptions& options) {
   std::printf(
-      "\npipeline-parallel jobs: %llu healthy steps, then the fault for %llu steps; "
-      "magnitude = the job's slowdown\n",
+      "\npipeline-parallel jobs: %llu healthy steps, then the fault for %llu steps. mag: the "
+      "slowdown S the fault causes; columns: runs, right verdict and culprit, something else "
+      "named, median steps to the right one; medians of the reader's S at the last step, of the "
+      "job's slowdown against the job without the fault, of the fault's parameter\n",
       static_cast<unsigned long long>(kWarmup), static_cast<unsigned long long>(kFaultSteps));
   struct Row {
     std::string key;  // kind, layout, magnitude
     std::vector<Totals> by_reader = std::vector<Totals>(kReaderCount);
     std::vector<std::vector<double>> slowdowns = std::vector<std::vector<double>>(kReaderCount);
     std::vector<double> parameters;
+    std::vector<double> job_slowdowns;  // against the job without the fault
   };
   std::vector<Row> rows;
   std::vector<std::map<std::string, Totals>> by_kind(kReaderCount);
@@ -310,6 +407,9 @@ void RunPipelineAccuracy(const PipelineAccuracyOptions& options) {
           Scenario s = MakeScenario(&kind, layout, mag, static_cast<uint64_t>(seed));
           s.parameter = Calibrate(s);
           row.parameters.push_back(s.parameter);
+          double job = 0;
+          TrueSlowdown(s, s.parameter, &job);
+          row.job_slowdowns.push_back(job);
           const std::vector<Outcome> outcomes = Run(s);
           for (size_t i = 0; i < kReaderCount; ++i) {
             const Outcome& o = outcomes[i];
@@ -328,16 +428,16 @@ void RunPipelineAccuracy(const PipelineAccuracyOptions& options) {
     }
   }
   for (size_t i = 0; i < kReaderCount; ++i) {
-    std::printf("\n%s: %-19s %-12s %5s %6s %9s %9s %7s %8s  parameter (median)\n", kReaders[i].name,
-                "kind", "layout", "mag", "runs", "detected", "wrong", "median", "S");
+    std::printf("\n%s: %-19s %-12s %5s %6s %9s %9s %7s %8s %8s  parameter\n", kReaders[i].name,
+                "kind", "layout", "mag", "runs", "detected", "wrong", "median", "S seen", "job");
     for (const Row& row : rows) {
       const Totals& t = row.by_reader[i];
       const double slowdown = Median(row.slowdowns[i]);
-      std::printf("%*s  %s %6d %8.1f%% %8.1f%% %7.1f %8s  %.4g\n",
+      std::printf("%*s  %s %6d %8.1f%% %8.1f%% %7.1f %8s %8.3f  %.4g\n",
                   static_cast<int>(std::string(kReaders[i].name).size()), "", row.key.c_str(),
                   t.runs, 100.0 * t.detected / t.runs, 100.0 * t.wrong / t.runs, Median(t.steps),
                   slowdown > 0 ? fmt::format("{:.3f}", slowdown).c_str() : "-",
-                  Median(row.parameters));
+                  Median(row.job_slowdowns), Median(row.parameters));
     }
     for (const auto& [kind, counts] : final_labels[i]) {
       std::printf("%s: %-19s at the last step: %s\n", kReaders[i].name, kind.c_str(),

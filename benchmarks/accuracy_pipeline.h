@@ -5,9 +5,10 @@
 // after every aligned step is compared with the injected fault.
 //
 // Magnitude: the fault's parameter (a factor, a spread, a pause) is calibrated per run so that
-// the noiseless job's mean step over the fault's steps is (1 + magnitude) x the same job's
-// without the fault — the slowdown S the fault causes. Culprits (worker, stage, GC rank) vary
-// with the seed, over every stage and tensor rank.
+// the slowdown S it causes is 1 + magnitude — S as the what-if study defines it (the job's mean
+// step over that of the job with every op at its kind's mean duration), computed from the
+// noiseless simulation over the fault's steps. Culprits (worker, stage, GC rank) vary with the
+// seed, over every stage and tensor rank.
 //
 // Used only by accuracy_benchmark's main(); single-threaded.
 #pragma once

@@ -334,8 +334,8 @@ CommandRunner AddSimulateCommand(CLI::App& app) {
       "X ms on rank R every N-th step, defaults 10, 100); with --parallel "
       "slow-worker:dp=D,pp=S[,factor=F] (that worker's compute x F, 1.3), "
       "stage-imbalance:stage=S[,factor=F] (the stage's compute on every replica x F, 1.25), "
-      "sequence-imbalance[:spread=X] (each step each replica's compute x (1 + X u), u uniform in "
-      "[0,1), 0.3); slow-input, input-bound, wait, slow-host are flat only");
+      "sequence-imbalance[:spread=X] (each step each replica's compute x (1 + X v), v uniform in "
+      "[-1,1), X < 1, 0.3); slow-input, input-bound, wait, slow-host are flat only");
   cmd->add_option("--rate", f->rate,
                   "with --speed max: offer at most this many records/s (0 = as fast as possible)")
       ->capture_default_str()

@@ -106,8 +106,9 @@ absl::Status ParseKeys(std::string_view keys, FaultSpec* spec) {
         case FaultKind::kSequenceImbalance:
           if (key != "spread")
             return absl::InvalidArgumentError("unknown key " + named + "(spread)");
-          if (!ParseDouble(value, &spec->magnitude) || spec->magnitude < 0) {
-            return absl::InvalidArgumentError("spread must be a number >= 0");
+          if (!ParseDouble(value, &spec->magnitude) || spec->magnitude < 0 ||
+              spec->magnitude >= 1) {
+            return absl::InvalidArgumentError("spread must be a number in [0, 1)");
           }
           break;
         case FaultKind::kGc:

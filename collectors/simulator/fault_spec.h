@@ -34,8 +34,9 @@ enum class FaultKind {
   // replica (the stage holds too many layers); default 1.25.
   kStageImbalance,
   // --parallel only. `sequence-imbalance[:spread=X]`: each step, each data-parallel replica's
-  // compute (every stage of it) x (1 + X u), u uniform in [0, 1) drawn per replica and step,
-  // so the slowest replica moves from step to step; default 0.3.
+  // compute (every stage of it) x (1 + X v), v uniform in [-1, 1) drawn per replica and step:
+  // the work is the same on average, unevenly spread, and the slowest replica moves from step
+  // to step; X in [0, 1), default 0.3.
   kSequenceImbalance,
   // `gc:rank=R[,every=N][,ms=X]`: a garbage-collection pause of X ms on rank R on every N-th
   // step from FROM_STEP (defaults 10 steps, 100 ms), recorded in the rank's gc_ns/gc_count.

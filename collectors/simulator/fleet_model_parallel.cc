@@ -118,8 +118,8 @@ void FleetModel::PipelineStep(uint64_t step, std::vector<v1::StepRecord>* record
         break;
       case FaultKind::kSequenceImbalance:
         for (uint32_t d = 0; d < p.dp; ++d) {
-          const double u = Uniform(kSequenceLength, (uint64_t{fi} << 32) | d, step);
-          for (uint32_t s = 0; s < p.pp; ++s) factor[s * p.dp + d] *= 1 + f.magnitude * u;
+          const double v = 2 * Uniform(kSequenceLength, (uint64_t{fi} << 32) | d, step) - 1;
+          for (uint32_t s = 0; s < p.pp; ++s) factor[s * p.dp + d] *= 1 + f.magnitude * v;
         }
         break;
       case FaultKind::kSlowCompute:

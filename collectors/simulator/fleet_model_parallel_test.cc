@@ -91,8 +91,9 @@ TEST(FaultSpecTest, ParsesTheParallelKinds) {
   for (const char* bad :
        {"slow-worker:dp=0", "slow-worker:pp=1", "slow-worker:dp=0,pp=1,factor=0",
         "slow-worker:dp=0,pp=1,rank=2", "stage-imbalance:factor=1.2", "stage-imbalance:stage=x",
-        "sequence-imbalance:spread=-1", "gc:every=3", "gc:rank=1,every=0", "gc:rank=1,ms=-5",
-        "gc:rank=1:9-3", "gc:rank=1:1:2", "slow-worker:dp=0,pp=1,factor"}) {
+        "sequence-imbalance:spread=-1", "sequence-imbalance:spread=1", "gc:every=3",
+        "gc:rank=1,every=0", "gc:rank=1,ms=-5", "gc:rank=1:9-3", "gc:rank=1:1:2",
+        "slow-worker:dp=0,pp=1,factor"}) {
     auto r = ParseFaultSpec(bad);
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find(bad), std::string::npos) << r.status();
@@ -285,6 +286,7 @@ TEST(FleetModelParallelTest, SequenceImbalanceMovesTheSlowReplicaFromStepToStep)
   o.faults.push_back(Fault("sequence-imbalance:spread=0.3"));
   Steps s(o);
   std::set<uint32_t> slowest;
+  double mean = 0;  // of the replicas' factors: the work is the same on average
   for (uint64_t step = 0; step < 20; ++step) {
     const auto& recs = s.Step(step);
     double worst = 0;
@@ -294,13 +296,15 @@ TEST(FleetModelParallelTest, SequenceImbalanceMovesTheSlowReplicaFromStepToStep)
       const double f0 = MeanCompute(recs[RankOf(o, 0, d, 0)]) / 1500;
       const double f1 = MeanCompute(recs[RankOf(o, 0, d, 1)]) / 1500;
       EXPECT_NEAR(f0, f1, 0.002);
-      EXPECT_GE(f0, 1.0 - 0.001);
+      EXPECT_GE(f0, 0.7 - 0.001);
       EXPECT_LT(f0, 1.3 + 0.001);
+      mean += f0 / (20 * 4);
       if (f0 > worst) worst = f0, worst_d = d;
     }
     slowest.insert(worst_d);
   }
   EXPECT_GE(slowest.size(), 3u);  // 20 steps, 4 replicas: the slow one moves
+  EXPECT_NEAR(mean, 1.0, 0.06);   // 80 draws of 1 + 0.3 v: standard error 0.02
 }
 
 TEST(FleetModelParallelTest, GcPauseIsAnOpInsideAForwardComputeEveryNSteps) {
