@@ -118,14 +118,14 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version) 
       "stage_imbalance, sequence_imbalance, slow_communication, gc_pauses, unattributed), 0 "
       "for the others.",
       {"training_job", "verdict"});
-  whatif_stage_ = r->Gauge(
-      "rankwatch_whatif_stage_slowdown",
-      "Pipeline jobs: the slowdown with only one stage's ops at their measured times.",
-      {"training_job", "stage"});
-  whatif_op_group_ = r->Gauge(
-      "rankwatch_whatif_op_slowdown",
-      "Pipeline jobs: the slowdown with only one op group's ops at their measured times.",
-      {"training_job", "op"});
+  whatif_stage_ =
+      r->Gauge("rankwatch_whatif_stage_slowdown",
+               "Pipeline jobs: the slowdown with only one stage's ops at their measured times.",
+               {"training_job", "stage"});
+  whatif_op_group_ =
+      r->Gauge("rankwatch_whatif_op_slowdown",
+               "Pipeline jobs: the slowdown with only one op group's ops at their measured times.",
+               {"training_job", "op"});
   whatif_explained_ = r->Gauge(
       "rankwatch_whatif_explained_ratio",
       "Pipeline jobs: the share of S - 1 that the top workers (m_w) or the worst stage (m_s) "
@@ -324,7 +324,8 @@ void DaemonMetrics::PublishWhatIf(const JobSnapshot& s) {
   whatif_lost_->WithLabels({job})->Set(v.lost_rank_seconds);
   std::vector<MetricFamily::Row> rows;
   const whatif::Decomposition& d = w.result.decomposition;
-  for (size_t i = 0; i < d.by_stage.size(); ++i) rows.push_back({{job, std::to_string(i)}, d.by_stage[i]});
+  for (size_t i = 0; i < d.by_stage.size(); ++i)
+    rows.push_back({{job, std::to_string(i)}, d.by_stage[i]});
   whatif_stage_->SetSeriesOf(job, rows);
   rows.clear();
   for (const auto& [group, x] : d.by_op_group) rows.push_back({{job, group}, x});
