@@ -12,6 +12,8 @@ PHASE_BACKWARD: int
 PHASE_OPTIMIZER: int
 PHASE_COLLECTIVE: int
 PHASE_FORWARD_BACKWARD: int
+# {"forward-compute": 1, "backward-compute": 2, ...}: the wire's OpType values by kebab name.
+OP_TYPES: dict[str, int]
 
 def now_ns() -> int:
     """Monotonic clock, ns: the clock of every *_ns argument."""
@@ -69,11 +71,34 @@ class Collector:
         control_topic: str = ...,
         take_stacks: bool = ...,
         scheduler: Mapping[str, str] = ...,
+        watch_gc: bool = ...,
+        max_ops_per_step: int = ...,
+        gc_op_min_ns: int = ...,
     ) -> None: ...
     def begin_step(self, step: int, /) -> None: ...
     def end_step(self) -> None: ...
     def end_step_with_peak_rss(self, peak: ProcessPeakMemory) -> None: ...
     def add_phase(self, phase: int, begin_ns: int, end_ns: int, /) -> None: ...
+    def add_op(self, type: int, microbatch: int, chunk: int, begin_ns: int, end_ns: int, /) -> None: ...
+    def add_gc_pause(self, begin_ns: int, end_ns: int, /) -> None: ...
+    def set_layout(
+        self,
+        *,
+        data_rank: int = ...,
+        data_size: int = ...,
+        pipeline_rank: int = ...,
+        pipeline_size: int = ...,
+        tensor_rank: int = ...,
+        tensor_size: int = ...,
+        context_rank: int = ...,
+        context_size: int = ...,
+        expert_rank: int = ...,
+        expert_size: int = ...,
+        virtual_stages: int = ...,
+    ) -> None:
+        """ValueError when the layout does not fit the world size."""
+    @property
+    def layout(self) -> dict[str, int] | None: ...
     def set_training_strategy(self, training_strategy: str, sharded: bool = ...) -> None: ...
     @property
     def training_strategy(self) -> str: ...
@@ -117,3 +142,8 @@ class Collector:
     def stats(self) -> dict[str, Any]: ...
     @property
     def memory_bound_bytes(self) -> int: ...
+
+class GcWatcher:
+    """A gc.callbacks entry: each collection is a GC pause of the collector's open step."""
+    def __init__(self, collector: Collector) -> None: ...
+    def __call__(self, phase: str, info: Mapping[str, int]) -> None: ...
