@@ -92,22 +92,58 @@ py::dict OpTypes() {
   return d;
 }
 
-// A gc.callbacks entry: times each collection from "start" to "stop" and accounts it to the
-// collector's open step (Collector::AddGcPause). Called by CPython with the GIL held, on the
+// The gc.callbacks entry rankwatch installs: a builtin function (METH_FASTCALL, no pybind11
+// dispatch, which would cost more than a Python callback) whose `self` is a capsule holding
+// its GcWatcher. Times each collection from "start" to "stop" and accounts it to the
+// collector's open step (Collector::AddGcPause). CPython calls it with the GIL held, on the
 // thread that collects; collections do not nest.
+constexpr char kGcCapsule[] = "rankwatch._native.GcWatcher";
+
 struct GcWatcher {
+  PyObject* owner;  // the Python collector (a reference: it outlives the callback)
   Collector* collector;
   uint64_t begin_ns = 0;
-
-  void Call(py::handle phase) {
-    if (PyUnicode_CompareWithASCIIString(phase.ptr(), "start") == 0) {
-      begin_ns = Collector::NowNs();
-    } else if (begin_ns != 0) {
-      collector->AddGcPause(begin_ns, Collector::NowNs());
-      begin_ns = 0;
-    }
-  }
 };
+
+PyObject* GcCallback(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  auto* w = static_cast<GcWatcher*>(PyCapsule_GetPointer(self, kGcCapsule));
+  if (w == nullptr) return nullptr;
+  if (nargs < 1 || !PyUnicode_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "a gc callback takes (phase, info)");
+    return nullptr;
+  }
+  if (PyUnicode_CompareWithASCIIString(args[0], "start") == 0) {
+    w->begin_ns = Collector::NowNs();
+  } else if (w->begin_ns != 0) {
+    w->collector->AddGcPause(w->begin_ns, Collector::NowNs());
+    w->begin_ns = 0;
+  }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef kGcCallbackDef = {
+    "rankwatch_gc_callback",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&GcCallback)), METH_FASTCALL,
+    "gc.callbacks entry: each collection is a GC pause of the collector's open step"};
+
+py::object GcCallbackOf(py::object collector) {
+  auto* w = new GcWatcher{collector.ptr(), &collector.cast<Collector&>()};
+  Py_INCREF(w->owner);
+  PyObject* capsule = PyCapsule_New(w, kGcCapsule, [](PyObject* cap) {
+    auto* watcher = static_cast<GcWatcher*>(PyCapsule_GetPointer(cap, kGcCapsule));
+    Py_DECREF(watcher->owner);
+    delete watcher;
+  });
+  if (capsule == nullptr) {
+    Py_DECREF(w->owner);
+    delete w;
+    throw py::error_already_set();
+  }
+  PyObject* fn = PyCFunction_New(&kGcCallbackDef, capsule);
+  Py_DECREF(capsule);  // the function holds it
+  if (fn == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(fn);
+}
 
 rankwatch::RankLayout LayoutOf(uint32_t data_rank, uint32_t data_size, uint32_t pipeline_rank,
                                uint32_t pipeline_size, uint32_t tensor_rank, uint32_t tensor_size,
@@ -446,14 +482,9 @@ PYBIND11_MODULE(_native, m) {
            })
       .def_property_readonly("memory_bound_bytes", &Collector::memory_bound_bytes);
 
-  py::class_<GcWatcher>(m, "GcWatcher")
-      .def(py::init([](Collector& c) { return GcWatcher{&c}; }), py::arg("collector"),
-           py::keep_alive<1, 2>())
-      .def(
-          "__call__", [](GcWatcher& w, py::handle phase, py::handle) { w.Call(phase); },
-          py::arg("phase"), py::arg("info"),
-          "a gc.callbacks entry: each collection, \"start\" to \"stop\", is a GC pause of "
-          "the collector's open step");
+  m.def("gc_callback", &GcCallbackOf, py::arg("collector"),
+        "a gc.callbacks entry for `collector`: each collection, \"start\" to \"stop\", is a "
+        "GC pause of its open step");
 
   py::class_<rankwatch::ProcessPeakMemory>(m, "ProcessPeakMemory")
       .def(py::init<>())

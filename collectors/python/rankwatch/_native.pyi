@@ -1,7 +1,7 @@
 """Types of rankwatch._native, the pybind11 extension built from collectors/python/native_module.cc
 (the C++ collector library bound for this package). Written by hand: a binding added or changed
 there is added or changed here too; scripts/check_python.sh checks the package against it."""
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NotRequired, TypedDict
 
 VERSION: str
@@ -143,7 +143,5 @@ class Collector:
     @property
     def memory_bound_bytes(self) -> int: ...
 
-class GcWatcher:
+def gc_callback(collector: Collector) -> Callable[[str, Mapping[str, int]], None]:
     """A gc.callbacks entry: each collection is a GC pause of the collector's open step."""
-    def __init__(self, collector: Collector) -> None: ...
-    def __call__(self, phase: str, info: Mapping[str, int]) -> None: ...

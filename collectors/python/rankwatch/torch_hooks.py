@@ -307,10 +307,10 @@ def instrument_collectives(native: _native.Collector,
 
 
 def watch_gc(native: _native.Collector) -> Attachment:
-    """Python's garbage collections as GC pauses of the open step: a gc.callbacks entry (the
-    native GcWatcher, no Python frame) times each collection from "start" to "stop". Returns its
+    """Python's garbage collections as GC pauses of the open step: a gc.callbacks entry (a
+    native function, no Python frame) times each collection from "start" to "stop". Returns its
     Attachment (on: in gc.callbacks)."""
-    watcher = _native.GcWatcher(native)
+    watcher = _native.gc_callback(native)
 
     def attach() -> Callable[[], None]:
         gc.callbacks.append(watcher)
