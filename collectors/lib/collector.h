@@ -164,8 +164,8 @@ struct CollectorStats {
   ControlListenerStats control;     // the control channel's (zero without one)
   uint64_t control_replies = 0;     // replies queued for shipping
   uint64_t captures_sent = 0;       // captures handed to the sender
-  uint64_t ops_recorded = 0;        // ops kept for their steps
-  uint64_t ops_dropped = 0;         // over max_ops_per_step, or their step lost
+  uint64_t ops_recorded = 0;        // ops taken into their step (within max_ops_per_step)
+  uint64_t ops_dropped = 0;         // over max_ops_per_step, or lost with their step
   uint64_t gc_pauses = 0;           // AddGcPause calls
 };
 
