@@ -8,11 +8,15 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version) 
       ->Set(1);
   MetricFamily* events =
       r->Counter("rankwatch_events_total",
-                 "Accepted telemetry, by kind (batch, step, kernel, sample).", {"kind"});
+                 "Accepted telemetry, by kind (batch, step, kernel, sample, op; unknown_op: ops "
+                 "of a type this daemon does not know, skipped).",
+                 {"kind"});
   events_batches = events->WithLabels({"batch"});
   events_steps = events->WithLabels({"step"});
   events_kernels = events->WithLabels({"kernel"});
   events_samples = events->WithLabels({"sample"});
+  events_ops = events->WithLabels({"op"});
+  events_unknown_ops = events->WithLabels({"unknown_op"});
   MetricFamily* rejected = r->Counter(
       "rankwatch_events_rejected_total",
       "Rejected input by reason: whole Kafka messages for decoding reasons, too_many_jobs, "
