@@ -275,6 +275,7 @@ absl::Status Analyzer::AddStep(StepOps step) {
   Impl& im = *impl_;
   im.index.resize(workers);
   for (uint32_t w = 0; w < workers; ++w) im.index[w].Build(step.workers[w]);
+  if (absl::Status s = internal::CheckDataRanksAgree(layout_, step, im.index); !s.ok()) return s;
   std::vector<uint32_t> key = internal::StepShape(layout_, step, im.index);
   std::shared_ptr<const StepModel> model;
   size_t found = im.models.size();

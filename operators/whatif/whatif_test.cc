@@ -343,6 +343,9 @@ TEST(WhatifAnalyzer, StepsThatFitNoModelAreRejectedWithOneLine) {
       st.message().find("data rank 1 of stage 0 has 2 forward-compute ops, data rank 0 has 1"),
       std::string::npos)
       << st;
+  // The same with a GC pause after the extra compute (a chain position data rank 0 lacks).
+  two.workers[1].push_back(O(K::kGc, 3, 4));
+  EXPECT_EQ(b.AddStep(two).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(b.steps(), 0u);
 }
 
