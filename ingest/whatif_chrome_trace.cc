@@ -24,6 +24,9 @@ using whatif::Layout;
 using whatif::Op;
 using whatif::OpKind;
 
+// More workers (data ranks x stages) than any job has: a corrupt trace or meta file.
+constexpr int64_t kMaxWorkers = int64_t{1} << 20;
+
 absl::Status Bad(const std::filesystem::path& file, const std::string& why) {
   return absl::InvalidArgumentError(file.string() + ": " + why);
 }
@@ -204,6 +207,10 @@ absl::StatusOr<WhatifTrace> ParseWhatifChromeTrace(std::string_view json,
         return Bad(file, EventWhere(at) + ": thread_name without pid, tid or args.name");
       }
       const auto parsed = ParseThreadName(tname);
+      if (parsed && (parsed->stage >= kMaxWorkers || parsed->tp >= kMaxWorkers)) {
+        return Bad(
+            file, EventWhere(at) + ": thread name '" + std::string(tname) + "': rank out of range");
+      }
       if (!parsed) {
         return Bad(file, EventWhere(at) + ": thread name '" + std::string(tname) +
                              "' is not \"PP rank <stage>, TP rank <t>, <lane>\"");
@@ -231,7 +238,9 @@ absl::StatusOr<WhatifTrace> ParseWhatifChromeTrace(std::string_view json,
       ++trace.negative_durations;
       r.dur = 0;
     }
-    if (r.pid < 0) return Bad(file, EventWhere(at) + ": negative pid");
+    if (r.pid < 0 || r.pid >= kMaxWorkers) {
+      return Bad(file, EventWhere(at) + ": pid " + std::to_string(r.pid) + " out of range");
+    }
     simdjson::dom::object args;
     int64_t step = 0;
     simdjson::dom::element step_e;
@@ -293,6 +302,10 @@ absl::StatusOr<WhatifTrace> ParseWhatifChromeTrace(std::string_view json,
     trace.layout = Layout{max_pid + 1, max_stage + 1, max_tp + 1, max_chunk + 1};
   }
   const Layout& l = trace.layout;
+  if (uint64_t{l.dp} * l.pp > kMaxWorkers) {
+    return Bad(file, "a layout of " + std::to_string(uint64_t{l.dp} * l.pp) +
+                         " workers (dp x pp): more than " + std::to_string(kMaxWorkers));
+  }
   for (RawEvent& r : kept) r.worker = r.worker * l.dp + static_cast<uint32_t>(r.pid);
   std::sort(kept.begin(), kept.end(), [](const RawEvent& a, const RawEvent& b) {
     return std::tie(a.step, a.worker, a.ts, a.seq, a.kind) <

@@ -107,7 +107,12 @@ absl::Status BindStep(std::shared_ptr<const StepModel> model, const StepOps& ste
 
   for (uint32_t v = 0; v < m.nodes; ++v) {
     const OpKind kind = m.kind[v];
-    if (IsCommunication(kind) || kind == OpKind::kGc) continue;
+    if (IsCommunication(kind)) {
+      const double* x = b.measured.data() + size_t{v} * dp;
+      b.sorted[K(kind)].insert(b.sorted[K(kind)].end(), x, x + dp);
+      continue;
+    }
+    if (kind == OpKind::kGc) continue;
     const double* x = b.measured.data() + size_t{v} * dp;
     double sum = 0;
     for (size_t d = 0; d < dp; ++d) sum += x[d];
@@ -117,6 +122,7 @@ absl::Status BindStep(std::shared_ptr<const StepModel> model, const StepOps& ste
       b.stage_compute_us[m.stage[v]] += sum;
     }
   }
+  for (auto& values : b.sorted) std::sort(values.begin(), values.end());
   b.measured_us = last > first ? last - first : 0.0;
   b.model = std::move(model);
   *out = std::move(b);

@@ -30,6 +30,8 @@ struct BoundStep {
   // of every GC op and the count of workers (GC time per worker and step).
   std::array<double, kOpKindCount> mean_sum{};
   std::array<uint64_t, kOpKindCount> mean_count{};
+  // Communication kinds: every measured transfer time (or duration) of the kind, sorted.
+  std::array<std::vector<double>, kOpKindCount> sorted{};
   std::array<uint32_t, kOpKindCount> ops{};  // ops of each kind in the step
   std::vector<double> stage_compute_us;      // per stage: forward + backward compute, summed
 };

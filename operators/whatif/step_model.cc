@@ -75,7 +75,9 @@ class Builder {
       st.chain_len = static_cast<uint32_t>(rep.chain.size());
       st.gc_slot.assign(st.chain_len + 1, -1);
       for (uint32_t d = 0; d < layout_.dp; ++d) {
-        for (uint32_t pos : index_[s * layout_.dp + d].gc_pos) st.gc_slot[pos] = 0;
+        for (uint32_t pos : index_[s * layout_.dp + d].gc_pos) {
+          if (pos <= st.chain_len) st.gc_slot[pos] = 0;  // CheckDataRanksAgree: always
+        }
       }
       st.gc_slot[st.chain_len] = 0;
       for (int32_t& slot : st.gc_slot) {
@@ -485,6 +487,25 @@ void WorkerIndex::Build(const std::vector<Op>& ops) {
                                          [&](uint32_t c) { return ops[c].start_us < start; });
     gc_pos.push_back(static_cast<uint32_t>(it - chain.begin()));
   }
+}
+
+absl::Status CheckDataRanksAgree(const Layout& layout, const StepOps& step,
+                                 const std::vector<WorkerIndex>& index) {
+  for (uint32_t s = 0; s < layout.pp; ++s) {
+    const WorkerIndex& rep = index[s * layout.dp];
+    for (uint32_t d = 1; d < layout.dp; ++d) {
+      const WorkerIndex& wi = index[s * layout.dp + d];
+      for (int k = 0; k < kOpKindCount; ++k) {
+        const auto kind = static_cast<OpKind>(k);
+        if (!IsOpNodeKind(kind) || wi.Count(kind) == rep.Count(kind)) continue;
+        return Invalid("step " + std::to_string(step.step) + ": data rank " + std::to_string(d) +
+                       " of stage " + std::to_string(s) + " has " + std::to_string(wi.Count(kind)) +
+                       " " + std::string(OpKindName(kind)) + " ops, data rank 0 has " +
+                       std::to_string(rep.Count(kind)));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::vector<uint32_t> StepShape(const Layout& layout, const StepOps& step,

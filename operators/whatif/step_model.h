@@ -97,6 +97,11 @@ struct StepModel {
   uint32_t groups() const { return static_cast<uint32_t>(group_synced.size()); }
 };
 
+// InvalidArgument (one line) unless every data rank of each stage has as many ops of each
+// modelled kind (GC aside) as the stage's data rank 0.
+absl::Status CheckDataRanksAgree(const Layout& layout, const StepOps& step,
+                                 const std::vector<WorkerIndex>& index);
+
 // What a model depends on, per stage: op counts per kind, the compute chain's kinds and chunks
 // (data rank 0), the chain positions holding a GC op on any data rank.
 std::vector<uint32_t> StepShape(const Layout& layout, const StepOps& step,

@@ -1,7 +1,9 @@
 #include "operators/whatif/whatif.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <deque>
 #include <limits>
 #include <span>
@@ -56,13 +58,47 @@ bool Close(const Typical& a, const Typical& b, double tolerance) {
   return true;
 }
 
-// The median as pandas takes it: the mean of the two middle values of an even count.
-double Median(std::vector<double>& v) {
-  const size_t n = v.size();
-  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(n / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  if (n % 2 == 1) return *mid;
-  return (*mid + *std::max_element(v.begin(), mid)) / 2;
+// Doubles mapped to unsigned integers of the same order.
+uint64_t OrderKey(double x) {
+  const auto u = std::bit_cast<uint64_t>(x);
+  return (u >> 63) != 0 ? ~u : u | (uint64_t{1} << 63);
+}
+double FromOrderKey(uint64_t k) {
+  return std::bit_cast<double>((k >> 63) != 0 ? k & ~(uint64_t{1} << 63) : ~k);
+}
+
+// The rank-th smallest (from 0) of the union of sorted arrays: the least value with more than
+// `rank` values at or below it, found by bisecting the doubles' order.
+double Select(std::span<const std::vector<double>* const> arrays, uint64_t rank) {
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (const std::vector<double>* a : arrays) {
+    if (a->empty()) continue;
+    lo = std::min(lo, OrderKey(a->front()));
+    hi = std::max(hi, OrderKey(a->back()));
+  }
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    const double x = FromOrderKey(mid);
+    uint64_t at_or_below = 0;
+    for (const std::vector<double>* a : arrays) {
+      at_or_below += static_cast<uint64_t>(std::upper_bound(a->begin(), a->end(), x) - a->begin());
+    }
+    if (at_or_below > rank) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return FromOrderKey(lo);
+}
+
+// The median of the union of sorted arrays, as pandas takes it: the mean of the two middle
+// values of an even count.
+double Median(std::span<const std::vector<double>* const> arrays) {
+  uint64_t n = 0;
+  for (const std::vector<double>* a : arrays) n += a->size();
+  if (n % 2 == 1) return Select(arrays, n / 2);
+  return (Select(arrays, n / 2 - 1) + Select(arrays, n / 2)) / 2;
 }
 
 // A set of (node, data rank) entries of a step's duration array.
@@ -147,25 +183,31 @@ struct Analyzer::Impl {
   internal::BindScratch bind;
   internal::Simulator sim;
   std::vector<double> buf;
-  std::array<std::vector<double>, kOpKindCount> values;
 
-  Typical ComputeTypical(const Layout& layout);
-  // Simulates with `buf` holding `base` everywhere but `sels`, which take `over`; `buf` holds
-  // `base` again afterwards.
+  Typical ComputeTypical() const;
+  // Simulates with `base` everywhere but `sels`, which take `over`. `buf` keeps `base`
+  // between calls, so a run of calls on one base copies it once.
   double RunWith(const StepModel& m, std::span<const Selection> sels, const double* over,
-                 const double* base) {
+                 const std::vector<double>& base) {
+    if (loaded != base.data()) {
+      buf = base;
+      loaded = base.data();
+    }
     for (const Selection& sel : sels) {
       ForRanges(m, sel, [&](size_t b, size_t e) { std::copy(over + b, over + e, buf.data() + b); });
     }
     const double t = sim.Run(m, buf.data());
     for (const Selection& sel : sels) {
-      ForRanges(m, sel, [&](size_t b, size_t e) { std::copy(base + b, base + e, buf.data() + b); });
+      ForRanges(m, sel, [&](size_t b, size_t e) {
+        std::copy(base.data() + b, base.data() + e, buf.data() + b);
+      });
     }
     return t;
   }
+  const double* loaded = nullptr;  // whose values `buf` holds
 };
 
-Typical Analyzer::Impl::ComputeTypical(const Layout& layout) {
+Typical Analyzer::Impl::ComputeTypical() const {
   Typical t{};
   std::array<double, kOpKindCount> sum{};
   std::array<uint64_t, kOpKindCount> count{};
@@ -178,20 +220,14 @@ Typical Analyzer::Impl::ComputeTypical(const Layout& layout) {
   for (int k = 0; k < kOpKindCount; ++k) {
     if (!IsCommunication(static_cast<OpKind>(k)) && count[k] > 0) t[k] = sum[k] / count[k];
   }
-  for (auto& v : values) v.clear();
-  const size_t dp = layout.dp;
-  for (const StepEntry& e : window) {
-    const StepModel& m = *e.bound.model;
-    const double* measured = e.bound.measured.data();
-    for (size_t v = 0; v < m.nodes; ++v) {
-      const OpKind kind = m.kind[v];
-      if (!IsCommunication(kind)) continue;
-      auto& out = values[static_cast<size_t>(kind)];
-      out.insert(out.end(), measured + v * dp, measured + (v + 1) * dp);
-    }
-  }
+  std::vector<const std::vector<double>*> arrays;
   for (int k = 0; k < kOpKindCount; ++k) {
-    if (!values[k].empty()) t[k] = Median(values[k]);
+    if (!IsCommunication(static_cast<OpKind>(k))) continue;
+    arrays.clear();
+    for (const StepEntry& e : window) {
+      if (!e.bound.sorted[k].empty()) arrays.push_back(&e.bound.sorted[k]);
+    }
+    if (!arrays.empty()) t[k] = Median(arrays);
   }
   t[internal::kZeroTypical] = 0;
   return t;
@@ -239,6 +275,7 @@ absl::Status Analyzer::AddStep(StepOps step) {
   Impl& im = *impl_;
   im.index.resize(workers);
   for (uint32_t w = 0; w < workers; ++w) im.index[w].Build(step.workers[w]);
+  if (absl::Status s = internal::CheckDataRanksAgree(layout_, step, im.index); !s.ok()) return s;
   std::vector<uint32_t> key = internal::StepShape(layout_, step, im.index);
   std::shared_ptr<const StepModel> model;
   size_t found = im.models.size();
@@ -275,7 +312,8 @@ WindowResult Analyzer::Window() {
   const Options& opt = im.options;
   const uint32_t dp = layout_.dp, pp = layout_.pp, workers = layout_.workers();
   const size_t n = im.window.size();
-  const Typical typical = im.ComputeTypical(layout_);
+  const Typical typical = im.ComputeTypical();
+  im.loaded = nullptr;
 
   // The ideal: every node at its kind's typical duration; one simulation per model.
   struct Ideal {
@@ -283,7 +321,7 @@ WindowResult Analyzer::Window() {
     std::vector<double> dur;
     double t;
   };
-  std::vector<Ideal> ideals;
+  std::deque<Ideal> ideals;  // references stay valid as it grows
   auto ideal_of = [&](const StepModel& m) -> const Ideal& {
     for (const Ideal& i : ideals) {
       if (i.model == &m) return i;
@@ -342,9 +380,8 @@ WindowResult Analyzer::Window() {
     const StepModel& m = *e.bound.model;
     const Ideal& ideal = ideal_of(m);
     const double* measured = e.bound.measured.data();
-    im.buf = ideal.dur;
     auto run = [&](Selection sel) {
-      return im.RunWith(m, std::span<const Selection>(&sel, 1), measured, ideal.dur.data());
+      return im.RunWith(m, std::span<const Selection>(&sel, 1), measured, ideal.dur);
     };
     for (uint32_t d = 0; d < dp; ++d) {
       if (std::isnan(e.dp_t[d])) e.dp_t[d] = run({Selection::kDpRank, d});
@@ -403,24 +440,22 @@ WindowResult Analyzer::Window() {
     const StepModel& m = *e.bound.model;
     const Ideal& ideal = ideal_of(m);
     const double* measured = e.bound.measured.data();
-    im.buf = ideal.dur;
     for (const Selection& sel : worker_sels) {
       const uint32_t w = sel.a * dp + sel.b;
       if (Find(e.worker_t, w) == nullptr) {
         e.worker_t.emplace_back(
-            w, im.RunWith(m, std::span<const Selection>(&sel, 1), measured, ideal.dur.data()));
+            w, im.RunWith(m, std::span<const Selection>(&sel, 1), measured, ideal.dur));
       }
     }
-    im.buf = e.bound.measured;
     if (std::isnan(e.rem_workers_t) || e.rem_workers != r.m_w_workers) {
       e.rem_workers = r.m_w_workers;
-      e.rem_workers_t = im.RunWith(m, worker_sels, ideal.dur.data(), measured);
+      e.rem_workers_t = im.RunWith(m, worker_sels, ideal.dur.data(), e.bound.measured);
     }
     for (uint32_t s : {r.m_s_stage, last_stage}) {
       if (Find(e.stage_rem_t, s) == nullptr) {
         const Selection sel{Selection::kStage, s};
-        e.stage_rem_t.emplace_back(
-            s, im.RunWith(m, std::span<const Selection>(&sel, 1), ideal.dur.data(), measured));
+        e.stage_rem_t.emplace_back(s, im.RunWith(m, std::span<const Selection>(&sel, 1),
+                                                 ideal.dur.data(), e.bound.measured));
       }
     }
   }

@@ -96,6 +96,48 @@ TEST(WhatifAnalyzer, TwoStageOneFOneBByHand) {
   EXPECT_DOUBLE_EQ(r.per_step[0].decomposition.by_stage[1], 134.5 / 119.5);
 }
 
+Op C(OpKind kind, double start_ms, double end_ms, uint16_t chunk) {
+  Op op = O(kind, start_ms, end_ms);
+  op.chunk = chunk;
+  return op;
+}
+
+// Interleaved: two stages of two model chunks each (global chunks 0 s0, 1 s1, 2 s0, 3 s1), one
+// microbatch, forward 10, backward 20. Each compute has its send and receive; those with no
+// peer chunk (into chunk 0, out of chunk 3) are no-ops of their own, here 0 long. Stage 1's
+// forward send of chunk 0 goes to stage 0's chunk 1 (the pipeline wraps around). The model's
+// timeline, which these ops are:
+//   s0 F0 0-10, F1 22-32 (after s1's F0 21 + 1), B1 64-84 (after s1's B1 63 + 1),
+//   B0 106-126 (after s1's B0 105 + 1), optimizer 126-131;
+//   s1 F0 11-21, F1 33-43, B1 43-63, B0 85-105, optimizer 105-110.
+TEST(WhatifAnalyzer, InterleavedStagesPairTheirSendsAcrossTheWrapAround) {
+  StepOps s;
+  s.step = 1;
+  s.workers = {
+      {O(K::kForwardRecv, 0, 0), C(K::kForwardCompute, 0, 10, 0), O(K::kForwardSend, 10, 11),
+       O(K::kBackwardRecv, 10, 64), O(K::kForwardRecv, 10, 22), C(K::kForwardCompute, 22, 32, 1),
+       O(K::kForwardSend, 32, 33), C(K::kBackwardCompute, 64, 84, 1), O(K::kBackwardSend, 84, 85),
+       O(K::kBackwardRecv, 84, 106), C(K::kBackwardCompute, 106, 126, 0),
+       O(K::kBackwardSend, 126, 126), O(K::kOptimizer, 126, 131)},
+      {O(K::kForwardRecv, 0, 11), C(K::kForwardCompute, 11, 21, 0), O(K::kBackwardRecv, 21, 21),
+       O(K::kForwardSend, 21, 22), O(K::kForwardRecv, 21, 33), C(K::kForwardCompute, 33, 43, 1),
+       O(K::kForwardSend, 43, 43), C(K::kBackwardCompute, 43, 63, 1), O(K::kBackwardSend, 63, 64),
+       O(K::kBackwardRecv, 63, 85), C(K::kBackwardCompute, 85, 105, 0),
+       O(K::kBackwardSend, 105, 106), O(K::kOptimizer, 105, 110)},
+  };
+  Analyzer a(Layout{1, 2, 1, 2}, Options{});
+  const absl::Status st = a.AddStep(s);
+  ASSERT_TRUE(st.ok()) << st;
+  const WindowResult r = a.Window();
+  EXPECT_DOUBLE_EQ(r.measured_us, 131 * kMs);
+  EXPECT_DOUBLE_EQ(r.actual_us, 131 * kMs);
+
+  // The same ops with chunk 2 on a layout of two chunks: rejected.
+  s.workers[0][1].chunk = 2;
+  const absl::Status bad = a.AddStep(s);
+  EXPECT_NE(bad.message().find("model chunk 2, but vpp is 2"), std::string::npos) << bad;
+}
+
 // Flat data parallelism: 4 data ranks, forward 10, backward 20, then the grads all-reduce
 // (synced over every rank; 5 after the last start), optimizer 1. Rank `slow` takes twice as
 // long.
@@ -301,6 +343,9 @@ TEST(WhatifAnalyzer, StepsThatFitNoModelAreRejectedWithOneLine) {
       st.message().find("data rank 1 of stage 0 has 2 forward-compute ops, data rank 0 has 1"),
       std::string::npos)
       << st;
+  // The same with a GC pause after the extra compute (a chain position data rank 0 lacks).
+  two.workers[1].push_back(O(K::kGc, 3, 4));
+  EXPECT_EQ(b.AddStep(two).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(b.steps(), 0u);
 }
 
