@@ -43,7 +43,7 @@ struct VerdictOptions {
   // least this share of S - 1.
   double explain_share = 0.5;
   // Sequence imbalance: the most frequent slowest replica holds at most this share of steps.
-  double moving_max_share = 0.6;
+  double moving_max_share = 0.8;
 };
 
 // Per-step op statistics the verdict needs beside the analyzer's result: each stage's mean
