@@ -136,12 +136,12 @@ def main():
                 t, s_theirs = time_study(analyzer_dir, folder, 1)
                 theirs += t
             m_ours, m_theirs = statistics.median(ours), statistics.median(theirs)
-            agree = abs(s_ours - s_theirs) <= 0.02 * s_theirs
+            agree = bool(abs(s_ours - s_theirs) <= 0.02 * s_theirs)
             failed |= not agree
             print(json.dumps({"job": os.path.basename(os.path.normpath(folder)), "runs": args.runs,
                               "rankwatch_s": round(m_ours, 5), "study_s": round(m_theirs, 4),
                               "speedup": round(m_theirs / m_ours, 1), "slowdown_rankwatch": round(s_ours, 4),
-                              "slowdown_study": round(s_theirs, 4), "agree": agree}), flush=True)
+                              "slowdown_study": round(float(s_theirs), 4), "agree": agree}), flush=True)
     return 1 if failed else 0
 
 
