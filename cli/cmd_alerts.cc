@@ -47,11 +47,16 @@ void Print(const v1::Alert& a, bool json) {
     std::tm tm{};
     gmtime_r(&t, &tm);
     std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    // A pipeline job's straggler alert comes from its what-if verdict.
+    const v1::WhatIf& w = a.evidence().whatif();
+    const bool whatif = a.kind() == v1::ALERT_STRAGGLER && a.evidence().has_whatif() &&
+                        w.verdict() != "none" && w.verdict() != "balanced";
     const std::string& note = a.kind() == v1::ALERT_MEMORY_CREEP ||
                                       a.kind() == v1::ALERT_MEMORY_PRESSURE ||
                                       a.kind() == v1::ALERT_MEMORY_IMBALANCE
                                   ? a.evidence().memory().note()
-                                  : a.evidence().step().note();
+                              : whatif ? w.note()
+                                       : a.evidence().step().note();
     std::printf("#%llu %s %-8s %-4s %-16s %s %s%s%s\n",
                 static_cast<unsigned long long>(a.sequence()), when,
                 Lower(v1::AlertState_Name(a.state()), "ALERT_").c_str(),

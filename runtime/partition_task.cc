@@ -253,8 +253,14 @@ void PartitionTask::ToAlerts(const std::vector<AlertEvent>& events, const std::s
     if (e.state == AlertState::kPending || (e.state == AlertState::kResolved && !e.fired)) continue;
     const bool memory = e.kind == AlertKind::kMemoryCreep || e.kind == AlertKind::kMemoryPressure ||
                         e.kind == AlertKind::kMemoryImbalance;
-    const std::string note =
-        e.evidence ? (memory ? e.evidence->memory.note : e.evidence->step.note) : std::string();
+    // A pipeline job's straggler alert comes from its what-if verdict.
+    const bool whatif = e.kind == AlertKind::kStraggler && e.evidence && e.evidence->whatif &&
+                        e.evidence->whatif->verdict.verdict != whatif::Verdict::kNone &&
+                        e.evidence->whatif->verdict.verdict != whatif::Verdict::kBalanced;
+    const std::string note = !e.evidence ? std::string()
+                             : memory    ? e.evidence->memory.note
+                             : whatif    ? e.evidence->whatif->verdict.note
+                                         : e.evidence->step.note;
     if (e.state == AlertState::kFiring) {
       spdlog::warn("alert firing: {} ({}): {}", e.id, SeverityName(e.severity), note);
     } else {

@@ -539,6 +539,13 @@ function drawMemory(canvas, m, points) {
   canvas.dataset.points = String(points.length);
 }
 
+// A pipeline job's straggler alert comes from its what-if verdict.
+function alertNote(a) {
+  const e = a.evidence || {}, w = e.whatif;
+  if (a.kind === "ALERT_STRAGGLER" && w && w.verdict && w.verdict !== "none" && w.verdict !== "balanced") return w.note;
+  return a.kind && a.kind.startsWith("ALERT_MEMORY") ? (e.memory || {}).note : (e.step || {}).note;
+}
+
 function alertTable(alerts) {
   if (!alerts.length) return el("p", {class: "muted", id: "alerts-empty", text: "No alert."});
   return el("table", {id: "alerts"},
@@ -549,7 +556,7 @@ function alertTable(alerts) {
       el("td", {text: a.subject}),
       el("td", {text: label(a.state, "ALERT_")}),
       el("td", {}, badge(a.severity)),
-      el("td", {text: ((a.evidence || {}).step || {}).note || "—"})))));
+      el("td", {text: alertNote(a) || "—"})))));
 }
 
 function captureTable(job, captures) {
