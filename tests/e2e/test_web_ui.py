@@ -53,6 +53,9 @@ def get(url, method="GET", data=None):
         return e.code, json.loads(e.read())
 
 
+PIPELINE_JOB = "ui-pipeline"
+
+
 class WebUiTest(DaemonTestCase):
     @classmethod
     def setUpClass(cls):
@@ -61,6 +64,9 @@ class WebUiTest(DaemonTestCase):
         cls.fleet.simulate(cls.brokers, "--job", JOB, "--ranks", "64", "--ranks-per-node", "8", "--steps", "400",
                            "--step-ms", "20", "--speed", "max", "--sync", "ddp", "--report-collective",
                            "--fault", "slow-compute:%d:0.3" % CULPRIT, "--fault", "memory-leak:all:64")
+        # A pipeline job (issue #34): its last stage holds 30 % more work.
+        cls.fleet.simulate(cls.brokers, "--job", PIPELINE_JOB, "--parallel", "dp=2,pp=4,tp=1", "--steps", "30",
+                           "--step-ms", "40", "--speed", "max", "--fault", "stage-imbalance:stage=3,factor=1.3")
 
         def diagnosed():
             try:
@@ -252,6 +258,23 @@ class WebUiTest(DaemonTestCase):
             self.assertIn("communication", section.text)
             self.assertNotIn("null", driver.find_element(By.ID, "app").text)
             driver.save_screenshot(os.path.join(ARTIFACTS, "rank-kernel.png"))
+
+            # A pipeline job's page: the what-if card, the stage x replica grid, S over time.
+            driver.get(self.ui + "/ui/jobs/" + PIPELINE_JOB)
+            verdict = wait_until(lambda: [e for e in driver.find_elements(By.ID, "whatif-verdict")
+                                          if e.text == "stage imbalance"], 30, "the pipeline card's verdict")[0]
+            self.assertEqual(verdict.text, "stage imbalance")
+            self.assertIn("stage 3", driver.find_element(By.ID, "whatif-culprit").text)
+            grid = driver.find_element(By.ID, "whatif-grid")
+            rows = grid.find_elements(By.TAG_NAME, "tr")
+            self.assertEqual(len(rows), 1 + 4 + 1)  # header, 4 stages, the replicas' S
+            self.assertEqual(len(rows[1].find_elements(By.TAG_NAME, "td")), 2 + 1)  # 2 replicas, stage S
+            stage_s = [float(r.find_elements(By.TAG_NAME, "td")[-1].text) for r in rows[1:5]]
+            self.assertEqual(stage_s.index(max(stage_s)), 3)
+            wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, "canvas#whatif-chart[data-points]"), 20,
+                       "S over time")
+            self.assertNotIn("null", driver.find_element(By.ID, "app").text)
+            driver.save_screenshot(os.path.join(ARTIFACTS, "job-pipeline.png"))
         finally:
             driver.quit()
 
