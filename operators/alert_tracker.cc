@@ -22,7 +22,8 @@ std::vector<Candidate> CandidatesOf(const JobSnapshot& s) {
       s.whatif != nullptr && s.whatif->verdict.verdict != whatif::Verdict::kNone
           ? &s.whatif->verdict
           : nullptr;
-  if (w != nullptr && w->verdict != whatif::Verdict::kBalanced) {
+  if (w != nullptr && w->verdict != whatif::Verdict::kBalanced &&
+      !(w->verdict == whatif::Verdict::kUnattributed && w->severity == Severity::kInfo)) {
     std::string subject = "job";
     if ((w->verdict == whatif::Verdict::kSlowWorker || w->verdict == whatif::Verdict::kGcPauses) &&
         !w->ranks.empty()) {

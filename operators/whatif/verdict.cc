@@ -209,12 +209,13 @@ WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
     return v;
   }
 
-  if (stage_explaining >= 1 && (dp_explaining >= 2 || layout.dp == 1) && layout.pp > 1) {
-    const std::vector<double> compute = stats.StageComputeUs();
-    double total = 0;
-    for (double c : compute) total += c;
-    const double mean = total / std::max<size_t>(1, compute.size());
-    const double mine = stage_top < compute.size() ? compute[stage_top] : 0;
+  const std::vector<double> compute = stats.StageComputeUs();
+  double total = 0;
+  for (double c : compute) total += c;
+  const double mean = total / std::max<size_t>(1, compute.size());
+  const double mine = stage_top < compute.size() ? compute[stage_top] : 0;
+  if (stage_explaining >= 1 && (dp_explaining >= 2 || layout.dp == 1) && layout.pp > 1 &&
+      mine >= (1 + o.min_stage_excess) * mean) {
     v.verdict = Verdict::kStageImbalance;
     v.stage = static_cast<int32_t>(stage_top);
     v.explained = (d.by_stage[stage_top] - 1) / excess;
@@ -260,6 +261,7 @@ WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
   }
 
   v.verdict = Verdict::kUnattributed;
+  v.severity = r.slowdown >= o.crit_slowdown ? Severity::kCrit : Severity::kInfo;
   v.explained = 0;
   v.note = fmt::format(
       "{}; no single replica, stage or op type explains half of it (worst: data rank {} "

@@ -28,7 +28,9 @@ enum class Verdict : uint8_t {
   kSequenceImbalance,
   kSlowCommunication,
   kGcPauses,
-  kUnattributed,  // slower than ideal, but no one group explains it
+  // Slower than ideal, but no one group explains it (noise, contention): severity info, no
+  // alert, unless S reaches crit_slowdown.
+  kUnattributed,
 };
 inline constexpr int kVerdictCount = 8;
 // "none", "balanced", "slow_worker", "stage_imbalance", "sequence_imbalance",
@@ -42,6 +44,9 @@ struct VerdictOptions {
   // A group "explains" the slowdown when keeping only its measured durations brings back at
   // least this share of S - 1.
   double explain_share = 0.5;
+  // Stage imbalance needs the stage's compute at least this much above the stages' mean (a
+  // stage that explains the slowdown without more work is slow for another reason).
+  double min_stage_excess = 0.05;
   // Sequence imbalance: the most frequent slowest replica holds at most this share of steps.
   double moving_max_share = 0.8;
 };
