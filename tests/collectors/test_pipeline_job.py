@@ -30,12 +30,13 @@ STEPS = int(os.environ.get("RANKWATCH_TEST_STEPS", "50"))
 SKIP = 5  # warm-up steps left out of the per-worker facts
 DP, PP, MICROBATCHES = 2, 2, 4
 
-# The op order of one step of each stage (2 stages, 4 microbatches): 1F1B, as Megatron-LM's
-# non-interleaved schedule. F/B = forward/backward-compute, FS/FR = forward-send/-recv (the
-# activations), BS/BR = backward-send/-recv (their gradients); number = microbatch.
+# The ops of one step of each stage (2 stages, 4 microbatches) in start order: 1F1B, as
+# Megatron-LM's non-interleaved schedule. F/B = forward/backward-compute, FS/FR =
+# forward-send/-recv (the activations), BS/BR = backward-send/-recv (their gradients); number =
+# microbatch; X+Y = one exchange (both posted, then both waited for): Y's span inside X's.
 EXPECTED_ORDER = {
-    0: "data-loading F0 FS0 F1 FS1 BR0 B0 F2 FS2 BR1 B1 F3 FS3 BR2 B2 BR3 B3",
-    1: "data-loading FR0 F0 B0 BS0 FR1 F1 B1 BS1 FR2 F2 B2 BS2 FR3 F3 B3 BS3",
+    0: "data-loading F0 FS0 F1 BR0+FS1 B0 F2 BR1+FS2 B1 F3 BR2+FS3 B2 BR3 B3",
+    1: "data-loading FR0 F0 B0 FR1+BS0 F1 B1 FR2+BS1 F2 B2 FR3+BS2 F3 B3 BS3",
 }
 TAIL = ["grads-all-reduce", "optimizer-clip-main-grad", "optimizer"]
 SHORT = {"forward-compute": "F", "backward-compute": "B", "forward-send": "FS", "forward-recv": "FR",
@@ -95,14 +96,21 @@ class PipelineJobTest(DaemonTestCase):
         self.assertEqual(sorted(by_coord), [(d, s) for d in range(DP) for s in range(PP)])
         steps = {}
         for rank, log in ops.items():
-            for op in log:
+            for op in sorted(log, key=lambda o: o["start_ns"]):
                 steps.setdefault((rank, op["step"]), []).append(op)
         for (rank, step), step_ops in steps.items():
-            stage = ranks[rank]["stage"]
-            order = [short(o) for o in step_ops]
-            self.assertEqual(order, EXPECTED_ORDER[stage].split() + TAIL, "rank %d step %d" % (rank, step))
-            for a, b in zip(step_ops, step_ops[1:]):
-                self.assertLessEqual(a["end_ns"], b["start_ns"], "rank %d step %d: ops overlap" % (rank, step))
+            where = "rank %d step %d" % (rank, step)
+            expected = EXPECTED_ORDER[ranks[rank]["stage"]].split() + TAIL
+            self.assertEqual([short(o) for o in step_ops], [o for e in expected for o in e.split("+")], where)
+            k = 0
+            for e in expected:  # each op after the previous one, an exchange's two together
+                if k > 0:
+                    self.assertLessEqual(step_ops[k - 1]["end_ns"], step_ops[k]["start_ns"], where)
+                if "+" in e:
+                    outer, inner = step_ops[k], step_ops[k + 1]
+                    self.assertLessEqual(inner["end_ns"], outer["end_ns"], where)  # sorted: starts in order
+                    k += 1
+                k += 1
         self.assertEqual(len(steps), len(ranks) * STEPS)
 
         def find(rank, step, name):
