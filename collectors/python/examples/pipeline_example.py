@@ -53,6 +53,11 @@ def parse_args():
     p.add_argument("--seq-len", type=int, default=24, help="tokens per sequence")
     p.add_argument("--hidden", type=int, default=96, help="width of every layer")
     p.add_argument("--layers", type=int, default=4, help="layers per stage")
+    p.add_argument("--device-ms", type=float, default=0.0,
+                   help="accelerator time of one layer's forward over one microbatch of --seq-len "
+                        "tokens (backward: twice that), simulated with a sleep after the op's real "
+                        "compute, as the host thread of a GPU job waits for its kernels; in "
+                        "proportion to the layers and tokens of each op")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--clip-grad", type=float, default=1.0, help="global gradient norm bound")
     p.add_argument("--seed", type=int, default=0)
@@ -168,6 +173,7 @@ class Pipeline:
             if self.last:
                 y = nn.functional.mse_loss(y, target) / self.args.microbatches
             self.faults.extra_compute(cpu_start)  # fault injection
+            self.device_time(x, 1)
         return y
 
     def backward(self, i, x, y, grad):
@@ -175,7 +181,16 @@ class Pipeline:
             cpu_start = time.thread_time_ns()
             torch.autograd.backward(y, grad)
             self.faults.extra_compute(cpu_start)  # fault injection
+            self.device_time(x, 2)
         return None if self.first else x.grad
+
+    def device_time(self, x, passes):
+        """--device-ms: the op's accelerator time, in proportion to the stage's layers and the
+        microbatch's tokens (times the slow worker's factor)."""
+        if self.args.device_ms > 0:
+            tokens = x.shape[0] * x.shape[1] / (self.args.microbatch_size * self.args.seq_len)
+            time.sleep(self.args.device_ms / 1e3 * passes * len(self.module.blocks) * tokens
+                       * self.faults.device_factor)  # fault injection: the factor
 
     def run_1f1b(self, inputs, targets, shape):
         """One step's forward and backward passes over the microbatches (Megatron-LM's
@@ -339,6 +354,7 @@ class Faults:
         if args.fault_slow_worker:
             slow = tuple(int(v) for v in args.fault_slow_worker.split(","))
         self.extra = args.fault_slow_factor - 1 if slow == (data_rank, stage) else 0.0
+        self.device_factor = 1 + self.extra  # its accelerator time (--device-ms) too
         # Operands of the extra products: 16 rows, a fraction of a millisecond each.
         self.rows = torch.randn(16, args.hidden)
         self.weight = torch.randn(args.hidden, args.hidden) / math.sqrt(args.hidden)
