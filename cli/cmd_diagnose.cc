@@ -230,6 +230,50 @@ void PrintMemory(const v1::MemoryDiagnosis& m) {
   }
 }
 
+// A pipeline job's what-if: the verdict, S, and the stage x data-parallel replica grid.
+void PrintWhatIf(const v1::WhatIf& w) {
+  std::printf("WHAT-IF    %s (%s)   DP %u x PP %u x TP %u   S = %.3f over steps %llu-%llu (%u)\n",
+              Words(w.verdict(), "").c_str(), SeverityWord(w.severity()).c_str(),
+              w.data_parallel_size(), w.pipeline_size(), w.tensor_parallel_size(), w.slowdown(),
+              static_cast<unsigned long long>(w.first_step()),
+              static_cast<unsigned long long>(w.last_step()), w.steps());
+  if (!w.note().empty()) std::printf("           %s\n", w.note().c_str());
+  if (!w.next_step().empty()) std::printf("           next: %s\n", w.next_step().c_str());
+  std::printf("           step ms: measured %.2f, simulated %.2f, ideal %.2f   M_W %.2f   M_S %.2f "
+              "(stage %u)   lost %.1f rank-s\n",
+              w.measured_step_ms(), w.actual_step_ms(), w.ideal_step_ms(), w.m_w(), w.m_s(),
+              w.m_s_stage(), w.lost_rank_seconds());
+  if (w.skipped_steps() > 0) {
+    std::printf("           %llu aligned steps not analysed (last: %s)\n",
+                static_cast<unsigned long long>(w.skipped_steps()), w.skipped_reason().c_str());
+  }
+  if (w.slowdown_by_op_group_size() > 0) {
+    std::printf("           by op:");
+    for (int i = 0; i < w.slowdown_by_op_group_size() && i < 6; ++i) {
+      std::printf(" %s %.3f", w.slowdown_by_op_group(i).name().c_str(),
+                  w.slowdown_by_op_group(i).slowdown());
+    }
+    std::printf("\n");
+  }
+  if (w.slowdown_by_stage_size() == 0 || w.slowdown_by_data_rank_size() == 0) return;
+  // Rows: stages; columns: data-parallel replicas (at most 16 shown); a cell is
+  // min(S by its stage, S by its replica), the study's worker score.
+  const int dp = std::min(w.slowdown_by_data_rank_size(), 16);
+  std::printf("\n  %-10s", "stage\\dp");
+  for (int d = 0; d < dp; ++d) std::printf("%7d", d);
+  std::printf("%9s\n", "stage S");
+  for (int s = 0; s < w.slowdown_by_stage_size(); ++s) {
+    std::printf("  %-10d", s);
+    for (int d = 0; d < dp; ++d) {
+      std::printf("%7.3f", std::min(w.slowdown_by_stage(s), w.slowdown_by_data_rank(d)));
+    }
+    std::printf("%9.3f\n", w.slowdown_by_stage(s));
+  }
+  std::printf("  %-10s", "replica S");
+  for (int d = 0; d < dp; ++d) std::printf("%7.3f", w.slowdown_by_data_rank(d));
+  std::printf("\n");
+}
+
 int RunDiagnose(const DiagnoseFlags& f) {
   auto channel = grpc::CreateChannel(f.server, grpc::InsecureChannelCredentials());
   auto stub = v1::RankWatch::NewStub(channel);
@@ -279,6 +323,10 @@ int RunDiagnose(const DiagnoseFlags& f) {
         "INPUT LOST %llu messages of this job's partition were deleted before rankwatchd "
         "read them: the diagnosis may miss some of its steps\n\n",
         static_cast<unsigned long long>(d.input_lost_messages()));
+  }
+  if (d.has_whatif()) {
+    PrintWhatIf(d.whatif());
+    std::printf("\n");
   }
   PrintStep(d.step());
   PrintHangStacks(d.hang_stacks());

@@ -6,8 +6,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "cli/commands.h"
 #include "collectors/batch_publisher.h"
@@ -15,6 +17,7 @@
 #include "ingest/batch_decoder.h"
 #include "ingest/iteration_trace.h"
 #include "ingest/kineto_trace_reader.h"
+#include "ingest/whatif_chrome_trace.h"
 
 namespace rankwatch {
 namespace {
@@ -26,13 +29,14 @@ struct ReplayFlags {
   uint32_t world_size = 0;
   uint32_t chunk_steps = 100;
   uint32_t chunk_events = 20'000;
-  std::string format = "auto";  // auto, steps, kineto
+  std::string format = "auto";  // auto, steps, kineto, whatif
   std::vector<std::string> paths;
 };
 
 struct RankTrace {
   std::string node, device;
   std::map<uint64_t, v1::StepRecord> steps;  // deduplicated by step number
+  std::optional<v1::ParallelLayout> layout;
 };
 
 int64_t NowNs() {
@@ -93,7 +97,195 @@ int RunKinetoReplay(const ReplayFlags& f, const std::vector<std::filesystem::pat
   return (*publisher)->failed() == 0 ? 0 : 1;
 }
 
+// Publishes the ranks' step records in chunks of steps across all ranks, so that alignment never
+// holds the whole trace; the last batch of each rank is final. Prints the summary line.
+int PublishSteps(const ReplayFlags& f, std::map<uint32_t, RankTrace>& ranks, uint32_t world,
+                 size_t files) {
+  auto publisher = ConnectPublisher(f);
+  if (!publisher.ok()) {
+    std::fprintf(stderr, "rankwatch replay: %s\n",
+                 std::string(publisher.status().message()).c_str());
+    return publisher.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  // Publish in chunks of steps across all ranks, so alignment never holds the whole trace.
+  std::map<uint32_t, std::map<uint64_t, v1::StepRecord>::iterator> cursor;
+  for (auto& [rank, r] : ranks) cursor[rank] = r.steps.begin();
+  uint64_t records = 0, messages = 0, sequence = 0;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  bool more = true;
+  std::string buffer;
+  while (more) {
+    more = false;
+    for (auto& [rank, r] : ranks) {
+      v1::Batch b;
+      b.set_schema_version(kSchemaVersion);
+      b.set_sequence(sequence++);
+      b.set_created_unix_ns(now);
+      v1::SourceIdentity* src = b.mutable_source();
+      src->set_training_job(f.job);
+      src->set_rank(rank);
+      src->set_world_size(world);
+      src->set_node(r.node);
+      src->set_device(r.device);
+      src->set_collector("rankwatch-replay/" RANKWATCH_VERSION);
+      if (r.layout) *src->mutable_layout() = *r.layout;
+      auto& it = cursor[rank];
+      if (it == r.steps.end()) continue;
+      for (uint32_t n = 0; n < f.chunk_steps && it != r.steps.end(); ++n, ++it) {
+        *b.add_steps() = it->second;
+      }
+      // A trace is a finished run: its last batch says so, so its silence is not a hang.
+      if (it != r.steps.end()) {
+        more = true;
+      } else {
+        b.set_final(true);
+      }
+      records += b.steps_size();
+      ++messages;
+      b.SerializeToString(&buffer);
+      if (auto s = (*publisher)->Publish(f.job, buffer); !s.ok()) {
+        std::fprintf(stderr, "rankwatch replay: %s\n", std::string(s.message()).c_str());
+        return 1;
+      }
+    }
+  }
+  if (auto s = (*publisher)->Flush(std::chrono::seconds(60)); !s.ok()) {
+    std::fprintf(stderr, "rankwatch replay: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  std::printf(
+      "{\"files\": %zu, \"ranks\": %zu, \"world_size\": %u, \"records\": %llu, "
+      "\"messages\": %llu, \"failed\": %llu}\n",
+      files, ranks.size(), world, static_cast<unsigned long long>(records),
+      static_cast<unsigned long long>(messages),
+      static_cast<unsigned long long>((*publisher)->failed()));
+  return (*publisher)->failed() == 0 ? 0 : 1;
+}
+
+// Whether `paths` is one what-if study trace: a `timeline-*.json[.gz]` file or a directory
+// holding one.
+bool IsWhatifTrace(const std::vector<std::string>& paths) {
+  if (paths.size() != 1) return false;
+  auto is_timeline = [](const std::filesystem::path& p) {
+    const std::string name = p.filename().string();
+    return name.rfind("timeline-", 0) == 0 &&
+           (name.ends_with(".json") || name.ends_with(".json.gz"));
+  };
+  const std::filesystem::path path(paths[0]);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return is_timeline(path);
+  for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+    if (is_timeline(entry.path())) return true;
+  }
+  return false;
+}
+
+// The what-if study's per-op Chrome trace as a pipeline job: each worker (data rank, stage) is
+// published as its tensor ranks (Megatron's order: rank = (stage * dp + data rank) * tp +
+// tensor rank), each with its layout; tensor rank 0 carries the worker's ops (the trace holds
+// only its lanes; its peers move in lockstep), the others their step records alone. Op times
+// keep the trace's common clock: a step's ops count from its earliest op on any worker, put
+// in the recent past.
+int RunWhatifReplay(const ReplayFlags& f) {
+  auto trace = ReadWhatifChromeTrace(f.paths[0]);
+  if (!trace.ok()) {
+    std::fprintf(stderr, "rankwatch replay: %s\n", std::string(trace.status().message()).c_str());
+    return 2;
+  }
+  const whatif::Layout& l = trace->layout;
+  const uint32_t world = l.dp * l.pp * l.tp;
+  if (f.world_size != 0 && f.world_size != world) {
+    std::fprintf(stderr, "rankwatch replay: the trace's layout has %u ranks, --world-size says %u\n",
+                 world, f.world_size);
+    return 2;
+  }
+  double last_end_us = 0;
+  for (const whatif::StepOps& step : trace->steps) {
+    for (const auto& ops : step.workers) {
+      for (const whatif::Op& op : ops) last_end_us = std::max(last_end_us, op.start_us + op.duration_us);
+    }
+  }
+  // The trace's time 0, so that its last op ended a second ago.
+  const int64_t base_ns = NowNs() - static_cast<int64_t>(last_end_us * 1e3) - 1'000'000'000;
+  std::map<uint32_t, RankTrace> ranks;
+  for (uint32_t stage = 0; stage < l.pp; ++stage) {
+    for (uint32_t dp = 0; dp < l.dp; ++dp) {
+      for (uint32_t tp = 0; tp < l.tp; ++tp) {
+        RankTrace& r = ranks[(stage * l.dp + dp) * l.tp + tp];
+        r.node = "dp" + std::to_string(dp) + "-pp" + std::to_string(stage);
+        v1::ParallelLayout& layout = r.layout.emplace();
+        layout.set_data_rank(dp);
+        layout.set_data_size(l.dp);
+        layout.set_pipeline_rank(stage);
+        layout.set_pipeline_size(l.pp);
+        layout.set_tensor_rank(tp);
+        layout.set_tensor_size(l.tp);
+        layout.set_virtual_stages(l.vpp);
+      }
+    }
+  }
+  for (const whatif::StepOps& step : trace->steps) {
+    double first_us = INFINITY, end_us = 0;
+    for (const auto& ops : step.workers) {
+      for (const whatif::Op& op : ops) {
+        first_us = std::min(first_us, op.start_us);
+        end_us = std::max(end_us, op.start_us + op.duration_us);
+      }
+    }
+    if (!std::isfinite(first_us)) continue;
+    for (uint32_t w = 0; w < step.workers.size(); ++w) {
+      const uint32_t stage = w / l.dp, dp = w % l.dp;
+      v1::StepRecord record;
+      record.set_step(step.step);
+      uint64_t forward = 0, backward = 0, optimizer = 0, collective = 0, gc = 0, gc_count = 0;
+      v1::StepRecord with_ops = record;
+      for (const whatif::Op& op : step.workers[w]) {
+        const auto dur = static_cast<uint64_t>(std::llround(op.duration_us));
+        switch (op.kind) {
+          case whatif::OpKind::kForwardCompute: forward += dur; break;
+          case whatif::OpKind::kBackwardCompute: backward += dur; break;
+          case whatif::OpKind::kOptimizer: optimizer += dur; break;
+          case whatif::OpKind::kGc:
+            gc += dur;
+            ++gc_count;
+            break;
+          default:
+            if (whatif::IsCommunication(op.kind)) collective += dur;
+        }
+        v1::OpRecord* o = with_ops.add_ops();
+        o->set_type(static_cast<v1::OpType>(op.kind));
+        o->set_microbatch(op.microbatch);
+        o->set_model_chunk(op.chunk);
+        o->set_start_offset_us(static_cast<uint64_t>(std::llround(op.start_us - first_us)));
+        o->set_duration_us(dur);
+      }
+      for (v1::StepRecord* r : {&record, &with_ops}) {
+        r->set_forward_ns(forward * 1000);
+        r->set_backward_ns(backward * 1000);
+        r->set_optimizer_ns(optimizer * 1000);
+        r->set_collective_ns(collective * 1000);
+        r->set_gc_ns(gc * 1000);
+        r->set_gc_count(static_cast<uint32_t>(gc_count));
+        r->set_step_time_ns(static_cast<uint64_t>(std::llround((end_us - first_us) * 1e3)));
+        r->set_end_unix_ns(base_ns + static_cast<int64_t>(end_us * 1e3));
+      }
+      with_ops.set_ops_origin_unix_ns(base_ns + static_cast<int64_t>(std::llround(first_us * 1e3)));
+      for (uint32_t tp = 0; tp < l.tp; ++tp) {
+        ranks[(stage * l.dp + dp) * l.tp + tp].steps.emplace(step.step, tp == 0 ? with_ops : record);
+      }
+    }
+  }
+  spdlog::info("replay: {}: DP {} x PP {} x TP {}, {} steps, {} ops (tensor rank 0's lanes)",
+               trace->file.string(), l.dp, l.pp, l.tp, trace->steps.size(), trace->events);
+  return PublishSteps(f, ranks, world, 1);
+}
+
 int RunReplay(const ReplayFlags& f) {
+  if (f.format == "whatif" || (f.format == "auto" && IsWhatifTrace(f.paths))) {
+    return RunWhatifReplay(f);
+  }
   if (f.format != "steps") {
     // auto: Kineto when the paths hold no iteration trace but do hold *.json / *.json.gz.
     const bool kineto = f.format == "kineto" || !FindIterationTraces(f.paths).ok();
@@ -138,66 +330,7 @@ int RunReplay(const ReplayFlags& f) {
                  ranks.size(), world);
   }
 
-  auto publisher = ConnectPublisher(f);
-  if (!publisher.ok()) {
-    std::fprintf(stderr, "rankwatch replay: %s\n",
-                 std::string(publisher.status().message()).c_str());
-    return publisher.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  // Publish in chunks of steps across all ranks, so alignment never holds the whole trace.
-  std::map<uint32_t, std::map<uint64_t, v1::StepRecord>::iterator> cursor;
-  for (auto& [rank, r] : ranks) cursor[rank] = r.steps.begin();
-  uint64_t records = 0, messages = 0, sequence = 0;
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  bool more = true;
-  std::string buffer;
-  while (more) {
-    more = false;
-    for (auto& [rank, r] : ranks) {
-      v1::Batch b;
-      b.set_schema_version(kSchemaVersion);
-      b.set_sequence(sequence++);
-      b.set_created_unix_ns(now);
-      v1::SourceIdentity* src = b.mutable_source();
-      src->set_training_job(f.job);
-      src->set_rank(rank);
-      src->set_world_size(world);
-      src->set_node(r.node);
-      src->set_device(r.device);
-      src->set_collector("rankwatch-replay/" RANKWATCH_VERSION);
-      auto& it = cursor[rank];
-      if (it == r.steps.end()) continue;
-      for (uint32_t n = 0; n < f.chunk_steps && it != r.steps.end(); ++n, ++it) {
-        *b.add_steps() = it->second;
-      }
-      // A trace is a finished run: its last batch says so, so its silence is not a hang.
-      if (it != r.steps.end()) {
-        more = true;
-      } else {
-        b.set_final(true);
-      }
-      records += b.steps_size();
-      ++messages;
-      b.SerializeToString(&buffer);
-      if (auto s = (*publisher)->Publish(f.job, buffer); !s.ok()) {
-        std::fprintf(stderr, "rankwatch replay: %s\n", std::string(s.message()).c_str());
-        return 1;
-      }
-    }
-  }
-  if (auto s = (*publisher)->Flush(std::chrono::seconds(60)); !s.ok()) {
-    std::fprintf(stderr, "rankwatch replay: %s\n", std::string(s.message()).c_str());
-    return 1;
-  }
-  std::printf(
-      "{\"files\": %zu, \"ranks\": %zu, \"world_size\": %u, \"records\": %llu, "
-      "\"messages\": %llu, \"failed\": %llu}\n",
-      files->size(), ranks.size(), world, static_cast<unsigned long long>(records),
-      static_cast<unsigned long long>(messages),
-      static_cast<unsigned long long>((*publisher)->failed()));
-  return (*publisher)->failed() == 0 ? 0 : 1;
+  return PublishSteps(f, ranks, world, files->size());
 }
 
 }  // namespace
@@ -218,16 +351,19 @@ CommandRunner AddReplayCommand(CLI::App& app) {
   cmd->add_option(
          "--format", f->format,
          "steps: iteration traces as step records; kineto: Kineto traces as kernel events; "
-         "auto: kineto when no iteration trace is found")
+         "whatif: a per-op Chrome trace of a pipeline job (the OSDI'25 what-if study's "
+         "timeline-*.json[.gz], with its meta-*.yaml) as step records with op records; auto: "
+         "whatif for a timeline-* trace, else kineto when no iteration trace is found")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "steps", "kineto"}));
+      ->check(CLI::IsMember({"auto", "steps", "kineto", "whatif"}));
   cmd->add_option("--chunk-events", f->chunk_events, "kernel events per Kafka message (Kineto)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 200000u));
   cmd->add_option(
          "paths", f->paths,
          "trace files or directories (searched for step_trace_*.json, "
-         "step_trace_raw_*_detail_time.csv, step_trace_time.csv; or Kineto *.json, *.json.gz)")
+         "step_trace_raw_*_detail_time.csv, step_trace_time.csv; or Kineto *.json, *.json.gz; or "
+         "one what-if timeline-*.json[.gz] or its folder)")
       ->required();
   return [cmd, f]() -> int { return cmd->parsed() ? RunReplay(*f) : -1; };
 }

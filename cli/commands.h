@@ -19,5 +19,6 @@ CommandRunner AddAlertsCommand(CLI::App& app);
 CommandRunner AddTopCommand(CLI::App& app);
 CommandRunner AddCaptureCommand(CLI::App& app);
 CommandRunner AddTimelineCommand(CLI::App& app);
+CommandRunner AddWhatifCommand(CLI::App& app);
 
 }  // namespace rankwatch

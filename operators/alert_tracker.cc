@@ -16,10 +16,27 @@ struct Candidate {
 std::vector<Candidate> CandidatesOf(const JobSnapshot& s) {
   std::vector<Candidate> out;
   const StepDiagnosis& d = s.step;
+  // A pipeline job's what-if verdict replaces the flat straggler verdict: the ranks of a long
+  // stage are not stragglers, and a moving slow replica is not noise.
+  const whatif::WhatIfVerdict* w =
+      s.whatif != nullptr && s.whatif->verdict.verdict != whatif::Verdict::kNone
+          ? &s.whatif->verdict
+          : nullptr;
+  if (w != nullptr && w->verdict != whatif::Verdict::kBalanced) {
+    std::string subject = "job";
+    if ((w->verdict == whatif::Verdict::kSlowWorker || w->verdict == whatif::Verdict::kGcPauses) &&
+        !w->ranks.empty()) {
+      subject = "rank:" + std::to_string(w->ranks.front());
+    } else if (w->verdict == whatif::Verdict::kStageImbalance) {
+      subject = "stage:" + std::to_string(w->stage);
+    }
+    out.push_back({AlertKind::kStraggler, subject, w->severity});
+  }
   switch (d.label) {
     case StepLabel::kStraggler:
     case StepLabel::kInputStraggler:
     case StepLabel::kComputeStraggler: {
+      if (w != nullptr) break;
       const StragglerCause cause = d.cause;
       std::string subject = "job";
       if (d.scope == CulpritScope::kNode) {

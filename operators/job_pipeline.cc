@@ -19,6 +19,7 @@ void JobPipeline::Reset(uint32_t world_size) {
   window_ = std::make_unique<StepWindow>(world_size, options_.window);
   memory_window_ = std::make_unique<MemoryWindow>(world_size, options_.memory_window);
   memory_trend_ = std::make_unique<MemoryTrend>(options_.memory_trend);
+  whatif_ = std::make_unique<whatif::StepAssembler>(options_.whatif);
   // An elastic restart keeps the job's lost-time totals, not its per-rank costs.
   auto lost = std::make_unique<LostTime>(world_size, options_.window.steps);
   if (lost_ != nullptr) {
@@ -133,6 +134,7 @@ JobDelta JobPipeline::AddBatch(const v1::Batch& batch, TimePoint now) {
       continue;
     }
     last_record_unix_ns_ = std::max(last_record_unix_ns_, record.end_unix_ns());
+    if (batch.source().has_layout()) whatif_->Add(rank, batch.source().layout(), record);
     switch (aligner_->Add(ToStepSample(record, rank), now, &closed_)) {
       case AlignOutcome::kAccepted: ++delta.accepted; break;
       case AlignOutcome::kDuplicate: ++delta.duplicate; break;
@@ -182,6 +184,7 @@ void JobPipeline::Consume(TimePoint now, JobDelta* delta) {
                    ends_hang);
     ends_hang = false;
     if (const MemoryWindow::Step* m = memory_window_->Add(step)) memory_trend_->Add(*m);
+    whatif_->Aligned(step.step);
     ++aligned_steps_;
     ++delta->aligned;
     if (step.timed_out) {
@@ -189,6 +192,7 @@ void JobPipeline::Consume(TimePoint now, JobDelta* delta) {
       ++delta->aligned_timed_out;
     }
   }
+  if (!closed_.empty()) whatif_->Evaluate();
   closed_.clear();
 }
 
@@ -232,6 +236,7 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   s.rank_nodes = rank_nodes_;
   s.rank_pods = rank_pods_;
   s.scheduler = scheduler_;
+  s.whatif = whatif_->snapshot();
   s.rank_totals = std::make_shared<const std::vector<StepWindow::RankTotals>>(window_->totals());
   s.rank_peak_allocated = std::make_shared<const std::vector<double>>(
       memory_window_->rank_peaks(MemoryKind::kAllocated));

@@ -19,6 +19,7 @@
 #include "operators/step_aligner.h"
 #include "operators/step_time_diagnosis.h"
 #include "operators/step_window.h"
+#include "operators/whatif/step_assembler.h"
 #include "rankwatch/v1/telemetry.pb.h"
 
 namespace rankwatch {
@@ -32,6 +33,8 @@ struct JobPipelineOptions {
   MemoryWindowOptions memory_window;
   MemoryTrendOptions memory_trend;
   MemoryDiagnosisOptions memory;
+  // The what-if analysis of pipeline-parallel jobs (operators/whatif/, docs/whatif.md).
+  whatif::AssemblerOptions whatif;
   // Input that would corrupt a job is rejected and counted (JobDelta):
   // - A rank claimed by a second node while its node sent within this long: the second
   //   node's batches are rejected; after this much silence the rank moves. Default: 60 s.
@@ -106,6 +109,8 @@ struct JobSnapshot {
   std::shared_ptr<const std::vector<std::string>> rank_pods;
   const std::string& PodOf(uint32_t rank) const;
   JobScheduler scheduler;
+  // The what-if analysis and its verdict; null for a job without a pipeline layout.
+  std::shared_ptr<const whatif::WhatIfSnapshot> whatif;
 };
 
 // What a checkpoint of one job writes: its metadata, aligner and lifetime memory trend, the steps
@@ -173,7 +178,8 @@ class JobPipeline {
   std::unique_ptr<StepAligner> aligner_;
   std::unique_ptr<StepWindow> window_;
   std::unique_ptr<MemoryWindow> memory_window_;
-  std::unique_ptr<MemoryTrend> memory_trend_;  // the job's lifetime memory peaks
+  std::unique_ptr<MemoryTrend> memory_trend_;
+  std::unique_ptr<whatif::StepAssembler> whatif_;  // pipeline jobs' op records and what-if  // the job's lifetime memory peaks
   std::unique_ptr<LostTime> lost_;
   bool sharded_ = false;             // a collector said the job shards its parameters
   double hang_counted_seconds_ = 0;  // hang loss counted since the last progress

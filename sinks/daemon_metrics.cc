@@ -107,6 +107,40 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version) 
                     {"training_job", "state"});
   window_steps_ = r->Gauge("rankwatch_window_steps", "Aligned steps in a job's rolling window.",
                            {"training_job"});
+  whatif_slowdown_ = r->Gauge(
+      "rankwatch_whatif_slowdown",
+      "Pipeline jobs: the what-if slowdown S over the window, actual / ideal mean step time "
+      "(1 = no loss to stragglers).",
+      {"training_job"});
+  whatif_verdict_ = r->Gauge(
+      "rankwatch_whatif_verdict",
+      "Pipeline jobs: 1 for the current what-if verdict (balanced, slow_worker, "
+      "stage_imbalance, sequence_imbalance, slow_communication, gc_pauses, unattributed), 0 "
+      "for the others.",
+      {"training_job", "verdict"});
+  whatif_stage_ = r->Gauge(
+      "rankwatch_whatif_stage_slowdown",
+      "Pipeline jobs: the slowdown with only one stage's ops at their measured times.",
+      {"training_job", "stage"});
+  whatif_op_group_ = r->Gauge(
+      "rankwatch_whatif_op_slowdown",
+      "Pipeline jobs: the slowdown with only one op group's ops at their measured times.",
+      {"training_job", "op"});
+  whatif_explained_ = r->Gauge(
+      "rankwatch_whatif_explained_ratio",
+      "Pipeline jobs: the share of S - 1 that the top workers (m_w) or the worst stage (m_s) "
+      "explain.",
+      {"training_job", "metric"});
+  whatif_culprit_ = r->Gauge(
+      "rankwatch_whatif_culprit",
+      "Pipeline jobs, while the verdict names a worker or stage: the share of S - 1 it explains, "
+      "with its data rank and stage (\"\" when the verdict names a whole stage).",
+      {"training_job", "verdict", "data_rank", "stage"});
+  whatif_lost_ = r->Gauge(
+      "rankwatch_whatif_lost_rank_seconds",
+      "Pipeline jobs: rank-seconds lost over the window to the slowdown, (actual - ideal) x "
+      "world size.",
+      {"training_job"});
   step_diagnosis_ =
       r->Gauge("rankwatch_step_diagnosis",
                "Step-time diagnosis of a job: 1 for the current label, 0 for the others.",
@@ -257,6 +291,7 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
     if (!job_info_->Has(info)) job_info_->SetSeriesOf(job, {{std::move(info), 1}});
   }
   PublishMemory(s);
+  if (s.whatif != nullptr) PublishWhatIf(s);
   if (!s.has_window) return;
   for (int p = 0; p < kPhaseCount; ++p) {
     const PhaseStat& st = s.phases[p];
@@ -267,6 +302,36 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
     phase_skew_->WithLabels({job, phase})->Set(st.skew);
     worst_rank_->WithLabels({job, phase})->Set(st.worst_rank);
   }
+}
+
+void DaemonMetrics::PublishWhatIf(const JobSnapshot& s) {
+  const std::string& job = s.training_job;
+  const whatif::WhatIfSnapshot& w = *s.whatif;
+  const whatif::WhatIfVerdict& v = w.verdict;
+  for (int l = 0; l < whatif::kVerdictCount; ++l) {
+    const auto label = static_cast<whatif::Verdict>(l);
+    whatif_verdict_->WithLabels({job, std::string(whatif::VerdictName(label))})
+        ->Set(v.verdict == label);
+  }
+  if (v.verdict == whatif::Verdict::kNone) return;
+  whatif_slowdown_->WithLabels({job})->Set(w.result.slowdown);
+  whatif_lost_->WithLabels({job})->Set(v.lost_rank_seconds);
+  std::vector<MetricFamily::Row> rows;
+  const whatif::Decomposition& d = w.result.decomposition;
+  for (size_t i = 0; i < d.by_stage.size(); ++i) rows.push_back({{job, std::to_string(i)}, d.by_stage[i]});
+  whatif_stage_->SetSeriesOf(job, rows);
+  rows.clear();
+  for (const auto& [group, x] : d.by_op_group) rows.push_back({{job, group}, x});
+  whatif_op_group_->SetSeriesOf(job, rows);
+  whatif_explained_->WithLabels({job, "m_w"})->Set(w.result.m_w);
+  whatif_explained_->WithLabels({job, "m_s"})->Set(w.result.m_s);
+  rows.clear();
+  if (v.stage >= 0) {
+    rows.push_back({{job, std::string(whatif::VerdictName(v.verdict)),
+                     v.data_rank >= 0 ? std::to_string(v.data_rank) : "", std::to_string(v.stage)},
+                    v.explained});
+  }
+  whatif_culprit_->SetSeriesOf(job, rows);
 }
 
 void DaemonMetrics::PublishMemory(const JobSnapshot& s) {
@@ -333,7 +398,14 @@ void DaemonMetrics::RemoveJob(const std::string& job) {
                           memory_peak_,
                           memory_pressure_,
                           memory_creep_,
-                          memory_steps_to_full_}) {
+                          memory_steps_to_full_,
+                          whatif_slowdown_,
+                          whatif_verdict_,
+                          whatif_stage_,
+                          whatif_op_group_,
+                          whatif_explained_,
+                          whatif_culprit_,
+                          whatif_lost_}) {
     f->RemoveWhereFirstLabel(job);
   }
   kernel.RemoveJob(job);

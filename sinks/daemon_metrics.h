@@ -80,6 +80,7 @@ class DaemonMetrics {
 
  private:
   void PublishMemory(const JobSnapshot& snapshot);
+  void PublishWhatIf(const JobSnapshot& snapshot);
 
   MetricFamily* steps_aligned_;
   MetricFamily* steps_timed_out_;
@@ -107,6 +108,13 @@ class DaemonMetrics {
   MetricFamily* memory_pressure_;
   MetricFamily* memory_creep_;
   MetricFamily* memory_steps_to_full_;
+  MetricFamily* whatif_slowdown_;
+  MetricFamily* whatif_verdict_;
+  MetricFamily* whatif_stage_;
+  MetricFamily* whatif_op_group_;
+  MetricFamily* whatif_explained_;
+  MetricFamily* whatif_culprit_;
+  MetricFamily* whatif_lost_;
 };
 
 }  // namespace rankwatch

@@ -175,6 +175,63 @@ void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out
   ToProto(s, out->mutable_lost_time());
   out->set_input_lost_messages(s.input_lost_messages);
   if (!s.scheduler.empty()) ToProto(s.scheduler, out->mutable_scheduler());
+  if (s.whatif != nullptr) ToProto(*s.whatif, out->mutable_whatif());
+}
+
+void ToProto(const whatif::WhatIfSnapshot& w, v1::WhatIf* out) {
+  const whatif::WindowResult& r = w.result;
+  const whatif::WhatIfVerdict& v = w.verdict;
+  out->set_verdict(std::string(whatif::VerdictName(v.verdict)));
+  out->set_severity(ToProto(v.severity));
+  out->set_data_parallel_size(w.layout.dp);
+  out->set_pipeline_size(w.layout.pp);
+  out->set_tensor_parallel_size(w.layout.tp);
+  out->set_steps(r.steps);
+  out->set_first_step(r.first_step);
+  out->set_last_step(r.last_step);
+  out->set_slowdown(r.slowdown);
+  out->set_measured_step_ms(r.measured_us / 1e3);
+  out->set_actual_step_ms(r.actual_us / 1e3);
+  out->set_ideal_step_ms(r.ideal_us / 1e3);
+  out->set_lost_rank_seconds(v.lost_rank_seconds);
+  const whatif::Decomposition& d = r.decomposition;
+  for (double x : d.by_dp_rank) out->add_slowdown_by_data_rank(x);
+  for (double x : d.by_stage) out->add_slowdown_by_stage(x);
+  for (const auto& [name, x] : d.by_op_group) {
+    v1::WhatIf::Group* g = out->add_slowdown_by_op_group();
+    g->set_name(name);
+    g->set_slowdown(x);
+  }
+  for (const auto& [worker, x] : d.by_worker) {
+    v1::WhatIf::Worker* o = out->add_slowdown_by_worker();
+    o->set_data_rank(worker % std::max<uint32_t>(1, w.layout.dp));
+    o->set_stage(worker / std::max<uint32_t>(1, w.layout.dp));
+    o->set_slowdown(x);
+    if (worker < w.worker_ranks.size()) {
+      for (uint32_t rank : w.worker_ranks[worker]) o->add_ranks(rank);
+    }
+  }
+  out->set_m_w(r.m_w);
+  out->set_m_s(r.m_s);
+  out->set_m_s_stage(r.m_s_stage);
+  out->set_culprit_data_rank(v.data_rank);
+  out->set_culprit_stage(v.stage);
+  for (uint32_t rank : v.ranks) out->add_culprit_ranks(rank);
+  out->set_op_group(v.op_group);
+  out->set_explained(v.explained);
+  out->set_move_fraction(v.move_fraction);
+  out->set_note(v.note);
+  out->set_next_step(v.next_step);
+  for (const whatif::StepResult& sr : r.per_step) {
+    v1::WhatIf::StepPoint* p = out->add_per_step();
+    p->set_step(sr.step);
+    p->set_slowdown(sr.slowdown);
+    for (double x : sr.decomposition.by_dp_rank) p->add_slowdown_by_data_rank(x);
+    for (double x : sr.decomposition.by_stage) p->add_slowdown_by_stage(x);
+  }
+  out->set_analysed_steps(w.analysed_steps);
+  out->set_skipped_steps(w.skipped_steps);
+  out->set_skipped_reason(w.last_error);
 }
 
 void ToProto(const JobScheduler& scheduler, v1::SchedulerIdentity* out) {

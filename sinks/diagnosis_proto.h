@@ -18,6 +18,8 @@ void ToProto(const JobSnapshot& snapshot, int64_t evaluated_unix_ns, v1::Diagnos
 
 // Fills `out` with what stragglers and hangs cost the job.
 void ToProto(const JobSnapshot& snapshot, v1::LostTime* out);
+// A pipeline job's what-if analysis and verdict.
+void ToProto(const whatif::WhatIfSnapshot& whatif, v1::WhatIf* out);
 
 // The job's scheduler names (no pod).
 void ToProto(const JobScheduler& scheduler, v1::SchedulerIdentity* out);

@@ -175,7 +175,8 @@ async function jobPage(job) {
   const scroll = window.scrollY;
   app.replaceChildren(
     el("h1", {text: job}),
-    el("div", {class: "cards"}, stepCard(d), memoryCard(d)),
+    el("div", {class: "cards"}, d.whatif ? whatifCard(d) : [], stepCard(d), memoryCard(d)),
+    d.whatif ? whatifSection(d) : [],
     el("h2", {text: "Evidence"}), evidenceTable(d),
     el("h2", {text: "Ranks × steps"}), heatmapSection(job),
     el("h2", {text: "Memory over the job's life"}), memoryChart(d),
@@ -205,6 +206,79 @@ function stepCard(d) {
       el("dt", {text: "shares"}), el("dd", {text: s.shares ? "input " + pct(s.shares.input) + ", wait " + pct(s.shares.wait) + ", compute " + pct(s.shares.compute) : "—"}),
       el("dt", {text: "lost time"}), el("dd", {text: d.lostTime ? d.lostTime.totalStragglerRankSeconds.toFixed(1) + " rank-s to stragglers, " + d.lostTime.totalHangRankSeconds.toFixed(1) + " to hangs" : "—"}),
       Number(d.inputLostMessages) > 0 ? [el("dt", {text: "input lost"}), el("dd", {class: "error", text: d.inputLostMessages + " messages never read: partial data"})] : []));
+}
+
+// Pipeline jobs: the what-if verdict (docs/whatif.md).
+function whatifCard(d) {
+  const w = d.whatif;
+  const ranks = (w.culpritRanks || []).slice(0, 8).map(r => el("a", {href: rankUrl(d.trainingJob, r), class: "culprit", text: String(r)}));
+  const where = w.culpritStage !== undefined && w.culpritStage >= 0
+    ? (w.culpritDataRank >= 0 ? "data rank " + w.culpritDataRank + ", " : "") + "stage " + w.culpritStage : "—";
+  return el("div", {class: "card", id: "whatif-card"},
+    el("h2", {}, "Pipeline: ", el("span", {id: "whatif-verdict", text: (w.verdict || "none").replace(/_/g, " ")}), " ", badge(w.severity)),
+    el("dl", {class: "kv"},
+      el("dt", {text: "layout"}), el("dd", {text: "DP " + w.dataParallelSize + " × PP " + w.pipelineSize + " × TP " + w.tensorParallelSize}),
+      el("dt", {text: "slowdown S"}), el("dd", {id: "whatif-slowdown", text: w.slowdown !== undefined ? Number(w.slowdown).toFixed(3) : "—"}),
+      el("dt", {text: "step"}), el("dd", {text: w.actualStepMs !== undefined ? Number(w.actualStepMs).toFixed(1) + " ms simulated, " + Number(w.idealStepMs).toFixed(1) + " ms ideal" : "—"}),
+      el("dt", {text: "culprit"}), el("dd", {id: "whatif-culprit"}, where, ranks.length ? " — ranks " : "", ranks.flatMap((c, i) => [i ? ", " : "", c])),
+      el("dt", {text: "M_W / M_S"}), el("dd", {text: Number(w.mW || 0).toFixed(2) + " / " + Number(w.mS || 0).toFixed(2) + " (stage " + (w.mSStage || 0) + ")"}),
+      el("dt", {text: "lost"}), el("dd", {text: Number(w.lostRankSeconds || 0).toFixed(1) + " rank-s in the window"}),
+      el("dt", {text: "note"}), el("dd", {text: w.note || "—"}),
+      el("dt", {text: "next step"}), el("dd", {text: w.nextStep || "—"})));
+}
+
+// The stage × data-parallel replica grid (a cell: min(S of its stage, S of its replica), the
+// study's worker score) and S over the window's steps.
+function whatifSection(d) {
+  const w = d.whatif;
+  const byStage = w.slowdownByStage || [], byDp = w.slowdownByDataRank || [];
+  const parts = [el("h2", {text: "Stages × data-parallel replicas (what-if slowdown)"})];
+  if (!byStage.length || !byDp.length) {
+    parts.push(el("p", {class: "muted", id: "whatif-grid-empty", text: "Not decomposed: S is below the decomposition threshold, or too few steps."}));
+  } else {
+    const shown = byDp.slice(0, 64);
+    const cell = v => {
+      const x = Math.min(1, Math.max(0, (v - 1) / Math.max(0.05, (w.slowdown || 1) - 1)));
+      return el("td", {class: "num", style: "background:rgba(215,25,28," + (0.08 + 0.6 * x).toFixed(2) + ")", text: v.toFixed(3)});
+    };
+    parts.push(el("table", {id: "whatif-grid"},
+      el("tr", {}, el("th", {text: "stage \\ replica"}), shown.map((_, i) => el("th", {class: "num", text: String(i)})), el("th", {class: "num", text: "stage S"})),
+      byStage.map((sv, s) => el("tr", {}, el("th", {text: String(s)}), shown.map(dv => cell(Math.min(sv, dv))), el("td", {class: "num", text: sv.toFixed(3)}))),
+      el("tr", {}, el("th", {text: "replica S"}), shown.map(dv => el("td", {class: "num", text: dv.toFixed(3)})), el("td", {}))));
+  }
+  const groups = w.slowdownByOpGroup || [];
+  if (groups.length) {
+    parts.push(el("p", {class: "muted", id: "whatif-ops", text: "by op: " + groups.slice(0, 8).map(g => g.name + " " + Number(g.slowdown).toFixed(3)).join(", ")}));
+  }
+  const points = (w.perStep || []).map(p => ({step: Number(p.step), s: Number(p.slowdown)}));
+  if (points.length >= 2) {
+    const canvas = el("canvas", {id: "whatif-chart", width: 900, height: 160});
+    requestAnimationFrame(() => drawSlowdown(canvas, points));
+    parts.push(el("h2", {text: "S over time"}), canvas);
+  }
+  return el("div", {id: "whatif-section"}, parts);
+}
+
+function drawSlowdown(canvas, points) {
+  const ctx = canvas.getContext("2d");
+  const W = canvas.width, H = canvas.height, L = 50, B = 22, T = 8, R = 10;
+  const yMax = Math.max(1.1, ...points.map(p => p.s)) * 1.02;
+  const xMin = points[0].step, xMax = points[points.length - 1].step;
+  const x = s => L + (s - xMin) / Math.max(1, xMax - xMin) * (W - L - R);
+  const y = v => H - B - (v - 1) / (yMax - 1) * (H - B - T);
+  ctx.clearRect(0, 0, W, H);
+  ctx.fillStyle = "#6b7385"; ctx.font = "11px system-ui";
+  for (let i = 0; i <= 4; i++) {
+    const v = 1 + (yMax - 1) * i / 4;
+    ctx.fillText(v.toFixed(2), 4, y(v) + 4);
+    ctx.strokeStyle = "#eee"; ctx.beginPath(); ctx.moveTo(L, y(v)); ctx.lineTo(W - R, y(v)); ctx.stroke();
+  }
+  ctx.fillText("step " + xMin, L, H - 6);
+  ctx.fillText("step " + xMax, W - R - 70, H - 6);
+  ctx.strokeStyle = "#d7191c"; ctx.lineWidth = 2; ctx.beginPath();
+  points.forEach((p, i) => (i ? ctx.lineTo : ctx.moveTo).call(ctx, x(p.step), y(p.s)));
+  ctx.stroke();
+  canvas.dataset.points = String(points.length);
 }
 
 function memoryCard(d) {

@@ -1,0 +1,456 @@
+#include "operators/whatif/whatif.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "operators/whatif/simulator.h"
+#include "operators/whatif/step_binding.h"
+#include "operators/whatif/step_model.h"
+
+namespace rankwatch::whatif {
+
+using internal::BoundStep;
+using internal::StepModel;
+using internal::Typical;
+
+namespace {
+
+constexpr size_t kModelCacheSize = 8;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// The decomposition's op groups: a pipeline's sends and receives by direction, every other
+// modelled kind on its own.
+struct OpGroups {
+  std::vector<std::string_view> names;
+  std::array<int, kOpKindCount> of_kind{};
+};
+
+const OpGroups& Groups() {
+  static const OpGroups groups = [] {
+    OpGroups g;
+    g.of_kind.fill(-1);
+    for (int k = 0; k < kOpKindCount; ++k) {
+      const auto kind = static_cast<OpKind>(k);
+      if (!IsModelled(kind)) continue;
+      const std::string_view name = OpGroupName(kind);
+      const auto it = std::find(g.names.begin(), g.names.end(), name);
+      g.of_kind[k] = static_cast<int>(it - g.names.begin());
+      if (it == g.names.end()) g.names.push_back(name);
+    }
+    return g;
+  }();
+  return groups;
+}
+
+bool Close(const Typical& a, const Typical& b, double tolerance) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::abs(a[i] - b[i]) > tolerance * std::max(std::abs(a[i]), std::abs(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The median as pandas takes it: the mean of the two middle values of an even count.
+double Median(std::vector<double>& v) {
+  const size_t n = v.size();
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(n / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  if (n % 2 == 1) return *mid;
+  return (*mid + *std::max_element(v.begin(), mid)) / 2;
+}
+
+// A set of (node, data rank) entries of a step's duration array.
+struct Selection {
+  enum Type : uint8_t { kDpRank, kStage, kOpGroup, kWorker } type;
+  uint32_t a = 0;  // data rank, stage, op group, or worker's stage
+  uint32_t b = 0;  // the worker's data rank
+};
+
+// Calls fn(begin, end) for the index ranges of `sel` in a node-major duration array.
+template <typename Fn>
+void ForRanges(const StepModel& m, const Selection& sel, Fn&& fn) {
+  const size_t dp = m.layout.dp;
+  switch (sel.type) {
+    case Selection::kDpRank:
+      for (size_t v = 0; v < m.nodes; ++v) fn(v * dp + sel.a, v * dp + sel.a + 1);
+      return;
+    case Selection::kStage: {
+      const internal::StageModel& st = m.stages[sel.a];
+      fn(size_t{st.first} * dp, size_t{st.first + st.count} * dp);
+      return;
+    }
+    case Selection::kOpGroup: {
+      const auto& of_kind = Groups().of_kind;
+      for (size_t v = 0; v < m.nodes; ++v) {
+        if (of_kind[static_cast<size_t>(m.kind[v])] == static_cast<int>(sel.a)) {
+          fn(v * dp, (v + 1) * dp);
+        }
+      }
+      return;
+    }
+    case Selection::kWorker: {
+      const internal::StageModel& st = m.stages[sel.a];
+      for (size_t v = st.first; v < st.first + st.count; ++v)
+        fn(v * dp + sel.b, v * dp + sel.b + 1);
+      return;
+    }
+  }
+}
+
+struct StepEntry {
+  BoundStep bound;
+  double actual_us = 0;
+  // Re-simulations, cached while the typical durations stay within the tolerance of `typical`.
+  bool cached = false;
+  Typical typical{};
+  std::vector<double> dp_t, stage_t, group_t;            // NaN = not simulated yet
+  std::vector<std::pair<uint32_t, double>> worker_t;     // worker -> ideal but that worker
+  std::vector<std::pair<uint32_t, double>> stage_rem_t;  // stage -> actual but that stage ideal
+  std::vector<uint32_t> rem_workers;                     // M_W's workers of rem_workers_t
+  double rem_workers_t = kNaN;
+
+  void ResetCache(const Typical& t, const Layout& layout) {
+    cached = true;
+    typical = t;
+    dp_t.assign(layout.dp, kNaN);
+    stage_t.assign(layout.pp, kNaN);
+    group_t.assign(Groups().names.size(), kNaN);
+    worker_t.clear();
+    stage_rem_t.clear();
+    rem_workers.clear();
+    rem_workers_t = kNaN;
+  }
+};
+
+template <typename Cache>
+auto* Find(Cache& cache, uint32_t key) {
+  decltype(&cache.front().second) found = nullptr;
+  for (auto& entry : cache) {
+    if (entry.first == key) found = &entry.second;
+  }
+  return found;
+}
+
+}  // namespace
+
+struct Analyzer::Impl {
+  Options options;
+  std::deque<StepEntry> window;
+  std::vector<std::shared_ptr<const StepModel>> models;  // most recently used first
+  std::vector<internal::WorkerIndex> index;
+  internal::BindScratch bind;
+  internal::Simulator sim;
+  std::vector<double> buf;
+  std::array<std::vector<double>, kOpKindCount> values;
+
+  Typical ComputeTypical(const Layout& layout);
+  // Simulates with `buf` holding `base` everywhere but `sels`, which take `over`; `buf` holds
+  // `base` again afterwards.
+  double RunWith(const StepModel& m, std::span<const Selection> sels, const double* over,
+                 const double* base) {
+    for (const Selection& sel : sels) {
+      ForRanges(m, sel, [&](size_t b, size_t e) { std::copy(over + b, over + e, buf.data() + b); });
+    }
+    const double t = sim.Run(m, buf.data());
+    for (const Selection& sel : sels) {
+      ForRanges(m, sel, [&](size_t b, size_t e) { std::copy(base + b, base + e, buf.data() + b); });
+    }
+    return t;
+  }
+};
+
+Typical Analyzer::Impl::ComputeTypical(const Layout& layout) {
+  Typical t{};
+  std::array<double, kOpKindCount> sum{};
+  std::array<uint64_t, kOpKindCount> count{};
+  for (const StepEntry& e : window) {
+    for (int k = 0; k < kOpKindCount; ++k) {
+      sum[k] += e.bound.mean_sum[k];
+      count[k] += e.bound.mean_count[k];
+    }
+  }
+  for (int k = 0; k < kOpKindCount; ++k) {
+    if (!IsCommunication(static_cast<OpKind>(k)) && count[k] > 0) t[k] = sum[k] / count[k];
+  }
+  for (auto& v : values) v.clear();
+  const size_t dp = layout.dp;
+  for (const StepEntry& e : window) {
+    const StepModel& m = *e.bound.model;
+    const double* measured = e.bound.measured.data();
+    for (size_t v = 0; v < m.nodes; ++v) {
+      const OpKind kind = m.kind[v];
+      if (!IsCommunication(kind)) continue;
+      auto& out = values[static_cast<size_t>(kind)];
+      out.insert(out.end(), measured + v * dp, measured + (v + 1) * dp);
+    }
+  }
+  for (int k = 0; k < kOpKindCount; ++k) {
+    if (!values[k].empty()) t[k] = Median(values[k]);
+  }
+  t[internal::kZeroTypical] = 0;
+  return t;
+}
+
+Analyzer::Analyzer(Layout layout, Options options)
+    : layout_(layout), impl_(std::make_unique<Impl>()) {
+  layout_.dp = std::max(1u, layout_.dp);
+  layout_.pp = std::max(1u, layout_.pp);
+  layout_.tp = std::max(1u, layout_.tp);
+  layout_.vpp = std::max(1u, layout_.vpp);
+  options.window_steps = std::max(1u, options.window_steps);
+  impl_->options = options;
+}
+
+Analyzer::~Analyzer() = default;
+
+uint32_t Analyzer::steps() const { return static_cast<uint32_t>(impl_->window.size()); }
+
+absl::Status Analyzer::AddStep(StepOps step) {
+  const uint32_t workers = layout_.workers();
+  const std::string where = "step " + std::to_string(step.step) + ": ";
+  if (step.workers.size() != workers) {
+    return absl::InvalidArgumentError(where + std::to_string(step.workers.size()) +
+                                      " workers, the layout (dp " + std::to_string(layout_.dp) +
+                                      " x pp " + std::to_string(layout_.pp) + ") has " +
+                                      std::to_string(workers));
+  }
+  for (uint32_t w = 0; w < workers; ++w) {
+    const std::string who =
+        "data rank " + std::to_string(w % layout_.dp) + ", stage " + std::to_string(w / layout_.dp);
+    if (step.workers[w].empty()) return absl::InvalidArgumentError(where + who + " has no ops");
+    for (const Op& op : step.workers[w]) {
+      if (static_cast<int>(op.kind) >= kOpKindCount) {
+        return absl::InvalidArgumentError(where + who + ": unknown op kind " +
+                                          std::to_string(static_cast<int>(op.kind)));
+      }
+      if (!std::isfinite(op.start_us) || !std::isfinite(op.duration_us) || op.duration_us < 0) {
+        return absl::InvalidArgumentError(where + who + ": " + std::string(OpKindName(op.kind)) +
+                                          " with start " + std::to_string(op.start_us) +
+                                          " and duration " + std::to_string(op.duration_us));
+      }
+    }
+  }
+  Impl& im = *impl_;
+  im.index.resize(workers);
+  for (uint32_t w = 0; w < workers; ++w) im.index[w].Build(step.workers[w]);
+  std::vector<uint32_t> key = internal::StepShape(layout_, step, im.index);
+  std::shared_ptr<const StepModel> model;
+  size_t found = im.models.size();
+  for (size_t i = 0; i < im.models.size(); ++i) {
+    if (im.models[i]->key == key) {
+      found = i;
+      model = im.models[i];
+      break;
+    }
+  }
+  if (!model) {
+    auto built = internal::BuildStepModel(layout_, step, im.index, std::move(key));
+    if (!built.ok()) return built.status();
+    model = *std::move(built);
+  }
+  StepEntry entry;
+  if (absl::Status s = internal::BindStep(model, step, im.index, &im.bind, &entry.bound); !s.ok()) {
+    return s;
+  }
+  entry.actual_us = im.sim.Run(*model, entry.bound.measured.data());
+  if (found < im.models.size())
+    im.models.erase(im.models.begin() + static_cast<std::ptrdiff_t>(found));
+  im.models.insert(im.models.begin(), model);
+  if (im.models.size() > kModelCacheSize) im.models.pop_back();
+  im.window.push_back(std::move(entry));
+  while (im.window.size() > im.options.window_steps) im.window.pop_front();
+  return absl::OkStatus();
+}
+
+WindowResult Analyzer::Window() {
+  WindowResult r;
+  Impl& im = *impl_;
+  if (im.window.empty()) return r;
+  const Options& opt = im.options;
+  const uint32_t dp = layout_.dp, pp = layout_.pp, workers = layout_.workers();
+  const size_t n = im.window.size();
+  const Typical typical = im.ComputeTypical(layout_);
+
+  // The ideal: every node at its kind's typical duration; one simulation per model.
+  struct Ideal {
+    const StepModel* model;
+    std::vector<double> dur;
+    double t;
+  };
+  std::vector<Ideal> ideals;
+  auto ideal_of = [&](const StepModel& m) -> const Ideal& {
+    for (const Ideal& i : ideals) {
+      if (i.model == &m) return i;
+    }
+    Ideal i{&m, std::vector<double>(size_t{m.nodes} * dp), 0};
+    for (size_t v = 0; v < m.nodes; ++v) {
+      std::fill_n(i.dur.begin() + static_cast<std::ptrdiff_t>(v * dp), dp, typical[m.typical[v]]);
+    }
+    i.t = im.sim.Run(m, i.dur.data());
+    ideals.push_back(std::move(i));
+    return ideals.back();
+  };
+
+  r.steps = static_cast<uint32_t>(n);
+  r.first_step = im.window.front().bound.step;
+  r.last_step = im.window.back().bound.step;
+  std::vector<double> ideal_t(n);
+  r.stage_compute_us.assign(pp, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    const StepEntry& e = im.window[i];
+    ideal_t[i] = ideal_of(*e.bound.model).t;
+    r.measured_us += e.bound.measured_us;
+    r.actual_us += e.actual_us;
+    r.ideal_us += ideal_t[i];
+    for (uint32_t s = 0; s < pp; ++s) r.stage_compute_us[s] += e.bound.stage_compute_us[s];
+    StepResult sr;
+    sr.step = e.bound.step;
+    sr.measured_us = e.bound.measured_us;
+    sr.actual_us = e.actual_us;
+    sr.ideal_us = ideal_t[i];
+    sr.slowdown = ideal_t[i] > 0 ? e.actual_us / ideal_t[i] : 1.0;
+    r.per_step.push_back(std::move(sr));
+  }
+  r.measured_us /= n;
+  r.actual_us /= n;
+  r.ideal_us /= n;
+  for (double& c : r.stage_compute_us) c /= static_cast<double>(n) * dp;
+  r.slowdown = r.ideal_us > 0 ? r.actual_us / r.ideal_us : 1.0;
+  std::copy_n(typical.begin(), kOpKindCount, r.typical_us.begin());
+  if (r.slowdown < opt.decompose_min_slowdown) return r;
+
+  // Which op groups the window has.
+  const OpGroups& groups = Groups();
+  std::vector<bool> present(groups.names.size(), false);
+  for (const StepEntry& e : im.window) {
+    for (int k = 0; k < kOpKindCount; ++k) {
+      if (e.bound.ops[k] > 0 && groups.of_kind[k] >= 0) present[groups.of_kind[k]] = true;
+    }
+  }
+
+  // Pass 1: by data rank, stage, op group (the ideal with that part measured).
+  for (StepEntry& e : im.window) {
+    if (!e.cached || !Close(e.typical, typical, opt.recompute_tolerance)) {
+      e.ResetCache(typical, layout_);
+    }
+    const StepModel& m = *e.bound.model;
+    const Ideal& ideal = ideal_of(m);
+    const double* measured = e.bound.measured.data();
+    im.buf = ideal.dur;
+    auto run = [&](Selection sel) {
+      return im.RunWith(m, std::span<const Selection>(&sel, 1), measured, ideal.dur.data());
+    };
+    for (uint32_t d = 0; d < dp; ++d) {
+      if (std::isnan(e.dp_t[d])) e.dp_t[d] = run({Selection::kDpRank, d});
+    }
+    for (uint32_t s = 0; s < pp; ++s) {
+      if (std::isnan(e.stage_t[s])) e.stage_t[s] = run({Selection::kStage, s});
+    }
+    for (uint32_t g = 0; g < groups.names.size(); ++g) {
+      if (present[g] && std::isnan(e.group_t[g])) e.group_t[g] = run({Selection::kOpGroup, g});
+    }
+  }
+  auto mean = [&](auto&& value_of) {
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i) sum += value_of(i);
+    return sum / n;
+  };
+  Decomposition& dec = r.decomposition;
+  dec.by_dp_rank.resize(dp);
+  dec.by_stage.resize(pp);
+  for (uint32_t d = 0; d < dp; ++d) {
+    dec.by_dp_rank[d] = mean([&](size_t i) { return im.window[i].dp_t[d]; }) / r.ideal_us;
+  }
+  for (uint32_t s = 0; s < pp; ++s) {
+    dec.by_stage[s] = mean([&](size_t i) { return im.window[i].stage_t[s]; }) / r.ideal_us;
+  }
+  for (uint32_t g = 0; g < groups.names.size(); ++g) {
+    if (!present[g]) continue;
+    dec.by_op_group.emplace_back(std::string(groups.names[g]), mean([&](size_t i) {
+                                                                 return im.window[i].group_t[g];
+                                                               }) / r.ideal_us);
+  }
+  auto by_value = [](const auto& a, const auto& b) { return a.second > b.second; };
+  std::stable_sort(dec.by_op_group.begin(), dec.by_op_group.end(), by_value);
+
+  // The top workers by score = min(S by data rank, S by stage); ties: the lower index first.
+  std::vector<std::pair<uint32_t, double>> scores(workers);
+  for (uint32_t w = 0; w < workers; ++w) {
+    scores[w] = {w, std::min(dec.by_dp_rank[w % dp], dec.by_stage[w / dp])};
+  }
+  std::stable_sort(scores.begin(), scores.end(), by_value);
+  const auto top =
+      static_cast<size_t>(std::max(1.0, std::ceil(opt.top_worker_fraction * workers - 1e-9)));
+  for (size_t i = 0; i < std::min<size_t>(top, workers); ++i)
+    r.m_w_workers.push_back(scores[i].first);
+
+  // The worst stage (lowest index on ties) and the last.
+  r.m_s_stage = static_cast<uint32_t>(std::max_element(dec.by_stage.begin(), dec.by_stage.end()) -
+                                      dec.by_stage.begin());
+  const uint32_t last_stage = pp - 1;
+
+  // Pass 2: by worker (ideal but the worker measured), and M_W / M_S (actual but the workers /
+  // the stage ideal).
+  std::vector<Selection> worker_sels;
+  for (uint32_t w : r.m_w_workers) worker_sels.push_back({Selection::kWorker, w / dp, w % dp});
+  for (StepEntry& e : im.window) {
+    const StepModel& m = *e.bound.model;
+    const Ideal& ideal = ideal_of(m);
+    const double* measured = e.bound.measured.data();
+    im.buf = ideal.dur;
+    for (const Selection& sel : worker_sels) {
+      const uint32_t w = sel.a * dp + sel.b;
+      if (Find(e.worker_t, w) == nullptr) {
+        e.worker_t.emplace_back(
+            w, im.RunWith(m, std::span<const Selection>(&sel, 1), measured, ideal.dur.data()));
+      }
+    }
+    im.buf = e.bound.measured;
+    if (std::isnan(e.rem_workers_t) || e.rem_workers != r.m_w_workers) {
+      e.rem_workers = r.m_w_workers;
+      e.rem_workers_t = im.RunWith(m, worker_sels, ideal.dur.data(), measured);
+    }
+    for (uint32_t s : {r.m_s_stage, last_stage}) {
+      if (Find(e.stage_rem_t, s) == nullptr) {
+        const Selection sel{Selection::kStage, s};
+        e.stage_rem_t.emplace_back(
+            s, im.RunWith(m, std::span<const Selection>(&sel, 1), ideal.dur.data(), measured));
+      }
+    }
+  }
+  for (uint32_t w : r.m_w_workers) {
+    dec.by_worker.emplace_back(
+        w, mean([&](size_t i) { return *Find(im.window[i].worker_t, w); }) / r.ideal_us);
+  }
+  const double lost = r.actual_us - r.ideal_us;
+  auto explained = [&](double rem) { return std::abs(lost) > 0 ? (r.actual_us - rem) / lost : 0; };
+  r.m_w = explained(mean([&](size_t i) { return im.window[i].rem_workers_t; }));
+  r.m_s = explained(mean([&](size_t i) { return *Find(im.window[i].stage_rem_t, r.m_s_stage); }));
+  r.m_s_last =
+      explained(mean([&](size_t i) { return *Find(im.window[i].stage_rem_t, last_stage); }));
+
+  // Per step.
+  for (size_t i = 0; i < n; ++i) {
+    const StepEntry& e = im.window[i];
+    Decomposition& pd = r.per_step[i].decomposition;
+    const double it = ideal_t[i];
+    for (double t : e.dp_t) pd.by_dp_rank.push_back(t / it);
+    for (double t : e.stage_t) pd.by_stage.push_back(t / it);
+    for (uint32_t g = 0; g < groups.names.size(); ++g) {
+      if (present[g]) pd.by_op_group.emplace_back(std::string(groups.names[g]), e.group_t[g] / it);
+    }
+    std::stable_sort(pd.by_op_group.begin(), pd.by_op_group.end(), by_value);
+    for (uint32_t w : r.m_w_workers) {
+      pd.by_worker.emplace_back(w, *Find(e.worker_t, w) / it);
+    }
+  }
+  return r;
+}
+
+}  // namespace rankwatch::whatif
