@@ -45,6 +45,7 @@ std::string CauseWord(v1::StragglerCause c) {
     case v1::CAUSE_COMPUTE: return "compute (forward, backward, optimizer)";
     case v1::CAUSE_BOTH: return "input and compute";
     case v1::CAUSE_OUTSIDE: return "time outside the measured phases";
+    case v1::CAUSE_GC: return "garbage-collection pauses";
     default: return "unattributed";
   }
 }
@@ -195,6 +196,14 @@ void PrintStep(const v1::StepDiagnosis& d) {
     std::printf("           missing: %s on %u of %u ranks\n", PhaseWord(m.phase()).c_str(),
                 m.ranks() - m.ranks_reporting(), m.ranks());
   }
+  if (d.has_gc()) {
+    const v1::GcEvidence& gc = d.gc();
+    std::printf(
+        "           gc: rank %u pauses %.1f ms a step (%.1f collections); the median rank %.1f ms "
+        "(%.1f); %u ranks report GC\n",
+        gc.rank(), gc.seconds() * 1e3, gc.collections(), gc.median_seconds() * 1e3,
+        gc.median_collections(), gc.ranks_reporting());
+  }
   if (d.sharded()) std::printf("           sharded job (forward waits for other ranks too)\n");
   if (d.phases_size() == 0) return;
   std::printf("\n  %-12s", "");
@@ -240,9 +249,9 @@ void PrintWhatIf(const v1::WhatIf& w) {
   if (!w.note().empty()) std::printf("           %s\n", w.note().c_str());
   if (!w.next_step().empty()) std::printf("           next: %s\n", w.next_step().c_str());
   std::printf("           step ms: measured %.2f, simulated %.2f, ideal %.2f   M_W %.2f   M_S %.2f "
-              "(stage %u)   lost %.1f rank-s\n",
+              "(last stage; worst stage %u: %.2f)   lost %.1f rank-s\n",
               w.measured_step_ms(), w.actual_step_ms(), w.ideal_step_ms(), w.m_w(), w.m_s(),
-              w.m_s_stage(), w.lost_rank_seconds());
+              w.m_s_stage(), w.m_s_worst(), w.lost_rank_seconds());
   if (w.skipped_steps() > 0) {
     std::printf("           %llu aligned steps not analysed (last: %s)\n",
                 static_cast<unsigned long long>(w.skipped_steps()), w.skipped_reason().c_str());

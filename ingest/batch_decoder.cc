@@ -139,7 +139,7 @@ RejectReason BatchDecoder::ValidateSteps(const v1::Batch& batch, std::string* de
     const bool bad_duration = s.step_time_ns() > max || s.dataloader_ns() > max ||
                               s.forward_ns() > max || s.backward_ns() > max ||
                               s.optimizer_ns() > max || s.forward_backward_ns() > max ||
-                              s.collective_ns() > max;
+                              s.collective_ns() > max || s.gc_ns() > max;
     if (bad_duration || s.step() > limits_.max_step) {
       return Reject(
           RejectReason::kBadValue, detail,

@@ -74,6 +74,9 @@ TEST(BatchDecoderTest, RejectsAbsurdDurationsAndTooManyRecords) {
   v1::Batch b = Valid();
   b.mutable_steps(0)->set_backward_ns(86'401ull * 1'000'000'000ull);
   EXPECT_EQ(DecodeOf(b), RejectReason::kBadValue);
+  b = Valid();
+  b.mutable_steps(0)->set_gc_ns(~0ull);  // a negative GC time written as an integer
+  EXPECT_EQ(DecodeOf(b), RejectReason::kBadValue);
   BatchLimits limits;
   limits.max_steps = 1;
   b = Valid();

@@ -71,7 +71,12 @@ void ExpectSameSnapshot(const JobSnapshot& a, const JobSnapshot& b) {
     EXPECT_EQ(a.phases[p].worst_rank, b.phases[p].worst_rank) << p;
   }
   EXPECT_EQ(a.step.label, b.step.label);
+  EXPECT_EQ(a.step.cause, b.step.cause);
   EXPECT_EQ(a.step.compute_score, b.step.compute_score);
+  EXPECT_EQ(a.step.gc.time.stat.present, b.step.gc.time.stat.present);
+  EXPECT_EQ(a.step.gc.time.stat.median_seconds, b.step.gc.time.stat.median_seconds);
+  EXPECT_EQ(a.step.gc.time.stat.worst_seconds, b.step.gc.time.stat.worst_seconds);
+  EXPECT_EQ(a.step.gc.rank_collections, b.step.gc.rank_collections);
   EXPECT_EQ(a.step.culprit_ranks, b.step.culprit_ranks);
   EXPECT_EQ(a.step.note, b.step.note);
   EXPECT_EQ(a.memory.label, b.memory.label);
@@ -120,6 +125,74 @@ TEST(StepCodecTest, RoundTripsAStep) {
   EXPECT_EQ(DecodeStep(damaged, &b).code(), absl::StatusCode::kDataLoss);
 }
 
+TEST(StepCodecTest, RoundTripsGcPauses) {
+  AlignedStep a{7, 4, false, {}};
+  for (uint32_t r : {0u, 1u, 3u}) {
+    StepSample s;
+    s.step = 7;
+    s.rank = r;
+    s.Set(Phase::kStep, 100'000'000);
+    if (r != 1) {  // rank 1's collector does not watch GC
+      s.gc_ns = r == 3 ? 41'000'000 : 0;
+      s.gc_count = r == 3 ? 3 : 0;
+      s.present |= kGcBit;
+    }
+    a.samples.push_back(s);
+  }
+  const state::v1::StoredStep stored = EncodeStep(a);
+  ASSERT_EQ(stored.gc_ns_delta_size(), 3);
+  AlignedStep b;
+  ASSERT_TRUE(DecodeStep(stored, &b).ok());
+  ASSERT_EQ(b.samples.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(b.samples[i].HasGc(), a.samples[i].HasGc()) << i;
+    EXPECT_EQ(b.samples[i].gc_ns, a.samples[i].gc_ns) << i;
+    EXPECT_EQ(b.samples[i].gc_count, a.samples[i].gc_count) << i;
+  }
+  // A step without GC stores no GC columns.
+  for (StepSample& s : a.samples) {
+    s.present &= ~kGcBit;
+    s.gc_ns = 0;
+    s.gc_count = 0;
+  }
+  EXPECT_EQ(EncodeStep(a).gc_ns_delta_size(), 0);
+  EXPECT_EQ(EncodeStep(a).gc_count_size(), 0);
+  // Damaged: GC marked without its columns, or columns of another length.
+  state::v1::StoredStep damaged = stored;
+  damaged.clear_gc_ns_delta();
+  damaged.clear_gc_count();
+  EXPECT_EQ(DecodeStep(damaged, &b).code(), absl::StatusCode::kDataLoss);
+  damaged = stored;
+  damaged.mutable_gc_count()->RemoveLast();
+  EXPECT_EQ(DecodeStep(damaged, &b).code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(StepCodecTest, AStepStoredBeforeGcWasCarriedRestoresWithoutGc) {
+  // The columns as the encoder wrote them before GC: no fields 11 and 12, no GC bit.
+  state::v1::StoredStep old;
+  old.set_step(9);
+  old.set_world_size(2);
+  for (uint32_t r : {0u, 1u}) {
+    old.add_ranks(r);
+    old.add_present(1u << static_cast<int>(Phase::kStep));
+    for (int p = 0; p < kPhaseCount; ++p) {
+      old.add_phase_ns_delta(p == static_cast<int>(Phase::kStep) && r == 0 ? 50'000'000 : 0);
+    }
+    old.add_peak_allocated_delta(0);
+    old.add_peak_reserved_delta(0);
+    old.add_capacity_delta(0);
+    old.add_end_unix_ns_delta(0);
+  }
+  AlignedStep b;
+  ASSERT_TRUE(DecodeStep(old, &b).ok());
+  ASSERT_EQ(b.samples.size(), 2u);
+  for (const StepSample& s : b.samples) {
+    EXPECT_FALSE(s.HasGc());
+    EXPECT_EQ(s.gc_ns, 0);
+    EXPECT_EQ(s.Get(Phase::kStep), 50'000'000);
+  }
+}
+
 TEST(JobCheckpointTest, ARestoredJobContinuesExactlyLikeTheOriginal) {
   const std::vector<v1::Batch> batches = FleetBatches(8, 240, 5);
   JobPipelineOptions options;
@@ -160,6 +233,58 @@ TEST(JobCheckpointTest, ARestoredJobContinuesExactlyLikeTheOriginal) {
   EXPECT_EQ(a.memory.label, MemoryLabel::kCreep);
   ExpectSameSnapshot(a, b);
   ExpectSameSnapshot(original.Snapshot(t0), b);
+}
+
+// `batches` with GC pauses: rank 2 reports 40 ms in 3 collections every step, the others none.
+std::vector<v1::Batch> WithGc(std::vector<v1::Batch> batches) {
+  for (v1::Batch& b : batches) {
+    const bool slow = b.source().rank() == 2;
+    for (v1::StepRecord& r : *b.mutable_steps()) {
+      r.set_gc_ns(slow ? 40'000'000 : 0);
+      r.set_gc_count(slow ? 3 : 0);
+    }
+  }
+  return batches;
+}
+
+TEST(JobCheckpointTest, GcPausesSurviveARestoreAndStateWithoutThemStillRestores) {
+  const std::vector<v1::Batch> batches = WithGc(FleetBatches(8, 120, 5, {}));
+  JobPipelineOptions options;
+  options.record_changes = true;
+  JobPipeline original("ckpt", 8, options);
+  FakeStore store;
+  const TimePoint t0{};
+  const int64_t wall0 = 1'795'000'000'000'000'000;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    original.AddBatch(batches[i], t0);
+    if (i % 11 == 10) store.Apply(original.TakeCheckpoint(t0, wall0));
+  }
+  store.Apply(original.TakeCheckpoint(t0, wall0));
+  const JobSnapshot a = original.Snapshot(t0);
+  ASSERT_TRUE(a.step.gc.time.stat.present);
+  EXPECT_NEAR(a.step.gc.time.stat.worst_seconds, 0.040, 1e-9);
+  EXPECT_EQ(a.step.gc.time.stat.worst_rank, 2u);
+  auto restored = JobPipeline::Restore(store.meta, store.Steps(), options, t0, wall0);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  ExpectSameSnapshot(a, (*restored)->Snapshot(t0));
+
+  // The same state as written before GC was carried: no GC columns, no GC bit.
+  auto strip = [](state::v1::StoredStep& st) {
+    st.clear_gc_ns_delta();
+    st.clear_gc_count();
+    for (uint32_t& present : *st.mutable_present()) present &= ~kGcBit;
+  };
+  FakeStore old = store;
+  for (auto& [step, st] : old.steps) strip(st);
+  for (state::v1::PendingStep& p : *old.meta.mutable_aligner()->mutable_pending()) {
+    strip(*p.mutable_samples());
+  }
+  auto from_old = JobPipeline::Restore(old.meta, old.Steps(), options, t0, wall0);
+  ASSERT_TRUE(from_old.ok()) << from_old.status();
+  const JobSnapshot b = (*from_old)->Snapshot(t0);
+  EXPECT_FALSE(b.step.gc.time.stat.present);
+  EXPECT_EQ(b.aligned_steps, a.aligned_steps);
+  EXPECT_EQ(b.window_last_step, a.window_last_step);
 }
 
 TEST(JobCheckpointTest, ARestoredJobKeepsItsLifetimeMemoryTrend) {

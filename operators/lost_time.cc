@@ -29,7 +29,7 @@ LostTime::StepCost LostTime::CostOf(const StepWindow::Step& step, const BlockedM
     for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(e.ns[p]) * 1e-9;
     step_.push_back(v[static_cast<int>(Phase::kStep)]);
     c.rank_ns += e.ns[static_cast<int>(Phase::kStep)];
-    const double own = OwnTime(v, e.present, model);
+    const double own = OwnTime(v, e.present, model, static_cast<double>(e.gc_ns) * kNs);
     if (std::isnan(own)) continue;
     own_.push_back(own);
     if (own > max_own) {

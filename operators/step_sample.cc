@@ -39,6 +39,11 @@ StepSample ToStepSample(const v1::StepRecord& r, uint32_t rank) {
     s.Set(Phase::kStep, step_time);
     s.Set(Phase::kWait, std::max<int64_t>(0, step_time - local));
   }
+  if (r.has_gc_ns()) {
+    s.gc_ns = static_cast<int64_t>(r.gc_ns());
+    s.gc_count = r.gc_count();
+    s.present |= kGcBit;
+  }
   s.peak_allocated_bytes = r.peak_allocated_bytes();
   s.peak_reserved_bytes = r.peak_reserved_bytes();
   s.device_capacity_bytes = r.device_capacity_bytes();

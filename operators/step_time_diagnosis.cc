@@ -36,6 +36,12 @@ std::string_view NextStep(StepLabel label, StragglerCause cause) {
     case StepLabel::kHang:
       return "dump the stacks of the suspect ranks (py-spy dump) and check their collectives";
     case StepLabel::kStraggler:
+      if (cause == StragglerCause::kGc) {
+        return "cut or align the worst rank's garbage collection: gc.freeze() after the model "
+               "and data are set up, higher gc.set_threshold() limits, or gc.disable() with a "
+               "gc.collect() at the same step on every rank; break the reference cycles its "
+               "step creates (gc.set_debug(gc.DEBUG_SAVEALL) shows them)";
+      }
       return cause == StragglerCause::kOutside
                  ? "profile the worst rank's host code between the timed phases (loss, custom "
                    "autograd functions, logging, checkpoints, CPU contention on its host)"
@@ -53,6 +59,14 @@ std::string_view NextStep(StepLabel label, StragglerCause cause) {
   return "";
 }
 
+// `rank`'s GC time and collections a step into `gc` (0 where it reports no GC).
+void SetGcRank(const WindowSignals& s, uint32_t rank, GcEvidence& gc) {
+  if (!gc.time.stat.present || rank >= s.gc.size()) return;
+  gc.rank = rank;
+  gc.rank_seconds = Known(s.gc[rank]) ? s.gc[rank] : 0.0;
+  gc.rank_collections = Known(s.gc_collections[rank]) ? s.gc_collections[rank] : 0.0;
+}
+
 // The evidence of stages 1 and 2.
 void RecordSignals(const WindowSignals& s, const OwnTimeSignals& t, StepDiagnosis& d) {
   d.phases = s.evidence;
@@ -63,6 +77,9 @@ void RecordSignals(const WindowSignals& s, const OwnTimeSignals& t, StepDiagnosi
   d.compute = t.compute_evidence;
   d.own = t.own_evidence;
   d.outside = t.outside_evidence;
+  d.gc.time = s.gc_evidence;
+  d.gc.median_collections = s.gc_median_collections;
+  SetGcRank(s, s.gc_evidence.stat.worst_rank, d.gc);
 }
 
 // Hang (beyond): no step aligned for longer than d.hang_timeout_seconds. Records the suspects.
@@ -105,6 +122,7 @@ Verdict StragglerVerdict(const StragglerScores& scores, const WindowSignals& sig
   d.culprit_ranks = std::move(set.ranks);
   d.culprit_node = std::move(set.node);
   d.culprit_phase = why.phase.phase;
+  SetGcRank(signals, culprit.rank, d.gc);
   const StepLabel label = d.cause == StragglerCause::kInput     ? StepLabel::kInputStraggler
                           : d.cause == StragglerCause::kCompute ? StepLabel::kComputeStraggler
                                                                 : StepLabel::kStraggler;
@@ -216,6 +234,7 @@ std::string_view StragglerCauseName(StragglerCause cause) {
     case StragglerCause::kCompute: return "compute";
     case StragglerCause::kBoth: return "both";
     case StragglerCause::kOutside: return "outside";
+    case StragglerCause::kGc: return "gc";
   }
   return "unknown";
 }

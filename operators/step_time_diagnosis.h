@@ -46,9 +46,10 @@ enum class CulpritScope : uint8_t { kNone, kRank, kNode };
 
 // Where a straggler's excess sits. kOutside: time outside every measured phase (host code
 // between phases, a custom autograd op after the model's output, work after the optimizer).
+// kGc: garbage-collection pauses, wherever they fell (step_time/cause.h, GcExplains).
 // The numbers are the wire's StragglerCause values.
-enum class StragglerCause : uint8_t { kNone, kInput, kCompute, kBoth, kOutside };
-std::string_view StragglerCauseName(StragglerCause cause);  // "input", "compute", ...
+enum class StragglerCause : uint8_t { kNone, kInput, kCompute, kBoth, kOutside, kGc };
+std::string_view StragglerCauseName(StragglerCause cause);  // "input", "compute", ..., "gc"
 
 // Thresholds of the spec, with TraceML 0.3.5's share defaults (docs/diagnoses.md).
 struct StepDiagnosisOptions {
@@ -87,6 +88,18 @@ struct SignalEvidence {
   std::vector<RankExcess> top;  // at most 3 ranks above the median, largest excess first
 };
 
+// Garbage-collection pauses over the window (StepRecord gc_ns, gc_count; the ranks whose collector
+// watches GC), per step.
+struct GcEvidence {
+  SignalEvidence time;            // per-rank GC time; not present when no rank reports GC
+  double median_collections = 0;  // the median over the ranks reporting GC
+  // The culprit rank when a straggler is named, else the rank with the most GC time; its GC time
+  // and collections a step.
+  uint32_t rank = 0;
+  double rank_seconds = 0;
+  double rank_collections = 0;
+};
+
 // What the caller knows about progress, for the hang diagnosis.
 struct HangInput {
   double seconds_since_last_aligned = 0;   // since a step last aligned (or the job appeared)
@@ -113,6 +126,9 @@ struct BlockedModel {
     kSharded,        // sharded, no collective: (forward + backward) - the least rank's
     kLeastBackward,  // synchronised, no collective, no forward: backward - the least rank's
   };
+  // The estimated kinds (kBackward, kSharded, kLeastBackward) never count a GC pause as waiting:
+  // they take each rank's GC time out of the phase that absorbs the waiting first (LessGc,
+  // step_time/own_time.h), in the calibration below and in OwnTime.
   Kind kind = Kind::kNone;
   // kBackward: the least backward/forward ratio of any rank, the rank that waits least.
   double ratio = 0;
@@ -133,6 +149,7 @@ struct StepDiagnosis {
   // own = step time - blocked waiting (BlockedModel); outside = own - dataloader - compute, the
   // time outside every measured phase. Absent when the blocked time is unknown.
   SignalEvidence own, outside;
+  GcEvidence gc;
   BlockedModel blocked;
   double input_share = 0, wait_share = 0, compute_share = 0;
   double input_score = 0, compute_score = 0, own_score = 0;
@@ -145,7 +162,7 @@ struct StepDiagnosis {
   CulpritScope scope = CulpritScope::kNone;
   std::vector<uint32_t> culprit_ranks;
   std::string culprit_node;
-  Phase culprit_phase = Phase::kStep;  // meaningless when cause == kOutside
+  Phase culprit_phase = Phase::kStep;  // meaningless when cause is kOutside or kGc
   // Hang evidence.
   double hang_timeout_seconds = 0;
   double seconds_since_last_aligned = 0;
@@ -166,6 +183,10 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& window, const std::vector<std::
 // (the optimizer under gradient accumulation) is averaged over every step the rank reported.
 // NaN when the rank never reported it.
 double WindowMean(const StepWindow::RankTotals& totals, Phase p);
+// The same for GC pauses: time (seconds) and collections per step; NaN when the rank never
+// reported GC.
+double WindowGcMean(const StepWindow::RankTotals& totals);
+double WindowGcCollections(const StepWindow::RankTotals& totals);
 
 // The blocked model of a window (see BlockedModel), from its per-rank means.
 BlockedModel BlockedModelOf(const StepWindow& window, bool synchronized, bool sharded);
@@ -175,8 +196,10 @@ BlockedModel BlockedModelOf(const StepWindow& window, const StepDiagnosisOptions
                             bool sharded);
 
 // One rank's own time in one step (or over the window, from its means), or NaN when unknown.
-// `v` holds the phases in any one unit (the result is in it); `present` is the phase bit set.
+// `v` holds the phases in any one unit (the result is in it); `present` is the phase bit set;
+// `gc` the rank's GC pause time in that unit (0 when not reported): where the model estimates
+// the blocked time from a phase that absorbs waiting, the GC in it is not waiting (LessGc).
 double OwnTime(const std::array<double, kPhaseCount>& v, uint32_t present,
-               const BlockedModel& model);
+               const BlockedModel& model, double gc = 0);
 
 }  // namespace rankwatch

@@ -323,9 +323,12 @@ TEST(StepTimeDiagnosisTest, SilenceBeyondTheTimeoutIsAHangWithSuspects) {
   EXPECT_NE(d.note.find("every rank stopped after step 50"), std::string::npos) << d.note;
 }
 
-// One rank's phases in one step, in milliseconds; a negative value is "not reported".
+// One rank's phases in one step, in milliseconds; a negative value is "not reported". `gc`:
+// the step's GC pause time (inside the phases or between them), `gc_count` its collections.
 struct Ms {
   double dl = -1, fwd = -1, bwd = -1, opt = -1, coll = -1, step = -1;
+  double gc = -1;
+  uint32_t gc_count = 0;
 };
 
 v1::StepRecord Record(uint64_t step, const Ms& m) {
@@ -338,6 +341,10 @@ v1::StepRecord Record(uint64_t step, const Ms& m) {
   if (m.opt >= 0) r.set_optimizer_ns(ns(m.opt));
   if (m.coll >= 0) r.set_collective_ns(ns(m.coll));
   r.set_step_time_ns(ns(m.step));
+  if (m.gc >= 0) {
+    r.set_gc_ns(ns(m.gc));
+    r.set_gc_count(m.gc_count);
+  }
   return r;
 }
 
@@ -562,6 +569,118 @@ TEST(StepTimeDiagnosisTest, AnExcessInAPhaseOtherRanksDoNotReportIsUnattributed)
   });
   EXPECT_EQ(d.note.find("0.0 ms more"), std::string::npos) << d.note;
   EXPECT_EQ(d.note.find("0% more"), std::string::npos) << d.note;
+}
+
+// 4 DDP ranks with collective times, every step 95 ms: dataloader 5, forward 20, local backward
+// 20, optimizer 5, allreduce 5. Rank 2 pauses 40 ms in 3 collections inside backward every
+// step; the others pause for none and wait for it 40 ms longer in the allreduce (backward 65 ms
+// everywhere).
+Ms GcInBackward(uint32_t r) {
+  const bool slow = r == 2;
+  return Ms{.dl = 5,
+            .fwd = 20,
+            .bwd = 65,
+            .opt = 5,
+            .coll = slow ? 5.0 : 45.0,
+            .step = 95,
+            .gc = slow ? 40.0 : 0.0,
+            .gc_count = slow ? 3u : 0u};
+}
+
+TEST(StepTimeDiagnosisTest, GcPausesInsideBackwardAreTheCause) {
+  const StepDiagnosis d =
+      DiagnoseSteps(4, 20, [](uint64_t, uint32_t r) { return GcInBackward(r); });
+  EXPECT_EQ(d.label, StepLabel::kStraggler) << d.note;
+  EXPECT_EQ(d.cause, StragglerCause::kGc);
+  EXPECT_EQ(StragglerCauseName(d.cause), "gc");
+  EXPECT_EQ(d.culprit_ranks, std::vector<uint32_t>{2});
+  EXPECT_EQ(d.severity, Severity::kCrit);  // compute score 40 / (5 + 45)
+  EXPECT_EQ(d.note,
+            "rank 2 pauses 40.0 ms a step in garbage collection, 40.0 ms more than the median "
+            "rank (3.0 collections a step of 13.3 ms each; the median rank 0.0); the other ranks "
+            "wait 40.0 ms a step longer than it in collectives");
+  EXPECT_NE(d.next_step.find("gc.freeze()"), std::string::npos) << d.next_step;
+  ASSERT_TRUE(d.gc.time.stat.present);
+  EXPECT_EQ(d.gc.time.stat.ranks, 4u);
+  EXPECT_NEAR(d.gc.time.stat.median_seconds, 0, 1e-9);
+  EXPECT_EQ(d.gc.time.stat.worst_rank, 2u);
+  EXPECT_EQ(d.gc.rank, 2u);
+  EXPECT_NEAR(d.gc.rank_seconds, 0.040, 1e-9);
+  EXPECT_NEAR(d.gc.rank_collections, 3, 1e-9);
+  EXPECT_NEAR(d.gc.median_collections, 0, 1e-9);
+}
+
+TEST(StepTimeDiagnosisTest, GcPausesInsideBackwardAreTheCauseWithoutCollectiveTimes) {
+  // Forward 40 ms, local backward 40 (+5 allreduce): rank 2 pauses 40 ms in backward and the
+  // others wait as long in it, so backward is 85 ms on every rank and only the GC time tells
+  // them apart. Rank 2's backward less its GC, 45 ms, calibrates the ratio (45 / 40); the
+  // others' 85 holds 40 ms of waiting.
+  auto phases = [](bool report_gc) {
+    return [report_gc](uint64_t, uint32_t r) {
+      const bool slow = r == 2;
+      Ms m{.dl = 5, .fwd = 40, .bwd = 85, .opt = 5, .step = 135};
+      if (report_gc) {
+        m.gc = slow ? 40 : 0;
+        m.gc_count = slow ? 2 : 0;
+      }
+      return m;
+    };
+  };
+  const StepDiagnosis d = DiagnoseSteps(4, 20, phases(true));
+  EXPECT_EQ(d.blocked.kind, BlockedModel::Kind::kBackward);
+  EXPECT_NEAR(d.blocked.ratio, 1.125, 1e-6);
+  EXPECT_EQ(d.label, StepLabel::kStraggler) << d.note;
+  EXPECT_EQ(d.cause, StragglerCause::kGc);
+  EXPECT_EQ(d.culprit_ranks, std::vector<uint32_t>{2});
+  EXPECT_NEAR(d.own.stat.worst_seconds, 0.135, 1e-6);
+  EXPECT_NEAR(d.own.stat.median_seconds, 0.095, 1e-6);
+  // Without the GC times the same job looks like four equal ranks.
+  const StepDiagnosis blind = DiagnoseSteps(4, 20, phases(false));
+  EXPECT_TRUE(blind.culprit_ranks.empty()) << blind.note;
+  EXPECT_FALSE(blind.gc.time.stat.present);
+}
+
+TEST(StepTimeDiagnosisTest, EqualGcPausesOnEveryRankAreNoStraggler) {
+  const StepDiagnosis d = DiagnoseSteps(4, 20, [](uint64_t, uint32_t) {
+    return Ms{
+        .dl = 5, .fwd = 30, .bwd = 25, .opt = 5, .coll = 5, .step = 65, .gc = 10, .gc_count = 1};
+  });
+  EXPECT_TRUE(d.culprit_ranks.empty()) << d.note;
+  EXPECT_EQ(d.cause, StragglerCause::kNone);
+  ASSERT_TRUE(d.gc.time.stat.present);
+  EXPECT_NEAR(d.gc.time.stat.median_seconds, 0.010, 1e-9);
+  EXPECT_NEAR(d.gc.time.stat.skew, 0, 1e-9);
+  EXPECT_NEAR(d.gc.median_collections, 1, 1e-9);
+}
+
+TEST(StepTimeDiagnosisTest, ALongGcPauseEveryFifthStepIsTheCauseOverTheWindow) {
+  // 55 ms steps (dataloader 5, forward 20, local backward 20, optimizer 5, allreduce 5); every
+  // 5th step rank 2 frees a reference cycle between forward and backward, a 200 ms collection,
+  // and the others wait for it in the allreduce. 40 ms a step over the window; no newest step
+  // is slow in all of the last 8, so only the whole window names it.
+  const StepDiagnosis d = DiagnoseSteps(4, 40, [](uint64_t s, uint32_t r) {
+    Ms m{.dl = 5, .fwd = 20, .bwd = 25, .opt = 5, .coll = 5, .step = 55, .gc = 0};
+    if (s % 5 == 4) {
+      m.step = 255;
+      if (r == 2) {
+        m.gc = 200;
+        m.gc_count = 1;
+      } else {
+        m.bwd = 225;
+        m.coll = 205;
+      }
+    }
+    return m;
+  });
+  EXPECT_EQ(d.label, StepLabel::kStraggler) << d.note;
+  EXPECT_EQ(d.cause, StragglerCause::kGc);
+  EXPECT_EQ(d.culprit_ranks, std::vector<uint32_t>{2});
+  EXPECT_FALSE(d.from_onset_window);
+  EXPECT_NEAR(d.outside.stat.worst_seconds, 0.040, 1e-6);
+  EXPECT_NE(d.note.find("rank 2 pauses 40.0 ms a step in garbage collection, 40.0 ms more than "
+                        "the median rank (0.2 collections a step of 200.0 ms each"),
+            std::string::npos)
+      << d.note;
 }
 
 }  // namespace

@@ -17,6 +17,11 @@ void StepWindow::Apply(const Entry& e, int sign) {
       t.count[p] += sign;
     }
   }
+  if (e.HasGc()) {
+    t.gc_sum_ns += sign * e.gc_ns;
+    t.gc_collections += static_cast<uint64_t>(sign) * e.gc_count;
+    t.gc_steps += sign;
+  }
 }
 
 void StepWindow::Add(const AlignedStep& aligned) {
@@ -24,7 +29,7 @@ void StepWindow::Add(const AlignedStep& aligned) {
   step.entries.reserve(aligned.samples.size());
   for (const StepSample& s : aligned.samples) {
     if (s.rank >= world_size_) continue;
-    step.entries.push_back(Entry{s.rank, s.present, s.ns});
+    step.entries.push_back(Entry{s.rank, s.present, s.ns, s.gc_ns, s.gc_count});
     Apply(step.entries.back(), +1);
   }
   step.ranks_present = static_cast<uint32_t>(step.entries.size());

@@ -22,10 +22,14 @@ struct StepWindowOptions {
 
 class StepWindow {
  public:
-  // Window sums of one rank: per phase, the sum over the steps it reported and their count.
+  // Window sums of one rank: per phase, the sum over the steps it reported and their count;
+  // the same for its GC pauses (time and collections over the steps that reported GC).
   struct RankTotals {
     std::array<int64_t, kPhaseCount> sum_ns{};
     std::array<uint32_t, kPhaseCount> count{};
+    int64_t gc_sum_ns = 0;
+    uint64_t gc_collections = 0;
+    uint32_t gc_steps = 0;
   };
 
   StepWindow(uint32_t world_size, StepWindowOptions options);
@@ -44,12 +48,15 @@ class StepWindow {
   uint32_t last_ranks_present() const { return steps_.back().ranks_present; }
   const std::vector<RankTotals>& totals() const { return totals_; }
 
-  // One rank's phases in one step of the window.
+  // One rank's phases in one step of the window, and its GC pauses (StepSample's fields).
   struct Entry {
     uint32_t rank;
-    uint32_t present;
+    uint32_t present;  // as StepSample::present, kGcBit included
     std::array<int64_t, kPhaseCount> ns;
+    int64_t gc_ns = 0;
+    uint32_t gc_count = 0;
     bool Has(Phase p) const { return present & (1u << static_cast<int>(p)); }
+    bool HasGc() const { return present & kGcBit; }
     int64_t Get(Phase p) const { return ns[static_cast<int>(p)]; }
   };
   struct Step {

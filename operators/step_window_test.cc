@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "operators/phase_stats.h"
+#include "operators/step_time_diagnosis.h"
 #include "operators/test_support.h"
 
 namespace rankwatch {
@@ -29,6 +32,52 @@ TEST(StepWindowTest, KeepsTheLastKStepsAndTheirSums) {
   const auto& t = w.totals()[0];
   EXPECT_EQ(t.sum_ns[static_cast<int>(Phase::kDataloader)], 60'000'000);  // 20 + 40 ms
   EXPECT_EQ(t.count[static_cast<int>(Phase::kDataloader)], 2u);
+}
+
+TEST(StepSampleTest, GcIsReportedWithItsTime) {
+  v1::StepRecord r;
+  r.set_step(3);
+  r.set_step_time_ns(100'000'000);
+  EXPECT_FALSE(ToStepSample(r, 0).HasGc());
+  r.set_gc_count(2);  // a count without a time is no GC report
+  EXPECT_FALSE(ToStepSample(r, 0).HasGc());
+  r.set_gc_ns(0);  // timed, and no pause: a report of 0
+  EXPECT_TRUE(ToStepSample(r, 0).HasGc());
+  r.set_gc_ns(41'000'000);
+  const StepSample s = ToStepSample(r, 0);
+  EXPECT_TRUE(s.HasGc());
+  EXPECT_EQ(s.gc_ns, 41'000'000);
+  EXPECT_EQ(s.gc_count, 2u);
+  EXPECT_FALSE(s.Has(Phase::kDataloader));  // the GC bit is no phase
+  EXPECT_TRUE(s.Has(Phase::kStep));
+}
+
+TEST(StepWindowTest, SumsGcPausesOfTheStepsThatReportThem) {
+  auto gc = [](StepSample s, int64_t ms, uint32_t count) {
+    s.gc_ns = ms * 1'000'000;
+    s.gc_count = count;
+    s.present |= kGcBit;
+    return s;
+  };
+  StepWindow w(3, {.steps = 2});
+  w.Add(Step(0, {gc(Sample(0, 0), 100, 4), gc(Sample(1, 0), 1, 1), Sample(2, 0)}));
+  w.Add(Step(1, {gc(Sample(0, 1), 20, 1), gc(Sample(1, 1), 0, 0), Sample(2, 1)}));
+  w.Add(Step(2, {gc(Sample(0, 2), 40, 2), Sample(1, 2), Sample(2, 2)}));
+  const auto& t0 = w.totals()[0];  // step 0 evicted
+  EXPECT_EQ(t0.gc_sum_ns, 60'000'000);
+  EXPECT_EQ(t0.gc_collections, 3u);
+  EXPECT_EQ(t0.gc_steps, 2u);
+  const auto& t1 = w.totals()[1];  // reported GC in step 1 only
+  EXPECT_EQ(t1.gc_sum_ns, 0);
+  EXPECT_EQ(t1.gc_steps, 1u);
+  EXPECT_EQ(w.totals()[2].gc_steps, 0u);
+  EXPECT_NEAR(WindowGcMean(t0), 0.030, 1e-12);
+  EXPECT_NEAR(WindowGcCollections(t0), 1.5, 1e-12);
+  EXPECT_NEAR(WindowGcMean(t1), 0, 1e-12);  // averaged over both of its steps
+  EXPECT_TRUE(std::isnan(WindowGcMean(w.totals()[2])));
+  EXPECT_EQ(w.steps().back().entries[0].gc_ns, 40'000'000);
+  EXPECT_TRUE(w.steps().back().entries[0].HasGc());
+  EXPECT_FALSE(w.steps().back().entries[1].HasGc());
 }
 
 TEST(PhaseStatsTest, MedianWorstSkewOfPerRankMeans) {

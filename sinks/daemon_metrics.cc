@@ -302,6 +302,12 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
     phase_skew_->WithLabels({job, phase})->Set(st.skew);
     worst_rank_->WithLabels({job, phase})->Set(st.worst_rank);
   }
+  if (const PhaseStat& gc = s.step.gc.time.stat; gc.present) {
+    phase_seconds_->WithLabels({job, "gc", "median"})->Set(gc.median_seconds);
+    phase_seconds_->WithLabels({job, "gc", "worst"})->Set(gc.worst_seconds);
+    phase_skew_->WithLabels({job, "gc"})->Set(gc.skew);
+    worst_rank_->WithLabels({job, "gc"})->Set(gc.worst_rank);
+  }
 }
 
 void DaemonMetrics::PublishWhatIf(const JobSnapshot& s) {

@@ -132,6 +132,16 @@ void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out
   if (d.compute.stat.present) FillPhase(v1::PHASE_COMPUTE, d.compute, s, step->add_phases());
   if (d.own.stat.present) FillPhase(v1::PHASE_OWN, d.own, s, step->add_phases());
   if (d.outside.stat.present) FillPhase(v1::PHASE_OUTSIDE, d.outside, s, step->add_phases());
+  if (d.gc.time.stat.present) {
+    FillPhase(v1::PHASE_GC, d.gc.time, s, step->add_phases());
+    v1::GcEvidence* gc = step->mutable_gc();
+    gc->set_ranks_reporting(d.gc.time.stat.ranks);
+    gc->set_median_seconds(d.gc.time.stat.median_seconds);
+    gc->set_median_collections(d.gc.median_collections);
+    gc->set_rank(d.gc.rank);
+    gc->set_seconds(d.gc.rank_seconds);
+    gc->set_collections(d.gc.rank_collections);
+  }
   step->mutable_shares()->set_input(d.input_share);
   step->mutable_shares()->set_wait(d.wait_share);
   step->mutable_shares()->set_compute(d.compute_share);
@@ -159,6 +169,7 @@ void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out
   step->set_culprit_node(d.culprit_node);
   if (d.scope != CulpritScope::kNone && d.label != StepLabel::kHang) {
     step->set_culprit_phase(d.cause == StragglerCause::kOutside ? v1::PHASE_OUTSIDE
+                            : d.cause == StragglerCause::kGc    ? v1::PHASE_GC
                             : d.cause == StragglerCause::kNone  ? v1::PHASE_OWN
                                                                 : ToProto(d.culprit_phase));
   }
@@ -212,8 +223,9 @@ void ToProto(const whatif::WhatIfSnapshot& w, v1::WhatIf* out) {
     }
   }
   out->set_m_w(r.m_w);
-  out->set_m_s(r.m_s);
+  out->set_m_s(r.m_s_last);
   out->set_m_s_stage(r.m_s_stage);
+  out->set_m_s_worst(r.m_s);
   out->set_culprit_data_rank(v.data_rank);
   out->set_culprit_stage(v.stage);
   for (uint32_t rank : v.ranks) out->add_culprit_ranks(rank);

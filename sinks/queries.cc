@@ -250,7 +250,8 @@ absl::StatusOr<JobHeatmap> Queries::GetHeatmap(const std::string& job, const std
         }
         std::array<double, kPhaseCount> v{};
         for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(sample.ns[p]) * 1e-6;
-        column[sample.rank] = static_cast<float>(OwnTime(v, sample.present, blocked));
+        column[sample.rank] = static_cast<float>(
+            OwnTime(v, sample.present, blocked, static_cast<double>(sample.gc_ns) * 1e-6));
       }
     }
     return half;

@@ -1,7 +1,9 @@
 #include "operators/step_time/cause.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "operators/phase_stats.h"
@@ -20,7 +22,28 @@ ExcessParts ExcessPartsOf(uint32_t rank, const WindowSignals& s, const OwnTimeSi
                                  s.evidence[PhaseIndex(Phase::kDataloader)]);
   x.compute = s.ComputeConsistent() ? excess_of(t.compute, t.compute_evidence) : 0.0;
   x.outside = s.missing.empty() ? excess_of(t.outside, t.outside_evidence) : 0.0;
+  x.gc = std::max(0.0, excess_of(s.gc, s.gc_evidence));
   return x;
+}
+
+bool GcExplains(const ExcessParts& x, double named) {
+  if (!(x.gc > 0)) return false;
+  std::array<double, 3> parts = {std::max(0.0, x.dataloader), std::max(0.0, x.compute),
+                                 std::max(0.0, x.outside)};
+  const double held = parts[0] + parts[1] + parts[2];
+  double rest = std::max(0.0, std::max(x.own, Known(named) ? named : 0.0) - held);
+  // A pause lengthens the part it fell in; the part that stands out most is where it most
+  // plausibly fell, and taking it out elsewhere would leave that part's excess standing as a
+  // second cause the pause itself made.
+  std::sort(parts.begin(), parts.end(), std::greater<>());
+  double left = x.gc;
+  for (double& part : parts) {
+    const double taken = std::min(left, part);
+    part -= taken;
+    left -= taken;
+  }
+  rest = std::max(0.0, rest - left);
+  return x.gc >= std::max({parts[0], parts[1], parts[2], rest});
 }
 
 StragglerCause CauseOf(CulpritSignal signal, bool input_hit, bool compute_hit,
@@ -42,7 +65,8 @@ CulpritPhase CulpritPhaseOf(StragglerCause cause, CulpritSignal signal, uint32_t
                             const OwnTimeSignals& t) {
   CulpritPhase out{Phase::kDataloader, parts.dataloader, s.Median(Phase::kDataloader)};
   if (cause != StragglerCause::kCompute && signal != CulpritSignal::kCompute) {
-    if (cause == StragglerCause::kOutside || cause == StragglerCause::kNone) {
+    if (cause == StragglerCause::kOutside || cause == StragglerCause::kGc ||
+        cause == StragglerCause::kNone) {
       out.phase = Phase::kWait;
     }
     return out;
@@ -83,7 +107,10 @@ Attribution Attribute(const Culprit& c, const StragglerScores& scores, const Win
                       const OwnTimeSignals& t) {
   Attribution a;
   a.parts = ExcessPartsOf(c.rank, s, t);
-  a.cause = CauseOf(c.signal, scores.input_hit, scores.compute_hit, a.parts);
+  const double named = c.rank < c.excess.size() ? c.excess[c.rank] : NAN;
+  a.cause = GcExplains(a.parts, named)
+                ? StragglerCause::kGc
+                : CauseOf(c.signal, scores.input_hit, scores.compute_hit, a.parts);
   a.phase = CulpritPhaseOf(a.cause, c.signal, c.rank, a.parts, s, t);
   return a;
 }

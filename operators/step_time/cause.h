@@ -1,6 +1,7 @@
 // Stage 5 of the step-time diagnosis (operators/step_time_diagnosis.h): the cause. Where the
 // culprit's excess over the median rank sits (dataloader, compute, outside every measured
-// phase), the StragglerCause that follows, and the phase in which the culprit stands out most.
+// phase) and whether GC pauses explain most of it, the StragglerCause that follows, and the
+// phase in which the culprit stands out most.
 //
 // Pure functions; the results are plain values owned by the caller.
 #pragma once
@@ -20,11 +21,15 @@ namespace rankwatch::step_time {
 // do not report it, compute when the compute phases are not reported alike
 // (WindowSignals::ComputeConsistent), outside when any needed phase is missing; so an excess
 // no part holds is unattributed.
+//
+// `gc` is the rank's GC pause time over the median rank's (ranks reporting GC; 0 when the rank
+// does not report it). It is not a fourth part: a pause lengthens the part it fell in.
 struct ExcessParts {
   double own = 0;
   double dataloader = 0;
   double compute = 0;
   double outside = 0;
+  double gc = 0;
 };
 ExcessParts ExcessPartsOf(uint32_t rank, const WindowSignals& signals,
                           const OwnTimeSignals& own_time);
@@ -34,6 +39,14 @@ ExcessParts ExcessPartsOf(uint32_t rank, const WindowSignals& signals,
 // exceeds the median (e.g. a sharded job without collective times).
 StragglerCause CauseOf(CulpritSignal signal, bool input_hit, bool compute_hit,
                        const ExcessParts& parts);
+
+// Stage 5a, GC (docs/diagnoses.md, "GC pauses"). Whether GC pauses explain the largest part of
+// the culprit's excess `named` (its excess in the signal that named it) or own time, whichever is
+// larger. The GC excess is taken out of the parts it most plausibly fell in, the largest excess
+// first, each down to 0; what no part held comes out of the unattributed rest (the excess no part
+// holds). GC explains when its excess is above 0 and at least each remaining part and the rest.
+// When it does, the cause is kGc whatever CauseOf says.
+bool GcExplains(const ExcessParts& parts, double named);
 
 // The phase in which the culprit stands out most, with its excess over the median rank and that
 // median (seconds per step).
@@ -47,7 +60,7 @@ struct CulpritPhase {
 
 // Stage 5b. Compute causes (or the compute signal): the compute phase with the largest excess
 // over the median rank, backward (or forward_backward without backward) less the rank's blocked
-// time; the dataloader when the rank reports no compute phase. kOutside and kNone: kWait.
+// time; the dataloader when the rank reports no compute phase. kOutside, kGc and kNone: kWait.
 // Otherwise the dataloader.
 CulpritPhase CulpritPhaseOf(StragglerCause cause, CulpritSignal signal, uint32_t rank,
                             const ExcessParts& parts, const WindowSignals& signals,
@@ -60,7 +73,7 @@ struct Attribution {
   CulpritPhase phase;
 };
 
-// Stage 5: ExcessPartsOf, CauseOf and CulpritPhaseOf for `culprit`.
+// Stage 5: ExcessPartsOf, GcExplains (else CauseOf) and CulpritPhaseOf for `culprit`.
 Attribution Attribute(const Culprit& culprit, const StragglerScores& scores,
                       const WindowSignals& signals, const OwnTimeSignals& own_time);
 

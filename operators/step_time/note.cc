@@ -28,6 +28,18 @@ std::string StragglerNote(const Culprit& c, const CulpritSet& set, const Attribu
           ? fmt::format("; the other ranks wait {:.1f} ms a step longer than it in collectives",
                         Ms(waits))
           : "";
+  if (a.cause == StragglerCause::kGc) {
+    const double mine = s.gc[c.rank], collections = s.gc_collections[c.rank];
+    const std::string counted =
+        Known(collections) && collections > 0
+            ? fmt::format(" ({:.1f} collections a step of {:.1f} ms each; the median rank {:.1f})",
+                          collections, Ms(mine / collections), s.gc_median_collections)
+            : "";
+    return fmt::format(
+        "{} pauses {:.1f} ms a step in garbage collection, {:.1f} ms more than the median "
+        "rank{}{}",
+        who, Ms(mine), Ms(a.parts.gc), counted, wait_text);
+  }
   if (c.signal == CulpritSignal::kOwn && a.cause == StragglerCause::kOutside) {
     return fmt::format(
         "{} spends {:.1f} ms more per step outside the measured phases (not in dataloader, "

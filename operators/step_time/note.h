@@ -18,8 +18,9 @@
 namespace rankwatch::step_time {
 
 // The note of a straggler: who (the rank and its node, or the node and its ranks), how much
-// more time per step it spends where (a phase against the median rank, outside every phase, or
-// its own time when the excess is unattributed, saying why), and how much longer the other
+// more time per step it spends where (a phase against the median rank, outside every phase, in
+// GC pauses with their count and length, or its own time when the excess is unattributed, saying
+// why), and how much longer the other
 // ranks wait for it in collectives where that is measured.
 std::string StragglerNote(const Culprit& culprit, const CulpritSet& set,
                           const Attribution& attribution, const WindowSignals& signals,

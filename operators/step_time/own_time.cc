@@ -8,6 +8,8 @@
 namespace rankwatch {
 namespace step_time {
 
+double LessGc(double phase, double gc) { return phase - std::min(std::max(0.0, gc), phase / 2); }
+
 // ComputeOf and OutsideOf, with internal linkage so that the per-rank loops below inline them
 // (NewestSteps runs LocalCompute for every rank of the newest steps: 131,072 calls at 16,384
 // ranks).
@@ -83,7 +85,7 @@ OwnTimeSignals ModelOwnTime(const StepWindow& w, const WindowSignals& s,
     const uint32_t present = s.present[r];
     for (int p = 0; p < kPhaseCount; ++p) mean[p] = (present >> p) & 1 ? s.phase[p][r] : 0.0;
     if (present & kComputeMask) t.compute[r] = LocalCompute(mean, present, t.blocked);
-    t.own[r] = OwnTime(mean, present, t.blocked);
+    t.own[r] = OwnTime(mean, present, t.blocked, Known(s.gc[r]) ? s.gc[r] : 0.0);
     t.outside[r] = Outside(mean, present, t.own[r], t.compute[r]);
   }
   t.compute_evidence = EvidenceOf(t.compute);
@@ -138,7 +140,7 @@ OnsetSignals NewestSteps(const StepWindow& w, uint32_t k, const BlockedModel& mo
       for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(e.ns[p]) * 1e-9;
       if (e.Has(Phase::kDataloader)) dl.Add(v[PhaseIndex(Phase::kDataloader)], e.rank);
       if (e.present & kComputeMask) comp.Add(LocalCompute(v, e.present, model), e.rank);
-      own.Add(OwnTime(v, e.present, model), e.rank);
+      own.Add(OwnTime(v, e.present, model, static_cast<double>(e.gc_ns) * 1e-9), e.rank);
     }
     excess_of_step(dl, s.dl_excess);
     excess_of_step(comp, s.compute_excess);
@@ -157,6 +159,7 @@ OnsetSignals NewestSteps(const StepWindow& w, uint32_t k, const BlockedModel& mo
 // The public pieces of stage 2 (step_time_diagnosis.h).
 
 using step_time::Known;
+using step_time::LessGc;
 using step_time::PhaseBit;
 using step_time::PhaseIndex;
 
@@ -167,22 +170,39 @@ double WindowMean(const StepWindow::RankTotals& t, Phase p) {
          std::max(n, t.count[PhaseIndex(Phase::kStep)]) * 1e-9;
 }
 
+double WindowGcMean(const StepWindow::RankTotals& t) {
+  if (t.gc_steps == 0) return NAN;
+  return static_cast<double>(t.gc_sum_ns) /
+         std::max(t.gc_steps, t.count[PhaseIndex(Phase::kStep)]) * 1e-9;
+}
+
+double WindowGcCollections(const StepWindow::RankTotals& t) {
+  if (t.gc_steps == 0) return NAN;
+  return static_cast<double>(t.gc_collections) /
+         std::max(t.gc_steps, t.count[PhaseIndex(Phase::kStep)]);
+}
+
 BlockedModel BlockedModelOf(const StepWindow& w, bool synchronized, bool sharded) {
   BlockedModel m;
   if (!synchronized) return m;  // kNone
   double least_ratio = INFINITY, least_fb = INFINITY, least_b = INFINITY;
   bool collective = false, forward = false;
+  // GC pauses are never waiting: each calibration takes the rank's GC time out of the phase that
+  // absorbs the waiting (docs/diagnoses.md, "GC pauses"), as OwnTime does.
   for (const StepWindow::RankTotals& t : w.totals()) {
     if (t.count[PhaseIndex(Phase::kCollective)] > 0) collective = true;
     const double f = WindowMean(t, Phase::kForward), b = WindowMean(t, Phase::kBackward);
     const double fb = WindowMean(t, Phase::kForwardBackward);
+    const double gc = Known(WindowGcMean(t)) ? WindowGcMean(t) : 0.0;
     if (Known(f) && f > 0) forward = true;
-    if (Known(f) && Known(b) && f > 0) least_ratio = std::min(least_ratio, b / f);
+    if (Known(f) && Known(b) && f > 0) least_ratio = std::min(least_ratio, LessGc(b, gc) / f);
     if (Known(f) || Known(b) || Known(fb)) {
-      least_fb = std::min(least_fb, (Known(f) ? f : 0) + (Known(b) ? b : 0) + (Known(fb) ? fb : 0));
+      const double sum = (Known(f) ? f : 0) + (Known(b) ? b : 0) + (Known(fb) ? fb : 0);
+      least_fb = std::min(least_fb, LessGc(sum, gc));
     }
-    if (Known(b) || Known(fb))
-      least_b = std::min(least_b, (Known(b) ? b : 0) + (Known(fb) ? fb : 0));
+    if (Known(b) || Known(fb)) {
+      least_b = std::min(least_b, LessGc((Known(b) ? b : 0) + (Known(fb) ? fb : 0), gc));
+    }
   }
   if (collective) {
     m.kind = BlockedModel::Kind::kCollective;
@@ -220,7 +240,7 @@ BlockedModel BlockedModelOf(const StepWindow& w, const StepDiagnosisOptions& o, 
 }
 
 double OwnTime(const std::array<double, kPhaseCount>& v, uint32_t present,
-               const BlockedModel& model) {
+               const BlockedModel& model, double gc) {
   auto has = [present](Phase p) { return (present & PhaseBit(p)) != 0; };
   if (!has(Phase::kStep)) return NAN;
   double blocked = 0;
@@ -233,22 +253,22 @@ double OwnTime(const std::array<double, kPhaseCount>& v, uint32_t present,
       break;
     case BlockedModel::Kind::kBackward:
       if (!has(Phase::kForward) || !has(Phase::kBackward)) return NAN;
-      blocked = std::max(
-          0.0, v[PhaseIndex(Phase::kBackward)] - v[PhaseIndex(Phase::kForward)] * model.ratio);
+      blocked = std::max(0.0, LessGc(v[PhaseIndex(Phase::kBackward)], gc) -
+                                  v[PhaseIndex(Phase::kForward)] * model.ratio);
       break;
     case BlockedModel::Kind::kSharded: {
       double fb = 0;
       for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kForwardBackward}) {
         if (has(p)) fb += v[PhaseIndex(p)];
       }
-      blocked = std::max(0.0, fb - model.least_forward_backward);
+      blocked = std::max(0.0, LessGc(fb, gc) - model.least_forward_backward);
       break;
     }
     case BlockedModel::Kind::kLeastBackward: {
       if (!has(Phase::kBackward) && !has(Phase::kForwardBackward)) return NAN;
       const double b = (has(Phase::kBackward) ? v[PhaseIndex(Phase::kBackward)] : 0) +
                        (has(Phase::kForwardBackward) ? v[PhaseIndex(Phase::kForwardBackward)] : 0);
-      blocked = std::max(0.0, b - model.least_forward_backward);
+      blocked = std::max(0.0, LessGc(b, gc) - model.least_forward_backward);
       break;
     }
   }

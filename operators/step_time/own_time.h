@@ -17,6 +17,12 @@
 
 namespace rankwatch::step_time {
 
+// The part of a phase that absorbs waiting (backward; forward + backward when sharded) that is
+// not a GC pause: GC pauses are the rank's own work, never waiting. `gc` is the rank's GC time
+// (wherever it fell); at most half of the phase is taken out, since a longer pause must have
+// fallen elsewhere at least in part (docs/diagnoses.md, "GC pauses").
+double LessGc(double phase, double gc);
+
 // Per-step local compute of one rank: forward + backward + optimizer (+ forward_backward) less
 // the part of them the rank spent blocked on other ranks, as `model` says; NaN when the model
 // leaves it unknown. `v` and `present` as for OwnTime.

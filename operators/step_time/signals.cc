@@ -54,8 +54,12 @@ WindowSignals MeasureWindow(const StepWindow& w) {
   WindowSignals s;
   for (auto& v : s.phase) v.assign(n, NAN);
   s.present.assign(n, 0);
+  s.gc.assign(n, NAN);
+  s.gc_collections.assign(n, NAN);
   for (uint32_t r = 0; r < n; ++r) {
     const StepWindow::RankTotals& t = w.totals()[r];
+    s.gc[r] = WindowGcMean(t);
+    s.gc_collections[r] = WindowGcCollections(t);
     for (int p = 0; p < kPhaseCount; ++p) {
       const double m = WindowMean(t, static_cast<Phase>(p));
       if (!Known(m)) continue;
@@ -64,6 +68,8 @@ WindowSignals MeasureWindow(const StepWindow& w) {
     }
   }
   for (int p = 0; p < kPhaseCount; ++p) s.evidence[p] = EvidenceOf(s.phase[p]);
+  s.gc_evidence = EvidenceOf(s.gc);
+  s.gc_median_collections = EvidenceOf(s.gc_collections).stat.median_seconds;
   s.missing = MissingSignals(w);
   return s;
 }

@@ -1,8 +1,8 @@
 // Stage 1 of the step-time diagnosis (operators/step_time_diagnosis.h): the signals of a
 // window. Each rank's per-step mean of every phase over the window, the cross-rank evidence of
-// each phase (median, worst rank, top offenders), and the phases the diagnosis needs that some
-// ranks do not report. Nothing here knows which time is blocked waiting: that is stage 2
-// (own_time.h).
+// each phase (median, worst rank, top offenders), the same for GC pauses, and the phases the
+// diagnosis needs that some ranks do not report. Nothing here knows which time is blocked waiting:
+// that is stage 2 (own_time.h).
 //
 // Pure functions of the window; the results are plain values owned by the caller.
 #pragma once
@@ -43,6 +43,11 @@ struct WindowSignals {
   std::array<SignalEvidence, kPhaseCount> evidence;
   // The phases the diagnosis needs that some ranks do not report (MissingSignals).
   std::vector<MissingSignal> missing;
+  // gc[r]: rank r's GC pause time per step over the window (WindowGcMean), gc_collections[r]
+  // its collections per step; NaN where r never reported GC. gc_evidence = EvidenceOf(gc).
+  RankValues gc, gc_collections;
+  SignalEvidence gc_evidence;
+  double gc_median_collections = 0;  // over the ranks reporting GC; 0 when none does
 
   const PhaseStat& step() const { return evidence[PhaseIndex(Phase::kStep)].stat; }
   // The median rank's per-step mean of `p`; 0 when no rank reports it.

@@ -77,6 +77,35 @@ TEST(StragglerNoteTest, APhaseTheMedianRankSpendsNoTimeIn) {
       "none; the other ranks wait 20.0 ms a step longer than it in collectives");
 }
 
+TEST(StragglerNoteTest, GcPausesWithTheirCountOrWithout) {
+  // Rank 2 pauses 60 ms in 2 collections every other step; ranks 0 and 1 5 ms in 1 every step,
+  // rank 3 never. `counted`: whether the collector counts the collections.
+  auto window = [](bool counted) {
+    return WindowOf(4, 20, [counted](uint64_t s, uint32_t r) {
+      Ms m{.dl = 5, .fwd = 20, .bwd = 45, .opt = 5, .coll = 25, .step = 75};
+      m.gc = r == 2 ? (s % 2 == 0 ? 60 : 0) : r == 3 ? 0 : 5;
+      const uint32_t n = r == 2 ? (s % 2 == 0 ? 2 : 0) : r == 3 ? 0 : 1;
+      m.gc_count = counted ? n : 0;
+      return m;
+    });
+  };
+  const Culprit c{.signal = CulpritSignal::kOwn, .rank = 2};
+  const CulpritSet set{.scope = CulpritScope::kRank, .ranks = {2}};
+  Attribution a;
+  a.cause = StragglerCause::kGc;
+  a.parts.gc = 0.025;
+  const StepWindow counted = window(true);
+  const WindowSignals s = MeasureWindow(counted);
+  EXPECT_EQ(StragglerNote(c, set, a, s, ModelOwnTime(counted, s, {}, false)),
+            "rank 2 pauses 30.0 ms a step in garbage collection, 25.0 ms more than the median "
+            "rank (1.0 collections a step of 30.0 ms each; the median rank 1.0)");
+  const StepWindow uncounted = window(false);
+  const WindowSignals u = MeasureWindow(uncounted);
+  EXPECT_EQ(StragglerNote(c, set, a, u, ModelOwnTime(uncounted, u, {}, false)),
+            "rank 2 pauses 30.0 ms a step in garbage collection, 25.0 ms more than the median "
+            "rank");
+}
+
 TEST(StragglerNoteTest, AnUnattributedExcessSaysWhy) {
   SlowHost h;
   Attribution a;

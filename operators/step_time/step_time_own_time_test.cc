@@ -126,6 +126,61 @@ TEST(NewestStepsTest, ARankWithoutAValueHasNone) {
   EXPECT_TRUE(std::isnan(o.dl_excess[1]));
 }
 
+TEST(LessGcTest, TakesTheGcOutOfAPhaseUpToHalfOfIt) {
+  EXPECT_DOUBLE_EQ(LessGc(0.085, 0.040), 0.045);
+  EXPECT_DOUBLE_EQ(LessGc(0.060, 0.040), 0.030);  // a longer pause fell elsewhere in part
+  EXPECT_DOUBLE_EQ(LessGc(0.060, 0), 0.060);
+}
+
+// Synchronised without collective times: forward 40 ms, local backward 40 (+5 allreduce); rank 2
+// pauses 40 ms for GC in backward, the others wait as long in it. Backward is 85 ms everywhere.
+StepWindow GcInBackward() {
+  return WindowOf(4, 20, [](uint64_t, uint32_t r) {
+    Ms m{.dl = 5, .fwd = 40, .bwd = 85, .opt = 5, .step = 135};
+    m.gc = r == 2 ? 40 : 0;
+    return m;
+  });
+}
+
+TEST(ModelOwnTimeTest, AGcPauseIsNeverBlockedTime) {
+  const StepWindow w = GcInBackward();
+  const OwnTimeSignals t = Model(w);
+  ASSERT_EQ(t.blocked.kind, BlockedModel::Kind::kBackward);
+  EXPECT_NEAR(t.blocked.ratio, 45.0 / 40, 1e-9);  // rank 2's backward less its GC
+  EXPECT_NEAR(t.own[2], 0.135, 1e-9);
+  EXPECT_NEAR(t.own[0], 0.095, 1e-9);  // 40 ms blocked
+  EXPECT_NEAR(t.compute[2], 0.040 * 2.125 + 0.005, 1e-9);
+  EXPECT_NEAR(t.outside[2], 0.040, 1e-9);  // where the pause shows
+  // Step by step too (fast onset).
+  const OnsetSignals o = NewestSteps(w, 8, t.blocked);
+  EXPECT_NEAR(o.own_excess[2], 0.040, 1e-9);
+  EXPECT_NEAR(o.own_excess[0], 0, 1e-9);
+}
+
+TEST(OwnTimeTest, EstimatedModelsTakeTheGcOutOfTheWaitingPhase) {
+  std::array<double, kPhaseCount> v{};
+  v[PhaseIndex(Phase::kForward)] = 0.040;
+  v[PhaseIndex(Phase::kBackward)] = 0.085;
+  v[PhaseIndex(Phase::kStep)] = 0.135;
+  const uint32_t present =
+      PhaseBit(Phase::kForward) | PhaseBit(Phase::kBackward) | PhaseBit(Phase::kStep);
+  const BlockedModel backward{.kind = BlockedModel::Kind::kBackward, .ratio = 1.125};
+  EXPECT_NEAR(OwnTime(v, present, backward), 0.095, 1e-12);
+  EXPECT_NEAR(OwnTime(v, present, backward, 0.040), 0.135, 1e-12);
+  const BlockedModel sharded{.kind = BlockedModel::Kind::kSharded, .least_forward_backward = 0.085};
+  EXPECT_NEAR(OwnTime(v, present, sharded), 0.095, 1e-12);
+  EXPECT_NEAR(OwnTime(v, present, sharded, 0.040), 0.135, 1e-12);
+  const BlockedModel least{.kind = BlockedModel::Kind::kLeastBackward,
+                           .least_forward_backward = 0.045};
+  EXPECT_NEAR(OwnTime(v, present, least), 0.095, 1e-12);
+  EXPECT_NEAR(OwnTime(v, present, least, 0.040), 0.135, 1e-12);
+  // A measured collective is waiting, whatever the GC.
+  v[PhaseIndex(Phase::kCollective)] = 0.010;
+  EXPECT_NEAR(OwnTime(v, present | PhaseBit(Phase::kCollective),
+                      {.kind = BlockedModel::Kind::kCollective}, 0.040),
+              0.125, 1e-12);
+}
+
 TEST(ComputeOfTest, EachBlockedModelTakesItsPart) {
   std::array<double, kPhaseCount> v{};
   v[PhaseIndex(Phase::kForward)] = 0.020;

@@ -10,9 +10,12 @@
 
 namespace rankwatch::step_time::testing {
 
-// One rank's phases in one step, in milliseconds; a negative value is "not reported".
+// One rank's phases in one step, in milliseconds; a negative value is "not reported". `gc` is
+// the step's GC pause time (it sits inside the phases), `gc_count` its collections.
 struct Ms {
   double dl = -1, fwd = -1, bwd = -1, opt = -1, coll = -1, fb = -1, step = -1;
+  double gc = -1;
+  uint32_t gc_count = 0;
 };
 
 inline v1::StepRecord Record(uint64_t step, const Ms& m) {
@@ -26,6 +29,10 @@ inline v1::StepRecord Record(uint64_t step, const Ms& m) {
   if (m.coll >= 0) r.set_collective_ns(ns(m.coll));
   if (m.fb >= 0) r.set_forward_backward_ns(ns(m.fb));
   if (m.step >= 0) r.set_step_time_ns(ns(m.step));
+  if (m.gc >= 0) {
+    r.set_gc_ns(ns(m.gc));
+    r.set_gc_count(m.gc_count);
+  }
   return r;
 }
 

@@ -216,9 +216,10 @@ WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
     std::sort(v.ranks.begin(), v.ranks.end());
     v.note = fmt::format(
         "{}; pipeline stage {} holds more work than the others on every replica: its compute "
-        "is {:.0f}% above the stages' mean, and it alone explains {:.0f}% of the slowdown "
-        "(M_S = {:.2f})",
-        head, stage_top, mean > 0 ? (mine / mean - 1) * 100 : 0.0, v.explained * 100, r.m_s);
+        "is {:.0f}% above the stages' mean; with only its times measured S = {:.3f}, and "
+        "typical times on it alone take back {:.0f}% of the loss (M_S)",
+        head, stage_top, mean > 0 ? (mine / mean - 1) * 100 : 0.0, d.by_stage[stage_top],
+        std::min(1.0, r.m_s) * 100);
     v.next_step = fmt::format(
         "repartition the pipeline: move about {:.0f}% of stage {}'s layers (or its loss / "
         "embedding work) to other stages (Megatron: --decoder-first/last-pipeline-num-layers, "
@@ -237,8 +238,10 @@ WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
     v.explained /= excess;
     v.note = fmt::format(
         "{}; one worker holds the job back: data rank {}, stage {} (ranks {}); with only its "
-        "times measured the job is {:.0f}% as slow (M_W = {:.2f})",
-        head, dp_top, stage_top, RankList(v.ranks), v.explained * 100, r.m_w);
+        "times measured S = {:.3f}, and typical times on it alone take back {:.0f}% of the "
+        "loss (M_W)",
+        head, dp_top, stage_top, RankList(v.ranks),
+        std::min(d.by_dp_rank[dp_top], d.by_stage[stage_top]), std::min(1.0, r.m_w) * 100);
     v.next_step =
         "look at that worker's host and device: thermal throttling, a degraded GPU or link, "
         "a noisy neighbour; `rankwatch capture` on its rank compares it with a typical one; "

@@ -221,7 +221,7 @@ function whatifCard(d) {
       el("dt", {text: "slowdown S"}), el("dd", {id: "whatif-slowdown", text: w.slowdown !== undefined ? Number(w.slowdown).toFixed(3) : "—"}),
       el("dt", {text: "step"}), el("dd", {text: w.actualStepMs !== undefined ? Number(w.actualStepMs).toFixed(1) + " ms simulated, " + Number(w.idealStepMs).toFixed(1) + " ms ideal" : "—"}),
       el("dt", {text: "culprit"}), el("dd", {id: "whatif-culprit"}, where, ranks.length ? " — ranks " : "", ranks.flatMap((c, i) => [i ? ", " : "", c])),
-      el("dt", {text: "M_W / M_S"}), el("dd", {text: Number(w.mW || 0).toFixed(2) + " / " + Number(w.mS || 0).toFixed(2) + " (stage " + (w.mSStage || 0) + ")"}),
+      el("dt", {text: "M_W / M_S"}), el("dd", {text: Number(w.mW || 0).toFixed(2) + " / " + Number(w.mS || 0).toFixed(2) + " (last stage; worst stage " + (w.mSStage || 0) + ": " + Number(w.mSWorst || 0).toFixed(2) + ")"}),
       el("dt", {text: "lost"}), el("dd", {text: Number(w.lostRankSeconds || 0).toFixed(1) + " rank-s in the window"}),
       el("dt", {text: "note"}), el("dd", {text: w.note || "—"}),
       el("dt", {text: "next step"}), el("dd", {text: w.nextStep || "—"})));

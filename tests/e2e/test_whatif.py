@@ -47,6 +47,11 @@ class WhatIfReplayTest(DaemonTestCase):
     def assert_close(self, got, want, what):
         self.assertLessEqual(abs(got - want), TOLERANCE * abs(want), "%s: %.4f, the study %.4f" % (what, got, want))
 
+    def assert_share_close(self, got, want, what):
+        """M_W and M_S are shares of the slowdown (0..1, near 0 when the group explains nothing):
+        within 2 percentage points."""
+        self.assertLessEqual(abs(got - want), TOLERANCE, "%s: %.4f, the study %.4f" % (what, got, want))
+
     def check_job(self, folder, job):
         result, mw, ms = expected(folder)
         out = self.replay(job, folder)
@@ -69,8 +74,8 @@ class WhatIfReplayTest(DaemonTestCase):
             name = "grads-all-reduce" if name == "separate-grads-all-reduce" else name
             self.assertIn(name, groups)
             self.assert_close(groups[name], want, "S of %s" % name)
-        self.assert_close(w.m_w, mw, "M_W")
-        self.assert_close(w.m_s, ms, "M_S")
+        self.assert_share_close(w.m_w, mw, "M_W")
+        self.assert_share_close(w.m_s, ms, "M_S (the last stage)")
         return d
 
     def test_ar_is_one_slow_worker(self):
