@@ -22,6 +22,7 @@ import unittest
 
 from harness import DaemonTestCase, metric, parse_metrics, scrape, wait_until
 from rankwatch.v1 import service_pb2
+from step_records import read_batches, steps_by_rank
 from torch_job import DIAGNOSED_JOB_ARGS, TorchJob, torch_available
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -216,12 +217,22 @@ class PipelineJobTest(DaemonTestCase):
         # Each full collection visits the ~100k objects the process tracks: 50-140 ms measured
         # on a ~40 ms step, a quarter to a half of rank 2's time.
         self.assertGreater(statistics.median(pauses), 0.5 * statistics.median(steps))
+        # The collector recorded the pauses (gc.callbacks) on rank 2, next to none elsewhere.
+        gc_ms = {rank: sum(s.gc_ns for s in by_step.values()) / 1e6
+                 for rank, by_step in steps_by_rank(read_batches(self.brokers, job)).items()}
+        print("GC recorded by the collector, ms over the run: %s" % {k: round(v, 1) for k, v in gc_ms.items()})
+        self.assertGreater(gc_ms[2], 0.8 * sum(pauses))
+        for rank in (0, 1, 3):
+            self.assertLess(gc_ms[rank], 0.2 * gc_ms[2], rank)
         d = self.diagnosis(job)
-        print("diagnosis: %s, culprit ranks %s, cause %s\nnote: %s" % (
+        print("diagnosis: %s, culprit ranks %s, cause %s; GC: rank %d %.1f ms a step, median %.1f ms\nnote: %s" % (
             service_pb2.StepDiagnosisLabel.Name(d.step.label), list(d.step.culprit_ranks),
-            service_pb2.StragglerCause.Name(d.step.cause), d.step.note))
+            service_pb2.StragglerCause.Name(d.step.cause), d.step.gc.rank, d.step.gc.seconds * 1e3,
+            d.step.gc.median_seconds * 1e3, d.step.note))
         self.assertEqual(list(d.step.culprit_ranks), [2], d.step.note)
-
+        self.assertEqual(service_pb2.StragglerCause.Name(d.step.cause), "CAUSE_GC", d.step.note)
+        self.assertEqual(d.step.gc.rank, 2)
+        self.assertFalse(d.HasField("whatif"), "a flat DDP job has no what-if")
 
 if __name__ == "__main__":
     unittest.main()

@@ -234,7 +234,8 @@ class _Op:
 
     def __init__(self, pipeline, name, microbatch):
         self.p, self.name, self.microbatch = pipeline, name, microbatch
-        self.scope = pipeline.rw.op(name, microbatch=microbatch)  # rankwatch
+        self.scope = (pipeline.rw.op(name) if microbatch is None  # rankwatch
+                      else pipeline.rw.op(name, microbatch=microbatch))  # rankwatch
 
     def __enter__(self):
         self.start, self.cpu = time.time_ns(), time.thread_time_ns()
