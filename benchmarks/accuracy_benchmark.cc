@@ -15,7 +15,12 @@
 // at the last step of the fault) per kind and synchronisation for magnitudes >= 20%, and a JSON
 // summary line (all kinds, and per kind).
 //
-// Usage: accuracy_benchmark [--seeds 3] [--kind NAME]... (compute, input, node-compute, host)
+// Then the pipeline-parallel jobs of issue #34 (benchmarks/accuracy_pipeline.h): a slow worker,
+// an imbalanced stage, sequence imbalance, GC pauses at 10 and 20 % slowdown, and balanced jobs.
+//
+// Usage: accuracy_benchmark [--seeds 3] [--kind NAME]... [--flat-only | --pipeline-only]
+// (kinds: compute, input, node-compute, host; slow-worker, stage-imbalance, sequence-imbalance,
+// gc). The flat part runs unless only pipeline kinds are named, and the other way round.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/accuracy_pipeline.h"
 #include "collectors/simulator/fleet_model.h"
 #include "operators/step_time_diagnosis.h"
 
@@ -171,14 +177,9 @@ double Median(std::vector<double> v) {
 }  // namespace
 }  // namespace rankwatch
 
-int main(int argc, char** argv) {
+// The flat data-parallel matrix (the table, the labels, the balanced runs, the JSON line).
+static void RunFlat(int seeds, const std::vector<std::string>& only) {
   using namespace rankwatch;
-  int seeds = 3;
-  std::vector<std::string> only;  // --kind: run only these kinds (default: every kind)
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--seeds") == 0) seeds = std::max(1, std::atoi(argv[i + 1]));
-    if (std::strcmp(argv[i], "--kind") == 0) only.push_back(argv[i + 1]);
-  }
   const uint32_t sizes[] = {8, 64, 512};
   const double magnitudes[] = {0.10, 0.20, 0.30, 0.50};
 
@@ -265,5 +266,27 @@ int main(int argc, char** argv) {
         return kinds;
       }()
           .c_str());
+}
+
+int main(int argc, char** argv) {
+  using namespace rankwatch;
+  int seeds = 3;
+  std::vector<std::string> only;  // --kind: run only these flat kinds (default: every kind)
+  accuracy::PipelineAccuracyOptions pipeline;
+  bool flat_only = false, pipeline_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--flat-only") == 0) flat_only = true;
+    if (std::strcmp(argv[i], "--pipeline-only") == 0) pipeline_only = true;
+    if (i + 1 == argc) break;
+    if (std::strcmp(argv[i], "--seeds") == 0) seeds = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--kind") == 0) {
+      (accuracy::IsPipelineKind(argv[i + 1]) ? pipeline.kinds : only).push_back(argv[i + 1]);
+    }
+  }
+  pipeline.seeds = seeds;
+  const bool run_flat = !pipeline_only && (!only.empty() || pipeline.kinds.empty());
+  const bool run_pipeline = !flat_only && (!pipeline.kinds.empty() || only.empty());
+  if (run_flat) RunFlat(seeds, only);
+  if (run_pipeline) accuracy::RunPipelineAccuracy(pipeline);
   return 0;
 }

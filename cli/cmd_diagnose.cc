@@ -248,10 +248,11 @@ void PrintWhatIf(const v1::WhatIf& w) {
               static_cast<unsigned long long>(w.last_step()), w.steps());
   if (!w.note().empty()) std::printf("           %s\n", w.note().c_str());
   if (!w.next_step().empty()) std::printf("           next: %s\n", w.next_step().c_str());
-  std::printf("           step ms: measured %.2f, simulated %.2f, ideal %.2f   M_W %.2f   M_S %.2f "
-              "(last stage; worst stage %u: %.2f)   lost %.1f rank-s\n",
-              w.measured_step_ms(), w.actual_step_ms(), w.ideal_step_ms(), w.m_w(), w.m_s(),
-              w.m_s_stage(), w.m_s_worst(), w.lost_rank_seconds());
+  std::printf(
+      "           step ms: measured %.2f, simulated %.2f, ideal %.2f   M_W %.2f   M_S %.2f "
+      "(last stage; worst stage %u: %.2f)   lost %.1f rank-s\n",
+      w.measured_step_ms(), w.actual_step_ms(), w.ideal_step_ms(), w.m_w(), w.m_s(), w.m_s_stage(),
+      w.m_s_worst(), w.lost_rank_seconds());
   if (w.skipped_steps() > 0) {
     std::printf("           %llu aligned steps not analysed (last: %s)\n",
                 static_cast<unsigned long long>(w.skipped_steps()), w.skipped_reason().c_str());

@@ -5,8 +5,8 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <optional>
@@ -197,14 +197,16 @@ int RunWhatifReplay(const ReplayFlags& f) {
   const whatif::Layout& l = trace->layout;
   const uint32_t world = l.dp * l.pp * l.tp;
   if (f.world_size != 0 && f.world_size != world) {
-    std::fprintf(stderr, "rankwatch replay: the trace's layout has %u ranks, --world-size says %u\n",
-                 world, f.world_size);
+    std::fprintf(stderr,
+                 "rankwatch replay: the trace's layout has %u ranks, --world-size says %u\n", world,
+                 f.world_size);
     return 2;
   }
   double last_end_us = 0;
   for (const whatif::StepOps& step : trace->steps) {
     for (const auto& ops : step.workers) {
-      for (const whatif::Op& op : ops) last_end_us = std::max(last_end_us, op.start_us + op.duration_us);
+      for (const whatif::Op& op : ops)
+        last_end_us = std::max(last_end_us, op.start_us + op.duration_us);
     }
   }
   // The trace's time 0, so that its last op ended a second ago.
@@ -273,7 +275,8 @@ int RunWhatifReplay(const ReplayFlags& f) {
       }
       with_ops.set_ops_origin_unix_ns(base_ns + static_cast<int64_t>(std::llround(first_us * 1e3)));
       for (uint32_t tp = 0; tp < l.tp; ++tp) {
-        ranks[(stage * l.dp + dp) * l.tp + tp].steps.emplace(step.step, tp == 0 ? with_ops : record);
+        ranks[(stage * l.dp + dp) * l.tp + tp].steps.emplace(step.step,
+                                                             tp == 0 ? with_ops : record);
       }
     }
   }

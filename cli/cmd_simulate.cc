@@ -1,5 +1,6 @@
 // `rankwatch simulate`: a synthetic fleet that publishes one step record per rank per step,
-// batched per rank, to Kafka (see collectors/simulator/fleet_model.h for the model).
+// batched per rank, to Kafka (see collectors/simulator/fleet_model.h for the model; with
+// --parallel, a 3D-parallel job whose records carry op records, pipeline_schedule.h).
 #include <spdlog/spdlog.h>
 
 #include <fmt/format.h>
@@ -35,6 +36,9 @@ struct SimulateFlags {
   double jitter = 0.05;
   uint64_t seed = 1;
   std::vector<std::string> faults;
+  std::string parallel;  // dp=D,pp=P,tp=T[,mb=M]; empty: flat data parallelism
+  double op_noise = 0.02;
+  double clock_skew_us = 0;
   uint32_t batch_steps = 20;
   double rate = 0;  // records/s across the fleet with --speed max; 0 = unpaced
   std::string compression = "lz4";
@@ -61,6 +65,7 @@ class FleetPublisher {
       src->set_pid(100000 + r);
       src->set_device("cuda:" + std::to_string(r % o.ranks_per_node));
       src->set_collector("rankwatch-simulate/" RANKWATCH_VERSION);
+      if (o.parallel.has_value()) *src->mutable_layout() = model.LayoutOf(r);
       batches_[r].set_schema_version(kSchemaVersion);
     }
     sequence_.assign(o.ranks, 0);
@@ -119,8 +124,23 @@ std::string JobId(const std::string& job, uint32_t i, uint32_t jobs) {
   return fmt::format("{}-{:0{}}", job, i, width);
 }
 
-int RunSimulate(const SimulateFlags& f) {
+int RunSimulate(SimulateFlags f) {
   FleetOptions o;
+  if (!f.parallel.empty()) {
+    auto spec = ParsePipelineSpec(f.parallel);
+    if (!spec.ok()) {
+      std::fprintf(stderr, "rankwatch simulate: %s\n",
+                   std::string(spec.status().message()).c_str());
+      return 2;
+    }
+    o.parallel = *spec;
+    if (f.ranks == 0) f.ranks = spec->world_size();
+  } else if (f.ranks == 0) {
+    std::fprintf(stderr, "rankwatch simulate: --ranks or --parallel is required\n");
+    return 2;
+  }
+  o.op_noise = f.op_noise;
+  o.clock_skew_us = f.clock_skew_us;
   o.ranks = f.ranks;
   o.ranks_per_node = f.ranks_per_node;
   o.step_ms = f.step_ms;
@@ -135,12 +155,11 @@ int RunSimulate(const SimulateFlags& f) {
                    std::string(fault.status().message()).c_str());
       return 2;
     }
-    if (fault->target.kind == FaultTarget::Kind::kRank && fault->target.index >= f.ranks) {
-      std::fprintf(stderr, "rankwatch simulate: fault '%s' targets rank %u of %u ranks\n",
-                   text.c_str(), fault->target.index, f.ranks);
-      return 2;
-    }
     o.faults.push_back(*fault);
+  }
+  if (absl::Status s = CheckFleetOptions(o); !s.ok()) {
+    std::fprintf(stderr, "rankwatch simulate: %s\n", std::string(s.message()).c_str());
+    return 2;
   }
   const bool realtime = f.speed == "realtime";
 
@@ -188,10 +207,14 @@ int RunSimulate(const SimulateFlags& f) {
   auto last_flush = start;
   auto last_progress = start;
   spdlog::info(
-      "simulate: {} '{}', {} ranks x {} steps, {} ms steps, sync {}, speed {}, {} faults",
+      "simulate: {} '{}', {} ranks{} x {} steps, {} ms steps, sync {}, speed {}, {} faults",
       f.jobs == 1 ? "job" : fmt::format("{} jobs", f.jobs),
       f.jobs == 1 ? f.job : JobId(f.job, 0, f.jobs) + "..." + JobId(f.job, f.jobs - 1, f.jobs),
-      f.ranks, f.steps, f.step_ms, f.sync, f.speed, o.faults.size());
+      f.ranks,
+      o.parallel ? fmt::format(" (dp {} x pp {} x tp {}, {} microbatches, 1F1B)", o.parallel->dp,
+                               o.parallel->pp, o.parallel->tp, o.parallel->microbatches)
+                 : "",
+      f.steps, f.step_ms, f.sync, f.speed, o.faults.size());
   absl::Status status;
   for (uint64_t step = 0; step < f.steps && status.ok() && !StopRequested(); ++step) {
     for (Job& j : jobs) j.model->Step(step, &j.records, &j.reported);
@@ -263,14 +286,28 @@ CommandRunner AddSimulateCommand(CLI::App& app) {
                   "JOB-000, JOB-001, ... (seeds SEED, SEED+1, ...); --rate is their total")
       ->capture_default_str()
       ->check(CLI::Range(1u, 100000u));
-  cmd->add_option("--ranks", f->ranks, "ranks (world size)")
-      ->required()
+  cmd->add_option("--ranks", f->ranks,
+                  "ranks (world size); required without --parallel, with it dp x pp x tp")
       ->check(CLI::Range(1u, 1u << 20));
+  cmd->add_option(
+      "--parallel", f->parallel,
+      "dp=D,pp=P,tp=T[,mb=M]: a data x pipeline x tensor parallel job (world D*P*T, Megatron's "
+      "rank order, tensor rank fastest), each step a simulated 1F1B schedule of M microbatches "
+      "(default 8) whose op records every rank publishes");
+  cmd->add_option("--op-noise", f->op_noise,
+                  "with --parallel: each op's duration x lognormal(0, sigma), seeded")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--clock-skew-us", f->clock_skew_us,
+                  "with --parallel: each node's clock off by N(0, this) microseconds")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e7));
   cmd->add_option("--steps", f->steps, "steps to simulate")->required();
   cmd->add_option("--ranks-per-node", f->ranks_per_node, "ranks per node")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1024u));
-  cmd->add_option("--step-ms", f->step_ms, "nominal step time, ms")
+  cmd->add_option("--step-ms", f->step_ms,
+                  "nominal step time, ms (with --parallel: 80% 1F1B compute, docs/cli.md)")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 3.6e6));
   cmd->add_option("--speed", f->speed, "realtime: paced like a real job; max: as fast as possible")
@@ -282,7 +319,9 @@ CommandRunner AddSimulateCommand(CLI::App& app) {
       ->check(CLI::IsMember({"ddp", "none"}));
   cmd->add_flag("--report-collective", f->report_collective,
                 "report time in collectives (allreduce + waiting for slower ranks)");
-  cmd->add_option("--jitter", f->jitter, "uniform per-phase, per-step jitter (0.05 = +-5%)")
+  cmd->add_option("--jitter", f->jitter,
+                  "uniform per-phase, per-step jitter (0.05 = +-5%); flat jobs (--op-noise with "
+                  "--parallel)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.9));
   cmd->add_option("--seed", f->seed, "random seed")->capture_default_str();
@@ -290,7 +329,13 @@ CommandRunner AddSimulateCommand(CLI::App& app) {
       "--fault", f->faults,
       "KIND:TARGET[:MAGNITUDE[:FROM_STEP[-UNTIL_STEP]]]; KIND slow-compute, slow-input, "
       "slow-host (host code outside every phase, MAGNITUDE x step), input-bound, wait, "
-      "memory-leak, memory-imbalance, memory-pressure, hang; TARGET a rank, node<N> or all");
+      "memory-leak, memory-imbalance, memory-pressure, hang; TARGET a rank, node<N> or all. "
+      "Or KIND:KEY=VALUE,...[:FROM_STEP[-UNTIL_STEP]]: gc:rank=R[,every=N][,ms=X] (a GC pause of "
+      "X ms on rank R every N-th step, defaults 10, 100); with --parallel "
+      "slow-worker:dp=D,pp=S[,factor=F] (that worker's compute x F, 1.3), "
+      "stage-imbalance:stage=S[,factor=F] (the stage's compute on every replica x F, 1.25), "
+      "sequence-imbalance[:spread=X] (each step each replica's compute x (1 + X v), v uniform in "
+      "[-1,1), X < 1, 0.3); slow-input, input-bound, wait, slow-host are flat only");
   cmd->add_option("--rate", f->rate,
                   "with --speed max: offer at most this many records/s (0 = as fast as possible)")
       ->capture_default_str()

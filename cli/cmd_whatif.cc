@@ -100,8 +100,8 @@ int RunWhatif(const WhatifFlags& f) {
               v.next_step.c_str());
   std::printf("S         %.4f   (step: measured %.2f ms, simulated %.2f ms, ideal %.2f ms)\n",
               r.slowdown, r.measured_us / 1e3, r.actual_us / 1e3, r.ideal_us / 1e3);
-  std::printf("M_W       %.4f   M_S %.4f (stage %u; last stage %.4f)\n", r.m_w, r.m_s,
-              r.m_s_stage, r.m_s_last);
+  std::printf("M_W       %.4f   M_S %.4f (stage %u; last stage %.4f)\n", r.m_w, r.m_s, r.m_s_stage,
+              r.m_s_last);
   std::printf("by DP     ");
   for (size_t i = 0; i < d.by_dp_rank.size(); ++i) std::printf(" %zu:%.4f", i, d.by_dp_rank[i]);
   std::printf("\nby stage  ");

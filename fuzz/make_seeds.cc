@@ -1,6 +1,7 @@
 // Writes the seeds of the targets whose inputs are binary (fuzz/seeds/{batch,job_state,
 // changelog}): telemetry batches of a simulated 4-rank job (with a slow rank and a memory
-// leak), and the durable state its pipeline checkpoints, as store records and as changelog
+// leak) and of one rank of a pipeline-parallel job (its layout, ops and GC pauses), and the
+// durable state the 4-rank job's pipeline checkpoints, as store records and as changelog
 // records. Run once by hand (docs/fuzzing.md): fuzz_make_seeds <fuzz/seeds directory>.
 #include <cstdio>
 #include <filesystem>
@@ -49,6 +50,64 @@ std::vector<v1::Batch> Batches(uint32_t ranks, uint64_t steps, uint32_t per_batc
   return out;
 }
 
+// Two steps of rank 5 of a 16-rank DP 2 x PP 4 x TP 2 job, interleaved (2 model chunks): per
+// step 4 microbatches, each a forward and a backward with their sends and receives, a GC
+// pause, the data-parallel collectives and the optimizer.
+v1::Batch PipelineBatch() {
+  v1::Batch b;
+  b.set_schema_version(1);
+  b.set_created_unix_ns(1'700'000'001'000'000'000);
+  v1::SourceIdentity* src = b.mutable_source();
+  src->set_training_job("seed-pipeline-job");
+  src->set_rank(5);
+  src->set_world_size(16);
+  src->set_node("node-0");
+  v1::ParallelLayout* l = src->mutable_layout();
+  l->set_data_rank(0);
+  l->set_data_size(2);
+  l->set_pipeline_rank(2);
+  l->set_pipeline_size(4);
+  l->set_tensor_rank(1);
+  l->set_tensor_size(2);
+  l->set_virtual_stages(2);
+  for (uint64_t step = 0; step < 2; ++step) {
+    v1::StepRecord* s = b.add_steps();
+    s->set_step(100 + step);
+    uint64_t t = 0;
+    auto op = [&](v1::OpType type, uint32_t mb, uint32_t chunk, uint64_t us) {
+      v1::OpRecord* r = s->add_ops();
+      r->set_type(type);
+      r->set_microbatch(mb);
+      r->set_model_chunk(chunk);
+      r->set_start_offset_us(t);
+      r->set_duration_us(us);
+      t += us + 20;
+    };
+    op(v1::OP_DATA_LOADING, 0, 0, 3000);
+    for (uint32_t mb = 0; mb < 4; ++mb) {
+      op(v1::OP_FORWARD_RECV, mb, mb % 2, 900);
+      op(v1::OP_FORWARD_COMPUTE, mb, mb % 2, 21000);
+      op(v1::OP_FORWARD_SEND, mb, mb % 2, 300);
+    }
+    op(v1::OP_GC, 0, 0, 4000);
+    for (uint32_t mb = 0; mb < 4; ++mb) {
+      op(v1::OP_BACKWARD_RECV, mb, mb % 2, 1200);
+      op(v1::OP_BACKWARD_COMPUTE, mb, mb % 2, 43000);
+      op(v1::OP_BACKWARD_SEND, mb, mb % 2, 300);
+    }
+    op(v1::OP_GRADS_REDUCE_SCATTER, 0, 0, 12000);
+    op(v1::OP_OPTIMIZER_CLIP_MAIN_GRAD, 0, 0, 800);
+    op(v1::OP_OPTIMIZER, 0, 0, 6000);
+    op(v1::OP_PARAMS_ALL_GATHER, 0, 0, 9000);
+    s->set_step_time_ns(t * 1000);
+    s->set_ops_origin_unix_ns(1'700'000'000'000'000'000 + static_cast<int64_t>(step * t * 1000));
+    s->set_end_unix_ns(s->ops_origin_unix_ns() + static_cast<int64_t>(t * 1000));
+    s->set_gc_ns(4'000'000);
+    s->set_gc_count(1);
+  }
+  return b;
+}
+
 void Write(const std::filesystem::path& path, const std::string& bytes) {
   fuzz::WriteFile(path, bytes);
   std::printf("%s: %zu bytes\n", path.c_str(), bytes.size());
@@ -80,6 +139,7 @@ int Main(const std::filesystem::path& seeds) {
   for (size_t i = 0; i < 3; ++i) {
     Write(seeds / "batch" / ("sim-" + std::to_string(i) + ".pb"), batches[i].SerializeAsString());
   }
+  Write(seeds / "batch" / "pipeline-rank.pb", PipelineBatch().SerializeAsString());
 
   JobPipelineOptions options;
   options.record_changes = true;

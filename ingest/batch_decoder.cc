@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "wire/parallel_layout.h"
+
 namespace rankwatch {
 namespace {
 
@@ -32,7 +34,7 @@ std::string_view RejectReasonName(RejectReason reason) {
 }
 
 RejectReason BatchDecoder::Decode(std::string_view bytes, v1::Batch* batch, std::string* detail,
-                                  int64_t wall_now_unix_ns) const {
+                                  int64_t wall_now_unix_ns, DecodeNotes* notes) const {
   if (bytes.size() > limits_.max_bytes) {
     return Reject(RejectReason::kOversized, detail,
                   fmt::format("message of {} bytes exceeds the limit of {}", bytes.size(),
@@ -43,11 +45,14 @@ RejectReason BatchDecoder::Decode(std::string_view bytes, v1::Batch* batch, std:
     return Reject(RejectReason::kMalformed, detail,
                   fmt::format("{} bytes are not a protobuf rankwatch.v1.Batch", bytes.size()));
   }
-  return Validate(*batch, detail, wall_now_unix_ns);
+  return Validate(*batch, detail, wall_now_unix_ns, notes);
 }
 
 RejectReason BatchDecoder::Validate(const v1::Batch& batch, std::string* detail,
-                                    int64_t wall_now_unix_ns) const {
+                                    int64_t wall_now_unix_ns, DecodeNotes* notes) const {
+  DecodeNotes scratch;
+  if (notes == nullptr) notes = &scratch;
+  *notes = DecodeNotes{};
   if (batch.schema_version() == 0 || batch.schema_version() > kSchemaVersion) {
     return Reject(RejectReason::kSchemaVersion, detail,
                   fmt::format("schema_version {} (this daemon reads 1..{})", batch.schema_version(),
@@ -67,7 +72,8 @@ RejectReason BatchDecoder::Validate(const v1::Batch& batch, std::string* detail,
       r != RejectReason::kNone) {
     return r;
   }
-  if (RejectReason r = ValidateSteps(batch, detail, wall_now_unix_ns); r != RejectReason::kNone) {
+  if (RejectReason r = ValidateSteps(batch, detail, wall_now_unix_ns, notes);
+      r != RejectReason::kNone) {
     return r;
   }
   if (RejectReason r = ValidateSamples(batch, detail, wall_now_unix_ns); r != RejectReason::kNone) {
@@ -111,6 +117,12 @@ RejectReason BatchDecoder::ValidateSource(const v1::Batch& batch, std::string* d
     return Reject(RejectReason::kBadRank, detail,
                   fmt::format("rank {} of world size {}", src.rank(), src.world_size()));
   }
+  if (src.has_layout()) {
+    if (std::string e = ParallelLayoutError(src.layout(), src.world_size()); !e.empty()) {
+      return Reject(RejectReason::kBadRank, detail,
+                    fmt::format("rank {} of world size {}: {}", src.rank(), src.world_size(), e));
+    }
+  }
   return RejectReason::kNone;
 }
 
@@ -131,8 +143,10 @@ RejectReason BatchDecoder::CheckTime(int64_t unix_ns, int64_t wall_now_unix_ns, 
 }
 
 RejectReason BatchDecoder::ValidateSteps(const v1::Batch& batch, std::string* detail,
-                                         int64_t wall_now_unix_ns) const {
+                                         int64_t wall_now_unix_ns, DecodeNotes* notes) const {
   const uint64_t max = limits_.max_duration_ns;
+  const uint32_t chunks =
+      batch.source().has_layout() ? LayoutSize(batch.source().layout().virtual_stages()) : 0;
   for (const v1::StepRecord& s : batch.steps()) {
     // Durations are unsigned on the wire: a negative one written as an integer arrives as a
     // value near 2^64, far over the limit.
@@ -149,7 +163,43 @@ RejectReason BatchDecoder::ValidateSteps(const v1::Batch& batch, std::string* de
         r != RejectReason::kNone) {
       return r;
     }
+    if (s.ops_size() == 0 && s.ops_origin_unix_ns() == 0) continue;
+    if (RejectReason r =
+            CheckTime(s.ops_origin_unix_ns(), wall_now_unix_ns, "step ops_origin_unix_ns", detail);
+        r != RejectReason::kNone) {
+      return r;
+    }
+    if (RejectReason r = ValidateOps(s, chunks, detail, notes); r != RejectReason::kNone) return r;
   }
+  return RejectReason::kNone;
+}
+
+RejectReason BatchDecoder::ValidateOps(const v1::StepRecord& s, uint32_t chunks,
+                                       std::string* detail, DecodeNotes* notes) const {
+  if (static_cast<size_t>(s.ops_size()) > limits_.max_ops_per_step) {
+    return Reject(RejectReason::kTooManyRecords, detail,
+                  fmt::format("step {}: {} ops (limit {})", s.step(), s.ops_size(),
+                              limits_.max_ops_per_step));
+  }
+  const uint64_t max_us = limits_.max_duration_ns / 1000;
+  for (const v1::OpRecord& op : s.ops()) {
+    if (op.duration_us() > max_us || op.start_offset_us() > max_us) {
+      return Reject(RejectReason::kBadValue, detail,
+                    fmt::format("step {}: an op starts or lasts more than one day", s.step()));
+    }
+    if (op.microbatch() >= limits_.max_op_index || op.model_chunk() >= limits_.max_op_index ||
+        (chunks > 0 && op.model_chunk() >= chunks)) {
+      return Reject(
+          RejectReason::kBadValue, detail,
+          fmt::format("step {}: an op of microbatch {} and model chunk {} (limit {}; "
+                      "the layout's model chunks: {})",
+                      s.step(), op.microbatch(), op.model_chunk(), limits_.max_op_index, chunks));
+    }
+    if (op.type() == v1::OP_UNSPECIFIED || !v1::OpType_IsValid(op.type())) {
+      ++notes->unknown_op_types;
+    }
+  }
+  notes->ops += static_cast<uint64_t>(s.ops_size());
   return RejectReason::kNone;
 }
 

@@ -180,6 +180,149 @@ TEST(BatchDecoderTest, RejectsTimestampsFarAheadOfTheClock) {
             RejectReason::kFutureTimestamp);
 }
 
+// A pipeline-parallel rank: rank 3 of 8 = data rank 1 of 2, stage 1 of 4, with ops.
+v1::Batch WithLayoutAndOps() {
+  v1::Batch b = Valid();
+  v1::ParallelLayout* l = b.mutable_source()->mutable_layout();
+  l->set_data_rank(1);
+  l->set_data_size(2);
+  l->set_pipeline_rank(1);
+  l->set_pipeline_size(4);
+  v1::StepRecord* s = b.mutable_steps(0);
+  s->set_ops_origin_unix_ns(1'700'000'000'000'000'000);
+  s->set_gc_ns(2'000'000);
+  s->set_gc_count(3);
+  for (uint32_t mb = 0; mb < 4; ++mb) {
+    v1::OpRecord* op = s->add_ops();
+    op->set_type(v1::OP_FORWARD_COMPUTE);
+    op->set_microbatch(mb);
+    op->set_start_offset_us(25'000 * mb);
+    op->set_duration_us(24'000);
+  }
+  return b;
+}
+
+TEST(BatchDecoderTest, AcceptsALayoutThatFitsTheWorldAndRejectsOthersAsBadRanks) {
+  v1::Batch out;
+  std::string detail;
+  DecodeNotes notes;
+  ASSERT_EQ(BatchDecoder().Decode(WithLayoutAndOps().SerializeAsString(), &out, &detail, 0, &notes),
+            RejectReason::kNone)
+      << detail;
+  EXPECT_EQ(out.source().layout().pipeline_rank(), 1u);
+  EXPECT_EQ(notes.ops, 4u);
+  EXPECT_EQ(notes.unknown_op_types, 0u);
+  // Sizes of 0 mean 1: a layout of sizes 8 x 0 x 0 x 0 fits a world of 8.
+  v1::Batch b = Valid();
+  b.mutable_source()->mutable_layout()->set_data_size(8);
+  b.mutable_source()->mutable_layout()->set_data_rank(3);
+  EXPECT_EQ(DecodeOf(b), RejectReason::kNone);
+  struct Case {
+    const char* what;
+    void (*mutate)(v1::ParallelLayout*);
+    const char* detail;
+  };
+  const Case cases[] = {
+      {"stage out of range", [](v1::ParallelLayout* l) { l->set_pipeline_rank(4); },
+       "pipeline rank 4 is not below its size 4"},
+      {"a rank of an unused kind", [](v1::ParallelLayout* l) { l->set_tensor_rank(1); },
+       "tensor rank 1 is not below its size 1"},
+      {"sizes over the world", [](v1::ParallelLayout* l) { l->set_tensor_size(2); },
+       "do not multiply to the world size 8"},
+      {"sizes under the world",
+       [](v1::ParallelLayout* l) {
+         l->set_data_size(1);
+         l->set_data_rank(0);
+       },
+       "do not multiply to the world size 8"},
+      {"experts wider than a stage", [](v1::ParallelLayout* l) { l->set_expert_size(4); },
+       "expert size 4 does not divide the ranks of a pipeline stage (2)"},
+      {"huge sizes that wrap",
+       [](v1::ParallelLayout* l) {
+         l->set_data_size(1u << 31);
+         l->set_pipeline_size(1u << 31);
+         l->set_tensor_size(1u << 31);
+         l->set_context_size(1u << 31);
+       },
+       "do not multiply"},
+  };
+  for (const Case& c : cases) {
+    b = WithLayoutAndOps();
+    c.mutate(b.mutable_source()->mutable_layout());
+    detail.clear();
+    EXPECT_EQ(BatchDecoder().Decode(b.SerializeAsString(), &out, &detail), RejectReason::kBadRank)
+        << c.what;
+    EXPECT_NE(detail.find(c.detail), std::string::npos) << c.what << ": " << detail;
+  }
+  b = WithLayoutAndOps();
+  b.mutable_source()->mutable_layout()->set_expert_size(2);  // within a stage of 2 ranks
+  b.mutable_source()->mutable_layout()->set_expert_rank(1);
+  EXPECT_EQ(DecodeOf(b), RejectReason::kNone);
+}
+
+TEST(BatchDecoderTest, BoundsOpsTheirDurationsIndexesAndOrigin) {
+  v1::Batch b = WithLayoutAndOps();
+  BatchLimits limits;
+  limits.max_ops_per_step = 3;
+  EXPECT_EQ(DecodeOf(b, BatchDecoder(limits)), RejectReason::kTooManyRecords);
+  limits.max_ops_per_step = 4;
+  EXPECT_EQ(DecodeOf(b, BatchDecoder(limits)), RejectReason::kNone);
+
+  b.mutable_steps(0)->mutable_ops(2)->set_duration_us(86'401ull * 1'000'000);  // over a day
+  EXPECT_EQ(DecodeOf(b), RejectReason::kBadValue);
+  b = WithLayoutAndOps();
+  b.mutable_steps(0)->mutable_ops(2)->set_start_offset_us(static_cast<uint64_t>(int64_t{-1}));
+  EXPECT_EQ(DecodeOf(b), RejectReason::kBadValue);
+  b = WithLayoutAndOps();
+  b.mutable_steps(0)->mutable_ops(1)->set_microbatch(1u << 16);
+  EXPECT_EQ(DecodeOf(b), RejectReason::kBadValue);
+  b = WithLayoutAndOps();
+  b.mutable_steps(0)->set_gc_ns(86'401ull * 1'000'000'000);
+  EXPECT_EQ(DecodeOf(b), RejectReason::kBadValue);
+  b = WithLayoutAndOps();
+  b.mutable_steps(0)->set_ops_origin_unix_ns(-5);
+  EXPECT_EQ(DecodeOf(b), RejectReason::kBadValue);
+  b = WithLayoutAndOps();
+  v1::Batch out;
+  EXPECT_EQ(BatchDecoder().Decode(b.SerializeAsString(), &out, nullptr, 1'600'000'000'000'000'000),
+            RejectReason::kFutureTimestamp);  // ops 3 years ahead of the daemon's clock
+
+  // Model chunks: below the layout's virtual stages (1 when not interleaved); any without a
+  // layout.
+  b = WithLayoutAndOps();
+  b.mutable_steps(0)->mutable_ops(0)->set_model_chunk(1);
+  EXPECT_EQ(DecodeOf(b), RejectReason::kBadValue);
+  b.mutable_source()->mutable_layout()->set_virtual_stages(2);
+  EXPECT_EQ(DecodeOf(b), RejectReason::kNone);
+  b.mutable_steps(0)->mutable_ops(0)->set_model_chunk(2);
+  EXPECT_EQ(DecodeOf(b), RejectReason::kBadValue);
+  b.mutable_source()->clear_layout();
+  EXPECT_EQ(DecodeOf(b), RejectReason::kNone);
+}
+
+// OpType is a proto3 open enum: a newer collector's op types (and OP_UNSPECIFIED) are accepted
+// and counted, never a rejection of the batch.
+TEST(BatchDecoderTest, AcceptsAndCountsOpTypesItDoesNotKnow) {
+  v1::Batch b = WithLayoutAndOps();
+  b.mutable_steps(0)->mutable_ops(1)->set_type(static_cast<v1::OpType>(99));
+  b.mutable_steps(0)->mutable_ops(2)->set_type(v1::OP_UNSPECIFIED);
+  v1::StepRecord* second = b.add_steps();
+  second->set_step(11);
+  second->add_ops()->set_type(v1::OP_OPTIMIZER);
+  v1::Batch out;
+  DecodeNotes notes;
+  ASSERT_EQ(BatchDecoder().Decode(b.SerializeAsString(), &out, nullptr, 0, &notes),
+            RejectReason::kNone);
+  EXPECT_EQ(out.steps(0).ops(1).type(), 99);  // kept as sent
+  EXPECT_EQ(notes.ops, 5u);
+  EXPECT_EQ(notes.unknown_op_types, 2u);
+  // The notes are of the last batch only.
+  ASSERT_EQ(BatchDecoder().Decode(Valid().SerializeAsString(), &out, nullptr, 0, &notes),
+            RejectReason::kNone);
+  EXPECT_EQ(notes.ops, 0u);
+  EXPECT_EQ(notes.unknown_op_types, 0u);
+}
+
 TEST(BatchDecoderTest, ReasonsHaveMetricLabels) {
   for (int i = 0; i < kRejectReasonCount; ++i) {
     EXPECT_NE(RejectReasonName(static_cast<RejectReason>(i)), "unknown");

@@ -179,7 +179,8 @@ class JobPipeline {
   std::unique_ptr<StepWindow> window_;
   std::unique_ptr<MemoryWindow> memory_window_;
   std::unique_ptr<MemoryTrend> memory_trend_;
-  std::unique_ptr<whatif::StepAssembler> whatif_;  // pipeline jobs' op records and what-if  // the job's lifetime memory peaks
+  std::unique_ptr<whatif::StepAssembler>
+      whatif_;  // pipeline jobs' op records and what-if  // the job's lifetime memory peaks
   std::unique_ptr<LostTime> lost_;
   bool sharded_ = false;             // a collector said the job shards its parameters
   double hang_counted_seconds_ = 0;  // hang loss counted since the last progress

@@ -28,7 +28,8 @@ PartitionTask& JobRouter::TaskOf(int32_t partition) {
 
 void JobRouter::HandleMessage(std::string_view payload, int32_t partition, int64_t offset,
                               TimePoint now, int64_t wall_now_unix_ns) {
-  const RejectReason reason = decoder_.Decode(payload, &batch_, &detail_, wall_now_unix_ns);
+  const RejectReason reason =
+      decoder_.Decode(payload, &batch_, &detail_, wall_now_unix_ns, &notes_);
   if (reason == RejectReason::kNone) {
     Route(partition, now, wall_now_unix_ns);
   } else {
@@ -39,7 +40,8 @@ void JobRouter::HandleMessage(std::string_view payload, int32_t partition, int64
 }
 
 void JobRouter::HandleMessage(std::string_view payload, TimePoint now, int64_t wall_now_unix_ns) {
-  const RejectReason reason = decoder_.Decode(payload, &batch_, &detail_, wall_now_unix_ns);
+  const RejectReason reason =
+      decoder_.Decode(payload, &batch_, &detail_, wall_now_unix_ns, &notes_);
   if (reason != RejectReason::kNone) {
     Rejected(reason, now);
     return;
@@ -190,6 +192,10 @@ void JobRouter::Route(int32_t partition, TimePoint now, int64_t wall_now_unix_ns
   m->events_steps->Add(batch_.steps_size());
   m->events_kernels->Add(batch_.kernels_size());
   m->events_samples->Add(batch_.samples_size());
+  if (notes_.ops > 0) m->events_ops->Add(static_cast<double>(notes_.ops));
+  if (notes_.unknown_op_types > 0) {
+    m->events_unknown_ops->Add(static_cast<double>(notes_.unknown_op_types));
+  }
   if (batch_.created_unix_ns() > 0) {
     m->ingest_lag_seconds->Set(static_cast<double>(wall_now_unix_ns - batch_.created_unix_ns()) *
                                1e-9);

@@ -136,6 +136,7 @@ class JobRouter {
   BatchDecoder decoder_;
   v1::Batch batch_;  // reused decode target
   std::string detail_;
+  DecodeNotes notes_;  // of batch_
   std::map<int32_t, std::unique_ptr<PartitionTask>> tasks_;
   Index job_partition_;  // every job: its task, world size and eviction state
   uint64_t total_ranks_ = 0;

@@ -8,11 +8,15 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version) 
       ->Set(1);
   MetricFamily* events =
       r->Counter("rankwatch_events_total",
-                 "Accepted telemetry, by kind (batch, step, kernel, sample).", {"kind"});
+                 "Accepted telemetry, by kind (batch, step, kernel, sample, op; unknown_op: ops "
+                 "of a type this daemon does not know, skipped).",
+                 {"kind"});
   events_batches = events->WithLabels({"batch"});
   events_steps = events->WithLabels({"step"});
   events_kernels = events->WithLabels({"kernel"});
   events_samples = events->WithLabels({"sample"});
+  events_ops = events->WithLabels({"op"});
+  events_unknown_ops = events->WithLabels({"unknown_op"});
   MetricFamily* rejected = r->Counter(
       "rankwatch_events_rejected_total",
       "Rejected input by reason: whole Kafka messages for decoding reasons, too_many_jobs, "
@@ -118,14 +122,14 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version) 
       "stage_imbalance, sequence_imbalance, slow_communication, gc_pauses, unattributed), 0 "
       "for the others.",
       {"training_job", "verdict"});
-  whatif_stage_ = r->Gauge(
-      "rankwatch_whatif_stage_slowdown",
-      "Pipeline jobs: the slowdown with only one stage's ops at their measured times.",
-      {"training_job", "stage"});
-  whatif_op_group_ = r->Gauge(
-      "rankwatch_whatif_op_slowdown",
-      "Pipeline jobs: the slowdown with only one op group's ops at their measured times.",
-      {"training_job", "op"});
+  whatif_stage_ =
+      r->Gauge("rankwatch_whatif_stage_slowdown",
+               "Pipeline jobs: the slowdown with only one stage's ops at their measured times.",
+               {"training_job", "stage"});
+  whatif_op_group_ =
+      r->Gauge("rankwatch_whatif_op_slowdown",
+               "Pipeline jobs: the slowdown with only one op group's ops at their measured times.",
+               {"training_job", "op"});
   whatif_explained_ = r->Gauge(
       "rankwatch_whatif_explained_ratio",
       "Pipeline jobs: the share of S - 1 that the top workers (m_w) or the worst stage (m_s) "
@@ -324,7 +328,8 @@ void DaemonMetrics::PublishWhatIf(const JobSnapshot& s) {
   whatif_lost_->WithLabels({job})->Set(v.lost_rank_seconds);
   std::vector<MetricFamily::Row> rows;
   const whatif::Decomposition& d = w.result.decomposition;
-  for (size_t i = 0; i < d.by_stage.size(); ++i) rows.push_back({{job, std::to_string(i)}, d.by_stage[i]});
+  for (size_t i = 0; i < d.by_stage.size(); ++i)
+    rows.push_back({{job, std::to_string(i)}, d.by_stage[i]});
   whatif_stage_->SetSeriesOf(job, rows);
   rows.clear();
   for (const auto& [group, x] : d.by_op_group) rows.push_back({{job, group}, x});

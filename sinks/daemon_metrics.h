@@ -19,11 +19,14 @@ class DaemonMetrics {
  public:
   DaemonMetrics(PrometheusRegistry* registry, const std::string& version);
 
-  // Per-kind counters of accepted input ("batch", "step", "kernel", "sample").
+  // Per-kind counters of accepted input ("batch", "step", "kernel", "sample", "op"; and
+  // "unknown_op": ops of a type this build does not know, accepted and skipped).
   MetricCell* events_batches;
   MetricCell* events_steps;
   MetricCell* events_kernels;
   MetricCell* events_samples;
+  MetricCell* events_ops;
+  MetricCell* events_unknown_ops;
   // Rejections by reason: RejectReason values, plus record-level "late", "duplicate" and
   // "rank_out_of_range" from alignment, "too_many_jobs" past the job table's limits, and the
   // guards of JobPipeline ("rank_conflict", "stale_world_size", "step_jump").

@@ -26,6 +26,10 @@ struct BatchLimits {
   uint32_t max_world_size = 1u << 20;
   uint64_t max_duration_ns = 86'400ull * 1'000'000'000ull;  // one day
   uint64_t max_step = 1ull << 62;
+  // Op records of one step record (StepRecord.ops); a collector keeps its first this many.
+  size_t max_ops_per_step = 4096;
+  // An op's microbatch and model chunk (OpRecord) are below this.
+  uint32_t max_op_index = 1u << 16;
   // A timestamp (batch creation, step end, sample) more than this ahead of the reader's clock
   // is a producer with a wrong clock: its batches are rejected. Default: one hour.
   int64_t max_clock_ahead_ns = 3'600'000'000'000;

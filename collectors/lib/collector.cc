@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "wire/parallel_layout.h"
 #include "wire/schema.h"
 
 #ifndef RANKWATCH_VERSION
@@ -20,10 +21,14 @@ namespace {
 constexpr size_t kMaxBatchSteps = 4096;
 constexpr size_t kMaxBatchKernels = 50000;
 constexpr size_t kMaxKernelString = 256;  // longer kernel names are truncated
+// A batch's step records stop growing past this many bytes (ops make a record up to ~64 KiB),
+// well within the wire's 4 MiB with the kernel events beside them.
+constexpr size_t kMaxBatchStepBytes = 1u << 20;
 // Each cap is within the wire's limit of the same kind, so that no batch is rejected for it.
 static_assert(kMaxBatchSteps <= BatchLimits{}.max_steps);
 static_assert(kMaxBatchKernels <= BatchLimits{}.max_kernels);
 static_assert(kMaxKernelString <= BatchLimits{}.max_string_bytes);
+static_assert(kMaxBatchStepBytes < BatchLimits{}.max_bytes / 2);
 
 int64_t UnixNowNs() {
   timespec ts;
@@ -57,7 +62,27 @@ PublisherOptions ToPublisherOptions(const CollectorOptions& o) {
   return po;
 }
 
+std::string LayoutError(const RankLayout& layout, uint32_t world_size) {
+  v1::ParallelLayout wire;
+  layout.ToProto(&wire);
+  return ParallelLayoutError(wire, world_size);
+}
+
 }  // namespace
+
+void RankLayout::ToProto(v1::ParallelLayout* out) const {
+  out->set_data_rank(data_rank);
+  out->set_data_size(data_size);
+  out->set_pipeline_rank(pipeline_rank);
+  out->set_pipeline_size(pipeline_size);
+  out->set_tensor_rank(tensor_rank);
+  out->set_tensor_size(tensor_size);
+  out->set_context_rank(context_rank);
+  out->set_context_size(context_size);
+  out->set_expert_rank(expert_rank);
+  out->set_expert_size(expert_size);
+  out->set_virtual_stages(virtual_stages);
+}
 
 uint64_t Collector::NowNs() {
   timespec ts;
@@ -77,6 +102,16 @@ absl::StatusOr<std::unique_ptr<Collector>> Collector::Create(CollectorIdentity i
       options.max_pending_bytes == 0 || options.kafka_queue_max_messages <= 0 ||
       options.kafka_queue_max_kbytes <= 0) {
     return absl::InvalidArgumentError("collector buffer sizes and intervals must be positive");
+  }
+  if (identity.layout) {
+    if (std::string e = LayoutError(*identity.layout, identity.world_size); !e.empty()) {
+      return absl::InvalidArgumentError(e);
+    }
+  }
+  if (options.max_ops_per_step > BatchLimits{}.max_ops_per_step || options.op_ring_capacity == 0) {
+    return absl::InvalidArgumentError("max_ops_per_step must be at most " +
+                                      std::to_string(BatchLimits{}.max_ops_per_step) +
+                                      " (the wire's limit) and op_ring_capacity positive");
   }
   if (options.kafka_queue_max_messages > kIdempotentInflightWindow) {
     return absl::InvalidArgumentError("kafka_queue_max_messages must be at most " +
@@ -116,23 +151,35 @@ Collector::Collector(CollectorIdentity identity, CollectorOptions options,
       options_(std::move(options)),
       training_strategy_(identity_.training_strategy),
       sharded_(identity_.sharded),
+      layout_(identity_.layout),
       publisher_(std::move(publisher)),
+      op_ring_(options_.op_ring_capacity),
       ring_(options_.step_ring_capacity),
       pending_(options_.max_pending_bytes) {
   sender_ = std::thread([this] { SenderLoop(); });
 }
 
 void Collector::SetTrainingStrategy(std::string training_strategy, bool sharded) {
-  std::lock_guard<std::mutex> lock(strategy_mu_);
+  std::lock_guard<std::mutex> lock(identity_mu_);
   training_strategy_ = std::move(training_strategy);
   sharded_ = sharded;
 }
 
+absl::Status Collector::SetLayout(const RankLayout& layout) {
+  if (std::string e = LayoutError(layout, identity_.world_size); !e.empty()) {
+    return absl::InvalidArgumentError(e);
+  }
+  std::lock_guard<std::mutex> lock(identity_mu_);
+  layout_ = layout;
+  return absl::OkStatus();
+}
+
 CollectorIdentity Collector::identity() const {
   CollectorIdentity id = identity_;
-  std::lock_guard<std::mutex> lock(strategy_mu_);
+  std::lock_guard<std::mutex> lock(identity_mu_);
   id.training_strategy = training_strategy_;
   id.sharded = sharded_;
+  id.layout = layout_;
   return id;
 }
 
@@ -160,6 +207,15 @@ void Collector::EndStep(uint64_t now_ns) {
   s.peak_reserved_bytes = peak_reserved_.exchange(0, std::memory_order_relaxed);
   s.device_capacity_bytes = capacity_.exchange(0, std::memory_order_relaxed);
   s.collectives_entered = collectives_entered_.load(std::memory_order_relaxed);
+  s.begin_ns = step_begin_ns_;
+  s.end_ns = now_ns;
+  s.gc_ns = gc_ns_.exchange(0, std::memory_order_relaxed);
+  s.gc_count = gc_count_.exchange(0, std::memory_order_relaxed);
+  s.gc_watched = options_.watch_gc;
+  // Ops recorded from here on belong to the next step.
+  s.ops = std::min<uint32_t>(ops_in_step_.exchange(0, std::memory_order_relaxed),
+                             static_cast<uint32_t>(options_.max_ops_per_step));
+  s.generation = op_generation_.fetch_add(1, std::memory_order_relaxed);
   earliest_begin_ns_.store(UINT64_MAX, std::memory_order_relaxed);
   ring_.PushDropOldest(s);
   steps_recorded_.fetch_add(1, std::memory_order_relaxed);
@@ -170,6 +226,32 @@ void Collector::AddPhase(StepPhase phase, uint64_t begin_ns, uint64_t end_ns) {
   phase_ns_[i].fetch_add(end_ns > begin_ns ? end_ns - begin_ns : 0, std::memory_order_relaxed);
   phase_mask_.fetch_or(1u << i, std::memory_order_relaxed);
   AtomicMin(earliest_begin_ns_, begin_ns);
+}
+
+void Collector::AddOp(v1::OpType type, uint32_t microbatch, uint32_t chunk, uint64_t begin_ns,
+                      uint64_t end_ns) {
+  if (ops_in_step_.fetch_add(1, std::memory_order_relaxed) >= options_.max_ops_per_step) {
+    ops_over_limit_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  StepOp op;
+  op.generation = op_generation_.load(std::memory_order_relaxed);
+  op.begin_ns = begin_ns;
+  op.end_ns = std::max(begin_ns, end_ns);
+  op.microbatch = microbatch;
+  op.chunk = chunk;
+  op.type = static_cast<uint32_t>(type);
+  op_ring_.PushDropOldest(op);
+  ops_recorded_.fetch_add(1, std::memory_order_relaxed);
+  AtomicMin(earliest_begin_ns_, begin_ns);
+}
+
+void Collector::AddGcPause(uint64_t begin_ns, uint64_t end_ns) {
+  const uint64_t ns = end_ns > begin_ns ? end_ns - begin_ns : 0;
+  gc_ns_.fetch_add(ns, std::memory_order_relaxed);
+  gc_count_.fetch_add(1, std::memory_order_relaxed);
+  gc_pauses_.fetch_add(1, std::memory_order_relaxed);
+  if (ns >= options_.gc_op_min_ns) AddOp(v1::OP_GC, 0, 0, begin_ns, end_ns);
 }
 
 void Collector::RecordCollectives(uint64_t entered) {
@@ -302,9 +384,10 @@ void Collector::SealBatch(v1::Batch* b, uint64_t records) {
   src->set_device(identity_.device);
   src->set_collector("rankwatch-collector/" RANKWATCH_VERSION);
   {
-    std::lock_guard<std::mutex> lock(strategy_mu_);
+    std::lock_guard<std::mutex> lock(identity_mu_);
     src->set_training_strategy(training_strategy_);
     src->set_sharded(sharded_);
+    if (layout_) layout_->ToProto(src->mutable_layout());
   }
   PendingBatch pb;
   b->SerializeToString(&pb.payload);
@@ -312,14 +395,40 @@ void Collector::SealBatch(v1::Batch* b, uint64_t records) {
   pending_.Push(std::move(pb));
 }
 
+void Collector::TakeOps(uint64_t generation, std::vector<StepOp>* out) {
+  out->clear();
+  while (true) {
+    if (!have_next_op_) {
+      if (!op_ring_.TryPop(&next_op_)) return;
+      have_next_op_ = true;
+    }
+    if (next_op_.generation > generation) return;  // the next step's
+    if (next_op_.generation == generation) {
+      out->push_back(next_op_);
+    } else {
+      ops_lost_.fetch_add(1, std::memory_order_relaxed);  // its step was dropped
+    }
+    have_next_op_ = false;
+  }
+}
+
 void Collector::Drain(bool final) {
   v1::Batch b;
   TimedStep s;
+  size_t step_bytes = 0;
   while (ring_.TryPop(&s)) {
-    s.ToProto(b.add_steps());
-    if (static_cast<size_t>(b.steps_size()) >= kMaxBatchSteps) {
+    v1::StepRecord* record = b.add_steps();
+    s.ToProto(record);
+    TakeOps(s.generation, &step_ops_);
+    // Fewer than counted: lost in the op ring (the sender fell behind) or recorded by another
+    // thread as the step ended.
+    if (step_ops_.size() < s.ops) ops_lost_.fetch_add(s.ops - step_ops_.size());
+    AppendStepOps(step_ops_, s.begin_ns, s.end_ns, s.end_unix_ns, record);
+    step_bytes += record->ByteSizeLong();
+    if (static_cast<size_t>(b.steps_size()) >= kMaxBatchSteps || step_bytes >= kMaxBatchStepBytes) {
       SealBatch(&b, b.steps_size());
       b.Clear();
+      step_bytes = 0;
     }
   }
   std::deque<KernelEventInput> kernels;
@@ -551,11 +660,17 @@ CollectorStats Collector::stats() const {
     s.control_replies = control_replies_;
     s.captures_sent = captures_sent_;
   }
+  s.ops_recorded = ops_recorded_.load(std::memory_order_relaxed);
+  // Ops the op ring dropped show as their step's shortfall (Drain), counted in ops_lost_.
+  s.ops_dropped =
+      ops_over_limit_.load(std::memory_order_relaxed) + ops_lost_.load(std::memory_order_relaxed);
+  s.gc_pauses = gc_pauses_.load(std::memory_order_relaxed);
   return s;
 }
 
 uint64_t Collector::memory_bound_bytes() const {
-  const uint64_t ring = ring_.capacity() * (sizeof(TimedStep) + sizeof(size_t));
+  const uint64_t ring = ring_.capacity() * (sizeof(TimedStep) + sizeof(size_t)) +
+                        op_ring_.capacity() * (sizeof(StepOp) + sizeof(size_t));
   const uint64_t kernels =
       options_.max_kernel_events * (sizeof(KernelEventInput) + 2 * kMaxKernelString);
   // One capture at a time (the Python collector runs them one after the other).

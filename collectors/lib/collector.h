@@ -12,15 +12,22 @@
 // producer reconnects by itself when the broker returns, and a backlog then drains at the
 // broker's pace. memory_bound_bytes() states the total bound.
 //
+// Ops (v1::OpRecord: forward compute of a microbatch, a pipeline send, the optimizer, a GC
+// pause, ...) are recorded into the open step with AddOp or an OpScope: one push into a fixed
+// BoundedRing of StepOps tagged with the step, at most options.max_ops_per_step a step (the
+// rest dropped and counted). The sender writes them into the step's record, offsets in
+// microseconds from the step's start (collectors/lib/step_ops.h). AddGcPause accounts a
+// garbage-collection pause: gc_ns and gc_count of the step, and an OP_GC op when it is long.
+//
 // Control channel: with options.control_topic set, a ControlListener (its own thread and
 // librdkafka consumer) reads the daemon's requests for this rank; the training loop polls
 // control_pending() at step boundaries, takes the requests and acts on them, and the answers
 // (ReplyControl, SendCapture) ship in the next batches.
 //
 // Thread-safety: BeginStep/EndStep, control_pending() and TakeControlRequests() from one thread
-// (the training loop), which also closes the collector; AddPhase, RecordMemory, RecordKernels,
-// SetTrainingStrategy, ReplyControl, SendCapture, identity(), stats() and Flush() from any
-// thread.
+// (the training loop), which also closes the collector; AddPhase, AddOp, AddGcPause,
+// RecordMemory, RecordKernels, SetTrainingStrategy, SetLayout, ReplyControl, SendCapture,
+// identity(), stats() and Flush() from any thread.
 #pragma once
 
 #include <atomic>
@@ -30,6 +37,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,10 +49,27 @@
 #include "collectors/lib/bounded_ring.h"
 #include "collectors/lib/control_listener.h"
 #include "collectors/lib/pending_batches.h"
+#include "collectors/lib/step_ops.h"
 #include "collectors/lib/timed_step.h"
 #include "kafka/kafka_properties.h"
 
 namespace rankwatch {
+
+// Where a rank sits in its job's parallel layout (v1::ParallelLayout): its data-parallel
+// replica, pipeline stage, and tensor-, context- and expert-parallel ranks, each below its
+// size (1 = that kind of parallelism is not used). Data x pipeline x tensor x context sizes
+// multiply to the world size (wire/parallel_layout.h).
+struct RankLayout {
+  uint32_t data_rank = 0, data_size = 1;
+  uint32_t pipeline_rank = 0, pipeline_size = 1;  // the pipeline stage
+  uint32_t tensor_rank = 0, tensor_size = 1;
+  uint32_t context_rank = 0, context_size = 1;
+  uint32_t expert_rank = 0, expert_size = 1;
+  uint32_t virtual_stages = 1;  // model chunks per stage (interleaved 1F1B); 1 = not interleaved
+
+  void ToProto(v1::ParallelLayout* out) const;
+  bool operator==(const RankLayout&) const = default;
+};
 
 // Who is recording (spec section 1, "source identity").
 struct CollectorIdentity {
@@ -66,6 +91,10 @@ struct CollectorIdentity {
   std::string k8s_namespace;
   std::string owner;
   std::string pod;
+  // The rank's place in a pipeline / tensor / data parallel layout; none for flat data
+  // parallelism. Collector::SetLayout sets it later (Megatron initialises its layout after the
+  // collector starts).
+  std::optional<RankLayout> layout;
 };
 
 struct CollectorOptions {
@@ -96,6 +125,18 @@ struct CollectorOptions {
   bool take_stacks = false;  // default: false
   // Events one capture may send (SendCapture); more are cut and the reply says so.
   size_t max_capture_events = 50000;  // default: 50,000
+  // Ops kept per step (AddOp, OpScope, AddGcPause); later ones are dropped and counted. At most
+  // the wire's BatchLimits::max_ops_per_step (4,096).
+  size_t max_ops_per_step = 4096;  // default: 4,096
+  // Ops waiting for the sender (all steps); the oldest are dropped when it falls behind.
+  size_t op_ring_capacity = 65536;  // default: 65,536 ops (40 bytes each; rounded up to 2^n)
+  // The caller reports every garbage-collection pause (AddGcPause): each step then carries
+  // gc_ns and gc_count, 0 when it had none. Without it only steps with a pause carry them.
+  bool watch_gc = false;  // default: false (the Python package sets it)
+  // A GC pause at least this long is also an OP_GC op of its step; shorter ones count in
+  // gc_ns / gc_count only (CPython collects its youngest generation hundreds of times a step,
+  // for tens of microseconds each: an op for each would cost more bytes than it tells).
+  uint64_t gc_op_min_ns = 1'000'000;  // default: 1 ms
   KafkaProperties properties;         // passed through to librdkafka
 };
 
@@ -123,6 +164,9 @@ struct CollectorStats {
   ControlListenerStats control;     // the control channel's (zero without one)
   uint64_t control_replies = 0;     // replies queued for shipping
   uint64_t captures_sent = 0;       // captures handed to the sender
+  uint64_t ops_recorded = 0;        // ops taken into their step (within max_ops_per_step)
+  uint64_t ops_dropped = 0;         // over max_ops_per_step, or lost with their step
+  uint64_t gc_pauses = 0;           // AddGcPause calls
 };
 
 class Collector {
@@ -152,6 +196,14 @@ class Collector {
   void RecordCollectives(uint64_t entered);
   // Copies `events` into the bounded kernel buffer (oldest dropped when full). Any thread.
   void RecordKernels(const std::vector<KernelEventInput>& events);
+  // Adds op [begin_ns, end_ns) of `type`, `microbatch` and model `chunk` to the open step (or
+  // the next one, whose start it may then be, as with AddPhase). Past max_ops_per_step ops in
+  // a step it is dropped and counted. Any thread; never blocks or allocates.
+  void AddOp(v1::OpType type, uint32_t microbatch, uint32_t chunk, uint64_t begin_ns,
+             uint64_t end_ns);
+  // Accounts a garbage-collection pause [begin_ns, end_ns) to the open (or next) step: its
+  // gc_ns and gc_count, and an OP_GC op when it lasts at least options.gc_op_min_ns. Any thread.
+  void AddGcPause(uint64_t begin_ns, uint64_t end_ns);
 
   // Ships everything recorded so far and waits until Kafka acknowledged it or `timeout`
   // passed (DeadlineExceeded then; the data stays queued).
@@ -163,12 +215,15 @@ class Collector {
   // Sets the training strategy and sharding that every batch sealed from now on carries in
   // its source identity. Any thread.
   void SetTrainingStrategy(std::string training_strategy, bool sharded);
+  // Sets the rank's place in the parallel layout that every batch sealed from now on carries;
+  // InvalidArgument (nothing changes) when it does not fit the world size. Any thread.
+  absl::Status SetLayout(const RankLayout& layout);
 
   CollectorStats stats() const;
   // ring + kernel buffer + one capture's events + pending bytes + librdkafka queue bytes: what
   // the collector may hold.
   uint64_t memory_bound_bytes() const;
-  // The identity, with the training strategy and sharding of now.
+  // The identity, with the training strategy, sharding and layout of now.
   CollectorIdentity identity() const;
 
   // --- the control channel ---------------------------------------------------------------
@@ -206,12 +261,17 @@ class Collector {
   void AppendKernels(v1::Batch* batch, const std::deque<KernelEventInput>& events,
                      const std::string& source_format, const std::string& capture_id);
   void UpdateBuffered();
+  // Moves the ops of step `generation` from the op ring into `out` (cleared first), dropping
+  // (and counting) those of older steps. Sender thread only.
+  void TakeOps(uint64_t generation, std::vector<StepOp>* out);
 
-  const CollectorIdentity identity_;  // its training_strategy and sharded: as created
+  const CollectorIdentity identity_;  // its training_strategy, sharded and layout: as created
   const CollectorOptions options_;
-  mutable std::mutex strategy_mu_;
-  std::string training_strategy_ ABSL_GUARDED_BY(strategy_mu_);
-  bool sharded_ ABSL_GUARDED_BY(strategy_mu_) = false;
+  // The parts of the identity that change after creation.
+  mutable std::mutex identity_mu_;
+  std::string training_strategy_ ABSL_GUARDED_BY(identity_mu_);
+  bool sharded_ ABSL_GUARDED_BY(identity_mu_) = false;
+  std::optional<RankLayout> layout_ ABSL_GUARDED_BY(identity_mu_);
   std::unique_ptr<BatchPublisher> publisher_;
 
   // The open step, written by the training thread (and phases by any thread).
@@ -220,6 +280,16 @@ class Collector {
   std::atomic<uint64_t> earliest_begin_ns_{UINT64_MAX};
   std::atomic<uint64_t> peak_allocated_{0}, peak_reserved_{0}, capacity_{0};
   std::atomic<uint64_t> collectives_entered_{0};
+  std::atomic<uint64_t> gc_ns_{0};
+  std::atomic<uint32_t> gc_count_{0};
+  std::atomic<uint64_t> gc_pauses_{0};
+  // Ops: the open step's generation (steps ended so far) and its ops so far.
+  std::atomic<uint64_t> op_generation_{0};
+  std::atomic<uint32_t> ops_in_step_{0};
+  BoundedRing<StepOp> op_ring_;
+  std::atomic<uint64_t> ops_recorded_{0};
+  std::atomic<uint64_t> ops_over_limit_{0};  // past max_ops_per_step
+  std::atomic<uint64_t> ops_lost_{0};        // their step dropped, or lost in the op ring
   bool step_open_ = false;
   uint64_t step_ = 0;
   uint64_t step_begin_ns_ = 0;
@@ -246,6 +316,9 @@ class Collector {
   std::atomic<uint64_t> kernels_recorded_{0};
 
   // Sender thread state.
+  std::vector<StepOp> step_ops_;  // the ops of the step being written
+  StepOp next_op_;                // popped from the op ring, of a later step
+  bool have_next_op_ = false;
   PendingBatches pending_;
   std::deque<size_t> inflight_sizes_;  // bytes of batches in librdkafka, oldest first
   uint64_t inflight_bytes_ = 0;
@@ -267,6 +340,28 @@ class Collector {
   bool flush_requested_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> closed_{false};
   std::thread sender_;
+};
+
+// Times one op of the open step, from construction to destruction (Collector::AddOp):
+//   { OpScope op(collector, v1::OP_FORWARD_COMPUTE, microbatch); model.forward(...); }
+// Not thread-safe; the collector must outlive it.
+class OpScope {
+ public:
+  OpScope(Collector* collector, v1::OpType type, uint32_t microbatch = 0, uint32_t chunk = 0)
+      : collector_(collector),
+        type_(type),
+        microbatch_(microbatch),
+        chunk_(chunk),
+        begin_ns_(Collector::NowNs()) {}
+  ~OpScope() { collector_->AddOp(type_, microbatch_, chunk_, begin_ns_, Collector::NowNs()); }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+ private:
+  Collector* collector_;
+  v1::OpType type_;
+  uint32_t microbatch_, chunk_;
+  uint64_t begin_ns_;
 };
 
 }  // namespace rankwatch

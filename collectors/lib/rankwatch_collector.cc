@@ -15,6 +15,30 @@ struct rw_collector {
 
 namespace {
 
+// The C enum is the wire's, number for number.
+constexpr bool Same(rw_op_type c, rankwatch::v1::OpType wire) {
+  return static_cast<int>(c) == static_cast<int>(wire);
+}
+static_assert(
+    Same(RW_OP_FORWARD_COMPUTE, rankwatch::v1::OP_FORWARD_COMPUTE) &&
+        Same(RW_OP_BACKWARD_COMPUTE, rankwatch::v1::OP_BACKWARD_COMPUTE) &&
+        Same(RW_OP_FORWARD_SEND, rankwatch::v1::OP_FORWARD_SEND) &&
+        Same(RW_OP_FORWARD_RECV, rankwatch::v1::OP_FORWARD_RECV) &&
+        Same(RW_OP_BACKWARD_SEND, rankwatch::v1::OP_BACKWARD_SEND) &&
+        Same(RW_OP_BACKWARD_RECV, rankwatch::v1::OP_BACKWARD_RECV) &&
+        Same(RW_OP_TENSOR_PARALLEL, rankwatch::v1::OP_TENSOR_PARALLEL) &&
+        Same(RW_OP_GRADS_REDUCE_SCATTER, rankwatch::v1::OP_GRADS_REDUCE_SCATTER) &&
+        Same(RW_OP_PARAMS_ALL_GATHER, rankwatch::v1::OP_PARAMS_ALL_GATHER) &&
+        Same(RW_OP_GRADS_ALL_REDUCE, rankwatch::v1::OP_GRADS_ALL_REDUCE) &&
+        Same(RW_OP_LAYERNORM_GRADS_ALL_REDUCE, rankwatch::v1::OP_LAYERNORM_GRADS_ALL_REDUCE) &&
+        Same(RW_OP_EMBEDDING_GRADS_ALL_REDUCE, rankwatch::v1::OP_EMBEDDING_GRADS_ALL_REDUCE) &&
+        Same(RW_OP_OPTIMIZER_CLIP_MAIN_GRAD, rankwatch::v1::OP_OPTIMIZER_CLIP_MAIN_GRAD) &&
+        Same(RW_OP_OPTIMIZER, rankwatch::v1::OP_OPTIMIZER) &&
+        Same(RW_OP_GC, rankwatch::v1::OP_GC) &&
+        Same(RW_OP_DATA_LOADING, rankwatch::v1::OP_DATA_LOADING) &&
+        Same(RW_OP_DATA_LOADING, rankwatch::v1::OpType_MAX),
+    "rw_op_type and telemetry.proto's OpType differ");
+
 std::vector<rankwatch::KernelEventInput> ToEvents(const rw_kernel_event* events, size_t n) {
   std::vector<rankwatch::KernelEventInput> in(n);
   for (size_t i = 0; i < n; ++i) {
@@ -65,6 +89,7 @@ rw_collector* rw_collector_create(const rw_identity* identity, const rw_options*
     o.kafka_queue_max_kbytes = options->kafka_queue_max_kbytes;
   if (options->control_topic != nullptr) o.control_topic = options->control_topic;
   o.take_captures = options->take_captures != 0;
+  o.watch_gc = options->watch_gc != 0;
   auto c = rankwatch::Collector::Create(std::move(id), std::move(o));
   if (!c.ok()) return fail(std::string(c.status().message()));
   return new rw_collector{std::move(*c)};
@@ -87,6 +112,49 @@ void rw_step_end(rw_collector* c) { c->impl->EndStep(rankwatch::Collector::NowNs
 void rw_phase_add(rw_collector* c, enum rw_phase phase, uint64_t begin_ns, uint64_t end_ns) {
   if (static_cast<int>(phase) < 0 || static_cast<int>(phase) >= rankwatch::kStepPhaseCount) return;
   c->impl->AddPhase(static_cast<rankwatch::StepPhase>(phase), begin_ns, end_ns);
+}
+
+int rw_layout_set(rw_collector* c, const rw_layout* layout, char* error, size_t error_size) {
+  auto size = [](uint32_t s) { return s == 0 ? 1u : s; };
+  rankwatch::RankLayout l;
+  l.data_rank = layout->data_rank;
+  l.data_size = size(layout->data_size);
+  l.pipeline_rank = layout->pipeline_rank;
+  l.pipeline_size = size(layout->pipeline_size);
+  l.tensor_rank = layout->tensor_rank;
+  l.tensor_size = size(layout->tensor_size);
+  l.context_rank = layout->context_rank;
+  l.context_size = size(layout->context_size);
+  l.expert_rank = layout->expert_rank;
+  l.expert_size = size(layout->expert_size);
+  l.virtual_stages = size(layout->virtual_stages);
+  const absl::Status s = c->impl->SetLayout(l);
+  if (s.ok()) return 0;
+  if (error != nullptr && error_size > 0) {
+    std::snprintf(error, error_size, "%s", std::string(s.message()).c_str());
+  }
+  return -1;
+}
+
+int rw_op_add(rw_collector* c, enum rw_op_type type, uint32_t microbatch, uint32_t chunk,
+              uint64_t begin_ns, uint64_t end_ns) {
+  const int t = static_cast<int>(type);
+  if (t == rankwatch::v1::OP_UNSPECIFIED || !rankwatch::v1::OpType_IsValid(t)) return -1;
+  c->impl->AddOp(static_cast<rankwatch::v1::OpType>(t), microbatch, chunk, begin_ns, end_ns);
+  return 0;
+}
+
+rw_op_scope rw_op_begin(enum rw_op_type type, uint32_t microbatch, uint32_t chunk) {
+  return rw_op_scope{type, microbatch, chunk, rankwatch::Collector::NowNs()};
+}
+
+int rw_op_end(rw_collector* c, const rw_op_scope* scope) {
+  return rw_op_add(c, scope->type, scope->microbatch, scope->chunk, scope->begin_ns,
+                   rankwatch::Collector::NowNs());
+}
+
+void rw_gc_pause_add(rw_collector* c, uint64_t begin_ns, uint64_t end_ns) {
+  c->impl->AddGcPause(begin_ns, end_ns);
 }
 
 void rw_memory_peak(rw_collector* c, uint64_t allocated, uint64_t reserved, uint64_t capacity) {
@@ -112,7 +180,7 @@ void rw_stats_get(const rw_collector* c, rw_stats* out) {
   *out = rw_stats{s.steps_recorded,     s.kernels_recorded,   s.records_dropped,  s.batches_dropped,
                   s.batches_produced,   s.batches_delivered,  s.batches_failed,   s.buffered_bytes,
                   s.max_buffered_bytes, s.memory_bound_bytes, s.control.accepted, refused,
-                  s.captures_sent};
+                  s.captures_sent,      s.ops_recorded,       s.ops_dropped};
 }
 
 int rw_capture_take(rw_collector* c, rw_capture_request* out) {

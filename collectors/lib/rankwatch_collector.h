@@ -1,6 +1,11 @@
-/* rankwatch collector C API: record per-step phase timings, memory peaks and kernel events
- * of one training rank and publish them to Kafka for rankwatchd (collectors/lib/collector.h
- * is the C++ class behind it).
+/* rankwatch collector C API: record per-step phase timings, ops, GC pauses, memory peaks and
+ * kernel events of one training rank and publish them to Kafka for rankwatchd
+ * (collectors/lib/collector.h is the C++ class behind it).
+ *
+ * Pipeline-parallel jobs also say where the rank sits in the parallel layout (rw_layout_set)
+ * and record the ops of each step (rw_op_begin / rw_op_end around each, or rw_op_add): forward
+ * and backward compute of each microbatch, pipeline sends and receives, data-parallel
+ * collectives, the optimizer; rankwatchd's what-if analysis replays them (docs/whatif.md).
  *
  * Every recording call is non-blocking and allocation-free on the step path (kernel events
  * are copied into a bounded buffer). When Kafka is slow or down the oldest data is dropped
@@ -60,7 +65,46 @@ typedef struct rw_options {
   int kafka_queue_max_kbytes;   /* 0 = 4096 */
   const char* control_topic;    /* NULL = "rankwatch.control"; "" = no control channel */
   int take_captures;            /* != 0: the application acts on capture requests */
+  int watch_gc; /* != 0: every GC pause is reported (rw_gc_pause_add): steps carry gc_ns = 0 too */
 } rw_options;
+
+/* Where the rank sits in the job's parallel layout; a size of 0 means 1 (not used). Every rank
+ * is below its size; data x pipeline x tensor x context sizes multiply to the world size. */
+typedef struct rw_layout {
+  uint32_t data_rank, data_size;
+  uint32_t pipeline_rank, pipeline_size; /* the pipeline stage */
+  uint32_t tensor_rank, tensor_size;
+  uint32_t context_rank, context_size;
+  uint32_t expert_rank, expert_size;
+  uint32_t virtual_stages; /* model chunks per stage (interleaved 1F1B); 0 or 1 = not */
+} rw_layout;
+
+/* The kinds of op (OpType in proto/rankwatch/v1/telemetry.proto, the same numbers). */
+enum rw_op_type {
+  RW_OP_FORWARD_COMPUTE = 1,
+  RW_OP_BACKWARD_COMPUTE = 2,
+  RW_OP_FORWARD_SEND = 3,  /* pipeline: activations to the next stage */
+  RW_OP_FORWARD_RECV = 4,  /* pipeline: activations from the previous stage */
+  RW_OP_BACKWARD_SEND = 5, /* pipeline: gradients to the previous stage */
+  RW_OP_BACKWARD_RECV = 6, /* pipeline: gradients from the next stage */
+  RW_OP_TENSOR_PARALLEL = 7,
+  RW_OP_GRADS_REDUCE_SCATTER = 8,
+  RW_OP_PARAMS_ALL_GATHER = 9,
+  RW_OP_GRADS_ALL_REDUCE = 10,
+  RW_OP_LAYERNORM_GRADS_ALL_REDUCE = 11,
+  RW_OP_EMBEDDING_GRADS_ALL_REDUCE = 12,
+  RW_OP_OPTIMIZER_CLIP_MAIN_GRAD = 13,
+  RW_OP_OPTIMIZER = 14,
+  RW_OP_GC = 15,
+  RW_OP_DATA_LOADING = 16
+};
+
+/* An op being timed, on the caller's stack: rw_op_begin fills it, rw_op_end records it. */
+typedef struct rw_op_scope {
+  enum rw_op_type type;
+  uint32_t microbatch, chunk;
+  uint64_t begin_ns;
+} rw_op_scope;
 
 typedef struct rw_kernel_event {
   const char* name;     /* copied; NULL = "" */
@@ -85,6 +129,7 @@ typedef struct rw_stats {
   uint64_t buffered_bytes, max_buffered_bytes, memory_bound_bytes;
   uint64_t control_accepted, control_refused; /* control requests of this rank */
   uint64_t captures_sent;
+  uint64_t ops_recorded, ops_dropped; /* ops kept; over 4,096 a step or their step lost */
 } rw_stats;
 
 /* Creates a collector and starts its sender thread; never waits for the broker. Returns NULL
@@ -103,6 +148,21 @@ void rw_step_begin(rw_collector* c, uint64_t step);
 void rw_step_end(rw_collector* c);
 /* Adds [begin_ns, end_ns) to `phase` of the open (or next) step. */
 void rw_phase_add(rw_collector* c, enum rw_phase phase, uint64_t begin_ns, uint64_t end_ns);
+/* Sets where the rank sits in the parallel layout (every batch carries it from now on): 0, or -1
+ * when it does not fit the world size (then a message is written into `error` when not NULL). */
+int rw_layout_set(rw_collector* c, const rw_layout* layout, char* error, size_t error_size);
+/* Adds op [begin_ns, end_ns) of `type`, `microbatch` and model `chunk` to the open (or next)
+ * step: 0, or -1 for a type this library does not know (nothing recorded). At most 4,096 ops a
+ * step are kept; the rest are dropped and counted (rw_stats.ops_dropped). */
+int rw_op_add(rw_collector* c, enum rw_op_type type, uint32_t microbatch, uint32_t chunk,
+              uint64_t begin_ns, uint64_t end_ns);
+/* Starts timing an op now: `rw_op_scope op = rw_op_begin(RW_OP_FORWARD_COMPUTE, mb, 0);` */
+rw_op_scope rw_op_begin(enum rw_op_type type, uint32_t microbatch, uint32_t chunk);
+/* Ends the op `scope` began now and adds it to the open step (rw_op_add's result). */
+int rw_op_end(rw_collector* c, const rw_op_scope* scope);
+/* A garbage-collection pause [begin_ns, end_ns) of the open (or next) step: its gc_ns and
+ * gc_count, and an op of type RW_OP_GC when it lasts 1 ms or more. */
+void rw_gc_pause_add(rw_collector* c, uint64_t begin_ns, uint64_t end_ns);
 /* Raises the open step's memory peaks (bytes; 0 = unknown). */
 void rw_memory_peak(rw_collector* c, uint64_t allocated, uint64_t reserved, uint64_t capacity);
 /* Copies `n` events into the collector's bounded kernel buffer. */

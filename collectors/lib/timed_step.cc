@@ -21,6 +21,10 @@ void TimedStep::ToProto(v1::StepRecord* out) const {
   if (peak_reserved_bytes > 0) out->set_peak_reserved_bytes(peak_reserved_bytes);
   if (device_capacity_bytes > 0) out->set_device_capacity_bytes(device_capacity_bytes);
   if (collectives_entered > 0) out->set_collectives_entered(collectives_entered);
+  if (gc_watched || gc_count > 0) {
+    out->set_gc_ns(gc_ns);
+    out->set_gc_count(gc_count);
+  }
 }
 
 }  // namespace rankwatch

@@ -33,8 +33,20 @@ struct TimedStep {
   uint64_t peak_reserved_bytes = 0;
   uint64_t device_capacity_bytes = 0;
   uint64_t collectives_entered = 0;  // cumulative, default process group; 0 = not reported
+  // Monotonic start and end (Collector::NowNs): where the step's ops count from.
+  uint64_t begin_ns = 0;
+  uint64_t end_ns = 0;
+  // The step's ops (StepOp.generation == generation) and how many were kept (within the
+  // collector's max_ops_per_step); they travel separately and are written by AppendStepOps.
+  uint64_t generation = 0;
+  uint32_t ops = 0;
+  // Garbage-collection pauses of the step; sent when watched or when there was one.
+  uint64_t gc_ns = 0;
+  uint32_t gc_count = 0;
+  bool gc_watched = false;
 
-  // Fills `out` (cleared first); phases never timed stay absent, as the schema asks.
+  // Fills `out` (cleared first) but for the ops; phases never timed stay absent, as the
+  // schema asks.
   void ToProto(v1::StepRecord* out) const;
 };
 

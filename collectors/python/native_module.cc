@@ -6,6 +6,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <stdexcept>
 
 #include "collectors/lib/collector.h"
@@ -24,7 +25,8 @@ std::unique_ptr<Collector> MakeCollector(
     const std::string& topic, int flush_interval_ms, size_t step_ring_capacity,
     size_t max_pending_bytes, int kafka_queue_max_messages, int kafka_queue_max_kbytes,
     const std::map<std::string, std::string>& properties, const std::string& control_topic,
-    bool take_stacks, const std::map<std::string, std::string>& scheduler) {
+    bool take_stacks, const std::map<std::string, std::string>& scheduler, bool watch_gc,
+    size_t max_ops_per_step, uint64_t gc_op_min_ns) {
   rankwatch::CollectorIdentity id{training_job,
                                   rank,
                                   world_size,
@@ -53,6 +55,9 @@ std::unique_ptr<Collector> MakeCollector(
   o.kafka_queue_max_kbytes = kafka_queue_max_kbytes;
   o.control_topic = control_topic;
   o.take_stacks = take_stacks;
+  o.watch_gc = watch_gc;
+  o.max_ops_per_step = max_ops_per_step;
+  o.gc_op_min_ns = gc_op_min_ns;
   for (const auto& [k, v] : properties) o.properties[k] = v;
   auto c = Collector::Create(std::move(id), std::move(o));
   if (!c.ok()) throw std::invalid_argument(std::string(c.status().message()));
@@ -72,6 +77,83 @@ std::vector<rankwatch::KernelEventInput> KernelEvents(const std::vector<py::tupl
                   t[6].cast<int64_t>(), t.size() == 8 ? t[7].cast<uint64_t>() : 0});
   }
   return in;
+}
+
+// {"forward-compute": 1, ...}: every OpType but OP_UNSPECIFIED, named as the wire says
+// (telemetry.proto: lower-case kebab form without the prefix).
+py::dict OpTypes() {
+  py::dict d;
+  for (int i = rankwatch::v1::OpType_MIN; i <= rankwatch::v1::OpType_MAX; ++i) {
+    if (i == rankwatch::v1::OP_UNSPECIFIED || !rankwatch::v1::OpType_IsValid(i)) continue;
+    std::string name = rankwatch::v1::OpType_Name(static_cast<rankwatch::v1::OpType>(i)).substr(3);
+    for (char& ch : name) ch = ch == '_' ? '-' : static_cast<char>(std::tolower(ch));
+    d[py::str(name)] = i;
+  }
+  return d;
+}
+
+// The gc.callbacks entry rankwatch installs: a builtin function (METH_FASTCALL, no pybind11
+// dispatch, which would cost more than a Python callback) whose `self` is a capsule holding
+// its GcWatcher. Times each collection from "start" to "stop" and accounts it to the
+// collector's open step (Collector::AddGcPause). CPython calls it with the GIL held, on the
+// thread that collects; collections do not nest.
+constexpr char kGcCapsule[] = "rankwatch._native.GcWatcher";
+
+struct GcWatcher {
+  PyObject* owner;  // the Python collector (a reference: it outlives the callback)
+  Collector* collector;
+  uint64_t begin_ns = 0;
+};
+
+PyObject* GcCallback(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  auto* w = static_cast<GcWatcher*>(PyCapsule_GetPointer(self, kGcCapsule));
+  if (w == nullptr) return nullptr;
+  if (nargs < 1 || !PyUnicode_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "a gc callback takes (phase, info)");
+    return nullptr;
+  }
+  if (PyUnicode_CompareWithASCIIString(args[0], "start") == 0) {
+    w->begin_ns = Collector::NowNs();
+  } else if (w->begin_ns != 0) {
+    w->collector->AddGcPause(w->begin_ns, Collector::NowNs());
+    w->begin_ns = 0;
+  }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef kGcCallbackDef = {
+    "rankwatch_gc_callback",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&GcCallback)), METH_FASTCALL,
+    "gc.callbacks entry: each collection is a GC pause of the collector's open step"};
+
+py::object GcCallbackOf(py::object collector) {
+  auto* w = new GcWatcher{collector.ptr(), &collector.cast<Collector&>()};
+  Py_INCREF(w->owner);
+  PyObject* capsule = PyCapsule_New(w, kGcCapsule, [](PyObject* cap) {
+    auto* watcher = static_cast<GcWatcher*>(PyCapsule_GetPointer(cap, kGcCapsule));
+    Py_DECREF(watcher->owner);
+    delete watcher;
+  });
+  if (capsule == nullptr) {
+    Py_DECREF(w->owner);
+    delete w;
+    throw py::error_already_set();
+  }
+  PyObject* fn = PyCFunction_New(&kGcCallbackDef, capsule);
+  Py_DECREF(capsule);  // the function holds it
+  if (fn == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(fn);
+}
+
+rankwatch::RankLayout LayoutOf(uint32_t data_rank, uint32_t data_size, uint32_t pipeline_rank,
+                               uint32_t pipeline_size, uint32_t tensor_rank, uint32_t tensor_size,
+                               uint32_t context_rank, uint32_t context_size, uint32_t expert_rank,
+                               uint32_t expert_size, uint32_t virtual_stages) {
+  auto size = [](uint32_t s) { return s == 0 ? 1u : s; };
+  return rankwatch::RankLayout{data_rank,           size(data_size),     pipeline_rank,
+                               size(pipeline_size), tensor_rank,         size(tensor_size),
+                               context_rank,        size(context_size),  expert_rank,
+                               size(expert_size),   size(virtual_stages)};
 }
 
 constexpr uint32_t kDefaultStackFrames = 64;
@@ -185,6 +267,7 @@ PYBIND11_MODULE(_native, m) {
   m.attr("PHASE_OPTIMIZER") = static_cast<int>(StepPhase::kOptimizer);
   m.attr("PHASE_COLLECTIVE") = static_cast<int>(StepPhase::kCollective);
   m.attr("PHASE_FORWARD_BACKWARD") = static_cast<int>(StepPhase::kForwardBackward);
+  m.attr("OP_TYPES") = OpTypes();
 
   py::class_<Collector>(m, "Collector")
       .def(py::init(&MakeCollector), py::arg("training_job"), py::arg("rank"),
@@ -195,7 +278,8 @@ PYBIND11_MODULE(_native, m) {
            py::arg("kafka_queue_max_kbytes") = 4096,
            py::arg("properties") = std::map<std::string, std::string>{},
            py::arg("control_topic") = "rankwatch.control", py::arg("take_stacks") = false,
-           py::arg("scheduler") = std::map<std::string, std::string>{})
+           py::arg("scheduler") = std::map<std::string, std::string>{}, py::arg("watch_gc") = false,
+           py::arg("max_ops_per_step") = 4096, py::arg("gc_op_min_ns") = 1'000'000)
       .def("begin_step", [](Collector& c, uint64_t step) { c.BeginStep(step, Collector::NowNs()); })
       .def("end_step", [](Collector& c) { c.EndStep(Collector::NowNs()); })
       .def(
@@ -214,6 +298,50 @@ PYBIND11_MODULE(_native, m) {
              }
              c.AddPhase(static_cast<StepPhase>(phase), begin_ns, end_ns);
            })
+      .def("add_op",
+           [](Collector& c, int type, uint32_t microbatch, uint32_t chunk, uint64_t begin_ns,
+              uint64_t end_ns) {
+             if (type == rankwatch::v1::OP_UNSPECIFIED || !rankwatch::v1::OpType_IsValid(type)) {
+               throw std::invalid_argument("unknown op type " + std::to_string(type));
+             }
+             c.AddOp(static_cast<rankwatch::v1::OpType>(type), microbatch, chunk, begin_ns, end_ns);
+           })
+      .def("add_gc_pause", &Collector::AddGcPause)
+      .def(
+          "set_layout",
+          [](Collector& c, uint32_t data_rank, uint32_t data_size, uint32_t pipeline_rank,
+             uint32_t pipeline_size, uint32_t tensor_rank, uint32_t tensor_size,
+             uint32_t context_rank, uint32_t context_size, uint32_t expert_rank,
+             uint32_t expert_size, uint32_t virtual_stages) {
+            const absl::Status s = c.SetLayout(LayoutOf(
+                data_rank, data_size, pipeline_rank, pipeline_size, tensor_rank, tensor_size,
+                context_rank, context_size, expert_rank, expert_size, virtual_stages));
+            if (!s.ok()) throw std::invalid_argument(std::string(s.message()));
+          },
+          py::kw_only(), py::arg("data_rank") = 0, py::arg("data_size") = 1,
+          py::arg("pipeline_rank") = 0, py::arg("pipeline_size") = 1, py::arg("tensor_rank") = 0,
+          py::arg("tensor_size") = 1, py::arg("context_rank") = 0, py::arg("context_size") = 1,
+          py::arg("expert_rank") = 0, py::arg("expert_size") = 1, py::arg("virtual_stages") = 1,
+          "the rank's place in the parallel layout, in every batch from now on (ValueError when "
+          "it does not fit the world size)")
+      .def_property_readonly("layout",
+                             [](const Collector& c) -> py::object {
+                               const std::optional<rankwatch::RankLayout> l = c.identity().layout;
+                               if (!l) return py::none();
+                               py::dict d;
+                               d["data_rank"] = l->data_rank;
+                               d["data_size"] = l->data_size;
+                               d["pipeline_rank"] = l->pipeline_rank;
+                               d["pipeline_size"] = l->pipeline_size;
+                               d["tensor_rank"] = l->tensor_rank;
+                               d["tensor_size"] = l->tensor_size;
+                               d["context_rank"] = l->context_rank;
+                               d["context_size"] = l->context_size;
+                               d["expert_rank"] = l->expert_rank;
+                               d["expert_size"] = l->expert_size;
+                               d["virtual_stages"] = l->virtual_stages;
+                               return d;
+                             })
       .def(
           "set_training_strategy",
           [](Collector& c, const std::string& training_strategy, bool sharded) {
@@ -333,6 +461,9 @@ PYBIND11_MODULE(_native, m) {
              d["buffered_bytes"] = s.buffered_bytes;
              d["max_buffered_bytes"] = s.max_buffered_bytes;
              d["memory_bound_bytes"] = s.memory_bound_bytes;
+             d["ops_recorded"] = s.ops_recorded;
+             d["ops_dropped"] = s.ops_dropped;
+             d["gc_pauses"] = s.gc_pauses;
              py::dict control;
              control["reading"] = s.control.reading;
              control["messages"] = s.control.messages;
@@ -350,6 +481,10 @@ PYBIND11_MODULE(_native, m) {
              return d;
            })
       .def_property_readonly("memory_bound_bytes", &Collector::memory_bound_bytes);
+
+  m.def("gc_callback", &GcCallbackOf, py::arg("collector"),
+        "a gc.callbacks entry for `collector`: each collection, \"start\" to \"stop\", is a "
+        "GC pause of its open step");
 
   py::class_<rankwatch::ProcessPeakMemory>(m, "ProcessPeakMemory")
       .def(py::init<>())

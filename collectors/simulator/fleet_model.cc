@@ -17,6 +17,52 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 }  // namespace
 
+absl::Status CheckFleetOptions(const FleetOptions& o) {
+  auto bad = [](const FaultSpec& f, const std::string& why) {
+    return absl::InvalidArgumentError("fault " + std::string(FaultKindName(f.kind)) + ": " + why);
+  };
+  if (o.parallel.has_value()) {
+    const PipelineSpec& p = *o.parallel;
+    if (o.ranks != p.world_size()) {
+      return absl::InvalidArgumentError("--ranks " + std::to_string(o.ranks) +
+                                        " is not the layout's world size " +
+                                        std::to_string(p.world_size()) + " (dp x pp x tp)");
+    }
+    if (o.sync != FleetOptions::Sync::kDdp) {
+      return absl::InvalidArgumentError("--parallel needs --sync ddp");
+    }
+  }
+  for (const FaultSpec& f : o.faults) {
+    if (f.target.kind == FaultTarget::Kind::kRank && f.target.index >= o.ranks) {
+      return bad(f, "targets rank " + std::to_string(f.target.index) + " of " +
+                        std::to_string(o.ranks) + " ranks");
+    }
+    switch (f.kind) {
+      case FaultKind::kSlowInput:
+      case FaultKind::kInputBound:
+      case FaultKind::kWait:
+      case FaultKind::kSlowHost:
+        if (o.parallel.has_value()) return bad(f, "is not modelled with --parallel");
+        break;
+      case FaultKind::kSlowWorker:
+      case FaultKind::kStageImbalance:
+      case FaultKind::kSequenceImbalance:
+        if (!o.parallel.has_value()) return bad(f, "needs --parallel");
+        if (f.kind != FaultKind::kSequenceImbalance && f.stage >= o.parallel->pp) {
+          return bad(f, "stage " + std::to_string(f.stage) + " of " +
+                            std::to_string(o.parallel->pp) + " stages");
+        }
+        if (f.kind == FaultKind::kSlowWorker && f.dp >= o.parallel->dp) {
+          return bad(f, "data-parallel rank " + std::to_string(f.dp) + " of " +
+                            std::to_string(o.parallel->dp));
+        }
+        break;
+      default: break;
+    }
+  }
+  return absl::OkStatus();
+}
+
 FleetModel::FleetModel(FleetOptions options)
     : options_(std::move(options)), rank_elapsed_ns_(options_.ranks, 0) {}
 
@@ -79,6 +125,10 @@ FleetModel::Local FleetModel::LocalPhases(uint32_t rank, uint64_t step) const {
       // Host code between phases: in the rank's step time and in none of its phases. Under DDP
       // it delays the rank's allreduce, so the other ranks absorb it in backward (Step).
       case FaultKind::kSlowHost: l.outside += f.magnitude * s; break;
+      // A GC pause in Python code: forward, where the autograd graph is built, holds it.
+      case FaultKind::kGc:
+        if ((step - f.from_step) % f.every == 0) l.forward += f.magnitude * 1e6;
+        break;
       default: break;
     }
   }
@@ -108,9 +158,26 @@ void FleetModel::FillMemory(uint32_t rank, uint64_t step, v1::StepRecord* r) con
   r->set_device_capacity_bytes(options_.device_capacity_bytes);
 }
 
+void FleetModel::GcPauses(uint32_t rank, uint64_t step, double* ns, uint32_t* count) const {
+  *ns = 0;
+  *count = 0;
+  for (const FaultSpec& f : options_.faults) {
+    if (f.kind != FaultKind::kGc || !Targets(f, rank, step)) continue;
+    if ((step - f.from_step) % f.every != 0) continue;
+    *ns += f.magnitude * 1e6;
+    ++*count;
+  }
+}
+
 void FleetModel::Step(uint64_t step, std::vector<v1::StepRecord>* records,
                       std::vector<bool>* reported) {
+  if (options_.parallel.has_value()) {
+    PipelineStep(step, records, reported);
+    return;
+  }
   const uint32_t n = options_.ranks;
+  const bool watches_gc = std::any_of(options_.faults.begin(), options_.faults.end(),
+                                      [](const FaultSpec& f) { return f.kind == FaultKind::kGc; });
   records->resize(n);
   reported->assign(n, false);
   scratch_.resize(n);
@@ -143,6 +210,13 @@ void FleetModel::Step(uint64_t step, std::vector<v1::StepRecord>* records,
     rec.set_step_time_ns(static_cast<uint64_t>(std::llround(step_time)));
     if (options_.report_collective) {
       rec.set_collective_ns(static_cast<uint64_t>(ddp ? allreduce + absorbed : 0.0));
+    }
+    if (watches_gc) {
+      double gc_ns = 0;
+      uint32_t gc_count = 0;
+      GcPauses(r, step, &gc_ns, &gc_count);
+      rec.set_gc_ns(static_cast<uint64_t>(gc_ns));
+      rec.set_gc_count(gc_count);
     }
     FillMemory(r, step, &rec);
     rank_elapsed_ns_[r] += static_cast<int64_t>(step_time);

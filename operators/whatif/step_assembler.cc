@@ -18,8 +18,7 @@ bool StepAssembler::Accepts(const v1::ParallelLayout& l) const {
          l.data_rank() < layout_.dp && l.pipeline_rank() < layout_.pp;
 }
 
-void StepAssembler::Add(uint32_t rank, const v1::ParallelLayout& l,
-                        const v1::StepRecord& record) {
+void StepAssembler::Add(uint32_t rank, const v1::ParallelLayout& l, const v1::StepRecord& record) {
   if (analyzer_ == nullptr) {
     if (Size(l.pipeline_size()) < 2) return;  // flat data parallel: no what-if
     layout_.dp = Size(l.data_size());
@@ -42,9 +41,23 @@ void StepAssembler::Add(uint32_t rank, const v1::ParallelLayout& l,
   if (inserted) {
     p.workers.assign(layout_.workers(), {});
     p.worker_tp.assign(layout_.workers(), std::numeric_limits<uint32_t>::max());
+    p.gc.assign(layout_.workers(), {});
     p.origin_unix_ns = record.ops_origin_unix_ns();
     while (pending_.size() > options_.max_pending_steps) pending_.erase(pending_.begin());
     if (pending_.find(record.step()) == pending_.end()) return;  // the oldest: dropped
+  }
+  const double shift_us = static_cast<double>(record.ops_origin_unix_ns() - p.origin_unix_ns) / 1e3;
+  auto op_of = [&](const v1::OpRecord& r) {
+    Op op;
+    op.kind = static_cast<OpKind>(r.type() < kOpKindCount ? r.type() : 0);
+    op.microbatch = static_cast<uint16_t>(std::min<uint32_t>(r.microbatch(), 0xffff));
+    op.chunk = static_cast<uint16_t>(std::min<uint32_t>(r.model_chunk(), 0xffff));
+    op.start_us = shift_us + static_cast<double>(r.start_offset_us());
+    op.duration_us = static_cast<double>(r.duration_us());
+    return op;
+  };
+  for (const v1::OpRecord& r : record.ops()) {
+    if (r.type() == v1::OP_GC) p.gc[worker].push_back(op_of(r));
   }
   if (l.tensor_rank() >= p.worker_tp[worker]) return;  // a lower tensor rank holds it
   if (p.worker_tp[worker] == std::numeric_limits<uint32_t>::max()) ++p.filled;
@@ -52,19 +65,34 @@ void StepAssembler::Add(uint32_t rank, const v1::ParallelLayout& l,
   std::vector<Op>& ops = p.workers[worker];
   ops.clear();
   ops.reserve(record.ops_size());
-  const double shift_us = static_cast<double>(record.ops_origin_unix_ns() - p.origin_unix_ns) / 1e3;
   for (const v1::OpRecord& r : record.ops()) {
-    Op op;
-    op.kind = static_cast<OpKind>(r.type() < kOpKindCount ? r.type() : 0);
-    op.microbatch = static_cast<uint16_t>(std::min<uint32_t>(r.microbatch(), 0xffff));
-    op.chunk = static_cast<uint16_t>(std::min<uint32_t>(r.model_chunk(), 0xffff));
-    op.start_us = shift_us + static_cast<double>(r.start_offset_us());
-    op.duration_us = static_cast<double>(r.duration_us());
-    if (op.kind != OpKind::kUnspecified) ops.push_back(op);
+    const Op op = op_of(r);
+    if (op.kind != OpKind::kUnspecified && op.kind != OpKind::kGc) ops.push_back(op);
   }
-  std::stable_sort(ops.begin(), ops.end(),
+}
+
+namespace {
+
+// Adds a worker's GC pauses (from all its tensor ranks; overlapping ones merged) to its ops and
+// sorts them by start.
+void MergeGc(std::vector<Op> gc, std::vector<Op>* ops) {
+  std::sort(gc.begin(), gc.end(), [](const Op& a, const Op& b) { return a.start_us < b.start_us; });
+  Op* last = nullptr;
+  std::vector<Op> merged;
+  for (const Op& g : gc) {
+    if (last != nullptr && g.start_us <= last->start_us + last->duration_us) {
+      last->duration_us = std::max(last->duration_us, g.start_us + g.duration_us - last->start_us);
+      continue;
+    }
+    merged.push_back(g);
+    last = &merged.back();
+  }
+  ops->insert(ops->end(), merged.begin(), merged.end());
+  std::stable_sort(ops->begin(), ops->end(),
                    [](const Op& a, const Op& b) { return a.start_us < b.start_us; });
 }
+
+}  // namespace
 
 void StepAssembler::Aligned(uint64_t step) {
   if (analyzer_ == nullptr) return;
@@ -81,6 +109,8 @@ void StepAssembler::Aligned(uint64_t step) {
     StepOps ops;
     ops.step = step;
     ops.workers = std::move(it->second.workers);
+    for (size_t w = 0; w < ops.workers.size(); ++w)
+      MergeGc(std::move(it->second.gc[w]), &ops.workers[w]);
     if (absl::Status s = analyzer_->AddStep(ops); s.ok()) {
       stats_->Add(ops);
       ++analysed_;

@@ -3,7 +3,8 @@
 // owns the analyzer, its op statistics and the latest verdict.
 //
 // A worker (data rank, stage) is represented by its lowest tensor rank that sent ops (tensor
-// ranks move in lockstep). Op times become microseconds on a common time base: the first
+// ranks move in lockstep); its GC pauses are those of any of its tensor ranks (overlapping
+// pauses of two ranks count once). Op times become microseconds on a common time base: the first
 // origin (ops_origin_unix_ns) any rank sent for the step.
 //
 // The what-if runs for a job whose ranks declare a layout with more than one pipeline stage;
@@ -67,6 +68,9 @@ class StepAssembler {
   struct Pending {
     std::vector<std::vector<Op>> workers;
     std::vector<uint32_t> worker_tp;  // the tensor rank whose ops a worker holds (UINT32_MAX: none)
+    // GC pauses of every tensor rank of a worker (a pause on one stalls its peers in their next
+    // tensor-parallel collective): merged into the worker's ops when the step is analysed.
+    std::vector<std::vector<Op>> gc;
     int64_t origin_unix_ns = 0;
     uint32_t filled = 0;
   };

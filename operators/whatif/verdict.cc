@@ -9,16 +9,13 @@
 namespace rankwatch::whatif {
 namespace {
 
-bool IsCompute(OpKind k) {
-  return k == OpKind::kForwardCompute || k == OpKind::kBackwardCompute;
-}
+bool IsCompute(OpKind k) { return k == OpKind::kForwardCompute || k == OpKind::kBackwardCompute; }
 
 // Groups of communication: a slow link or a slow collective rather than slow compute.
 bool IsCommunicationGroup(std::string_view group) {
   return group != OpGroupName(OpKind::kForwardCompute) &&
          group != OpGroupName(OpKind::kBackwardCompute) && group != OpGroupName(OpKind::kGc) &&
-         group != OpGroupName(OpKind::kOptimizer) &&
-         group != OpGroupName(OpKind::kDataLoading);
+         group != OpGroupName(OpKind::kOptimizer) && group != OpGroupName(OpKind::kDataLoading);
 }
 
 std::string RankList(const std::vector<uint32_t>& ranks) {
@@ -117,10 +114,10 @@ WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
   auto ranks_of = [&](uint32_t worker) {
     return worker < worker_ranks.size() ? worker_ranks[worker] : std::vector<uint32_t>{};
   };
-  const std::string head =
-      fmt::format("steps take {:.1f} ms where typical op times give {:.1f} ms (S = {:.3f}, "
-                  "{:.1f} ms a step lost)",
-                  r.actual_us / 1e3, r.ideal_us / 1e3, r.slowdown, lost_ms);
+  const std::string head = fmt::format(
+      "steps take {:.1f} ms where typical op times give {:.1f} ms (S = {:.3f}, "
+      "{:.1f} ms a step lost)",
+      r.actual_us / 1e3, r.ideal_us / 1e3, r.slowdown, lost_ms);
 
   // 1. One op group explains it: GC pauses or a kind of communication.
   if (!d.by_op_group.empty()) {
@@ -149,9 +146,10 @@ WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
       v.verdict = Verdict::kSlowCommunication;
       v.op_group = group;
       v.explained = (s - 1) / excess;
-      v.note = fmt::format("{}; {} alone explains {:.0f}% of it (S = {:.3f} with only its "
-                           "measured times)",
-                           head, group, v.explained * 100, s);
+      v.note = fmt::format(
+          "{}; {} alone explains {:.0f}% of it (S = {:.3f} with only its "
+          "measured times)",
+          head, group, v.explained * 100, s);
       v.next_step = fmt::format(
           "{} transfers take longer than typical: check the links of the ranks in that "
           "group (NCCL_DEBUG=INFO, the fabric's counters), and whether it overlaps compute",
@@ -171,28 +169,40 @@ WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
   const size_t dp_explaining = CountExplaining(d.by_dp_rank, need);
   const size_t stage_explaining = CountExplaining(d.by_stage, need);
 
-  // The slowest replica of each step: does it move?
+  // The slowest replica of each step: does it move, and is it alone? Sequence imbalance makes
+  // one replica (or a few) slow in a step, a different one the next; a long stage makes every
+  // replica slow in every step; a slow worker the same replica in every step.
   std::map<size_t, uint32_t> slowest_counts;
-  uint32_t decomposed_steps = 0;
+  uint32_t decomposed_steps = 0, lone_steps = 0;
   for (const StepResult& sr : r.per_step) {
-    if (sr.decomposition.by_dp_rank.empty() || sr.slowdown < o.warn_slowdown) continue;
-    ++slowest_counts[ArgMax(sr.decomposition.by_dp_rank)];
+    const std::vector<double>& by_dp = sr.decomposition.by_dp_rank;
+    if (by_dp.empty() || sr.slowdown < o.warn_slowdown) continue;
+    const size_t top = ArgMax(by_dp);
+    ++slowest_counts[top];
     ++decomposed_steps;
+    const double step_need = o.explain_share * (sr.slowdown - 1);
+    if (by_dp[top] - 1 >= step_need &&
+        CountExplaining(by_dp, step_need) <= std::max<size_t>(1, by_dp.size() / 2)) {
+      ++lone_steps;
+    }
   }
   uint32_t mode = 0;
   for (const auto& [dp, n] : slowest_counts) mode = std::max(mode, n);
   const bool moving = layout.dp > 1 && decomposed_steps >= o.min_steps &&
-                      mode <= o.moving_max_share * decomposed_steps;
+                      mode <= o.moving_max_share * decomposed_steps &&
+                      lone_steps >= 0.5 * decomposed_steps;
 
-  if (moving && dp_explaining <= 1) {
+  if (moving) {
     v.verdict = Verdict::kSequenceImbalance;
     v.moving_replicas = static_cast<uint32_t>(slowest_counts.size());
     v.explained = (d.by_dp_rank[dp_top] - 1) / excess;
     v.note = fmt::format(
         "{}; the slowest data-parallel replica changes from step to step ({} of {} replicas "
-        "were the slowest in some step, none in more than {:.0f}% of steps): the replicas get "
-        "unequal work, e.g. sequence lengths",
-        head, v.moving_replicas, layout.dp, 100.0 * mode / std::max<uint32_t>(1, decomposed_steps));
+        "were the slowest in some step, none in more than {:.0f}% of steps, and in {:.0f}% of "
+        "steps it alone held the others back): the replicas get unequal work, e.g. sequence "
+        "lengths",
+        head, v.moving_replicas, layout.dp, 100.0 * mode / std::max<uint32_t>(1, decomposed_steps),
+        100.0 * lone_steps / std::max<uint32_t>(1, decomposed_steps));
     v.next_step =
         "balance the work per replica, not the samples: pack or bucket sequences by length "
         "(token-count batching), or sort each global batch by length before splitting it";

@@ -36,8 +36,8 @@ inline constexpr int kVerdictCount = 8;
 std::string_view VerdictName(Verdict v);
 
 struct VerdictOptions {
-  uint32_t min_steps = 4;         // fewer analysed steps -> kNone
-  double warn_slowdown = 1.05;    // S at least this is a finding (below: balanced)
+  uint32_t min_steps = 4;       // fewer analysed steps -> kNone
+  double warn_slowdown = 1.05;  // S at least this is a finding (below: balanced)
   double crit_slowdown = 1.20;
   // A group "explains" the slowdown when keeping only its measured durations brings back at
   // least this share of S - 1.
@@ -69,15 +69,15 @@ class OpStats {
 struct WhatIfVerdict {
   Verdict verdict = Verdict::kNone;
   Severity severity = Severity::kInfo;
-  double slowdown = 1;              // S over the window
-  double lost_rank_seconds = 0;     // (actual - ideal) x world size, summed over the window
+  double slowdown = 1;           // S over the window
+  double lost_rank_seconds = 0;  // (actual - ideal) x world size, summed over the window
   // The culprit, where the verdict has one (-1 = none): slow worker: its data rank and stage;
   // stage imbalance: the stage; GC pauses: the worker with most GC time.
   int32_t data_rank = -1;
   int32_t stage = -1;
-  std::vector<uint32_t> ranks;      // the culprit's global ranks (a worker's tensor ranks)
-  std::string op_group;             // slow communication: the op group; GC: "gc"
-  double explained = 0;             // the share of S - 1 the culprit's group explains
+  std::vector<uint32_t> ranks;  // the culprit's global ranks (a worker's tensor ranks)
+  std::string op_group;         // slow communication: the op group; GC: "gc"
+  double explained = 0;         // the share of S - 1 the culprit's group explains
   // Stage imbalance: the share of the stage's compute to move to other stages to even them.
   double move_fraction = 0;
   // Sequence imbalance: distinct slowest replicas over the window's steps.

@@ -13,6 +13,20 @@
         evaluate(model)
     rw.close()                                     # tells rankwatchd the rank ended cleanly
 
+Pipeline-parallel jobs also say where each rank sits and time the ops of each step, for
+rankwatchd's what-if analysis (docs/whatif.md):
+
+    rw = rankwatch.init(layout=rankwatch.Layout(data_rank=d, data_size=2, pipeline_rank=s,
+                                                pipeline_size=4))   # or a DeviceMesh; Megatron: automatic
+    with rw.step():
+        for i, x in enumerate(microbatches):
+            with rw.op("forward-recv", microbatch=i): ...
+            with rw.op("forward-compute", microbatch=i): ...
+            ...
+
+Garbage collections are GC pauses of their step in every job (gc.callbacks; init(watch_gc=False)
+or $RANKWATCH_WATCH_GC=0 turns that off).
+
 Recording is a few atomic operations in the C++ library (rankwatch._native); a background
 thread batches, compresses and publishes to Kafka. When Kafka is slow or down the oldest
 telemetry is dropped and counted, never the training step delayed.
@@ -31,11 +45,13 @@ collectors/lib/process_memory.h).
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
 from rankwatch import _native
-from rankwatch.collector import Collector, NullCollector, init, get
+from rankwatch.collector import OP_NAMES, Collector, NullCollector, init, get
+from rankwatch.layout import Layout
 
 __version__ = _native.VERSION
 # The telemetry schema's major version this package writes (Batch.schema_version): rankwatchd
 # accepts batches of its own version and older.
 SCHEMA_VERSION = _native.SCHEMA_VERSION
 
-__all__ = ["Collector", "NullCollector", "init", "get", "__version__", "SCHEMA_VERSION"]
+__all__ = ["Collector", "NullCollector", "Layout", "OP_NAMES", "init", "get", "__version__",
+           "SCHEMA_VERSION"]

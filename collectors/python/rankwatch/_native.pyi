@@ -1,7 +1,7 @@
 """Types of rankwatch._native, the pybind11 extension built from collectors/python/native_module.cc
 (the C++ collector library bound for this package). Written by hand: a binding added or changed
 there is added or changed here too; scripts/check_python.sh checks the package against it."""
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NotRequired, TypedDict
 
 VERSION: str
@@ -12,6 +12,8 @@ PHASE_BACKWARD: int
 PHASE_OPTIMIZER: int
 PHASE_COLLECTIVE: int
 PHASE_FORWARD_BACKWARD: int
+# {"forward-compute": 1, "backward-compute": 2, ...}: the wire's OpType values by kebab name.
+OP_TYPES: dict[str, int]
 
 def now_ns() -> int:
     """Monotonic clock, ns: the clock of every *_ns argument."""
@@ -69,11 +71,34 @@ class Collector:
         control_topic: str = ...,
         take_stacks: bool = ...,
         scheduler: Mapping[str, str] = ...,
+        watch_gc: bool = ...,
+        max_ops_per_step: int = ...,
+        gc_op_min_ns: int = ...,
     ) -> None: ...
     def begin_step(self, step: int, /) -> None: ...
     def end_step(self) -> None: ...
     def end_step_with_peak_rss(self, peak: ProcessPeakMemory) -> None: ...
     def add_phase(self, phase: int, begin_ns: int, end_ns: int, /) -> None: ...
+    def add_op(self, type: int, microbatch: int, chunk: int, begin_ns: int, end_ns: int, /) -> None: ...
+    def add_gc_pause(self, begin_ns: int, end_ns: int, /) -> None: ...
+    def set_layout(
+        self,
+        *,
+        data_rank: int = ...,
+        data_size: int = ...,
+        pipeline_rank: int = ...,
+        pipeline_size: int = ...,
+        tensor_rank: int = ...,
+        tensor_size: int = ...,
+        context_rank: int = ...,
+        context_size: int = ...,
+        expert_rank: int = ...,
+        expert_size: int = ...,
+        virtual_stages: int = ...,
+    ) -> None:
+        """ValueError when the layout does not fit the world size."""
+    @property
+    def layout(self) -> dict[str, int] | None: ...
     def set_training_strategy(self, training_strategy: str, sharded: bool = ...) -> None: ...
     @property
     def training_strategy(self) -> str: ...
@@ -117,3 +142,6 @@ class Collector:
     def stats(self) -> dict[str, Any]: ...
     @property
     def memory_bound_bytes(self) -> int: ...
+
+def gc_callback(collector: Collector) -> Callable[[str, Mapping[str, int]], None]:
+    """A gc.callbacks entry: each collection is a GC pause of the collector's open step."""

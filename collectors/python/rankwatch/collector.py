@@ -1,5 +1,6 @@
-"""The Python face of the collector: init(), step and phase scopes, and the helpers that
-instrument a PyTorch training loop (see rankwatch/torch_hooks.py)."""
+"""The Python face of the collector: init(), step, phase and op scopes, the rank's parallel
+layout, GC pauses, and the helpers that instrument a PyTorch training loop (see
+rankwatch/torch_hooks.py and rankwatch/layout.py)."""
 from __future__ import annotations
 
 import functools
@@ -15,6 +16,7 @@ from typing import Any, Literal, TypeVar
 from rankwatch import _native
 from rankwatch import capture as _capture
 from rankwatch import identity as _identity
+from rankwatch import layout as _layout
 from rankwatch import stacks as _stacks
 from rankwatch import torch_hooks as _hooks
 
@@ -22,7 +24,7 @@ _T = TypeVar("_T")
 # What the instrument_* helpers hand back: the object they were given (a torch.nn.Module, an
 # optimizer), with its type.
 _Instrumented = TypeVar("_Instrumented")
-# The scopes step(), phase() and pause() return: `with` blocks whose value is not used.
+# The scopes step(), phase(), op() and pause() return: `with` blocks whose value is not used.
 Scope = AbstractContextManager[object]
 
 PHASES = {
@@ -33,6 +35,10 @@ PHASES = {
     "collective": _native.PHASE_COLLECTIVE,
     "forward_backward": _native.PHASE_FORWARD_BACKWARD,
 }
+# The kinds of op a step is made of (rw.op(name)), the wire's OpType in kebab case:
+# "forward-compute", "backward-send", "grads-all-reduce", "optimizer", "gc", ...
+OPS: dict[str, int] = dict(_native.OP_TYPES)
+OP_NAMES: tuple[str, ...] = tuple(sorted(OPS, key=OPS.__getitem__))
 now_ns = _native.now_ns
 _get_ident = threading.get_ident
 
@@ -56,6 +62,29 @@ class _Phase:
         return False
 
 
+class _Op:
+    __slots__ = ("_native", "_type", "_microbatch", "_chunk", "_t0")
+
+    def __init__(self, native: _native.Collector, op_type: int, microbatch: int, chunk: int) -> None:
+        self._native, self._type, self._microbatch, self._chunk = native, op_type, microbatch, chunk
+        self._t0: int
+
+    def __enter__(self) -> _Op:
+        self._t0 = now_ns()
+        return self
+
+    def __exit__(self, *exc: object) -> Literal[False]:
+        self._native.add_op(self._type, self._microbatch, self._chunk, self._t0, now_ns())
+        return False
+
+
+def _op_type(name: str) -> int:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise ValueError("rankwatch: unknown op %r; the ops are %s" % (name, ", ".join(OP_NAMES))) from None
+
+
 class _Step:
     __slots__ = ("_collector", "_step")
 
@@ -67,6 +96,8 @@ class _Step:
         # Control requests (captures) begin between steps: one native call when none waits.
         if c._native.control_pending() or c._captures.busy:
             c._captures.before_step(self._step)
+        if c._layout_pending:
+            c._detect_layout()  # Megatron initialised after init(): its layout, once
         c._native.begin_step(self._step)
         c._training_ident = _get_ident()  # the thread a stacks answer marks as training
         c._in_step = True
@@ -121,13 +152,22 @@ class Collector:
 
     def __init__(self, job: str, brokers: str, rank: int, world_size: int, local_rank: int,
                  node: str, device: str, memory: bool = True,
-                 scheduler: Mapping[str, object] | None = None, **options: Any) -> None:
+                 scheduler: Mapping[str, object] | None = None, layout: object = None,
+                 watch_gc: bool = True, **options: Any) -> None:
         self.job, self.rank, self.world_size = job, rank, world_size
         self.local_rank, self.node, self.device = local_rank, node, device
         # The scheduler's names (rankwatch.identity.scheduler()); sent with every batch.
         self.scheduler = {k: str(v) for k, v in (scheduler or {}).items() if v}
+        given = _layout.resolve(layout) if layout is not None else None
         self._native = _native.Collector(job, rank, world_size, node, local_rank, os.getpid(), device,
-                                         brokers, take_stacks=True, scheduler=self.scheduler, **options)
+                                         brokers, take_stacks=True, scheduler=self.scheduler,
+                                         watch_gc=watch_gc, **options)
+        if given is not None:
+            try:
+                self._native.set_layout(**given.as_dict())
+            except ValueError:
+                self._native.close(False, 0)
+                raise
         self._memory = _MemoryProbe(self._native, device) if memory else None
         self._end_step = self._memory.end_step if self._memory is not None else self._native.end_step
         self._next_step = 0
@@ -140,6 +180,14 @@ class Collector:
         self._in_step = False
         self._collectives = _stacks.CollectiveCounters(self._native)
         self._stacks = _stacks.StackResponder(self._native, self)
+        # Every collection is a GC pause of the open step (gc.callbacks), until close().
+        self._gc = _hooks.watch_gc(self._native) if watch_gc else None
+        self._attach(self._gc)
+        self._layout_pending = False
+        self.layout_source = "argument" if given is not None else ""  # or "megatron"
+        if given is None:
+            self._detect_layout()
+            self._layout_pending = self.layout_source == ""
 
     # --- scopes ---------------------------------------------------------------------------
     def step(self, step: int | None = None) -> Scope:
@@ -164,6 +212,61 @@ class Collector:
         """Adds [begin_ns, end_ns) (rankwatch.collector.now_ns clock) to a phase."""
         if self._gate.open:
             self._native.add_phase(PHASES[name], begin_ns, end_ns)
+
+    def op(self, name: str, microbatch: int = 0, chunk: int = 0) -> Scope:
+        """Context manager timing one op of the open step (or the next one), for rankwatchd's
+        what-if analysis of pipeline-parallel jobs: `with rw.op("forward-compute",
+        microbatch=i):`. `name` is one of OP_NAMES (forward-compute, backward-compute,
+        forward-send, forward-recv, backward-send, backward-recv, tensor-parallel,
+        grads-reduce-scatter, params-all-gather, grads-all-reduce, layernorm-grads-all-reduce,
+        embedding-grads-all-reduce, optimizer-clip-main-grad, optimizer, gc, data-loading);
+        another is a ValueError. `chunk`: the model chunk of an interleaved schedule. Scopes may
+        nest and overlap; at most 4,096 ops a step are kept. A fresh object each call: safe
+        from any thread."""
+        op_type = _op_type(name)
+        return _Op(self._native, op_type, microbatch, chunk) if self._gate.open else _NULL_SCOPE
+
+    def add_op(self, name: str, begin_ns: int, end_ns: int, microbatch: int = 0, chunk: int = 0) -> None:
+        """Adds op `name` over [begin_ns, end_ns) (rankwatch.collector.now_ns clock), as op()."""
+        op_type = _op_type(name)
+        if self._gate.open:
+            self._native.add_op(op_type, microbatch, chunk, begin_ns, end_ns)
+
+    # --- the parallel layout ----------------------------------------------------------------
+    def set_layout(self, layout: object) -> None:
+        """Where this rank sits in the job's parallel layout (a rankwatch.Layout, or a torch
+        DeviceMesh with dims named dp / pp / tp / cp / ep): carried by every batch from now on.
+        ValueError when its data x pipeline x tensor x context sizes are not the world size."""
+        resolved = _layout.resolve(layout)
+        self._native.set_layout(**resolved.as_dict())
+        self._layout_pending = False
+        self.layout_source = "argument"
+
+    @property
+    def layout(self) -> _layout.Layout | None:
+        """The rank's layout (set_layout, init's layout=, or Megatron's), or None (flat data
+        parallelism)."""
+        d = self._native.layout
+        return None if d is None else _layout.Layout(**d)
+
+    def _detect_layout(self) -> None:
+        """Megatron-core's layout, when the script imported parallel_state and initialised model
+        parallelism; tried at init() and once more at the first step."""
+        self._layout_pending = False
+        try:
+            found = _layout.Layout.from_megatron()
+        except ValueError as e:  # a rank outside its size: Megatron's state is half made
+            _log.warning("rankwatch: Megatron's parallel layout is not usable: %s", e)
+            return
+        if found is None:
+            return
+        try:
+            self._native.set_layout(**found.as_dict())
+        except ValueError as e:
+            _log.warning("rankwatch: Megatron's parallel layout %s does not fit: %s", found, e)
+            return
+        self.layout_source = "megatron"
+        _log.info("rankwatch: parallel layout from Megatron-core: %s", found)
 
     def record_memory(self, peak_allocated: int, peak_reserved: int = 0, capacity: int = 0) -> None:
         """Records the open step's memory peaks (bytes; 0 = unknown), replacing the probe's."""
@@ -299,6 +402,8 @@ class Collector:
             _current = None
         self._captures.close()
         self._stacks.stop()
+        if self._gc is not None:
+            self._gc.off()
         return self._native.close(final, int(timeout_s * 1000))
 
 
@@ -318,6 +423,19 @@ class NullCollector(Collector):
 
     def add_phase(self, name: str, begin_ns: int, end_ns: int) -> None:
         pass
+
+    def op(self, name: str, microbatch: int = 0, chunk: int = 0) -> Scope:
+        _op_type(name)
+        return _NULL_SCOPE
+
+    def add_op(self, name: str, begin_ns: int, end_ns: int, microbatch: int = 0, chunk: int = 0) -> None:
+        _op_type(name)
+
+    def set_layout(self, layout: object) -> None:
+        _layout.resolve(layout)
+
+    layout = None
+    layout_source = ""
 
     def record_memory(self, peak_allocated: int, peak_reserved: int = 0, capacity: int = 0) -> None:
         pass
@@ -412,7 +530,7 @@ _NULL_SCOPE: Scope = _NullScope()
 def init(job: str | None = None, brokers: str | None = None, rank: int | None = None,
          world_size: int | None = None, local_rank: int | None = None, node: str | None = None,
          device: str | None = None, enabled: bool | None = None, memory: bool = True,
-         **options: Any) -> Collector:
+         layout: object = None, watch_gc: bool | None = None, **options: Any) -> Collector:
     """Creates this process's collector (and makes it rankwatch.get()).
 
     With no arguments it works under torchrun, Slurm and Kubernetes (Kubeflow's PyTorchJob):
@@ -424,11 +542,18 @@ def init(job: str | None = None, brokers: str | None = None, rank: int | None = 
     environment (RANK / WORLD_SIZE / LOCAL_RANK, SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID).
     node: NODE_NAME or SLURMD_NODENAME, else the host name. device: cuda:<current device> when
     CUDA is available, else cpu. What was picked is logged once (logger "rankwatch").
+    layout: where the rank sits in a pipeline / tensor / data parallel layout, a rankwatch.Layout
+    or a torch DeviceMesh with dims named dp, pp, tp, cp, ep; without it, Megatron-core's
+    parallel_state when the script imported it and initialised model parallelism (at init() or
+    by the first step), else none (flat data parallelism).
+    watch_gc: every garbage collection is a GC pause of its step (gc.callbacks; gc_ns, gc_count
+    and, from 1 ms, an op); default True, or $RANKWATCH_WATCH_GC=0 turns it off.
     enabled: False (or $RANKWATCH_DISABLE=1) returns a NullCollector. options: collector
     buffer settings (flush_interval_ms=1000, sooner when kernel events half fill their buffer;
     step_ring_capacity=4096,
     max_pending_bytes=4 MiB, kafka_queue_max_messages=4 (at most 5), kafka_queue_max_kbytes=4096,
-    properties={librdkafka property: value}). Never waits for Kafka.
+    properties={librdkafka property: value}, max_ops_per_step=4096, gc_op_min_ns=1 ms: shorter
+    GC pauses count in gc_ns / gc_count without an op of their own). Never waits for Kafka.
     """
     global _current
     if enabled is None:
@@ -453,9 +578,12 @@ def init(job: str | None = None, brokers: str | None = None, rank: int | None = 
         "" if not sched["scheduler"] else ", scheduler %s%s%s" % (
             sched["scheduler"], " job " + sched["scheduler_job"] if sched["scheduler_job"] else "",
             " pod %s/%s" % (sched["namespace"], sched["pod"]) if sched["pod"] else "")))
+    if watch_gc is None:
+        watch_gc = os.environ.get("RANKWATCH_WATCH_GC", "1").lower() not in ("0", "false", "no")
     if _current is not None:
         _current.close(final=False)
-    _current = Collector(job, brokers, memory=memory, scheduler=sched, **who, **options)
+    _current = Collector(job, brokers, memory=memory, scheduler=sched, layout=layout, watch_gc=watch_gc,
+                         **who, **options)
     return _current
 
 

@@ -1,12 +1,17 @@
 """PyTorch instrumentation on top of the native collector: dataloader fetches, a module's
-forward and backward, optimizer.step, DDP's gradient synchronisation, and the all-gathers and
-reduce-scatters of sharded data parallelism (FSDP). Works with torch >= 1.13 (Debian 12's
-python3-torch): only long-standing hook APIs are used.
+forward and backward, optimizer.step, DDP's gradient synchronisation, the all-gathers and
+reduce-scatters of sharded data parallelism (FSDP), and Python's garbage collections. Works with
+torch >= 1.13 (Debian 12's python3-torch): only long-standing hook APIs are used.
+
+Where a helper knows which op of the step it times, it records that op too (the what-if
+analysis's vocabulary, rw.op): a dataloader fetch is a data-loading op, optimizer.step an
+optimizer op, a bucket's allreduce in the timed comm hook a grads-all-reduce op.
 
 The torch objects (modules, optimizers, process groups, tensors) are typed Any: torch is imported
 only inside the functions that need it, and the package does not depend on its type stubs."""
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from types import ModuleType
@@ -20,6 +25,9 @@ now_ns = _native.now_ns
 _FORWARD, _BACKWARD = _native.PHASE_FORWARD, _native.PHASE_BACKWARD
 _OPTIMIZER, _COLLECTIVE = _native.PHASE_OPTIMIZER, _native.PHASE_COLLECTIVE
 _DATALOADER = _native.PHASE_DATALOADER
+_OP_DATA_LOADING = _native.OP_TYPES["data-loading"]
+_OP_OPTIMIZER = _native.OP_TYPES["optimizer"]
+_OP_GRADS_ALL_REDUCE = _native.OP_TYPES["grads-all-reduce"]
 
 
 class Gate:
@@ -50,8 +58,8 @@ class Attachment:
 
 
 def timed_iter(native: _native.Collector, iterable: Iterable[_T], gate: Gate) -> Iterator[_T]:
-    """Yields from `iterable`, adding the time of each fetch to the dataloader phase while `gate`
-    is open."""
+    """Yields from `iterable`, adding the time of each fetch to the dataloader phase (and a
+    data-loading op) while `gate` is open."""
     it = iter(iterable)
     while True:
         if not gate.open:
@@ -66,7 +74,9 @@ def timed_iter(native: _native.Collector, iterable: Iterable[_T], gate: Gate) ->
             item = next(it)
         except StopIteration:
             return
-        native.add_phase(_DATALOADER, t0, now_ns())
+        t1 = now_ns()
+        native.add_phase(_DATALOADER, t0, t1)
+        native.add_op(_OP_DATA_LOADING, 0, 0, t0, t1)
         yield item
 
 
@@ -157,8 +167,8 @@ def instrument_module(native: _native.Collector, module: Any, compute: bool = Fa
 
 
 def instrument_optimizer(native: _native.Collector, optimizer: Any) -> Attachment | None:
-    """Wraps optimizer.step (an instance attribute over the class's) once. Returns its
-    Attachment the first time, None after."""
+    """Wraps optimizer.step (an instance attribute over the class's) once: the optimizer phase
+    and an optimizer op. Returns its Attachment the first time, None after."""
     if getattr(optimizer, "_rankwatch_timed", False):
         return None
     optimizer._rankwatch_timed = True
@@ -170,7 +180,9 @@ def instrument_optimizer(native: _native.Collector, optimizer: Any) -> Attachmen
         try:
             return step(*args, **kwargs)
         finally:
-            native.add_phase(_OPTIMIZER, t0, now_ns())
+            t1 = now_ns()
+            native.add_phase(_OPTIMIZER, t0, t1)
+            native.add_op(_OP_OPTIMIZER, 0, 0, t0, t1)
 
     def attach() -> Callable[[], None]:
         optimizer.step = timed_step
@@ -189,9 +201,10 @@ def instrument_optimizer(native: _native.Collector, optimizer: Any) -> Attachmen
 
 def register_timed_allreduce(native: _native.Collector, ddp_model: Any, gate: Gate,
                              process_group: Any = None) -> None:
-    """A DDP comm hook (allreduce, averaging) timing each bucket's allreduce, waiting included.
-    Costs ~140 us a step (the hook and its completion callback run in Python). DDP cannot
-    unregister a comm hook: while `gate` is closed it still averages, without timing."""
+    """A DDP comm hook (allreduce, averaging) timing each bucket's allreduce, waiting included:
+    the collective phase and a grads-all-reduce op per bucket. Costs ~140 us a step (the hook
+    and its completion callback run in Python). DDP cannot unregister a comm hook: while `gate`
+    is closed it still averages, without timing."""
     import torch.distributed as dist
 
     def timed_allreduce(group: Any, bucket: Any) -> Any:
@@ -202,7 +215,9 @@ def register_timed_allreduce(native: _native.Collector, ddp_model: Any, gate: Ga
 
         def done(f: Any) -> Any:
             if gate.open:
-                native.add_phase(_COLLECTIVE, t0, now_ns())
+                t1 = now_ns()
+                native.add_phase(_COLLECTIVE, t0, t1)
+                native.add_op(_OP_GRADS_ALL_REDUCE, 0, 0, t0, t1)
             return f.value()[0]
 
         return fut.then(done)
@@ -289,3 +304,22 @@ def instrument_collectives(native: _native.Collector,
     wrappers = Attachment(attach)
     wrappers.on()
     return wrappers
+
+
+def watch_gc(native: _native.Collector) -> Attachment:
+    """Python's garbage collections as GC pauses of the open step: a gc.callbacks entry (a
+    native function, no Python frame) times each collection from "start" to "stop". Returns its
+    Attachment (on: in gc.callbacks)."""
+    watcher = _native.gc_callback(native)
+
+    def attach() -> Callable[[], None]:
+        gc.callbacks.append(watcher)
+
+        def detach() -> None:
+            if watcher in gc.callbacks:
+                gc.callbacks.remove(watcher)
+        return detach
+
+    attachment = Attachment(attach)
+    attachment.on()
+    return attachment
