@@ -14,7 +14,7 @@ compute times): the schedule is 1F1B, data crosses the stages in order, the repl
 the gradient norm, and the fault made the intended worker, stage or replica slower. CPU time
 (each op's thread CPU time) for the size of a fault, since 4 ranks on 2 shared cores queue for
 them; wall time only for its direction. It prints the facts per worker, then checks the daemon's
-verdict. RANKWATCH_TEST_STEPS sets the steps (50)."""
+verdict. RANKWATCH_TEST_STEPS sets the steps (40)."""
 import json
 import os
 import statistics
@@ -27,14 +27,15 @@ from torch_job import DIAGNOSED_JOB_ARGS, TorchJob, torch_available
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PIPELINE = os.path.join(HERE, "../../collectors/python/examples/pipeline_example.py")
-STEPS = int(os.environ.get("RANKWATCH_TEST_STEPS", "50"))
-# Each op's real compute (layers of width 48: ~8 ms of CPU time a rank and step) plus its
-# accelerator time (--device-ms: 2 ms per layer and microbatch forward, 4 backward), a sleep as
+STEPS = int(os.environ.get("RANKWATCH_TEST_STEPS", "40"))
+# Each op's real compute (layers of width 48: ~10 ms of CPU time a rank and step) plus its
+# accelerator time (--device-ms: 4 ms per layer and microbatch forward, 8 backward), a sleep as
 # the host thread of a GPU job waits for its kernels. With the compute alone, 4 ranks queueing
 # for 2 cores (and other processes' load) stretch random ops: the study's own analyzer put a
-# balanced run at S = 1.28-1.48 (load 5-9); with the accelerator time at S = 1.04-1.07 (load
-# 7-10), and the faults at 1.14-1.24.
-PIPELINE_JOB_ARGS = ("--hidden", "48", "--device-ms", "2")
+# balanced run at S = 1.28-1.48 (load 5-9). With 2 ms of accelerator time a balanced run came
+# out at S = 1.04-1.065 (load 2-10), at the verdicts' 1.05 threshold; with 4 ms (steps of
+# ~270 ms) at 1.02-1.04 (load 2.5-3), against 1.12-1.24 with a fault.
+PIPELINE_JOB_ARGS = ("--hidden", "48", "--device-ms", "4")
 SKIP = 5  # warm-up steps left out of the per-worker facts
 DP, PP, MICROBATCHES = 2, 2, 4
 
@@ -225,10 +226,12 @@ class PipelineJobTest(DaemonTestCase):
         for rank in (0, 1, 3):
             self.assertLess(gc_ms[rank], 0.2 * gc_ms[2], rank)
         d = self.diagnosis(job)
-        print("diagnosis: %s, culprit ranks %s, cause %s; GC: rank %d %.1f ms a step, median %.1f ms\nnote: %s" % (
-            service_pb2.StepDiagnosisLabel.Name(d.step.label), list(d.step.culprit_ranks),
-            service_pb2.StragglerCause.Name(d.step.cause), d.step.gc.rank, d.step.gc.seconds * 1e3,
-            d.step.gc.median_seconds * 1e3, d.step.note))
+        print("diagnosis: %s, culprit ranks %s, cause %s, scores: own %.3f compute %.3f input %.3f; GC: rank "
+              "%d %.1f ms a step, median %.1f ms\nnote: %s" % (
+                  service_pb2.StepDiagnosisLabel.Name(d.step.label), list(d.step.culprit_ranks),
+                  service_pb2.StragglerCause.Name(d.step.cause), d.step.scores.own, d.step.scores.compute,
+                  d.step.scores.input, d.step.gc.rank, d.step.gc.seconds * 1e3, d.step.gc.median_seconds * 1e3,
+                  d.step.note))
         self.assertEqual(list(d.step.culprit_ranks), [2], d.step.note)
         self.assertEqual(service_pb2.StragglerCause.Name(d.step.cause), "CAUSE_GC", d.step.note)
         self.assertEqual(d.step.gc.rank, 2)
