@@ -73,8 +73,10 @@ def parse_args():
     f.add_argument("--fault-last-stage-layers-factor", type=float, default=1.0,
                    help="the last stage holds this many times --layers (a badly cut pipeline)")
     f.add_argument("--fault-random-seq-len", action="store_true",
-                   help="each replica's batch has a random sequence length every step, between "
-                        "(1 - spread) and (1 + spread) times --seq-len, the same on its stages")
+                   help="each step the global batch's tokens split unevenly across the replicas: "
+                        "each replica's sequence length is drawn between (1 - spread) and (1 + "
+                        "spread) times --seq-len, then all scaled so that their mean is --seq-len; "
+                        "the same on the replica's stages")
     f.add_argument("--fault-seq-len-spread", type=float, default=0.75)
     return p.parse_args()
 
@@ -253,10 +255,10 @@ class _Op:
         return False
 
 
-def sequence_length(args, step, data_rank, faults):
+def sequence_length(args, step, data_rank, replicas, faults):
     """The step's sequence length for this replica: both stages of the replica compute the
     same (the receiving stage sizes its buffers with it)."""
-    return faults.seq_len(args.seq_len, step, data_rank) if faults.random_seq_len else args.seq_len
+    return faults.seq_len(args.seq_len, step, data_rank, replicas) if faults.random_seq_len else args.seq_len
 
 
 def main():
@@ -294,7 +296,7 @@ def main():
         pipe.step, pipe.compute_s, pipe.compute_cpu_s = step, 0.0, 0.0
         t0 = time.perf_counter()
         with rw.step():  # rankwatch: one training step
-            seq = sequence_length(args, step, data_rank, faults)
+            seq = sequence_length(args, step, data_rank, replicas, faults)
             shape = (mbs, seq, hidden)
             inputs = targets = None
             if pipe.first or pipe.last:  # the stages that read the batch
@@ -379,12 +381,15 @@ class Faults:
         while time.thread_time_ns() < until:
             torch.mm(self.rows, self.weight)
 
-    def seq_len(self, base, step, data_rank):
-        """--fault-random-seq-len: a length drawn per (step, replica) from a seed both stages of
-        the replica share."""
+    def seq_len(self, base, step, data_rank, replicas):
+        """--fault-random-seq-len: a global batch of a fixed token count split unevenly across
+        the replicas, differently every step (as sequences of mixed lengths split by count).
+        Every rank draws the step's lengths of all replicas from the same seed and takes its
+        replica's."""
         spread = self.args.fault_seq_len_spread
-        draw = random.Random("%d-%d-%d" % (self.args.seed, step, data_rank)).uniform(1 - spread, 1 + spread)
-        return max(1, round(base * draw))
+        coin = random.Random("%d-%d" % (self.args.seed, step))
+        draws = [coin.uniform(1 - spread, 1 + spread) for _ in range(replicas)]
+        return max(1, round(base * draws[data_rank] * replicas / sum(draws)))
 
 
 if __name__ == "__main__":
