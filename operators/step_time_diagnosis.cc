@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #include "operators/step_time/cause.h"
@@ -134,6 +135,44 @@ Verdict StragglerVerdict(const StragglerScores& scores, const WindowSignals& sig
           std::move(note)};
 }
 
+// No own-time, input or compute straggler, but one rank pauses in garbage collection more than
+// the median rank by at least the straggler threshold of the typical step's burden: a GC pause is
+// the rank's own work by definition, never waiting, so its excess is a floor under the rank's own
+// time excess even where the blocked model misses it (a pause at the end of a step, while the
+// others' wait falls in their next step where no collective timer sees it).
+std::optional<Verdict> GcVerdict(const StragglerScores& scores, const WindowSignals& s,
+                                 const std::vector<std::string>& rank_nodes,
+                                 const StepDiagnosisOptions& o, StepDiagnosis& d) {
+  const SignalEvidence& gc = s.gc_evidence;
+  if (!gc.stat.present || gc.stat.ranks < 2 || scores.burden <= 0) return std::nullopt;
+  const double excess = gc.stat.worst_seconds - gc.stat.median_seconds;
+  const double score = excess / scores.burden;
+  if (!AtLeast(score, o.straggler_warn)) return std::nullopt;
+  const uint32_t rank = gc.stat.worst_rank;
+  Culprit culprit;
+  culprit.rank = rank;
+  culprit.signal = CulpritSignal::kOwn;
+  CulpritSet set;
+  set.scope = CulpritScope::kRank;
+  set.ranks = {rank};
+  set.node = rank < rank_nodes.size() ? rank_nodes[rank] : "";
+  Attribution why;
+  why.cause = StragglerCause::kGc;
+  why.parts.gc = excess;
+  why.phase = {Phase::kWait, excess, gc.stat.median_seconds};
+  OwnTimeSignals none;
+  d.cause = StragglerCause::kGc;
+  d.scope = CulpritScope::kRank;
+  d.culprit_ranks = {rank};
+  d.culprit_node = set.node;
+  d.culprit_phase = Phase::kWait;
+  d.own_score = std::max(d.own_score, score);
+  SetGcRank(s, rank, d.gc);
+  return Verdict{StepLabel::kStraggler,
+                 AtLeast(score, o.straggler_crit) ? Severity::kCrit : Severity::kWarn,
+                 StragglerNote(culprit, set, why, s, none)};
+}
+
 // No straggler: input-bound, wait-heavy, compute-bound, incomplete data or balanced. The
 // "bound" diagnoses need their phases on every rank: a phase that is not reported is unknown,
 // not waiting.
@@ -203,6 +242,7 @@ Verdict RunStages(const StepWindow& w, const std::vector<std::string>& rank_node
   d.compute_score = scores.compute.score();
   d.own_score = scores.own.score();
   if (scores.any_hit()) return StragglerVerdict(scores, signals, own_time, rank_nodes, o, d);
+  if (std::optional<Verdict> gc = GcVerdict(scores, signals, rank_nodes, o, d)) return *gc;
   return BoundVerdict(w, signals, d, o);
 }
 
