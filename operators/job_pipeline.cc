@@ -196,6 +196,43 @@ void JobPipeline::Consume(TimePoint now, JobDelta* delta) {
   closed_.clear();
 }
 
+namespace {
+
+// A pipeline job's straggler verdict is the what-if's: the flat diagnosis compares ranks that do
+// different work (the last stage's ranks have the most own time in a balanced 1F1B step), so
+// its straggler labels are replaced by what the what-if says — balanced, or a straggler whose
+// culprit, note and next step are the what-if verdict's.
+void SupersedeStraggler(const whatif::WhatIfSnapshot& w, StepDiagnosis* d) {
+  const whatif::WhatIfVerdict& v = w.verdict;
+  const bool straggler = d->label == StepLabel::kStraggler ||
+                         d->label == StepLabel::kInputStraggler ||
+                         d->label == StepLabel::kComputeStraggler;
+  if (v.verdict == whatif::Verdict::kNone) return;
+  const bool finding =
+      v.verdict != whatif::Verdict::kBalanced &&
+      !(v.verdict == whatif::Verdict::kUnattributed && v.severity == Severity::kInfo);
+  if (!straggler && !finding) return;
+  if (straggler && !finding) {
+    d->label = StepLabel::kBalanced;
+    d->severity = Severity::kInfo;
+  } else if (finding) {
+    // A finding of the what-if is a straggler even where the flat scores saw none (a long
+    // stage, a moving slow replica); input-bound and the other labels give way to it.
+    if (d->label == StepLabel::kHang) return;
+    d->label = StepLabel::kStraggler;
+    d->severity = v.severity;
+  }
+  d->cause = StragglerCause::kNone;
+  d->scope = v.ranks.empty() ? CulpritScope::kNone : CulpritScope::kRank;
+  d->culprit_ranks = v.ranks;
+  d->culprit_node.clear();
+  d->culprit_phase = Phase::kStep;
+  d->note = "pipeline job, what-if " + std::string(whatif::VerdictName(v.verdict)) + ": " + v.note;
+  d->next_step = v.next_step;
+}
+
+}  // namespace
+
 const std::string& JobSnapshot::NodeOf(uint32_t rank) const {
   static const std::string kUnknown;
   return rank_nodes && rank < rank_nodes->size() ? (*rank_nodes)[rank] : kUnknown;
@@ -237,6 +274,7 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   s.rank_pods = rank_pods_;
   s.scheduler = scheduler_;
   s.whatif = whatif_->snapshot();
+  if (s.whatif != nullptr) SupersedeStraggler(*s.whatif, &s.step);
   s.rank_totals = std::make_shared<const std::vector<StepWindow::RankTotals>>(window_->totals());
   s.rank_peak_allocated = std::make_shared<const std::vector<double>>(
       memory_window_->rank_peaks(MemoryKind::kAllocated));

@@ -86,6 +86,10 @@ class WhatIfReplayTest(DaemonTestCase):
         # The worker's ranks: data rank 0 of stage 0, its four tensor ranks.
         self.assertEqual(list(w.culprit_ranks), [0, 1, 2, 3])
         self.assertIn("data rank 0, stage 0", w.note)
+        # The step-time diagnosis of a pipeline job says what the what-if says.
+        self.assertEqual(service_pb2.StepDiagnosisLabel.Name(d.step.label), "STEP_STRAGGLER")
+        self.assertEqual(list(d.step.culprit_ranks), [0, 1, 2, 3])
+        self.assertTrue(d.step.note.startswith("pipeline job, what-if slow_worker: "), d.step.note)
         samples = parse_metrics(scrape(self.daemon))
         self.assertEqual(metric(samples, "rankwatch_whatif_verdict", training_job="whatif-ar",
                                 verdict="slow_worker"), 1)
@@ -122,8 +126,15 @@ class WhatIfReplayTest(DaemonTestCase):
                                 "--step-ms", "40", "--speed", "max", *fault)
         for job, _, verdict, (dp, stage) in cases:
             with self.subTest(job=job):
-                w = self.diagnosis(job, 20).whatif
+                d = self.diagnosis(job, 20)
+                w = d.whatif
                 self.assertEqual(w.verdict, verdict, w.note)
+                # The flat diagnosis does not blame the last stage's ranks of a balanced 1F1B job.
+                label = service_pb2.StepDiagnosisLabel.Name(d.step.label)
+                if verdict == "balanced":
+                    self.assertNotIn("STRAGGLER", label, d.step.note)
+                else:
+                    self.assertEqual(label, "STEP_STRAGGLER", d.step.note)
                 self.assertEqual((w.data_parallel_size, w.pipeline_size, w.tensor_parallel_size), (2, 4, 2))
                 if stage >= 0:
                     self.assertEqual(w.culprit_stage, stage, w.note)
