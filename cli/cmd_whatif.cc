@@ -83,12 +83,12 @@ int RunWhatif(const WhatifFlags& f) {
         "{\"trace\": %s, \"dp\": %u, \"pp\": %u, \"tp\": %u, \"steps\": %u, \"slowdown\": %.6f, "
         "\"measured_ms\": %.3f, \"actual_ms\": %.3f, \"ideal_ms\": %.3f, \"by_dp_rank\": %s, "
         "\"by_stage\": %s, \"by_op_group\": %s, \"m_w\": %.6f, \"m_s\": %.6f, \"m_s_stage\": %u, "
-        "\"m_s_last\": %.6f, \"verdict\": \"%s\", \"culprit_data_rank\": %d, "
+        "\"m_s_worst\": %.6f, \"verdict\": \"%s\", \"culprit_data_rank\": %d, "
         "\"culprit_stage\": %d, \"note\": %s, \"next_step\": %s, \"parse_seconds\": %.6f, "
         "\"analysis_seconds\": %.6f}\n",
         JsonString(trace->file.string()).c_str(), l.dp, l.pp, l.tp, r.steps, r.slowdown,
         r.measured_us / 1e3, r.actual_us / 1e3, r.ideal_us / 1e3, JsonList(d.by_dp_rank).c_str(),
-        JsonList(d.by_stage).c_str(), groups.c_str(), r.m_w, r.m_s, r.m_s_stage, r.m_s_last,
+        JsonList(d.by_stage).c_str(), groups.c_str(), r.m_w, r.m_s_last, r.m_s_stage, r.m_s,
         std::string(whatif::VerdictName(v.verdict)).c_str(), v.data_rank, v.stage,
         JsonString(v.note).c_str(), JsonString(v.next_step).c_str(), parse_s, analysis_s);
     return 0;
@@ -100,8 +100,8 @@ int RunWhatif(const WhatifFlags& f) {
               v.next_step.c_str());
   std::printf("S         %.4f   (step: measured %.2f ms, simulated %.2f ms, ideal %.2f ms)\n",
               r.slowdown, r.measured_us / 1e3, r.actual_us / 1e3, r.ideal_us / 1e3);
-  std::printf("M_W       %.4f   M_S %.4f (stage %u; last stage %.4f)\n", r.m_w, r.m_s, r.m_s_stage,
-              r.m_s_last);
+  std::printf("M_W       %.4f   M_S %.4f (the last stage; the worst stage, %u: %.4f)\n", r.m_w,
+              r.m_s_last, r.m_s_stage, r.m_s);
   std::printf("by DP     ");
   for (size_t i = 0; i < d.by_dp_rank.size(); ++i) std::printf(" %zu:%.4f", i, d.by_dp_rank[i]);
   std::printf("\nby stage  ");
