@@ -28,6 +28,7 @@
 #include "operators/memory_diagnosis.h"
 #include "operators/step_time_diagnosis.h"
 #include "operators/time.h"
+#include "operators/whatif/verdict.h"
 #include "sinks/listen_address.h"
 
 namespace rankwatch {
@@ -84,6 +85,8 @@ struct DaemonConfig {
   StepDiagnosisOptions step_diagnosis;
   MemoryDiagnosisOptions memory_diagnosis;  // `memory-diagnosis:` section
   int memory_window_steps = 100;            // `memory-diagnosis: window-steps`
+  whatif::Options whatif;                   // `whatif:` section: the analyzer
+  whatif::VerdictOptions whatif_verdict;    // `whatif:` section: the verdict's thresholds
 };
 
 // Reads `path` into `config` through the settings table, leaving keys the file does not name

@@ -49,6 +49,8 @@ std::vector<Setting> BuildSettings() {
   using D = DaemonConfig;
   using Step = StepDiagnosisOptions;
   using Memory = MemoryDiagnosisOptions;
+  using WhatIf = whatif::Options;
+  using WhatIfVerdict = whatif::VerdictOptions;
   const std::string session_default =
       SettingValue<Duration>::Format(kClusterSessionTimeout) + " (" +
       SettingValue<Duration>::Format(kDevelopmentSessionTimeout) + " on the development broker)";
@@ -266,6 +268,35 @@ std::vector<Setting> BuildSettings() {
           .Help("the same share for `memory_creep`"),
       Declare("memory-diagnosis.trend-last-half", &D::memory_diagnosis, &Memory::trend_last_half)
           .Help("with no creep over the whole life, the later half is judged too (a late leak)"),
+
+      // whatif: (docs/whatif.md)
+      Declare("whatif.window-steps", &D::whatif, &WhatIf::window_steps)
+          .AtLeast(1)
+          .Help("analysed steps in a pipeline job's what-if window"),
+      Declare("whatif.decompose-min-slowdown", &D::whatif, &WhatIf::decompose_min_slowdown)
+          .AtLeast(1.0)
+          .Help("S is decomposed (by replica, stage, op group, worker) from this S on"),
+      Declare("whatif.min-steps", &D::whatif_verdict, &WhatIfVerdict::min_steps)
+          .AtLeast(1)
+          .Help("fewer analysed steps: verdict `none`"),
+      Declare("whatif.warn-slowdown", &D::whatif_verdict, &WhatIfVerdict::warn_slowdown)
+          .AtLeast(1.0)
+          .Help("S of a finding (below: `balanced`), warning"),
+      Declare("whatif.crit-slowdown", &D::whatif_verdict, &WhatIfVerdict::crit_slowdown)
+          .AtLeast(1.0)
+          .Help("the same, critical"),
+      Declare("whatif.explain-share", &D::whatif_verdict, &WhatIfVerdict::explain_share)
+          .Within(0.0, 1.0)
+          .Help("a group explains the slowdown when its measured times alone bring back this share "
+                "of S − 1"),
+      Declare("whatif.moving-max-share", &D::whatif_verdict, &WhatIfVerdict::moving_max_share)
+          .Within(0.0, 1.0)
+          .Help("`sequence_imbalance`: the most frequent slowest replica is slowest in at most "
+                "this share of the steps"),
+      Declare("whatif.min-stage-excess", &D::whatif_verdict, &WhatIfVerdict::min_stage_excess)
+          .AtLeast(0.0)
+          .Help("`stage_imbalance`: the stage's compute is at least this share above the stages' "
+                "mean"),
   };
 }
 
@@ -304,6 +335,7 @@ const std::vector<SettingSection>& DaemonSettingSections() {
       {"memory-diagnosis",
        "window and thresholds of the memory diagnosis ([diagnoses.md](diagnoses.md)); the "
        "window's creep thresholds are not configurable"},
+      {"whatif", "the what-if analysis of pipeline jobs and its verdicts ([whatif.md](whatif.md))"},
   };
   return *sections;
 }

@@ -74,6 +74,14 @@ const std::map<std::string, std::string>& Samples() {
       {"memory-diagnosis.trend-early-growth", "0.2"},
       {"memory-diagnosis.trend-confirmed-growth", "0.3"},
       {"memory-diagnosis.trend-last-half", "false"},
+      {"whatif.window-steps", "32"},
+      {"whatif.decompose-min-slowdown", "1.1"},
+      {"whatif.min-steps", "6"},
+      {"whatif.warn-slowdown", "1.08"},
+      {"whatif.crit-slowdown", "1.3"},
+      {"whatif.explain-share", "0.6"},
+      {"whatif.moving-max-share", "0.7"},
+      {"whatif.min-stage-excess", "0.1"},
   };
   return *samples;
 }

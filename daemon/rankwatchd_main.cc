@@ -272,6 +272,8 @@ int Run(const DaemonConfig& config) {
   task_options.pipeline.window.steps = static_cast<size_t>(config.window_steps);
   task_options.pipeline.diagnosis = config.step_diagnosis;
   task_options.pipeline.memory = config.memory_diagnosis;
+  task_options.pipeline.whatif.analyzer = config.whatif;
+  task_options.pipeline.whatif.verdict = config.whatif_verdict;
   task_options.pipeline.memory_window.steps = static_cast<size_t>(config.memory_window_steps);
   JobRouter router(router_options,
                    {&metrics, &snapshots, &alert_hub, &kernel_snapshots, std::move(evidence)});
