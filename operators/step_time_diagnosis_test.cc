@@ -646,34 +646,31 @@ TEST(StepTimeDiagnosisTest, AGcPauseAtTheEndOfAStepWhoseWaitNoTimerSeesIsTheCaus
   // where the collective timer does not see it (their backward grows): over the window every
   // rank's own time is alike, and only the GC time names rank 2 (12 ms a step: 0.3 of the
   // burden).
-  const StepDiagnosis d = DiagnoseSteps(4, 40, [](uint64_t s, uint32_t r) {
-    const bool pause = r == 2 && s % 5 == 0;
-    const bool waits = r != 2 && s % 5 == 1;
-    return Ms{.dl = 6,
-              .fwd = 10,
-              .bwd = waits ? 80.0 : 20.0,
-              .opt = 2,
-              .coll = 2,
-              .step = pause ? 100.0 : (waits ? 100.0 : 40.0),
-              .gc = pause ? 60.0 : 0.0,
-              .gc_count = pause ? 1u : 0u};
-  });
+  auto phases = [](bool report_gc) {
+    return [report_gc](uint64_t s, uint32_t r) {
+      const bool pause = r == 2 && s % 5 == 0;
+      const bool waits = r != 2 && s % 5 == 1;
+      Ms m{.dl = 6,
+           .fwd = 10,
+           .bwd = waits ? 80.0 : 20.0,
+           .opt = 2,
+           .coll = 2,
+           .step = pause || waits ? 100.0 : 40.0};
+      if (report_gc) {
+        m.gc = pause ? 60.0 : 0.0;
+        m.gc_count = pause ? 1u : 0u;
+      }
+      return m;
+    };
+  };
+  const StepDiagnosis d = DiagnoseSteps(4, 40, phases(true));
   EXPECT_EQ(d.label, StepLabel::kStraggler) << d.note;
   EXPECT_EQ(d.cause, StragglerCause::kGc) << d.note;
   EXPECT_EQ(d.culprit_ranks, std::vector<uint32_t>{2});
   EXPECT_NE(d.note.find("rank 2 pauses 12.0 ms a step in garbage collection"), std::string::npos)
       << d.note;
   // Without the GC times nothing names rank 2.
-  const StepDiagnosis blind = DiagnoseSteps(4, 40, [](uint64_t s, uint32_t r) {
-    const bool pause = r == 2 && s % 5 == 0;
-    const bool waits = r != 2 && s % 5 == 1;
-    return Ms{.dl = 6,
-              .fwd = 10,
-              .bwd = waits ? 80.0 : 20.0,
-              .opt = 2,
-              .coll = 2,
-              .step = pause ? 100.0 : (waits ? 100.0 : 40.0)};
-  });
+  const StepDiagnosis blind = DiagnoseSteps(4, 40, phases(false));
   EXPECT_NE(blind.cause, StragglerCause::kGc);
 }
 

@@ -134,7 +134,7 @@ WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
       v.note = fmt::format(
           "{}; garbage-collection pauses explain {:.0f}% of it, most on data rank {} stage {} "
           "(ranks {}: {:.1f} ms of GC a step)",
-          head, v.explained * 100, v.data_rank, v.stage, RankList(v.ranks),
+          head, std::min(1.0, v.explained) * 100, v.data_rank, v.stage, RankList(v.ranks),
           gc.empty() ? 0.0 : gc[w] / 1e3);
       v.next_step =
           "Python's cyclic GC stops the rank that runs it while the others wait: call "
@@ -149,7 +149,7 @@ WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
       v.note = fmt::format(
           "{}; {} alone explains {:.0f}% of it (S = {:.3f} with only its "
           "measured times)",
-          head, group, v.explained * 100, s);
+          head, group, std::min(1.0, v.explained) * 100, s);
       v.next_step = fmt::format(
           "{} transfers take longer than typical: check the links of the ranks in that "
           "group (NCCL_DEBUG=INFO, the fabric's counters), and whether it overlaps compute",
