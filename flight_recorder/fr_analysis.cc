@@ -1,5 +1,7 @@
 #include "flight_recorder/fr_analysis.h"
 
+#include "flight_recorder/fr_report.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -352,18 +354,6 @@ FrOp MakeOp(const FrEntry& e, const std::vector<uint32_t>& group_ranks) {
 // An operation's time for ordering across ranks: its creation time (wall clock), else none.
 int64_t When(const FrOp& op) {
   return op.time_created_ns >= 0 ? op.time_created_ns : std::numeric_limits<int64_t>::max();
-}
-
-std::string GroupText(const std::string& desc, const std::vector<uint32_t>& ranks) {
-  return fmt::format("{} [{}]", desc.empty() ? "group" : desc, RankRanges(ranks));
-}
-
-std::string OpText(const FrOp& op) {
-  if (op.name.empty()) return "?";
-  if (op.p2p)
-    return fmt::format("{}{} #{}", op.name, op.peer >= 0 ? fmt::format(" (peer {})", op.peer) : "",
-                       op.seq);
-  return fmt::format("{} #{}", op.name, op.seq);
 }
 
 // --- the analysis ---------------------------------------------------------------------------
