@@ -944,11 +944,10 @@ std::vector<FrCollective> MatchCollectives(const std::vector<RankDump>& dumps) {
         }
       }
       c.pass = c.mismatches.empty();
+      // PyTorch's choice: a coalesced group that matched everywhere shows its closing entry;
+      // one with a rank missing shows its first operation.
+      if (shown == ref->marker && !c.missing.empty() && !ref->ops.empty()) shown = ref->ops.front();
       c.op = MakeOp(*shown, g.ranks);
-      if (c.coalesced && shown == ref->marker && ref->ops.size() > 0)
-        c.op.name =
-            fmt::format("{}({} x{})", c.op.name, ParseOpName(ref->ops.front()->profiling_name).type,
-                        ref->ops.size());
       out.push_back({{ref->first->record_id, ref_rank}, std::move(c)});
     }
   }
