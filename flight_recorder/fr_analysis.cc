@@ -370,8 +370,12 @@ struct Analysis {
 
 void Blame(std::map<uint32_t, FrCulprit>* where, uint32_t rank, FrCulprit::Reason reason,
            const Group& g, const FrOp& op, const Member* m) {
+  // Where the wait starts: a collective the rank is missing from explains why its
+  // point-to-point peers wait (they follow it); among those, the earliest created.
   auto it = where->find(rank);
-  if (it != where->end() && When(it->second.op) <= When(op)) return;
+  if (it != where->end() &&
+      std::make_pair(it->second.op.p2p, When(it->second.op)) <= std::make_pair(op.p2p, When(op)))
+    return;
   FrCulprit c;
   c.rank = rank;
   c.reason = reason;
@@ -532,7 +536,9 @@ void AnalyzeP2p(const Group& g, Analysis* a, FrGroupReport* r) {
     if (!first) continue;
     any_pending = true;
     const FrOp op = MakeOp(*first, g.ranks);
-    if (r->frontier.name.empty() || When(op) < When(r->frontier)) r->frontier = op;
+    // The frontier shown: the earliest operation whose peer is missing, else the earliest.
+    if (r->frontier.name.empty() || (r->missing.empty() && When(op) < When(r->frontier)))
+      r->frontier = op;
     if (op.peer < 0) continue;
     const auto peer = static_cast<uint32_t>(op.peer);
     auto pit = g.members.find(peer);
@@ -558,6 +564,7 @@ void AnalyzeP2p(const Group& g, Analysis* a, FrGroupReport* r) {
       r->no_dump.push_back(peer);
       continue;
     }
+    if (r->missing.empty() || When(op) < When(r->frontier)) r->frontier = op;
     r->missing.push_back(peer);
     a->waits[rank].insert(peer);
     Blame(&a->missing, peer, FrCulprit::Reason::kMissing, g, op, &pm);
@@ -761,6 +768,8 @@ FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
   std::stable_sort(a.reports.begin(), a.reports.end(),
                    [&](const FrGroupReport& x, const FrGroupReport& y) {
                      if (rank_of(x) != rank_of(y)) return rank_of(x) < rank_of(y);
+                     // Collectives first: a rank missing from one is why its p2p peers wait.
+                     if (x.frontier.p2p != y.frontier.p2p) return !x.frontier.p2p;
                      return When(x.frontier) < When(y.frontier);
                    });
   if (a.reports.size() > options.max_groups_reported) a.reports.resize(options.max_groups_reported);
