@@ -116,7 +116,7 @@ TEST_F(FrDumpWatcherTest, TriggerWritesOneByteToAPipeThatHasAReader) {
   ASSERT_TRUE(TriggerDumpPipe(pipe).ok());
   char buf[8];
   EXPECT_EQ(read(fd, buf, sizeof(buf)), 1);
-  EXPECT_EQ(read(fd, buf, sizeof(buf)), -1);  // nothing more: one byte a request
+  EXPECT_LE(read(fd, buf, sizeof(buf)), 0);  // nothing more: one byte a request
   // A full pipe (requests nobody took yet) is not an error.
   const int big = fcntl(fd, F_GETPIPE_SZ);
   ASSERT_GT(big, 0);
