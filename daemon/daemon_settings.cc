@@ -101,6 +101,15 @@ std::vector<Setting> BuildSettings() {
           .Help("a job diagnosed hung: its ranks are asked for their stacks and collective "
                 "counters (on the control topic)")
           .Details(" ([diagnoses.md](diagnoses.md#hang-stacks))"),
+      Declare("flight-recorder", &D::flight_recorder)
+          .Help("a job diagnosed hung: its ranks are asked for their PyTorch Flight Recorder "
+                "dumps (on the control topic); the dumps node agents publish are analyzed either "
+                "way")
+          .Details(" ([diagnoses.md](diagnoses.md#flight-recorder))"),
+      Declare("flight-recorder-settle", &D::flight_recorder_settle)
+          .Within(seconds(0), std::chrono::minutes(10))
+          .Help("a job's Flight Recorder dumps are analyzed once every rank's came, or this long "
+                "after the newest one"),
       Declare("auto-capture", &D::auto_capture)
           .Help("a straggler alert that fires captures its culprit rank and a typical rank")
           .Details(" (the median non-culprit rank by compute time)"),

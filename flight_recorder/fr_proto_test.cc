@@ -113,7 +113,7 @@ TEST(FrProto, TrimKeepsPendingEntriesAndTheLastCompletedOfEachGroup) {
   const FrDump dump = b.Build();
   v1::FlightRecorderDump wire;
   DumpToProto(dump, {}, &wire);
-  // Group 0: the last 8 completed (18..20, 22..25) and 21; group 1: 1..3 and 4, 5.
+  // Group 0: the last 8 completed (17..20, 22..25) and 21; group 1: 1..3 and 4, 5.
   std::vector<std::pair<int64_t, int64_t>> kept;  // (uid, seq) in record order
   int64_t last_record = -1;
   for (const v1::FlightRecorderEntry& e : wire.entries()) {
@@ -122,16 +122,16 @@ TEST(FrProto, TrimKeepsPendingEntriesAndTheLastCompletedOfEachGroup) {
     last_record = e.record_id();
   }
   const std::vector<std::pair<int64_t, int64_t>> want = {
-      {0, 18}, {0, 19}, {0, 20}, {1, 1}, {1, 2}, {1, 3}, {0, 21},
-      {1, 4},  {1, 5},  {0, 22}, {0, 23}, {0, 24}, {0, 25}};
+      {0, 17}, {0, 18}, {0, 19}, {0, 20}, {1, 1},  {1, 2},  {1, 3},
+      {0, 21}, {1, 4},  {1, 5},  {0, 22}, {0, 23}, {0, 24}, {0, 25}};
   EXPECT_EQ(kept, want);
   EXPECT_EQ(wire.entries_omitted(), dump.entries.size() - want.size());
   // Frames: the innermost 16, the rest counted.
   EXPECT_EQ(wire.entries(0).frames_size(), 16);
   EXPECT_EQ(wire.entries(0).frames(0).name(), "fn0");
   EXPECT_EQ(wire.entries(0).frames_omitted(), 4u);
-  EXPECT_EQ(wire.entries(3).frames_size(), 2);
-  EXPECT_EQ(wire.entries(3).frames_omitted(), 0u);
+  EXPECT_EQ(wire.entries(4).frames_size(), 2);
+  EXPECT_EQ(wire.entries(4).frames_omitted(), 0u);
 }
 
 TEST(FrProto, OverTheEntryLimitPendingEntriesGoLast) {

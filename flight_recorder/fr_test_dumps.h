@@ -50,7 +50,7 @@ class DumpBuilder {
       e.input_dtypes = {"Float"};
       e.output_dtypes = {"Float"};
       e.state = state;
-      e.time_created_ns = 1'700'000'000'000'000'000 + seq * 1'000'000;
+      e.time_created_ns = 1'700'000'000'000'000'000 + e.record_id * 1'000'000;
       e.time_started_ns = state == FrState::kScheduled ? -1 : e.time_created_ns + 10;
       e.time_completed_ns = state == FrState::kCompleted ? e.time_created_ns + 100 : -1;
       e.timeout_ms = 600'000;

@@ -49,6 +49,8 @@ struct GrpcServerOptions {
   CaptureStore* captures = nullptr;              // null: the capture calls are UNAVAILABLE
   const HangInspector* hang = nullptr;           // null: diagnoses carry no hang stacks
   const StateStore* state = nullptr;             // null: GetTimeline is UNAVAILABLE
+  // null: diagnoses carry no Flight Recorder verdict
+  const FlightRecorderInspector* flight_recorder = nullptr;
   GrpcTlsOptions tls;
 };
 

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_join.h"
 #include "collectors/agent/node_agent.h"
-#include "flight_recorder/fr_reader.h"
+#include "flight_recorder/fr_files.h"
 
 namespace rankwatch {
 
@@ -88,28 +88,29 @@ void NodeAgent::ExpireDumpRequests(int64_t unix_ns) {
 void NodeAgent::PublishDump(const FoundDump& found, int64_t unix_ns) {
   fr::FrReadOptions ro;
   ro.max_frames = options_.flight_recorder_transport.max_frames;
-  auto read = fr::ReadFrDumpFile(found.file, ro);
+  // The dump's own rank wins over its file name's (they agree when PyTorch wrote it).
+  const fr::RankDump read = fr::LoadRankDump(found.rank, found.file, ro);
+  const uint32_t rank = read.rank;
   v1::FlightRecorderDump dump;
-  if (read.ok()) {
-    fr::DumpToProto(*read, options_.flight_recorder_transport, &dump);
-    for (const fr::FrGroup& g : read->groups) {
+  if (read.state == fr::DumpState::kUnreadable) {
+    fr::UnreadableToProto(read.error, options_.flight_recorder_transport, &dump);
+  } else {
+    fr::DumpToProto(read.dump, options_.flight_recorder_transport, &dump);
+    for (const fr::FrGroup& g : read.dump.groups) {
       for (uint32_t r : g.ranks) dump_world_size_ = std::max(dump_world_size_, r + 1);
     }
-  } else {
-    fr::UnreadableToProto(std::string(read.status().message()), options_.flight_recorder_transport,
-                          &dump);
   }
-  dump.set_rank(found.rank);
+  dump.set_rank(rank);
   dump.set_source(fr::WireString(found.file.string(), 4096));
   dump.set_node(options_.node);
   dump.set_file_mtime_unix_ns(std::max<int64_t>(0, found.mtime_unix_ns));
   dump.set_file_bytes(found.bytes);
   // The request that asked this rank, if one waits for it: answered DONE once sent.
   auto asked = std::find_if(dump_requests_.begin(), dump_requests_.end(), [&](const DumpRequest& d) {
-    return d.triggered.count(found.rank) > 0;
+    return d.triggered.count(rank) > 0;
   });
   if (asked != dump_requests_.end()) dump.set_request_id(asked->request.id());
-  v1::Batch b = NewBatch(found.rank, unix_ns, DumpWorldSize(found.rank));
+  v1::Batch b = NewBatch(rank, unix_ns, DumpWorldSize(rank));
   *b.add_flight_recorder_dumps() = std::move(dump);
   const absl::Status s =
       PublishWaiting(&b, std::chrono::steady_clock::now() + options_.trace_publish_timeout);
@@ -120,19 +121,19 @@ void NodeAgent::PublishDump(const FoundDump& found, int64_t unix_ns) {
     return;
   }
   const v1::FlightRecorderDump& sent = b.flight_recorder_dumps(0);
-  if (read.ok()) {
+  if (read.state != fr::DumpState::kUnreadable) {
     counters_.fr_dumps_published.fetch_add(1, std::memory_order_relaxed);
     spdlog::info("agent: published the Flight Recorder dump of rank {} ({}: {} entries, {} left "
                  "out)",
-                 found.rank, found.file.string(), sent.entries_size(), sent.entries_omitted());
+                 rank, found.file.string(), sent.entries_size(), sent.entries_omitted());
   } else {
     counters_.fr_dumps_unreadable.fetch_add(1, std::memory_order_relaxed);
     spdlog::warn("agent: the Flight Recorder dump {} is unreadable (published as such): {}",
                  found.file.string(), sent.error());
   }
   if (asked != dump_requests_.end()) {
-    ReplyDump(asked->request, found.rank, v1::CONTROL_DONE, "", unix_ns);
-    asked->triggered.erase(found.rank);
+    ReplyDump(asked->request, rank, v1::CONTROL_DONE, "", unix_ns);
+    asked->triggered.erase(rank);
     if (asked->triggered.empty()) dump_requests_.erase(asked);
   }
 }
