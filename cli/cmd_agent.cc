@@ -118,11 +118,12 @@ int RunAgent(AgentFlags f) {
   NodeAgent agent(f.agent, publisher->get(), std::move(control));
   std::printf("{\"metrics\": \"%s\"}\n", (*server)->address().ToString().c_str());
   std::fflush(stdout);
-  spdlog::info("agent: job '{}', node {}, every {} s, traces from '{}', Flight Recorder dumps "
-               "'{}', pipes '{}'",
-               f.agent.training_job, f.agent.node, f.interval_s, f.agent.trace_dir,
-               absl::StrJoin(f.agent.flight_recorder_prefixes, "', '"),
-               absl::StrJoin(f.agent.flight_recorder_pipe_prefixes, "', '"));
+  spdlog::info(
+      "agent: job '{}', node {}, every {} s, traces from '{}', Flight Recorder dumps "
+      "'{}', pipes '{}'",
+      f.agent.training_job, f.agent.node, f.interval_s, f.agent.trace_dir,
+      absl::StrJoin(f.agent.flight_recorder_prefixes, "', '"),
+      absl::StrJoin(f.agent.flight_recorder_pipe_prefixes, "', '"));
   const auto start = std::chrono::steady_clock::now();
   const auto interval = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::duration<double>(f.interval_s));
@@ -172,8 +173,7 @@ int RunAgent(AgentFlags f) {
       static_cast<unsigned long long>((*publisher)->failed()),
       static_cast<unsigned long long>(c.trace_files_published.load()),
       static_cast<unsigned long long>(c.trace_kernel_events.load()),
-      static_cast<unsigned long long>(c.fr_dumps_published.load() +
-                                      c.fr_dumps_unreadable.load()));
+      static_cast<unsigned long long>(c.fr_dumps_published.load() + c.fr_dumps_unreadable.load()));
   std::fflush(stdout);
   if (!flushed.ok()) spdlog::warn("agent: {}", std::string(flushed.message()));
   return 0;

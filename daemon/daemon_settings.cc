@@ -93,8 +93,8 @@ std::vector<Setting> BuildSettings() {
           .Help("compacted Kafka topic with a copy of the state, so partitions can move between "
                 "instances; set the same on every instance of a group"),
       Declare("control-topic", &D::control_topic)
-          .Help("topic on which rankwatchd asks the collectors for captures and hang stacks; "
-                "`\"\"` turns both off")
+          .Help("topic on which rankwatchd asks the collectors for captures, hang stacks and "
+                "Flight Recorder dumps; `\"\"` turns them off")
           .Details(" ([formats.md](formats.md#control-channel-rankwatchcontrol)); the capture "
                    "calls then answer `UNAVAILABLE`"),
       Declare("hang-stacks", &D::hang_stacks)

@@ -253,9 +253,8 @@ int Run(const DaemonConfig& config) {
   if (ui_address) {
     WebServerOptions web_options;
     web_options.address = *ui_address;
-    web_options.sources = {&snapshots,     &alert_hub,  &kernel_snapshots,
-                           captures.get(), hang.get(),  store->get(),
-                           flight_recorder.get()};
+    web_options.sources = {&snapshots, &alert_hub,   &kernel_snapshots,    captures.get(),
+                           hang.get(), store->get(), flight_recorder.get()};
     web_options.tls = {config.grpc_tls_cert, config.grpc_tls_key, config.grpc_tls_client_ca};
     auto started = WebServer::Start(web_options);
     if (!started.ok()) return Fail(started.status());

@@ -38,15 +38,16 @@ void FlightRecorderInspector::OnBatch(const v1::Batch& batch) {
   for (const v1::FlightRecorderDump& d : batch.flight_recorder_dumps()) {
     const size_t bytes = d.ByteSizeLong();
     auto it = jobs_.find(name);
-    const size_t replaced =
-        it != jobs_.end() && it->second.dumps.count(d.rank()) > 0 ? it->second.dumps[d.rank()].bytes
-                                                                   : 0;
+    const size_t replaced = it != jobs_.end() && it->second.dumps.count(d.rank()) > 0
+                                ? it->second.dumps[d.rank()].bytes
+                                : 0;
     if ((it == jobs_.end() && jobs_.size() >= options_.max_jobs && !MakeRoom(name, 0)) ||
         !MakeRoom(name, bytes > replaced ? bytes - replaced : 0)) {
       ++counters_.dumps_dropped;
-      spdlog::warn("training job '{}': the Flight Recorder dump of rank {} ({} bytes) is dropped: "
-                   "dumps of more than {} jobs or {} bytes are not kept",
-                   name, d.rank(), bytes, options_.max_jobs, options_.max_bytes);
+      spdlog::warn(
+          "training job '{}': the Flight Recorder dump of rank {} ({} bytes) is dropped: "
+          "dumps of more than {} jobs or {} bytes are not kept",
+          name, d.rank(), bytes, options_.max_jobs, options_.max_bytes);
       continue;
     }
     Job& job = jobs_[name];
@@ -120,9 +121,10 @@ void FlightRecorderInspector::Request(
     std::lock_guard<std::mutex> lock(mu_);
     if (sent.ok()) {
       ++counters_.requests;
-      spdlog::info("training job '{}' is hung: asked its ranks for their Flight Recorder dumps "
-                   "({})",
-                   job, request.id());
+      spdlog::info(
+          "training job '{}' is hung: asked its ranks for their Flight Recorder dumps "
+          "({})",
+          job, request.id());
     } else {
       ++counters_.send_failures;
       spdlog::warn("training job '{}' is hung: the Flight Recorder request could not be sent: {}",
@@ -153,9 +155,10 @@ void FlightRecorderInspector::Analyze(const EvidenceTick& tick) {
           job.complete_steps = complete;
           job.steps_known = true;
         } else if (complete > job.complete_steps) {
-          spdlog::info("training job '{}' made progress: its Flight Recorder dumps and verdict "
-                       "are dropped",
-                       it->first);
+          spdlog::info(
+              "training job '{}' made progress: its Flight Recorder dumps and verdict "
+              "are dropped",
+              it->first);
           bytes_ -= job.bytes;
           job.bytes = 0;
           job.dumps.clear();
@@ -195,8 +198,8 @@ void FlightRecorderInspector::Analyze(const EvidenceTick& tick) {
     out.set_analyzed_unix_ns(tick.now_unix_ns);
     out.set_last_dump_unix_ns(d.last_dump_unix_ns);
     out.set_dumps(static_cast<uint32_t>(d.dumps.size()));
-    spdlog::info("training job '{}': Flight Recorder verdict from {} of {} ranks' dumps: {}",
-                 d.job, d.dumps.size(), d.world_size, out.summary());
+    spdlog::info("training job '{}': Flight Recorder verdict from {} of {} ranks' dumps: {}", d.job,
+                 d.dumps.size(), d.world_size, out.summary());
     std::lock_guard<std::mutex> lock(mu_);
     ++counters_.analyses;
     auto it = jobs_.find(d.job);
@@ -245,7 +248,8 @@ void FlightRecorderInspector::OnTick(const EvidenceTick& tick, std::vector<v1::A
   }
 }
 
-std::optional<v1::FlightRecorderVerdict> FlightRecorderInspector::Get(const std::string& job) const {
+std::optional<v1::FlightRecorderVerdict> FlightRecorderInspector::Get(
+    const std::string& job) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return std::nullopt;

@@ -91,12 +91,12 @@ class FlightRecorderInspector : public Evidence {
     std::map<uint32_t, Kept> dumps;  // by rank
     uint32_t batch_world_size = 0;   // the world size the dumps' batches gave
     size_t bytes = 0;
-    int64_t last_dump_unix_ns = 0;   // the newest dump's arrival
-    bool pending = false;            // dumps came since the last analysis
-    uint64_t complete_steps = 0;     // the job's complete steps when the newest dump came
-    bool steps_known = false;        // complete_steps was set from a snapshot
+    int64_t last_dump_unix_ns = 0;  // the newest dump's arrival
+    bool pending = false;           // dumps came since the last analysis
+    uint64_t complete_steps = 0;    // the job's complete steps when the newest dump came
+    bool steps_known = false;       // complete_steps was set from a snapshot
     std::optional<v1::FlightRecorderVerdict> verdict;
-    bool republish = false;          // a new verdict its hang alert has not carried
+    bool republish = false;  // a new verdict its hang alert has not carried
     // The hang that was asked: the job's complete steps then (asked again after progress).
     std::optional<uint64_t> asked_at_steps;
   };

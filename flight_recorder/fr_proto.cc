@@ -47,7 +47,8 @@ std::vector<std::vector<int64_t>> GetShapes(
     const google::protobuf::RepeatedPtrField<v1::FlightRecorderShape>& shapes) {
   std::vector<std::vector<int64_t>> out;
   out.reserve(shapes.size());
-  for (const v1::FlightRecorderShape& s : shapes) out.emplace_back(s.dims().begin(), s.dims().end());
+  for (const v1::FlightRecorderShape& s : shapes)
+    out.emplace_back(s.dims().begin(), s.dims().end());
   return out;
 }
 

@@ -30,11 +30,11 @@
 namespace rankwatch::fr {
 
 struct FrTransportOptions {
-  size_t completed_per_group = 8;  // last completed entries kept per group; default 8
-  size_t max_frames = 16;          // innermost frames kept per entry; default 16
-  size_t max_entries = 4096;       // entries kept; default 4,096 (the daemon's limit)
+  size_t completed_per_group = 8;      // last completed entries kept per group; default 8
+  size_t max_frames = 16;              // innermost frames kept per entry; default 16
+  size_t max_entries = 4096;           // entries kept; default 4,096 (the daemon's limit)
   size_t max_bytes = size_t{3} << 20;  // serialized dump; default 3 MiB
-  size_t max_string_bytes = 4096;  // every string; default 4 KiB (the daemon's limit)
+  size_t max_string_bytes = 4096;      // every string; default 4 KiB (the daemon's limit)
 };
 
 // `dump` (read, or empty when it has no entries) trimmed into `out`, which is cleared first.
@@ -54,10 +54,10 @@ FrDump DumpFromProto(const v1::FlightRecorderDump& in);
 RankDump RankDumpFromProto(const v1::FlightRecorderDump& in);
 
 struct FrVerdictProtoOptions {
-  size_t max_ranks = 256;   // per-rank reports kept (culprits and those they hold first)
-  size_t max_listed = 64;   // ranks listed in a group's or a culprit's rank lists
-  size_t max_frames = 8;    // frames kept per operation
-  size_t max_groups = 64;   // pending groups kept
+  size_t max_ranks = 256;  // per-rank reports kept (culprits and those they hold first)
+  size_t max_listed = 64;  // ranks listed in a group's or a culprit's rank lists
+  size_t max_frames = 8;   // frames kept per operation
+  size_t max_groups = 64;  // pending groups kept
 };
 
 // The verdict as the service reports it. `rank_nodes` (optional, by rank) names where each

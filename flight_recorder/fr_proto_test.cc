@@ -77,7 +77,8 @@ TEST(FrProto, RoundTripKeepsEveryFieldWhenNothingIsTrimmed) {
   EXPECT_EQ(back.status[0].last_completed, 3);
   EXPECT_EQ(back.status[1].last_completed, -1);
   ASSERT_EQ(back.entries.size(), dump.entries.size());
-  for (size_t i = 0; i < dump.entries.size(); ++i) ExpectSameEntry(back.entries[i], dump.entries[i]);
+  for (size_t i = 0; i < dump.entries.size(); ++i)
+    ExpectSameEntry(back.entries[i], dump.entries[i]);
 
   const RankDump rd = RankDumpFromProto(parsed);
   EXPECT_EQ(rd.rank, 2u);
@@ -121,9 +122,9 @@ TEST(FrProto, TrimKeepsPendingEntriesAndTheLastCompletedOfEachGroup) {
     EXPECT_GT(e.record_id(), last_record);
     last_record = e.record_id();
   }
-  const std::vector<std::pair<int64_t, int64_t>> want = {
-      {0, 17}, {0, 18}, {0, 19}, {0, 20}, {1, 1},  {1, 2},  {1, 3},
-      {0, 21}, {1, 4},  {1, 5},  {0, 22}, {0, 23}, {0, 24}, {0, 25}};
+  const std::vector<std::pair<int64_t, int64_t>> want = {{0, 17}, {0, 18}, {0, 19}, {0, 20}, {1, 1},
+                                                         {1, 2},  {1, 3},  {0, 21}, {1, 4},  {1, 5},
+                                                         {0, 22}, {0, 23}, {0, 24}, {0, 25}};
   EXPECT_EQ(kept, want);
   EXPECT_EQ(wire.entries_omitted(), dump.entries.size() - want.size());
   // Frames: the innermost 16, the rest counted.
@@ -157,8 +158,8 @@ TEST(FrProto, OverTheEntryLimitPendingEntriesGoLast) {
 TEST(FrProto, OverTheByteBudgetFramesGoThenEntries) {
   DumpBuilder b(0);
   b.Group("0", "default_pg", {0, 1});
-  b.Ops(0, 1, 8, FrState::kCompleted, "nccl:all_reduce", 16).Ops(0, 9, 9, FrState::kStarted,
-                                                                  "nccl:all_reduce", 16);
+  b.Ops(0, 1, 8, FrState::kCompleted, "nccl:all_reduce", 16)
+      .Ops(0, 9, 9, FrState::kStarted, "nccl:all_reduce", 16);
   const FrDump dump = b.Build();
   v1::FlightRecorderDump full;
   DumpToProto(dump, {}, &full);

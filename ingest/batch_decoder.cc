@@ -259,7 +259,9 @@ RejectReason BatchDecoder::ValidateFlightRecorder(const v1::Batch& batch,
                   fmt::format("{} Flight Recorder dumps (limit {})",
                               batch.flight_recorder_dumps_size(), limits_.max_fr_dumps));
   }
-  const auto too_long = [this](const std::string& s) { return s.size() > limits_.max_string_bytes; };
+  const auto too_long = [this](const std::string& s) {
+    return s.size() > limits_.max_string_bytes;
+  };
   for (const v1::FlightRecorderDump& d : batch.flight_recorder_dumps()) {
     if (d.rank() != batch.source().rank()) {
       return Reject(RejectReason::kBadRank, detail,
@@ -320,12 +322,12 @@ RejectReason BatchDecoder::ValidateFrEntry(const v1::FlightRecorderEntry& e,
       static_cast<size_t>(e.output_sizes_size()) > tensors ||
       static_cast<size_t>(e.input_dtypes_size()) > tensors ||
       static_cast<size_t>(e.output_dtypes_size()) > tensors) {
-    return Reject(RejectReason::kTooManyRecords, detail,
-                  fmt::format("Flight Recorder entry {}: {} frames, {}/{} shapes, {}/{} dtypes "
-                              "(limits {}, {})",
-                              e.record_id(), e.frames_size(), e.input_sizes_size(),
-                              e.output_sizes_size(), e.input_dtypes_size(), e.output_dtypes_size(),
-                              limits_.max_fr_frames, tensors));
+    return Reject(
+        RejectReason::kTooManyRecords, detail,
+        fmt::format("Flight Recorder entry {}: {} frames, {}/{} shapes, {}/{} dtypes "
+                    "(limits {}, {})",
+                    e.record_id(), e.frames_size(), e.input_sizes_size(), e.output_sizes_size(),
+                    e.input_dtypes_size(), e.output_dtypes_size(), limits_.max_fr_frames, tensors));
   }
   for (const auto* shapes : {&e.input_sizes(), &e.output_sizes()}) {
     for (const v1::FlightRecorderShape& shape : *shapes) {
@@ -336,7 +338,9 @@ RejectReason BatchDecoder::ValidateFrEntry(const v1::FlightRecorderEntry& e,
       }
     }
   }
-  const auto too_long = [this](const std::string& s) { return s.size() > limits_.max_string_bytes; };
+  const auto too_long = [this](const std::string& s) {
+    return s.size() > limits_.max_string_bytes;
+  };
   bool long_string = too_long(e.pg_name()) || too_long(e.pg_desc()) || too_long(e.profiling_name());
   for (const auto* dtypes : {&e.input_dtypes(), &e.output_dtypes()}) {
     for (const std::string& t : *dtypes) long_string |= too_long(t);

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "evidence/capture_store.h"
+#include "evidence/flight_recorder_inspector.h"
 #include "evidence/hang_inspector.h"
 #include "sinks/alert_hub.h"
 #include "sinks/kernel_snapshot_store.h"

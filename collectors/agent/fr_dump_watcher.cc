@@ -24,8 +24,7 @@ std::pair<std::filesystem::path, std::string> Split(const std::string& prefix) {
 
 }  // namespace
 
-bool FrDumpWatcher::RankOfName(const std::string& name, const std::string& base,
-                               uint32_t* rank) {
+bool FrDumpWatcher::RankOfName(const std::string& name, const std::string& base, uint32_t* rank) {
   if (name.size() <= base.size() || name.compare(0, base.size(), base) != 0) return false;
   const size_t digits = name.size() - base.size();
   if (digits > 9) return false;
@@ -45,8 +44,7 @@ std::vector<FoundDump> FrDumpWatcher::Poll() {
     const auto [dir, base] = Split(prefix);
     std::error_code ec;
     std::vector<std::pair<std::filesystem::path, uint32_t>> files;
-    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end;
-         it.increment(ec)) {
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
       uint32_t rank = 0;
       if (!RankOfName(it->path().filename().string(), base, &rank)) continue;
       std::error_code fe;
@@ -96,14 +94,14 @@ std::vector<uint32_t> FindDumpPipes(const std::string& pipe_prefix) {
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::string name = it->path().filename().string();
     constexpr std::string_view kSuffix = ".pipe";
-    if (name.size() <= kSuffix.size() || name.compare(name.size() - kSuffix.size(),
-                                                      kSuffix.size(), kSuffix) != 0) {
+    if (name.size() <= kSuffix.size() ||
+        name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
       continue;
     }
     name.resize(name.size() - kSuffix.size());
     uint32_t rank = 0;
     std::error_code fe;
-    if (RankOfName(name, base, &rank) && it->is_fifo(fe)) ranks.push_back(rank);
+    if (FrDumpWatcher::RankOfName(name, base, &rank) && it->is_fifo(fe)) ranks.push_back(rank);
   }
   std::sort(ranks.begin(), ranks.end());
   return ranks;

@@ -31,7 +31,8 @@ class FrDumpWatcherTest : public ::testing::Test {
   // Moves the file's modification time `seconds` ahead (a rewrite within the clock's
   // resolution would otherwise look the same when the size does not change).
   void Touch(const std::string& name, int seconds) {
-    fs::last_write_time(dir_ / name, fs::last_write_time(dir_ / name) + std::chrono::seconds(seconds));
+    fs::last_write_time(dir_ / name,
+                        fs::last_write_time(dir_ / name) + std::chrono::seconds(seconds));
   }
   static std::vector<uint32_t> Ranks(const std::vector<FoundDump>& found) {
     std::vector<uint32_t> out;
@@ -64,7 +65,7 @@ TEST_F(FrDumpWatcherTest, ReportsStableDumpsOnceAndAgainWhenRewritten) {
   Write("nccl_trace_rank_10", "dump 10");
   Write("nccl_trace_rank_2.tmp", "half");  // not a dump's name
   Write("unrelated_4", "x");
-  EXPECT_TRUE(w.Poll().empty());  // seen once
+  EXPECT_TRUE(w.Poll().empty());                   // seen once
   Write("nccl_trace_rank_10", "dump 10, longer");  // still being written
   std::vector<FoundDump> found = w.Poll();
   EXPECT_EQ(Ranks(found), (std::vector<uint32_t>{3}));

@@ -35,8 +35,8 @@ NodeAgent::NodeAgent(NodeAgentOptions options, BatchPublisher* publisher,
         TraceWatcherOptions{options_.trace_dir, options_.include_existing_traces});
   }
   if (!options_.flight_recorder_prefixes.empty()) {
-    dump_watcher_ = std::make_unique<FrDumpWatcher>(FrDumpWatcherOptions{
-        options_.flight_recorder_prefixes, options_.include_existing_dumps});
+    dump_watcher_ = std::make_unique<FrDumpWatcher>(
+        FrDumpWatcherOptions{options_.flight_recorder_prefixes, options_.include_existing_dumps});
   }
 }
 

@@ -47,7 +47,8 @@ void NodeAgent::TakeDumpRequests(int64_t unix_ns) {
     std::map<uint32_t, std::filesystem::path> pipes;
     for (const std::string& prefix : options_.flight_recorder_pipe_prefixes) {
       if (d.request.ranks_size() == 0) {
-        for (uint32_t rank : FindDumpPipes(prefix)) pipes.try_emplace(rank, DumpPipePath(prefix, rank));
+        for (uint32_t rank : FindDumpPipes(prefix))
+          pipes.try_emplace(rank, DumpPipePath(prefix, rank));
         continue;
       }
       for (uint32_t rank : d.request.ranks()) {
@@ -106,9 +107,8 @@ void NodeAgent::PublishDump(const FoundDump& found, int64_t unix_ns) {
   dump.set_file_mtime_unix_ns(std::max<int64_t>(0, found.mtime_unix_ns));
   dump.set_file_bytes(found.bytes);
   // The request that asked this rank, if one waits for it: answered DONE once sent.
-  auto asked = std::find_if(dump_requests_.begin(), dump_requests_.end(), [&](const DumpRequest& d) {
-    return d.triggered.count(rank) > 0;
-  });
+  auto asked = std::find_if(dump_requests_.begin(), dump_requests_.end(),
+                            [&](const DumpRequest& d) { return d.triggered.count(rank) > 0; });
   if (asked != dump_requests_.end()) dump.set_request_id(asked->request.id());
   v1::Batch b = NewBatch(rank, unix_ns, DumpWorldSize(rank));
   *b.add_flight_recorder_dumps() = std::move(dump);
@@ -123,9 +123,10 @@ void NodeAgent::PublishDump(const FoundDump& found, int64_t unix_ns) {
   const v1::FlightRecorderDump& sent = b.flight_recorder_dumps(0);
   if (read.state != fr::DumpState::kUnreadable) {
     counters_.fr_dumps_published.fetch_add(1, std::memory_order_relaxed);
-    spdlog::info("agent: published the Flight Recorder dump of rank {} ({}: {} entries, {} left "
-                 "out)",
-                 rank, found.file.string(), sent.entries_size(), sent.entries_omitted());
+    spdlog::info(
+        "agent: published the Flight Recorder dump of rank {} ({}: {} entries, {} left "
+        "out)",
+        rank, found.file.string(), sent.entries_size(), sent.entries_omitted());
   } else {
     counters_.fr_dumps_unreadable.fetch_add(1, std::memory_order_relaxed);
     spdlog::warn("agent: the Flight Recorder dump {} is unreadable (published as such): {}",
