@@ -8,6 +8,7 @@ namespace rankwatch {
 namespace {
 
 constexpr int kRanksShown = 16;  // per-rank tables printed; the rest with --json
+constexpr int kGroupsShown = 8;  // pending groups printed
 
 std::string DumpWord(v1::FlightRecorderDumpState s) {
   switch (s) {
@@ -91,7 +92,8 @@ void PrintFlightRecorder(const v1::FlightRecorderVerdict& v, const v1::HangStack
     }
     std::printf(" (dump %s)\n", DumpWord(c.dump()).c_str());
   }
-  for (const v1::FlightRecorderGroupReport& g : v.groups()) {
+  for (int i = 0; i < v.groups_size() && i < kGroupsShown; ++i) {
+    const v1::FlightRecorderGroupReport& g = v.groups(i);
     std::printf("           group %s: %s at %s", Group(g.desc(), g.size()).c_str(),
                 g.state().c_str(), FlightRecorderOpText(g.frontier()).c_str());
     if (g.missing_size() > 0) std::printf("; missing %s", List(g.missing()).c_str());
@@ -104,6 +106,10 @@ void PrintFlightRecorder(const v1::FlightRecorderVerdict& v, const v1::HangStack
     }
     if (g.no_dump_size() > 0) std::printf("; no dump from %s", List(g.no_dump()).c_str());
     std::printf("\n");
+  }
+  if (v.groups_size() > kGroupsShown) {
+    std::printf("           %d more groups with something pending\n",
+                v.groups_size() - kGroupsShown);
   }
   for (const std::string& u : v.undecided()) std::printf("           undecided: %s\n", u.c_str());
 
@@ -125,7 +131,7 @@ void PrintFlightRecorder(const v1::FlightRecorderVerdict& v, const v1::HangStack
     }
     if (!r.error().empty()) std::printf("             error  %s\n", r.error().c_str());
     for (const v1::FlightRecorderLastOp& l : r.last()) {
-      std::printf("             %-44s %-28s %s\n", Group(l.group_desc(), l.group_size()).c_str(),
+      std::printf("             %-50s %-28s %s\n", Group(l.group_desc(), l.group_size()).c_str(),
                   FlightRecorderOpText(l.op()).c_str(), OpStateWord(l.state()).c_str());
     }
   }

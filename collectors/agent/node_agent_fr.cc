@@ -36,10 +36,12 @@ void NodeAgent::ReplyDump(const v1::ControlRequest& request, uint32_t rank, v1::
 }
 
 void NodeAgent::TakeDumpRequests(int64_t unix_ns) {
-  if (!control_ || options_.flight_recorder_pipe_prefixes.empty()) return;
-  // Dump requests do not wait for a step: the listener queues them with stacks requests.
+  if (!control_) return;
+  // Dump requests do not wait for a step: the listener queues them with stacks requests (taken
+  // here without pipes too, so that they do not fill its queue).
   for (v1::ControlRequest& r : control_->WaitStacks(std::chrono::milliseconds(0))) {
     if (r.action_case() != v1::ControlRequest::kFlightRecorder) continue;
+    if (options_.flight_recorder_pipe_prefixes.empty()) continue;
     counters_.fr_requests.fetch_add(1, std::memory_order_relaxed);
     DumpRequest& d = dump_requests_.emplace_back();
     d.request = std::move(r);
