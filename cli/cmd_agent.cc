@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "absl/strings/str_join.h"
 #include "cli/commands.h"
 #include "collectors/agent/node_agent.h"
 #include "collectors/batch_publisher.h"
@@ -79,16 +80,28 @@ int RunAgent(AgentFlags f) {
       "capture requests taken (requested), and ranks answered from a trace (done) or not "
       "(failed)",
       {"result"});
+  MetricFamily* dumps = registry.Counter(
+      "rankwatch_agent_flight_recorder_dumps_total",
+      "Flight Recorder dumps found: published, published as unreadable, failed (not sent)",
+      {"result"});
+  MetricFamily* dump_requests = registry.Counter(
+      "rankwatch_agent_flight_recorder_requests_total",
+      "Flight Recorder requests taken (requested), and ranks asked through their pipe "
+      "(triggered), whose dump came (done), or not (failed)",
+      {"result"});
   auto server = MetricsHttpServer::Start(*listen, &registry);
   if (!server.ok()) {
     std::fprintf(stderr, "rankwatch agent: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
+  f.agent.include_existing_dumps = f.agent.include_existing_traces;  // one flag for both
   f.agent.trace_publish_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(f.trace_timeout_s * 1000));
-  // Captures are answered from the trace directory: without one there is nothing to answer with.
+  // Captures are answered from the trace directory, Flight Recorder requests through the dump
+  // pipes: without either there is nothing to answer with.
   std::unique_ptr<ControlListener> control;
-  if (!f.agent.trace_dir.empty() && !f.control_topic.empty()) {
+  if ((!f.agent.trace_dir.empty() || !f.agent.flight_recorder_pipe_prefixes.empty()) &&
+      !f.control_topic.empty()) {
     ControlListenerOptions lo;
     lo.brokers = f.brokers;
     lo.topic = f.control_topic;
@@ -105,8 +118,12 @@ int RunAgent(AgentFlags f) {
   NodeAgent agent(f.agent, publisher->get(), std::move(control));
   std::printf("{\"metrics\": \"%s\"}\n", (*server)->address().ToString().c_str());
   std::fflush(stdout);
-  spdlog::info("agent: job '{}', node {}, every {} s, traces from '{}'", f.agent.training_job,
-               f.agent.node, f.interval_s, f.agent.trace_dir);
+  spdlog::info(
+      "agent: job '{}', node {}, every {} s, traces from '{}', Flight Recorder dumps "
+      "'{}', pipes '{}'",
+      f.agent.training_job, f.agent.node, f.interval_s, f.agent.trace_dir,
+      absl::StrJoin(f.agent.flight_recorder_prefixes, "', '"),
+      absl::StrJoin(f.agent.flight_recorder_pipe_prefixes, "', '"));
   const auto start = std::chrono::steady_clock::now();
   const auto interval = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::duration<double>(f.interval_s));
@@ -124,6 +141,13 @@ int RunAgent(AgentFlags f) {
     captures->WithLabels({"requested"})->Set(c.capture_requests.load());
     captures->WithLabels({"done"})->Set(c.capture_ranks_done.load());
     captures->WithLabels({"failed"})->Set(c.capture_ranks_failed.load());
+    dumps->WithLabels({"published"})->Set(c.fr_dumps_published.load());
+    dumps->WithLabels({"unreadable"})->Set(c.fr_dumps_unreadable.load());
+    dumps->WithLabels({"failed"})->Set(c.fr_dumps_failed.load());
+    dump_requests->WithLabels({"requested"})->Set(c.fr_requests.load());
+    dump_requests->WithLabels({"triggered"})->Set(c.fr_ranks_triggered.load());
+    dump_requests->WithLabels({"done"})->Set(c.fr_ranks_done.load());
+    dump_requests->WithLabels({"failed"})->Set(c.fr_ranks_failed.load());
   };
   while (true) {
     agent.Tick(UnixNowNs());
@@ -141,14 +165,15 @@ int RunAgent(AgentFlags f) {
   std::printf(
       "{\"samples\": %llu, \"batches_sent\": %llu, \"batches_dropped\": %llu, "
       "\"delivered\": %llu, \"failed\": %llu, \"trace_files\": %llu, "
-      "\"trace_kernel_events\": %llu}\n",
+      "\"trace_kernel_events\": %llu, \"flight_recorder_dumps\": %llu}\n",
       static_cast<unsigned long long>(c.samples.load()),
       static_cast<unsigned long long>(c.batches_sent.load()),
       static_cast<unsigned long long>(c.batches_dropped.load()),
       static_cast<unsigned long long>((*publisher)->delivered()),
       static_cast<unsigned long long>((*publisher)->failed()),
       static_cast<unsigned long long>(c.trace_files_published.load()),
-      static_cast<unsigned long long>(c.trace_kernel_events.load()));
+      static_cast<unsigned long long>(c.trace_kernel_events.load()),
+      static_cast<unsigned long long>(c.fr_dumps_published.load() + c.fr_dumps_unreadable.load()));
   std::fflush(stdout);
   if (!flushed.ok()) spdlog::warn("agent: {}", std::string(flushed.message()));
   return 0;
@@ -183,7 +208,16 @@ CommandRunner AddAgentCommand(CLI::App& app) {
   cmd->add_option("--trace-dir", f->agent.trace_dir,
                   "watch this directory for new Kineto / Ascend trace files");
   cmd->add_flag("--include-existing", f->agent.include_existing_traces,
-                "also publish the traces already in --trace-dir at start");
+                "also publish the traces and Flight Recorder dumps already there at start");
+  cmd->add_option("--flight-recorder", f->agent.flight_recorder_prefixes,
+                  "publish the PyTorch Flight Recorder dumps written to PREFIX<rank> (the job's "
+                  "TORCH_NCCL_DEBUG_INFO_TEMP_FILE; PyTorch's default /tmp/nccl_trace_rank_); "
+                  "repeatable")
+      ->type_name("PREFIX");
+  cmd->add_option("--flight-recorder-pipe", f->agent.flight_recorder_pipe_prefixes,
+                  "answer the job's Flight Recorder requests through the pipes PREFIX<rank>.pipe "
+                  "(the job's TORCH_NCCL_DEBUG_INFO_PIPE_FILE); repeatable")
+      ->type_name("PREFIX");
   cmd->add_option("--trace-publish-timeout", f->trace_timeout_s,
                   "seconds one trace file's batches may wait for Kafka in all")
       ->capture_default_str()

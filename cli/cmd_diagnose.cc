@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/diagnose_flight_recorder.h"
 #include "rankwatch/v1/service.grpc.pb.h"
 
 namespace rankwatch {
@@ -340,6 +341,7 @@ int RunDiagnose(const DiagnoseFlags& f) {
   }
   PrintStep(d.step());
   PrintHangStacks(d.hang_stacks());
+  PrintFlightRecorder(d.flight_recorder(), d.hang_stacks());
   PrintMemory(d.memory());
   PrintLostTime(d.lost_time());
   PrintCapture(d.capture());

@@ -61,6 +61,11 @@ struct DaemonConfig {
   Duration capture_deadline = std::chrono::seconds(60);
   // A job diagnosed hung: its ranks are asked for their stacks (on the control topic).
   bool hang_stacks = true;
+  // A job diagnosed hung: its ranks are asked for their Flight Recorder dumps (control topic).
+  bool flight_recorder = true;
+  // A job's Flight Recorder dumps are analyzed this long after the newest one when not every
+  // rank's came.
+  Duration flight_recorder_settle = std::chrono::seconds(2);
   Duration job_ttl = std::chrono::hours(1);        // no input this long: the job is finished
   Duration job_retention = std::chrono::hours(1);  // finished jobs stay queryable this long
   // gRPC TLS (all PEM files; none: plaintext). A client CA turns on mutual TLS.

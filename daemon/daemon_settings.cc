@@ -93,14 +93,23 @@ std::vector<Setting> BuildSettings() {
           .Help("compacted Kafka topic with a copy of the state, so partitions can move between "
                 "instances; set the same on every instance of a group"),
       Declare("control-topic", &D::control_topic)
-          .Help("topic on which rankwatchd asks the collectors for captures and hang stacks; "
-                "`\"\"` turns both off")
+          .Help("topic on which rankwatchd asks the collectors for captures, hang stacks and "
+                "Flight Recorder dumps; `\"\"` turns them off")
           .Details(" ([formats.md](formats.md#control-channel-rankwatchcontrol)); the capture "
                    "calls then answer `UNAVAILABLE`"),
       Declare("hang-stacks", &D::hang_stacks)
           .Help("a job diagnosed hung: its ranks are asked for their stacks and collective "
                 "counters (on the control topic)")
           .Details(" ([diagnoses.md](diagnoses.md#hang-stacks))"),
+      Declare("flight-recorder", &D::flight_recorder)
+          .Help("a job diagnosed hung: its ranks are asked for their PyTorch Flight Recorder "
+                "dumps (on the control topic); the dumps node agents publish are analyzed either "
+                "way")
+          .Details(" ([diagnoses.md](diagnoses.md#flight-recorder))"),
+      Declare("flight-recorder-settle", &D::flight_recorder_settle)
+          .Within(seconds(0), std::chrono::minutes(10))
+          .Help("a job's Flight Recorder dumps are analyzed once every rank's came, or this long "
+                "after the newest one"),
       Declare("auto-capture", &D::auto_capture)
           .Help("a straggler alert that fires captures its culprit rank and a typical rank")
           .Details(" (the median non-culprit rank by compute time)"),

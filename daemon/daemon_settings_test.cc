@@ -28,6 +28,8 @@ const std::map<std::string, std::string>& Samples() {
       {"changelog-topic", "c"},
       {"control-topic", ""},
       {"hang-stacks", "false"},
+      {"flight-recorder", "false"},
+      {"flight-recorder-settle", "5s"},
       {"auto-capture", "false"},
       {"capture-steps", "7"},
       {"capture-interval", "30s"},

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -25,6 +26,7 @@
 #include "daemon/consumer_group.h"
 #include "daemon/daemon_command_line.h"
 #include "daemon/daemon_config.h"
+#include "evidence/flight_recorder_inspector.h"
 #include "ingest/kafka_consumer.h"
 #include "kafka/cluster_requests.h"
 #include "kafka/control_request_producer.h"
@@ -186,13 +188,18 @@ int Run(const DaemonConfig& config) {
   AlertHub alert_hub(
       store->get(), &writer, hub_options,
       {metrics.alert_subscribers, metrics.alert_subscribers_dropped, metrics.alerts_delivered});
-  // Evidence (evidence/): captures and hang stacks, requests to the collectors on the control
-  // topic (never blocking: a full local queue refuses the request), answers from the telemetry
-  // batches. The router calls `evidence` in order: hang stacks first, so that a hang alert
-  // published again with its stacks still gets the newest capture comparison.
+  // Evidence (evidence/): captures, hang stacks and Flight Recorder dumps, requests to the
+  // collectors on the control topic (never blocking: a full local queue refuses the request),
+  // answers from the telemetry batches. The router calls `evidence` in order: hang stacks first,
+  // then the Flight Recorder verdict, so that a hang alert published again with either still
+  // gets the other and the newest capture comparison.
   std::unique_ptr<ControlRequestProducer> control_producer;
   std::unique_ptr<CaptureStore> captures;
   std::unique_ptr<HangInspector> hang;
+  std::unique_ptr<FlightRecorderInspector> flight_recorder;
+  FlightRecorderInspectorOptions fr_options;
+  fr_options.settle =
+      std::chrono::duration_cast<std::chrono::milliseconds>(config.flight_recorder_settle);
   std::vector<Evidence*> evidence;
   if (!config.control_topic.empty()) {
     auto producer =
@@ -214,8 +221,20 @@ int Run(const DaemonConfig& config) {
       hang = std::make_unique<HangInspector>(HangInspectorOptions{}, send);
       evidence.push_back(hang.get());
     }
+    if (config.flight_recorder) {
+      flight_recorder = std::make_unique<FlightRecorderInspector>(fr_options, send);
+    }
     evidence.push_back(captures.get());
   }
+  // Dumps the node agents publish are analyzed without a control topic too (PyTorch writes them
+  // on its watchdog timeout); only the request on a hang needs the topic.
+  if (flight_recorder == nullptr) {
+    flight_recorder = std::make_unique<FlightRecorderInspector>(fr_options, nullptr);
+  }
+  // After the hang stacks: a hang alert it publishes again carries the stacks.
+  evidence.insert(hang != nullptr ? std::find(evidence.begin(), evidence.end(), hang.get()) + 1
+                                  : evidence.begin(),
+                  flight_recorder.get());
   GrpcServerOptions grpc_options;
   grpc_options.address = *grpc_address;
   grpc_options.snapshots = &snapshots;
@@ -223,6 +242,7 @@ int Run(const DaemonConfig& config) {
   grpc_options.kernels = &kernel_snapshots;
   grpc_options.captures = captures.get();
   grpc_options.hang = hang.get();
+  grpc_options.flight_recorder = flight_recorder.get();
   grpc_options.state = store->get();
   grpc_options.tls = {config.grpc_tls_cert, config.grpc_tls_key, config.grpc_tls_client_ca};
   auto grpc_server = GrpcServer::Start(grpc_options);
@@ -233,8 +253,8 @@ int Run(const DaemonConfig& config) {
   if (ui_address) {
     WebServerOptions web_options;
     web_options.address = *ui_address;
-    web_options.sources = {&snapshots,     &alert_hub, &kernel_snapshots,
-                           captures.get(), hang.get(), store->get()};
+    web_options.sources = {&snapshots, &alert_hub,   &kernel_snapshots,    captures.get(),
+                           hang.get(), store->get(), flight_recorder.get()};
     web_options.tls = {config.grpc_tls_cert, config.grpc_tls_key, config.grpc_tls_client_ca};
     auto started = WebServer::Start(web_options);
     if (!started.ok()) return Fail(started.status());
@@ -324,6 +344,12 @@ int Run(const DaemonConfig& config) {
         metrics.hang_stacks_complete->Set(static_cast<double>(h.settled_all));
         metrics.hang_stacks_partial->Set(static_cast<double>(h.settled_partial));
       }
+      const FlightRecorderInspectorCounters fr = flight_recorder->counters();
+      metrics.fr_dumps_kept->Set(static_cast<double>(fr.dumps));
+      metrics.fr_dumps_dropped->Set(static_cast<double>(fr.dumps_dropped));
+      metrics.fr_requested->Set(static_cast<double>(fr.requests));
+      metrics.fr_send_failed->Set(static_cast<double>(fr.send_failures));
+      metrics.fr_analyses->Set(static_cast<double>(fr.analyses));
       next_tick = now + kTick;
     }
     if (Clock::now() >= next_checkpoint) {

@@ -79,7 +79,8 @@ RejectReason BatchDecoder::Validate(const v1::Batch& batch, std::string* detail,
   if (RejectReason r = ValidateSamples(batch, detail, wall_now_unix_ns); r != RejectReason::kNone) {
     return r;
   }
-  return ValidateKernels(batch, detail);
+  if (RejectReason r = ValidateKernels(batch, detail); r != RejectReason::kNone) return r;
+  return ValidateFlightRecorder(batch, detail);
 }
 
 RejectReason BatchDecoder::ValidateSource(const v1::Batch& batch, std::string* detail) const {
@@ -247,6 +248,110 @@ RejectReason BatchDecoder::ValidateKernels(const v1::Batch& batch, std::string* 
           RejectReason::kBadValue, detail,
           fmt::format("kernel event of {} ns or a bandwidth that is not finite", k.dur_ns()));
     }
+  }
+  return RejectReason::kNone;
+}
+
+RejectReason BatchDecoder::ValidateFlightRecorder(const v1::Batch& batch,
+                                                  std::string* detail) const {
+  if (static_cast<size_t>(batch.flight_recorder_dumps_size()) > limits_.max_fr_dumps) {
+    return Reject(RejectReason::kTooManyRecords, detail,
+                  fmt::format("{} Flight Recorder dumps (limit {})",
+                              batch.flight_recorder_dumps_size(), limits_.max_fr_dumps));
+  }
+  const auto too_long = [this](const std::string& s) {
+    return s.size() > limits_.max_string_bytes;
+  };
+  for (const v1::FlightRecorderDump& d : batch.flight_recorder_dumps()) {
+    if (d.rank() != batch.source().rank()) {
+      return Reject(RejectReason::kBadRank, detail,
+                    fmt::format("a Flight Recorder dump of rank {} in a batch of rank {}", d.rank(),
+                                batch.source().rank()));
+    }
+    if (d.state() != v1::FR_DUMP_READ && d.state() != v1::FR_DUMP_EMPTY &&
+        d.state() != v1::FR_DUMP_UNREADABLE) {
+      return Reject(RejectReason::kBadValue, detail,
+                    fmt::format("Flight Recorder dump state {}", static_cast<int>(d.state())));
+    }
+    if (d.file_mtime_unix_ns() < 0) {
+      return Reject(RejectReason::kBadValue, detail, "negative Flight Recorder file_mtime_unix_ns");
+    }
+    if (static_cast<size_t>(d.entries_size()) > limits_.max_fr_entries ||
+        static_cast<size_t>(d.groups_size()) > limits_.max_fr_groups ||
+        static_cast<size_t>(d.status_size()) > limits_.max_fr_groups) {
+      return Reject(RejectReason::kTooManyRecords, detail,
+                    fmt::format("a Flight Recorder dump of {} entries, {} groups, {} statuses "
+                                "(limits {}, {})",
+                                d.entries_size(), d.groups_size(), d.status_size(),
+                                limits_.max_fr_entries, limits_.max_fr_groups));
+    }
+    bool long_string = too_long(d.source()) || too_long(d.node()) || too_long(d.error()) ||
+                       too_long(d.version()) || too_long(d.nccl_version()) ||
+                       too_long(d.request_id());
+    for (const v1::FlightRecorderGroup& g : d.groups()) {
+      long_string |= too_long(g.name()) || too_long(g.desc());
+      if (static_cast<size_t>(g.ranks_size()) > limits_.max_world_size) {
+        return Reject(RejectReason::kTooManyRecords, detail,
+                      fmt::format("a Flight Recorder group of {} ranks", g.ranks_size()));
+      }
+      for (uint32_t r : g.ranks()) {
+        if (r >= limits_.max_world_size) {
+          return Reject(RejectReason::kBadRank, detail,
+                        fmt::format("rank {} in a Flight Recorder group", r));
+        }
+      }
+    }
+    for (const v1::FlightRecorderGroupStatus& st : d.status()) long_string |= too_long(st.uid());
+    if (long_string) {
+      return Reject(RejectReason::kBadString, detail,
+                    fmt::format("a string of the Flight Recorder dump of rank {} over {} bytes",
+                                d.rank(), limits_.max_string_bytes));
+    }
+    for (const v1::FlightRecorderEntry& e : d.entries()) {
+      if (RejectReason r = ValidateFrEntry(e, detail); r != RejectReason::kNone) return r;
+    }
+  }
+  return RejectReason::kNone;
+}
+
+RejectReason BatchDecoder::ValidateFrEntry(const v1::FlightRecorderEntry& e,
+                                           std::string* detail) const {
+  const size_t tensors = limits_.max_fr_tensors;
+  if (static_cast<size_t>(e.frames_size()) > limits_.max_fr_frames ||
+      static_cast<size_t>(e.input_sizes_size()) > tensors ||
+      static_cast<size_t>(e.output_sizes_size()) > tensors ||
+      static_cast<size_t>(e.input_dtypes_size()) > tensors ||
+      static_cast<size_t>(e.output_dtypes_size()) > tensors) {
+    return Reject(
+        RejectReason::kTooManyRecords, detail,
+        fmt::format("Flight Recorder entry {}: {} frames, {}/{} shapes, {}/{} dtypes "
+                    "(limits {}, {})",
+                    e.record_id(), e.frames_size(), e.input_sizes_size(), e.output_sizes_size(),
+                    e.input_dtypes_size(), e.output_dtypes_size(), limits_.max_fr_frames, tensors));
+  }
+  for (const auto* shapes : {&e.input_sizes(), &e.output_sizes()}) {
+    for (const v1::FlightRecorderShape& shape : *shapes) {
+      if (static_cast<size_t>(shape.dims_size()) > limits_.max_fr_dims) {
+        return Reject(RejectReason::kTooManyRecords, detail,
+                      fmt::format("Flight Recorder entry {}: a shape of {} dimensions (limit {})",
+                                  e.record_id(), shape.dims_size(), limits_.max_fr_dims));
+      }
+    }
+  }
+  const auto too_long = [this](const std::string& s) {
+    return s.size() > limits_.max_string_bytes;
+  };
+  bool long_string = too_long(e.pg_name()) || too_long(e.pg_desc()) || too_long(e.profiling_name());
+  for (const auto* dtypes : {&e.input_dtypes(), &e.output_dtypes()}) {
+    for (const std::string& t : *dtypes) long_string |= too_long(t);
+  }
+  for (const v1::FlightRecorderFrame& f : e.frames()) {
+    long_string |= too_long(f.name()) || too_long(f.filename());
+  }
+  if (long_string) {
+    return Reject(RejectReason::kBadString, detail,
+                  fmt::format("Flight Recorder entry {}: a string over {} bytes", e.record_id(),
+                              limits_.max_string_bytes));
   }
   return RejectReason::kNone;
 }

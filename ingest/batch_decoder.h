@@ -68,6 +68,9 @@ class BatchDecoder {
   RejectReason ValidateOps(const v1::StepRecord& step, uint32_t chunks, std::string* detail,
                            DecodeNotes* notes) const;
   RejectReason ValidateKernels(const v1::Batch& batch, std::string* detail) const;
+  // Flight Recorder dumps: each the source's rank, a known state, within the fr limits.
+  RejectReason ValidateFlightRecorder(const v1::Batch& batch, std::string* detail) const;
+  RejectReason ValidateFrEntry(const v1::FlightRecorderEntry& e, std::string* detail) const;
   RejectReason ValidateSamples(const v1::Batch& batch, std::string* detail,
                                int64_t wall_now_unix_ns) const;
   // Whether `unix_ns` is negative, or ahead of the clock by more than the limit.

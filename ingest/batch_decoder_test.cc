@@ -1,6 +1,7 @@
 #include "ingest/batch_decoder.h"
 
 #include <cmath>
+#include <functional>
 #include <iterator>
 #include <string>
 
@@ -326,6 +327,83 @@ TEST(BatchDecoderTest, AcceptsAndCountsOpTypesItDoesNotKnow) {
 TEST(BatchDecoderTest, ReasonsHaveMetricLabels) {
   for (int i = 0; i < kRejectReasonCount; ++i) {
     EXPECT_NE(RejectReasonName(static_cast<RejectReason>(i)), "unknown");
+  }
+}
+
+// A batch of rank 3 with its Flight Recorder dump: two groups, two entries.
+v1::Batch WithDump() {
+  v1::Batch b = Valid();
+  b.clear_steps();
+  v1::FlightRecorderDump* d = b.add_flight_recorder_dumps();
+  d->set_rank(3);
+  d->set_state(v1::FR_DUMP_READ);
+  d->set_version("2.9");
+  v1::FlightRecorderGroup* g = d->add_groups();
+  g->set_name("0");
+  g->set_desc("default_pg");
+  for (uint32_t r = 0; r < 8; ++r) g->add_ranks(r);
+  d->add_status()->set_uid("0");
+  for (int i = 0; i < 2; ++i) {
+    v1::FlightRecorderEntry* e = d->add_entries();
+    e->set_record_id(i);
+    e->set_profiling_name("nccl:all_reduce");
+    e->add_input_sizes()->add_dims(1024);
+    e->add_input_dtypes("Float");
+    e->add_frames()->set_name("train_step");
+  }
+  return b;
+}
+
+TEST(BatchDecoderTest, ChecksFlightRecorderDumps) {
+  std::string detail;
+  v1::Batch out;
+  ASSERT_EQ(BatchDecoder().Decode(WithDump().SerializeAsString(), &out, &detail),
+            RejectReason::kNone)
+      << detail;
+  EXPECT_EQ(out.flight_recorder_dumps(0).entries_size(), 2);
+  v1::Batch b = WithDump();
+  b.mutable_flight_recorder_dumps(0)->set_rank(4);  // not the batch's rank
+  EXPECT_EQ(DecodeOf(b), RejectReason::kBadRank);
+  b = WithDump();
+  b.mutable_flight_recorder_dumps(0)->set_state(v1::FR_DUMP_MISSING);
+  EXPECT_EQ(DecodeOf(b), RejectReason::kBadValue);
+  b = WithDump();
+  b.mutable_flight_recorder_dumps(0)->set_file_mtime_unix_ns(-1);
+  EXPECT_EQ(DecodeOf(b), RejectReason::kBadValue);
+  BatchLimits limits;
+  limits.max_fr_entries = 1;
+  EXPECT_EQ(DecodeOf(WithDump(), BatchDecoder(limits)), RejectReason::kTooManyRecords);
+  limits = {};
+  limits.max_fr_dumps = 0;
+  EXPECT_EQ(DecodeOf(WithDump(), BatchDecoder(limits)), RejectReason::kTooManyRecords);
+  limits = {};
+  limits.max_fr_frames = 0;
+  EXPECT_EQ(DecodeOf(WithDump(), BatchDecoder(limits)), RejectReason::kTooManyRecords);
+  limits = {};
+  limits.max_fr_dims = 0;
+  EXPECT_EQ(DecodeOf(WithDump(), BatchDecoder(limits)), RejectReason::kTooManyRecords);
+  limits = {};
+  limits.max_fr_groups = 0;
+  EXPECT_EQ(DecodeOf(WithDump(), BatchDecoder(limits)), RejectReason::kTooManyRecords);
+  b = WithDump();
+  b.mutable_flight_recorder_dumps(0)->mutable_groups(0)->add_ranks(1u << 20);
+  EXPECT_EQ(DecodeOf(b), RejectReason::kBadRank);
+  // Every string is bounded.
+  const std::string long_string(5000, 'x');
+  const std::vector<std::function<void(v1::FlightRecorderDump*)>> setters = {
+      [&](v1::FlightRecorderDump* d) { d->set_error(long_string); },
+      [&](v1::FlightRecorderDump* d) { d->set_source(long_string); },
+      [&](v1::FlightRecorderDump* d) { d->mutable_groups(0)->set_desc(long_string); },
+      [&](v1::FlightRecorderDump* d) { d->mutable_status(0)->set_uid(long_string); },
+      [&](v1::FlightRecorderDump* d) { d->mutable_entries(1)->set_pg_desc(long_string); },
+      [&](v1::FlightRecorderDump* d) { d->mutable_entries(1)->set_input_dtypes(0, long_string); },
+      [&](v1::FlightRecorderDump* d) {
+        d->mutable_entries(1)->mutable_frames(0)->set_filename(long_string);
+      }};
+  for (size_t i = 0; i < setters.size(); ++i) {
+    b = WithDump();
+    setters[i](b.mutable_flight_recorder_dumps(0));
+    EXPECT_EQ(DecodeOf(b), RejectReason::kBadString) << i;
   }
 }
 

@@ -193,6 +193,22 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version) 
   hang_stacks_send_failed = hang_stacks->WithLabels({"send_failed"});
   hang_stacks_complete = hang_stacks->WithLabels({"complete"});
   hang_stacks_partial = hang_stacks->WithLabels({"partial"});
+  MetricFamily* fr_dumps = r->Counter(
+      "rankwatch_flight_recorder_dumps_total",
+      "PyTorch Flight Recorder dumps the node agents published: kept, or dropped (over the "
+      "inspector's bounds on jobs and bytes).",
+      {"result"});
+  fr_dumps_kept = fr_dumps->WithLabels({"kept"});
+  fr_dumps_dropped = fr_dumps->WithLabels({"dropped"});
+  MetricFamily* fr_requests =
+      r->Counter("rankwatch_flight_recorder_requests_total",
+                 "Flight Recorder dump requests to the ranks of hung jobs: requested, send_failed.",
+                 {"result"});
+  fr_requested = fr_requests->WithLabels({"requested"});
+  fr_send_failed = fr_requests->WithLabels({"send_failed"});
+  fr_analyses = r->Counter("rankwatch_flight_recorder_analyses_total",
+                           "Analyses of a job's Flight Recorder dumps (each gives a verdict).", {})
+                    ->WithLabels({});
   input_lost_ =
       r->Counter("rankwatch_input_lost_messages_total",
                  "Telemetry messages the daemon never read because the broker no longer had them "

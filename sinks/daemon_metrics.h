@@ -68,6 +68,13 @@ class DaemonMetrics {
   MetricCell* hang_stacks_send_failed;
   MetricCell* hang_stacks_complete;
   MetricCell* hang_stacks_partial;
+  // Flight Recorder dumps of hung jobs (evidence/flight_recorder_inspector.h): kept, dropped
+  // (over the bounds); requests sent and not sent; analyses.
+  MetricCell* fr_dumps_kept;
+  MetricCell* fr_dumps_dropped;
+  MetricCell* fr_requested;
+  MetricCell* fr_send_failed;
+  MetricCell* fr_analyses;
 
   // Messages of a telemetry partition skipped because the broker no longer had them.
   MetricCell* InputLost(const std::string& topic, int32_t partition);

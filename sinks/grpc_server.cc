@@ -178,8 +178,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   auto self = std::unique_ptr<GrpcServer>(new GrpcServer());
-  const QuerySources sources{options.snapshots, options.alerts, options.kernels,
-                             options.captures,  options.hang,   options.state};
+  const QuerySources sources{options.snapshots,      options.alerts, options.kernels,
+                             options.captures,       options.hang,   options.state,
+                             options.flight_recorder};
   self->service_ = std::make_unique<RankWatchService>(sources, options.alerts, options.captures);
   self->alerts_ = options.alerts;
   grpc::ServerBuilder builder;

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "evidence/capture_store.h"
+#include "evidence/flight_recorder_inspector.h"
 #include "evidence/hang_inspector.h"
 #include "sinks/alert_hub.h"
 #include "sinks/kernel_snapshot_store.h"
@@ -49,6 +50,8 @@ struct GrpcServerOptions {
   CaptureStore* captures = nullptr;              // null: the capture calls are UNAVAILABLE
   const HangInspector* hang = nullptr;           // null: diagnoses carry no hang stacks
   const StateStore* state = nullptr;             // null: GetTimeline is UNAVAILABLE
+  // null: diagnoses carry no Flight Recorder verdict
+  const FlightRecorderInspector* flight_recorder = nullptr;
   GrpcTlsOptions tls;
 };
 

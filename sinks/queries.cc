@@ -99,6 +99,9 @@ absl::StatusOr<v1::Diagnosis> Queries::GetDiagnosis(const std::string& job) cons
   if (s_.hang != nullptr && it->second->step.label == StepLabel::kHang) {
     if (auto s = s_.hang->Get(job)) *response.mutable_hang_stacks() = std::move(*s);
   }
+  if (s_.flight_recorder != nullptr) {
+    if (auto v = s_.flight_recorder->Get(job)) *response.mutable_flight_recorder() = std::move(*v);
+  }
   return response;
 }
 

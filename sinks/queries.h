@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "evidence/capture_store.h"
+#include "evidence/flight_recorder_inspector.h"
 #include "evidence/hang_inspector.h"
 #include "rankwatch/v1/service.pb.h"
 #include "sinks/alert_hub.h"
@@ -35,6 +36,8 @@ struct QuerySources {
   const CaptureStore* captures = nullptr;        // captures and their comparisons
   const HangInspector* hang = nullptr;           // hang stacks in a hung job's diagnosis
   const StateStore* state = nullptr;             // timelines
+  // The Flight Recorder verdict in a job's diagnosis.
+  const FlightRecorderInspector* flight_recorder = nullptr;
 };
 
 // A job's window of steps, rank by rank, as the web UI's heatmap draws it: per step its number

@@ -30,6 +30,16 @@ struct BatchLimits {
   size_t max_ops_per_step = 4096;
   // An op's microbatch and model chunk (OpRecord) are below this.
   uint32_t max_op_index = 1u << 16;
+  // PyTorch Flight Recorder dumps (Batch.flight_recorder_dumps): dumps a batch, entries and
+  // groups a dump (the node agent trims a dump's entries to fit), frames an entry, shapes
+  // and dtypes an entry, dimensions a shape. Strings are bounded by max_string_bytes and
+  // group members by max_world_size.
+  size_t max_fr_dumps = 16;
+  size_t max_fr_entries = 4096;
+  size_t max_fr_groups = 16'384;
+  size_t max_fr_frames = 64;
+  size_t max_fr_tensors = 1024;
+  size_t max_fr_dims = 64;
   // A timestamp (batch creation, step end, sample) more than this ahead of the reader's clock
   // is a producer with a wrong clock: its batches are rejected. Default: one hour.
   int64_t max_clock_ahead_ns = 3'600'000'000'000;

@@ -34,16 +34,20 @@ NodeAgent::NodeAgent(NodeAgentOptions options, BatchPublisher* publisher,
     watcher_ = std::make_unique<TraceWatcher>(
         TraceWatcherOptions{options_.trace_dir, options_.include_existing_traces});
   }
+  if (!options_.flight_recorder_prefixes.empty()) {
+    dump_watcher_ = std::make_unique<FrDumpWatcher>(
+        FrDumpWatcherOptions{options_.flight_recorder_prefixes, options_.include_existing_dumps});
+  }
 }
 
-v1::Batch NodeAgent::NewBatch(uint32_t rank, int64_t unix_ns) {
+v1::Batch NodeAgent::NewBatch(uint32_t rank, int64_t unix_ns, uint32_t world_size) {
   v1::Batch b;
   b.set_schema_version(kSchemaVersion);
   b.set_created_unix_ns(unix_ns);
   v1::SourceIdentity* src = b.mutable_source();
   src->set_training_job(options_.training_job);
   src->set_rank(rank);
-  src->set_world_size(options_.world_size);
+  src->set_world_size(world_size == 0 ? options_.world_size : world_size);
   src->set_node(options_.node);
   src->set_pid(static_cast<uint32_t>(getpid()));
   src->set_collector("rankwatch-agent/" RANKWATCH_VERSION);
@@ -75,6 +79,11 @@ void NodeAgent::Tick(int64_t unix_ns) {
     for (const FoundTrace& trace : watcher_->Poll()) PublishTrace(trace, unix_ns);
   }
   ExpireCaptures(unix_ns);
+  TakeDumpRequests(unix_ns);
+  if (dump_watcher_) {
+    for (const FoundDump& dump : dump_watcher_->Poll()) PublishDump(dump, unix_ns);
+  }
+  ExpireDumpRequests(unix_ns);
 }
 
 bool NodeAgent::Addresses(const Capture& c, uint32_t rank) const {

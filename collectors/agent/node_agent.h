@@ -17,6 +17,19 @@
 // no trace by the deadline is answered FAILED. A rank whose traces it never saw is never
 // answered by this agent: another agent, or the rank's own collector, speaks for it.
 //
+// Flight Recorder dumps (collectors/agent/fr_dump_watcher.h): with `flight_recorder_prefixes`
+// (each a job's TORCH_NCCL_DEBUG_INFO_TEMP_FILE), every dump a rank writes is read
+// (flight_recorder/fr_reader.h) and published in a batch of its own with the rank's identity
+// (the job, the dump's rank), trimmed for transport (flight_recorder/fr_proto.h); an unreadable
+// file too, with the reader's error. With `flight_recorder_pipe_prefixes` (each a job's
+// TORCH_NCCL_DEBUG_INFO_PIPE_FILE) the agent takes the job's Flight Recorder requests
+// (FlightRecorderAction): for each addressed rank whose pipe it finds it writes one byte to the
+// pipe and answers ACCEPTED (FAILED when nobody reads the pipe), then DONE when the rank's
+// dump appears, or FAILED at the request's deadline. Ranks without a pipe here are not answered.
+//
+// The world size of a dump's batch is `world_size` when the rank is below it, else the largest
+// group in the dumps seen (set --world-size to the job's).
+//
 // System samples never wait: when librdkafka's queue is full the batch is dropped and
 // counted. A trace file's batches wait for room instead (a trace is worth more than a sample
 // and comes in many batches), for at most `trace_publish_timeout` per file; then the file
@@ -34,11 +47,13 @@
 #include <string>
 #include <vector>
 
+#include "collectors/agent/fr_dump_watcher.h"
 #include "collectors/agent/nvml_probe.h"
 #include "collectors/agent/proc_sampler.h"
 #include "collectors/agent/trace_watcher.h"
 #include "collectors/batch_publisher.h"
 #include "collectors/lib/control_listener.h"
+#include "flight_recorder/fr_proto.h"
 
 namespace rankwatch {
 
@@ -55,6 +70,12 @@ struct NodeAgentOptions {
   std::string nvml_library = "libnvidia-ml.so.1";  // default: libnvidia-ml.so.1
   // How long one trace file's batches may wait for Kafka in all. Default: 30 s.
   std::chrono::milliseconds trace_publish_timeout{30'000};
+  // Flight Recorder dump prefixes to watch, and dump-request pipe prefixes. Default: none.
+  std::vector<std::string> flight_recorder_prefixes;
+  std::vector<std::string> flight_recorder_pipe_prefixes;
+  // Dumps already there at start are published too (--include-existing, like traces).
+  bool include_existing_dumps = false;
+  fr::FrTransportOptions flight_recorder_transport;
 };
 
 struct NodeAgentCounters {
@@ -68,6 +89,13 @@ struct NodeAgentCounters {
   std::atomic<uint64_t> capture_requests{0};      // capture requests of the job taken
   std::atomic<uint64_t> capture_ranks_done{0};    // (request, rank) answered DONE
   std::atomic<uint64_t> capture_ranks_failed{0};  // (request, rank) answered FAILED
+  std::atomic<uint64_t> fr_dumps_published{0};    // Flight Recorder dumps read and published
+  std::atomic<uint64_t> fr_dumps_unreadable{0};   // published as unreadable, with the error
+  std::atomic<uint64_t> fr_dumps_failed{0};       // could not be published
+  std::atomic<uint64_t> fr_requests{0};           // Flight Recorder requests of the job taken
+  std::atomic<uint64_t> fr_ranks_triggered{0};    // (request, rank): byte written to its pipe
+  std::atomic<uint64_t> fr_ranks_done{0};         // (request, rank): its dump came, DONE
+  std::atomic<uint64_t> fr_ranks_failed{0};       // (request, rank): FAILED
 };
 
 class NodeAgent {
@@ -84,7 +112,8 @@ class NodeAgent {
   unsigned gpu_count() const { return nvml_ ? nvml_->device_count() : 0; }
 
  private:
-  v1::Batch NewBatch(uint32_t rank, int64_t unix_ns);
+  // `world_size` 0: the agent's.
+  v1::Batch NewBatch(uint32_t rank, int64_t unix_ns, uint32_t world_size = 0);
   bool Publish(v1::Batch* batch);
   // A trace file's batch: waits for room in the producer's queue until `deadline`
   // (DeadlineExceeded then; other refusals as the publisher says).
@@ -116,6 +145,19 @@ class NodeAgent {
                                  std::chrono::steady_clock::time_point deadline,
                                  std::map<std::string, FileCapture>* file, int64_t unix_ns);
 
+  // --- Flight Recorder ---
+  struct DumpRequest {
+    v1::ControlRequest request;
+    std::set<uint32_t> triggered;  // ranks whose pipe took the byte, not yet DONE
+  };
+  void TakeDumpRequests(int64_t unix_ns);
+  void ExpireDumpRequests(int64_t unix_ns);
+  void PublishDump(const FoundDump& found, int64_t unix_ns);
+  // The world size of rank `rank`'s batches (see the class comment).
+  uint32_t DumpWorldSize(uint32_t rank) const;
+  void ReplyDump(const v1::ControlRequest& request, uint32_t rank, v1::ControlState state,
+                 const std::string& reason, int64_t unix_ns);
+
   const NodeAgentOptions options_;
   BatchPublisher* publisher_;
   ProcSampler sampler_;
@@ -124,6 +166,9 @@ class NodeAgent {
   std::unique_ptr<ControlListener> control_;
   std::vector<Capture> captures_;   // open: some addressed rank may still answer
   std::set<uint32_t> trace_ranks_;  // ranks whose Kineto traces appeared in the directory
+  std::unique_ptr<FrDumpWatcher> dump_watcher_;
+  std::vector<DumpRequest> dump_requests_;  // open: some triggered rank has not dumped yet
+  uint32_t dump_world_size_ = 0;            // the largest group in the dumps read
   uint64_t sequence_ = 0;
   uint64_t dropped_since_last_ = 0;
   NodeAgentCounters counters_;

@@ -4,7 +4,9 @@
 // publish timeout, is counted as failed, and the agent goes on; samples never wait.
 #include "collectors/agent/node_agent.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
@@ -12,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -222,6 +225,107 @@ int64_t WallNowNs() {
       .count();
 }
 
+// An agent of job `job` against the embedded broker, with a control listener for every rank,
+// and a producer of control requests: what the capture and Flight Recorder tests share.
+class AgentOnBroker {
+ public:
+  // Sets `*ok` false (with a test failure) when something did not start.
+  AgentOnBroker(NodeAgentOptions o, bool* ok) {
+    *ok = false;
+    auto broker = EmbeddedBroker::Start({"agent.telemetry", 1, 1, /*changelog_topic=*/false});
+    if (!broker.ok()) {
+      ADD_FAILURE() << broker.status();
+      return;
+    }
+    broker_ = std::move(*broker);
+    PublisherOptions p;
+    p.brokers = broker_->bootstrap();
+    p.topic = "agent.telemetry";
+    p.properties = {{"log_level", "0"}};
+    auto publisher = BatchPublisher::Create(p);
+    if (!publisher.ok()) {
+      ADD_FAILURE() << publisher.status();
+      return;
+    }
+    publisher_ = std::move(*publisher);
+    ControlListenerOptions lo;
+    lo.brokers = broker_->bootstrap();
+    lo.training_job = o.training_job;
+    lo.rank = kEveryRank;
+    lo.limits.max_stack_frames = 0;  // as `rankwatch agent` runs it
+    lo.properties = {{"log_level", "0"}};
+    auto listener = ControlListener::Start(lo, nullptr);
+    if (!listener.ok()) {
+      ADD_FAILURE() << listener.status();
+      return;
+    }
+    control_ = listener->get();
+    o.nvml_library = "libnvidia-ml-absent.so.1";
+    job_ = o.training_job;
+    agent_ = std::make_unique<NodeAgent>(o, publisher_.get(), std::move(*listener));
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    char err[256];
+    rd_kafka_conf_set(conf, "bootstrap.servers", broker_->bootstrap().c_str(), err, sizeof(err));
+    rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
+    producer_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    if (producer_ == nullptr) {
+      ADD_FAILURE() << err;
+      return;
+    }
+    *ok = true;
+  }
+  ~AgentOnBroker() {
+    if (producer_ != nullptr) rd_kafka_destroy(producer_);
+  }
+
+  NodeAgent& agent() { return *agent_; }
+  const NodeAgentCounters& counters() { return agent_->counters(); }
+  ControlListener* control() { return control_; }
+
+  // One tick at wall time + `ahead_ns`.
+  void Tick(int64_t ahead_ns = 0) {
+    agent_->Tick(WallNowNs() + ahead_ns);
+    publisher_->Poll(std::chrono::milliseconds(0));
+  }
+  // Ticks until `done` (at most 60 s).
+  bool TickUntil(const std::function<bool()>& done) {
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (!done() && Clock::now() < deadline) {
+      Tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return done();
+  }
+  // Produces `r` (its job and times set here) on the control topic.
+  void Send(v1::ControlRequest r, std::vector<uint32_t> ranks, int64_t deadline_ns) {
+    r.set_training_job(job_);
+    for (uint32_t rank : ranks) r.add_ranks(rank);
+    r.set_issued_unix_ns(WallNowNs());
+    r.set_deadline_unix_ns(deadline_ns);
+    const std::string bytes = r.SerializeAsString();
+    ASSERT_EQ(rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC("rankwatch.control"),
+                                RD_KAFKA_V_KEY(job_.data(), job_.size()),
+                                RD_KAFKA_V_VALUE(const_cast<char*>(bytes.data()), bytes.size()),
+                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
+              RD_KAFKA_RESP_ERR_NO_ERROR);
+    ASSERT_EQ(rd_kafka_flush(producer_, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+  // Everything the agent sent, read back from the telemetry topic.
+  std::vector<v1::Batch> Published() {
+    EXPECT_TRUE(publisher_->Flush(std::chrono::seconds(30)).ok());
+    return ReadBatches(broker_->bootstrap(), "agent.telemetry",
+                       agent_->counters().batches_sent.load());
+  }
+
+ private:
+  std::unique_ptr<EmbeddedBroker> broker_;
+  std::unique_ptr<BatchPublisher> publisher_;
+  ControlListener* control_ = nullptr;
+  std::unique_ptr<NodeAgent> agent_;
+  rd_kafka_t* producer_ = nullptr;
+  std::string job_;
+};
+
 // Captures through the agent, against the embedded broker: the control topic read for every
 // rank, the answers and the traces on the telemetry topic read back.
 // - cap-a asks ranks 0 and 1 for 2 steps. The agent has seen a trace of rank 0 already: it
@@ -235,87 +339,41 @@ TEST(NodeAgentCaptureTest, CapturesAreAnsweredWithTheNextTraceOfEachAddressedRan
   fs::remove_all(dir);
   fs::create_directories(dir);
   const fs::path fixtures = fs::path(RANKWATCH_FIXTURES) / "kineto/hta-trace-filter-2rank";
-  auto broker = EmbeddedBroker::Start({"agent.telemetry", 1, 1, /*changelog_topic=*/false});
-  ASSERT_TRUE(broker.ok()) << broker.status();
-  PublisherOptions p;
-  p.brokers = (*broker)->bootstrap();
-  p.topic = "agent.telemetry";
-  p.properties = {{"log_level", "0"}};
-  auto publisher = BatchPublisher::Create(p);
-  ASSERT_TRUE(publisher.ok()) << publisher.status();
-  ControlListenerOptions lo;
-  lo.brokers = (*broker)->bootstrap();
-  lo.training_job = "agent-cap";
-  lo.rank = kEveryRank;
-  lo.properties = {{"log_level", "0"}};
-  auto listener = ControlListener::Start(lo, nullptr);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  ControlListener* control = listener->get();
   NodeAgentOptions o;
   o.training_job = "agent-cap";
   o.world_size = 8;
   o.node = "node-0";
   o.trace_dir = dir.string();
-  o.nvml_library = "libnvidia-ml-absent.so.1";
-  NodeAgent agent(o, publisher->get(), std::move(*listener));
-  auto tick = [&](int64_t ahead_ns = 0) {
-    agent.Tick(WallNowNs() + ahead_ns);
-    (*publisher)->Poll(std::chrono::milliseconds(0));
-  };
-  // Ticks until `done` (at most 60 s).
-  auto tick_until = [&](const std::function<bool()>& done) {
-    const auto deadline = Clock::now() + std::chrono::seconds(60);
-    while (!done() && Clock::now() < deadline) {
-      tick();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return done();
-  };
-  const NodeAgentCounters& c = agent.counters();
-  tick();
+  bool started = false;
+  AgentOnBroker a(o, &started);
+  ASSERT_TRUE(started);
+  const NodeAgentCounters& c = a.counters();
+  a.Tick();
   fs::copy_file(fixtures / "sampled_rank-0.json.gz", dir / "a.0.pt.trace.json.gz");
-  ASSERT_TRUE(tick_until([&] { return c.trace_files_published.load() == 1; }));
+  ASSERT_TRUE(a.TickUntil([&] { return c.trace_files_published.load() == 1; }));
 
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  char err[256];
-  rd_kafka_conf_set(conf, "bootstrap.servers", (*broker)->bootstrap().c_str(), err, sizeof(err));
-  rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
-  rd_kafka_t* producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-  ASSERT_NE(producer, nullptr) << err;
   auto send = [&](const std::string& id, std::vector<uint32_t> ranks, uint32_t steps,
                   int64_t deadline_ns) {
     v1::ControlRequest r;
     r.set_id(id);
-    r.set_training_job("agent-cap");
-    for (uint32_t rank : ranks) r.add_ranks(rank);
-    r.set_issued_unix_ns(WallNowNs());
-    r.set_deadline_unix_ns(deadline_ns);
     r.mutable_capture()->set_steps(steps);
-    const std::string bytes = r.SerializeAsString();
-    ASSERT_EQ(rd_kafka_producev(producer, RD_KAFKA_V_TOPIC("rankwatch.control"),
-                                RD_KAFKA_V_KEY("agent-cap", 9),
-                                RD_KAFKA_V_VALUE(const_cast<char*>(bytes.data()), bytes.size()),
-                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
-              RD_KAFKA_RESP_ERR_NO_ERROR);
-    ASSERT_EQ(rd_kafka_flush(producer, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+    a.Send(r, std::move(ranks), deadline_ns);
   };
   send("cap-a", {0, 1}, 2, WallNowNs() + 120'000'000'000);
   send("cap-c", {7}, 2, WallNowNs() + 120'000'000'000);
-  ASSERT_TRUE(tick_until([&] { return c.capture_requests.load() == 2; }));
+  ASSERT_TRUE(a.TickUntil([&] { return c.capture_requests.load() == 2; }));
   // The next traces: rank 1's first, then rank 0's second.
   fs::copy_file(fixtures / "sampled_rank-1.json.gz", dir / "a.1.pt.trace.json.gz");
-  ASSERT_TRUE(tick_until([&] { return c.trace_files_published.load() == 2; }));
+  ASSERT_TRUE(a.TickUntil([&] { return c.trace_files_published.load() == 2; }));
   fs::copy_file(fixtures / "sampled_rank-0.json.gz", dir / "b.0.pt.trace.json.gz");
-  ASSERT_TRUE(tick_until([&] { return c.trace_files_published.load() == 3; }));
+  ASSERT_TRUE(a.TickUntil([&] { return c.trace_files_published.load() == 3; }));
   EXPECT_EQ(c.capture_ranks_done.load(), 2u);
 
   send("cap-b", {0}, 1, WallNowNs() + 30'000'000'000);
-  ASSERT_TRUE(tick_until([&] { return c.capture_requests.load() == 3; }));
-  tick(60'000'000'000);  // a minute on: cap-b's (and not cap-a's or cap-c's) deadline passed
+  ASSERT_TRUE(a.TickUntil([&] { return c.capture_requests.load() == 3; }));
+  a.Tick(60'000'000'000);  // a minute on: cap-b's (and not cap-a's or cap-c's) deadline passed
   EXPECT_EQ(c.capture_ranks_failed.load(), 1u);
-  EXPECT_EQ(control->stats().accepted, 3u);
-  ASSERT_TRUE((*publisher)->Flush(std::chrono::seconds(30)).ok());
-  rd_kafka_destroy(producer);
+  EXPECT_EQ(a.control()->stats().accepted, 3u);
 
   // Everything on the telemetry topic, read back.
   std::map<std::pair<std::string, uint32_t>, std::vector<v1::ControlState>> states;
@@ -323,8 +381,7 @@ TEST(NodeAgentCaptureTest, CapturesAreAnsweredWithTheNextTraceOfEachAddressedRan
   std::map<uint32_t, uint64_t> capture_events;  // cap-a's events by rank
   std::map<uint32_t, std::set<int64_t>> capture_steps;
   std::map<uint32_t, size_t> done_at, first_capture_at;
-  const std::vector<v1::Batch> read =
-      ReadBatches((*broker)->bootstrap(), "agent.telemetry", c.batches_sent.load());
+  const std::vector<v1::Batch> read = a.Published();
   const uint64_t batches = read.size();
   for (size_t i = 0; i < read.size(); ++i) {
     const v1::Batch& b = read[i];
@@ -362,6 +419,124 @@ TEST(NodeAgentCaptureTest, CapturesAreAnsweredWithTheNextTraceOfEachAddressedRan
     EXPECT_GT(done.profiled_step_ns(), 0u);
     EXPECT_GT(done_at[rank], first_capture_at[rank]);  // the events come before DONE
   }
+  fs::remove_all(dir);
+}
+
+// Flight Recorder dumps through the agent, against the embedded broker. Real dumps of a
+// 16-rank job (tests/fixtures/flight-recorder) are written where the job's
+// TORCH_NCCL_DEBUG_INFO_TEMP_FILE points, and FIFOs where its TORCH_NCCL_DEBUG_INFO_PIPE_FILE
+// does, as PyTorch's NCCL watchdog makes them:
+// - the dumps of ranks 0 (entries), 9 (empty) and 5 (not a dump) are published, one batch each
+//   with the rank's identity; a file of a wrong name is not;
+// - fr-a asks every rank: rank 0's pipe has a reader (it gets one byte; ACCEPTED), rank 1's has
+//   none (FAILED at once); when rank 0 writes its dump again it is published with fr-a's id,
+//   then DONE. Ranks without a pipe here are not answered;
+// - fr-b asks rank 0, which writes nothing by the deadline: FAILED.
+TEST(NodeAgentFlightRecorderTest, DumpsArePublishedAndRequestsGoThroughThePipes) {
+  const fs::path dir = fs::temp_directory_path() / ("node-agent-fr-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path fixtures = fs::path(RANKWATCH_FIXTURES) / "flight-recorder/nvrx-lock_gil_1st";
+  const std::string prefix = (dir / "nccl_trace_rank_").string();
+  const std::string pipes = (dir / "nccl_pipe_").string();
+  NodeAgentOptions o;
+  o.training_job = "agent-fr";
+  o.world_size = 16;
+  o.node = "node-0";
+  o.flight_recorder_prefixes = {prefix};
+  o.flight_recorder_pipe_prefixes = {pipes};
+  bool started = false;
+  AgentOnBroker a(o, &started);
+  ASSERT_TRUE(started);
+  const NodeAgentCounters& c = a.counters();
+  a.Tick();
+  fs::copy_file(fixtures / "_dump_0", prefix + "0");
+  fs::copy_file(fixtures / "_dump_9", prefix + "9");
+  std::ofstream(prefix + "5") << "not a dump";
+  std::ofstream(prefix + "7.tmp") << "half a dump";
+  ASSERT_TRUE(a.TickUntil(
+      [&] { return c.fr_dumps_published.load() == 2 && c.fr_dumps_unreadable.load() == 1; }));
+
+  ASSERT_EQ(mkfifo((pipes + "0.pipe").c_str(), 0666), 0);
+  ASSERT_EQ(mkfifo((pipes + "1.pipe").c_str(), 0666), 0);
+  const int reader = open((pipes + "0.pipe").c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  v1::ControlRequest fr;
+  fr.mutable_flight_recorder();
+  fr.set_id("fr-a");
+  a.Send(fr, {}, WallNowNs() + 120'000'000'000);
+  ASSERT_TRUE(a.TickUntil([&] { return c.fr_requests.load() == 1; }));
+  EXPECT_EQ(c.fr_ranks_triggered.load(), 1u);
+  EXPECT_EQ(c.fr_ranks_failed.load(), 1u);  // rank 1: nobody reads its pipe
+  char byte = 0;
+  EXPECT_EQ(read(reader, &byte, 1), 1);  // what PyTorch's watchdog reads to dump
+  // Rank 0 dumps again (a new modification time).
+  fs::copy_file(fixtures / "_dump_0", prefix + "0", fs::copy_options::overwrite_existing);
+  fs::last_write_time(prefix + "0", fs::last_write_time(prefix + "0") + std::chrono::seconds(5));
+  ASSERT_TRUE(a.TickUntil([&] { return c.fr_ranks_done.load() == 1; }));
+  EXPECT_EQ(c.fr_dumps_published.load(), 3u);
+
+  fr.set_id("fr-b");
+  a.Send(fr, {0}, WallNowNs() + 30'000'000'000);
+  ASSERT_TRUE(a.TickUntil([&] { return c.fr_requests.load() == 2; }));
+  EXPECT_EQ(c.fr_ranks_triggered.load(), 2u);
+  a.Tick(60'000'000'000);  // a minute on: fr-b's deadline passed
+  EXPECT_EQ(c.fr_ranks_failed.load(), 2u);
+  close(reader);
+
+  std::map<std::pair<std::string, uint32_t>, std::vector<v1::ControlState>> states;
+  std::map<std::pair<std::string, uint32_t>, std::string> reasons;
+  std::vector<v1::FlightRecorderDump> dumps;
+  size_t done_at = 0, dump_at = 0;
+  const std::vector<v1::Batch> read_back = a.Published();
+  for (size_t i = 0; i < read_back.size(); ++i) {
+    const v1::Batch& b = read_back[i];
+    for (const v1::ControlReply& r : b.control_replies()) {
+      states[{r.request_id(), b.source().rank()}].push_back(r.state());
+      reasons[{r.request_id(), b.source().rank()}] = r.reason();
+      if (r.request_id() == "fr-a" && r.state() == v1::CONTROL_DONE) done_at = i;
+    }
+    for (const v1::FlightRecorderDump& d : b.flight_recorder_dumps()) {
+      EXPECT_EQ(b.flight_recorder_dumps_size(), 1);
+      EXPECT_EQ(b.source().rank(), d.rank());
+      EXPECT_EQ(b.source().world_size(), 16u);
+      EXPECT_EQ(b.source().training_job(), "agent-fr");
+      EXPECT_EQ(d.node(), "node-0");
+      EXPECT_EQ(d.source(), prefix + std::to_string(d.rank()));
+      EXPECT_GT(d.file_mtime_unix_ns(), 0);
+      EXPECT_GT(d.file_bytes(), 0u);
+      if (d.request_id() == "fr-a") dump_at = i;
+      dumps.push_back(d);
+    }
+  }
+  ASSERT_EQ(dumps.size(), 4u);
+  std::map<uint32_t, std::vector<const v1::FlightRecorderDump*>> by_rank;
+  for (const v1::FlightRecorderDump& d : dumps) by_rank[d.rank()].push_back(&d);
+  ASSERT_EQ(by_rank[0].size(), 2u);
+  const v1::FlightRecorderDump& d0 = *by_rank[0][0];
+  EXPECT_EQ(d0.state(), v1::FR_DUMP_READ);
+  EXPECT_EQ(d0.version(), "2.9");
+  EXPECT_GT(d0.entries_size(), 0);
+  EXPECT_GT(d0.groups_size(), 0);
+  EXPECT_EQ(d0.request_id(), "");  // found unasked
+  EXPECT_EQ(by_rank[0][1]->request_id(), "fr-a");
+  ASSERT_EQ(by_rank[9].size(), 1u);
+  EXPECT_EQ(by_rank[9][0]->state(), v1::FR_DUMP_EMPTY);
+  ASSERT_EQ(by_rank[5].size(), 1u);
+  EXPECT_EQ(by_rank[5][0]->state(), v1::FR_DUMP_UNREADABLE);
+  EXPECT_FALSE(by_rank[5][0]->error().empty());
+  EXPECT_EQ(by_rank.count(7), 0u);
+
+  using S = std::vector<v1::ControlState>;
+  EXPECT_EQ((states[{"fr-a", 0}]), (S{v1::CONTROL_ACCEPTED, v1::CONTROL_DONE}));
+  EXPECT_GT(done_at, dump_at);  // the dump comes before its DONE
+  EXPECT_EQ((states[{"fr-a", 1}]), (S{v1::CONTROL_FAILED}));
+  const std::string no_reader = reasons[{"fr-a", 1}];
+  EXPECT_NE(no_reader.find("no reader"), std::string::npos) << no_reader;
+  EXPECT_EQ((states[{"fr-b", 0}]), (S{v1::CONTROL_ACCEPTED, v1::CONTROL_FAILED}));
+  const std::string late = reasons[{"fr-b", 0}];
+  EXPECT_NE(late.find("by the deadline"), std::string::npos) << late;
+  EXPECT_EQ(states.count({"fr-a", 9}), 0u);  // no pipe here: not answered
   fs::remove_all(dir);
 }
 

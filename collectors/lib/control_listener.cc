@@ -108,6 +108,13 @@ ControlCheck CheckControlRequest(std::string_view key, std::string_view payload,
       }
       break;
     }
+    case v1::ControlRequest::kFlightRecorder:
+      // A node agent answers for the ranks whose dump trigger pipe it finds; a rank's own
+      // collector answers from the thread that answers stacks, and only with one.
+      if (rank != kEveryRank && limits.max_stack_frames == 0) {
+        return Refusal(ControlRefusal::kUnsupported, "this collector takes no dump requests");
+      }
+      break;
     case v1::ControlRequest::ACTION_NOT_SET:
       return Refusal(ControlRefusal::kUnsupported, "no action this collector knows");
   }
@@ -271,7 +278,9 @@ void ControlListener::Handle(std::string_view key, std::string_view payload) {
     return;
   }
   // Only this thread adds to the queues: room seen here is still there below.
-  const bool stacks = request.action_case() == v1::ControlRequest::kStacks;
+  // Requests the training thread must not be waited for (it may be stuck: the job is hung).
+  const bool stacks = request.action_case() == v1::ControlRequest::kStacks ||
+                      request.action_case() == v1::ControlRequest::kFlightRecorder;
   bool room;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -7,10 +7,10 @@
 // the others are acted on. Messages keyed to another job are skipped without being parsed. A
 // request of this job that addresses this rank is checked (CheckControlRequest) and then either
 // accepted, queued for the training side, and answered CONTROL_ACCEPTED, or answered
-// CONTROL_REFUSED with a reason and counted. Stacks requests, which must not wait for a step
-// boundary (the training thread may be stuck: the job is hung), go to a queue of their own that
-// a thread of the caller's waits on (WaitStacks). Answers go to the ReplySink, which the collector
-// ships in its next batch.
+// CONTROL_REFUSED with a reason and counted. Stacks and Flight Recorder dump requests, which must
+// not wait for a step boundary (the training thread may be stuck: the job is hung), go to a queue
+// of their own that a thread of the caller's waits on (WaitStacks). Answers go to the ReplySink,
+// which the collector ships in its next batch.
 //
 // The training side never waits for any of this: pending() is one atomic load, and Take() holds
 // a mutex only to move the queue out. A topic that does not exist yet (the daemon creates it)
@@ -118,8 +118,9 @@ class ControlListener {
   bool pending() const { return pending_.load(std::memory_order_acquire); }
   // The accepted requests not yet taken, oldest first.
   std::vector<v1::ControlRequest> Take();
-  // Waits up to `timeout` for accepted stacks requests and takes them (oldest first); empty
-  // when none came or the listener is stopping. For a thread that is not the training thread.
+  // Waits up to `timeout` for accepted stacks and Flight Recorder requests and takes them (oldest
+  // first); empty when none came or the listener is stopping. For a thread that is not the training
+  // thread.
   std::vector<v1::ControlRequest> WaitStacks(std::chrono::milliseconds timeout);
   // Wakes every WaitStacks caller now, with nothing (for a caller that is shutting down).
   void WakeStacks();

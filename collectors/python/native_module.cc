@@ -246,6 +246,8 @@ py::dict RequestDict(const rankwatch::v1::ControlRequest& r) {
   } else if (r.has_stacks()) {
     d["action"] = "stacks";
     d["max_frames"] = r.stacks().max_frames() == 0 ? kDefaultStackFrames : r.stacks().max_frames();
+  } else if (r.has_flight_recorder()) {
+    d["action"] = "flight_recorder";
   } else {
     d["action"] = "unknown";
   }

@@ -4,7 +4,10 @@ a real training loop with the `rankwatch` package answering them, and the answer
 from the telemetry topic. A capture profiles exactly the requested steps with torch.profiler
 and ships its operator events tagged with the request id, then DONE; malformed, oversized and
 expired requests are refused and counted, and requests for other jobs or ranks are not
-answered at all."""
+answered at all. A Flight Recorder request is answered from the collector's own thread: REFUSED
+"unsupported" where torch has no dump function (Debian's torch 1.13), else the dump written to
+the job's TORCH_NCCL_DEBUG_INFO_TEMP_FILE prefix and DONE."""
+import os
 import time
 import unittest
 import uuid
@@ -25,6 +28,14 @@ def request(job, rid, ranks=(), steps=3, deadline_s=60.0):
                                    deadline_unix_ns=time.time_ns() + int(deadline_s * 1e9),
                                    requested_by="test_control")
     r.capture.steps = steps
+    return r.SerializeToString()
+
+
+def fr_request(job, rid, deadline_s=60.0):
+    r = control_pb2.ControlRequest(id=rid, training_job=job, issued_unix_ns=time.time_ns(),
+                                   deadline_unix_ns=time.time_ns() + int(deadline_s * 1e9),
+                                   requested_by="test_control")
+    r.flight_recorder.SetInParent()
     return r.SerializeToString()
 
 
@@ -140,6 +151,54 @@ class ControlChannelTest(unittest.TestCase):
         self.assertGreater(done_at, last_capture)
         # Every step was still recorded, the profiled ones included.
         self.assertEqual(rw.stats()["steps_recorded"], 15)
+
+
+    def replies(self, job, rid):
+        return [r for b in self.batches(job) for r in b.control_replies if r.request_id == rid]
+
+    def final_reply(self, job, rid):
+        """The last word (DONE, REFUSED, FAILED) of the collector on request `rid`."""
+        final = (control_pb2.CONTROL_DONE, control_pb2.CONTROL_REFUSED, control_pb2.CONTROL_FAILED)
+        found = []
+        wait_until(lambda: (found.extend(r for r in self.replies(job, rid) if r.state in final)
+                            or found), 30, "the answer to " + rid)
+        return found[0]
+
+    def test_a_flight_recorder_request_is_answered_without_a_step(self):
+        import rankwatch
+        import torch
+        job = "control-fr-" + uuid.uuid4().hex[:8]
+        prefix = os.path.join(self.fleet.workdir, job + "_nccl_trace_rank_")
+        before = os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+        os.environ["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = prefix
+        self.addCleanup(lambda: os.environ.pop("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") if before is None
+                        else os.environ.__setitem__("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", before))
+        rw = rankwatch.init(job=job, brokers=self.brokers, rank=1, world_size=2, flush_interval_ms=100)
+        self.addCleanup(rw.close)
+        wait_until(lambda: rw.stats()["control"]["reading"], 30, "the control listener reading")
+        c10d = torch._C._distributed_c10d
+        # No step runs: the training thread may be stuck, the request must not wait for it.
+        if not hasattr(c10d, "_dump_nccl_trace"):  # Debian's torch 1.13
+            self.send(job, fr_request(job, "fr-unsupported"))
+            r = self.final_reply(job, "fr-unsupported")
+            self.assertEqual(r.state, control_pb2.CONTROL_REFUSED)
+            self.assertTrue(r.reason.startswith("unsupported"), r.reason)
+            self.assertIn(torch.__version__, r.reason)
+            self.assertFalse(os.path.exists(prefix + "1"))
+        # A torch that has it: its bytes become the rank's dump file, then DONE.
+        dump = b"\x80\x02}q\x00(X\x07\x00\x00\x00versionq\x01X\x03\x00\x00\x002.9q\x02u."
+        original = getattr(c10d, "_dump_nccl_trace", None)
+        c10d._dump_nccl_trace = lambda: dump
+        self.addCleanup(lambda: delattr(c10d, "_dump_nccl_trace") if original is None
+                        else setattr(c10d, "_dump_nccl_trace", original))
+        self.send(job, fr_request(job, "fr-done"))
+        r = self.final_reply(job, "fr-done")
+        self.assertEqual(r.state, control_pb2.CONTROL_DONE, r.reason)
+        with open(prefix + "1", "rb") as f:
+            self.assertEqual(f.read(), dump)
+        self.assertEqual([n for n in os.listdir(self.fleet.workdir) if n.endswith(".tmp")], [])
+        states = [x.state for x in self.replies(job, "fr-done")]
+        self.assertEqual(states[0], control_pb2.CONTROL_ACCEPTED)  # the listener's, first
 
 
 if __name__ == "__main__":

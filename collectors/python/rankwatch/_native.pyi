@@ -21,7 +21,7 @@ def now_ns() -> int:
 class ControlRequest(TypedDict):
     """An accepted control request (take_control_requests, wait_stack_requests)."""
     id: str
-    action: str  # "capture", "stacks" or "unknown"
+    action: str  # "capture", "stacks", "flight_recorder" or "unknown"
     ranks: list[int]
     deadline_unix_ns: int
     requested_by: str

@@ -1,4 +1,5 @@
 """Hang stacks: where every thread of this rank is, answered while the training thread is stuck.
+(The same thread answers Flight Recorder dump requests: rankwatch/flight_recorder.py.)
 
 When rankwatchd diagnoses a job as hung it asks every rank for its stacks on the control
 channel (control.proto, StacksAction). The collector library's listener thread answers ACCEPTED
@@ -24,6 +25,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from rankwatch import _native  # noqa: F401  (the native module must load first)
+from rankwatch import flight_recorder as _flight_recorder
 
 if TYPE_CHECKING:
     from rankwatch._native import CollectiveCount, ControlRequest, StackFrame, ThreadStack
@@ -148,8 +150,12 @@ class StackResponder:
                 self.answer(r)
 
     def answer(self, request: ControlRequest) -> None:
-        """Answers one stacks request: DONE with the stacks and counters, or FAILED."""
+        """Answers one stacks request: DONE with the stacks and counters, or FAILED. A Flight
+        Recorder request, which comes the same way, goes to rankwatch.flight_recorder."""
         c = self._collector
+        if request["action"] == "flight_recorder":
+            _flight_recorder.answer(self._native, request, c.rank)
+            return
         try:
             threads = thread_stacks(int(request.get("max_frames", 64)), c._training_ident,
                                     threading.get_ident())
