@@ -4,7 +4,7 @@ real `rankwatchd` (its embedded broker) and two real `rankwatch agent` processes
 * a 16-rank job hangs (the simulator, under DDP); the dumps of a real hung 16-rank Megatron-style
   job (tests/fixtures/flight-recorder/nvrx-lock_gil_1st) are written into the two agents' dump
   prefixes as PyTorch's watchdog writes them (`${TORCH_NCCL_DEBUG_INFO_TEMP_FILE}${rank}`, written
-  in pieces to its final name): ranks 0-7 on node A, 8-15 on node B. Within 10 s of the last
+  in pieces to its final name): ranks 0-7 on node-0, 8-15 on node-1. Within 10 s of the last
   dump, the job's hang diagnosis carries the verdict: ranks 9 and 14 hold the job, missing from
   the expert-parallel group's all_to_all, each rank's dump read on its node, and `rankwatch
   diagnose` shows it;
@@ -92,16 +92,23 @@ class FlightRecorderLiveTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.fleet.close()
 
-    def node(self, job, name):
-        """A node's dump and pipe prefixes, and its agent."""
+    def node(self, job, index, watchdog_set=None):
+        """Node `index` (ranks 8 x index ... + 7, named as the simulator names it): its dump and
+        pipe prefixes, PyTorch's watchdog stand-in when `watchdog_set` is given, and its agent
+        (the identity of its own samples: the node's first rank)."""
+        name = "node-%d" % index
         d = os.path.join(self.fleet.workdir, job, name)
         os.makedirs(d)
         dumps, pipes = os.path.join(d, "nccl_trace_rank_"), os.path.join(d, "nccl_pipe_rank_")
+        if watchdog_set:
+            w = Watchdog(pipes, dumps, range(8 * index, 8 * index + 8), watchdog_set)
+            self.addCleanup(w.close)
+            self.watchdogs.append(w)
         self.fleet.start("agent-%s-%s" % (job, name),
                          [os.path.join(BIN, "rankwatch"), "agent", "--brokers", self.brokers, "--job", job,
-                          "--world-size", str(WORLD), "--node", name, "--interval", "0.2",
-                          "--flight-recorder", dumps, "--flight-recorder-pipe", pipes])
-        return dumps, pipes
+                          "--world-size", str(WORLD), "--rank", str(8 * index), "--node", name,
+                          "--interval", "0.2", "--flight-recorder", dumps, "--flight-recorder-pipe", pipes])
+        return dumps
 
     def diagnosis(self, job):
         try:
@@ -121,8 +128,8 @@ class FlightRecorderLiveTest(unittest.TestCase):
 
     def test_dumps_written_on_two_nodes_reach_the_hang_diagnosis(self):
         job = "fr-two-nodes"
-        node_a, _ = self.node(job, "node-a")
-        node_b, _ = self.node(job, "node-b")
+        node_a = self.node(job, 0)
+        node_b = self.node(job, 1)
         time.sleep(1.0)  # the agents' first poll: dumps already there are not theirs to publish
         self.hang(job)
         fixture_set = os.path.join(FIXTURES, "nvrx-lock_gil_1st")
@@ -146,8 +153,8 @@ class FlightRecorderLiveTest(unittest.TestCase):
             self.assertEqual(c.op.name, "all_to_all")
             self.assertEqual(c.op.seq, 45265)
         nodes = {r.rank: r.node for r in v.ranks}
-        self.assertEqual(nodes.get(0), "node-a")
-        self.assertEqual(nodes.get(9), "node-b")
+        self.assertEqual(nodes.get(0), "node-0")
+        self.assertEqual(nodes.get(9), "node-1")
         out = subprocess.run([os.path.join(BIN, "rankwatch"), "diagnose", "--job", job, "--server", self.server],
                              capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
         self.assertEqual(out.returncode, 0, out.stderr)
@@ -157,20 +164,12 @@ class FlightRecorderLiveTest(unittest.TestCase):
     def test_the_hang_asks_the_ranks_for_their_dumps_through_pytorchs_pipes(self):
         job = "fr-pipes"
         fixture_set = os.path.join(FIXTURES, "nvrx-gpu_error_2nd")
-        watchdogs = []
-        for name, ranks in (("node-a", range(0, 8)), ("node-b", range(8, 16))):
-            d = os.path.join(self.fleet.workdir, job, name)
-            os.makedirs(d)
-            dumps, pipes = os.path.join(d, "nccl_trace_rank_"), os.path.join(d, "nccl_pipe_rank_")
-            watchdogs.append(Watchdog(pipes, dumps, ranks, fixture_set))
-            self.addCleanup(watchdogs[-1].close)
-            self.fleet.start("agent-%s-%s" % (job, name),
-                             [os.path.join(BIN, "rankwatch"), "agent", "--brokers", self.brokers, "--job", job,
-                              "--world-size", str(WORLD), "--node", name, "--interval", "0.2",
-                              "--flight-recorder", dumps, "--flight-recorder-pipe", pipes])
+        self.watchdogs = []
+        self.node(job, 0, fixture_set)
+        self.node(job, 1, fixture_set)
         time.sleep(1.0)
         self.hang(job)
-        wait_until(lambda: all(len(w.asked) == 8 for w in watchdogs), 30,
+        wait_until(lambda: all(len(w.asked) == 8 for w in self.watchdogs), 30,
                    "every rank's pipe asked for a dump")
         last_dump = time.monotonic()
         wait_until(lambda: self.culprits(job) == [9, 14], 10,
