@@ -158,7 +158,7 @@ class FlightRecorderLiveTest(unittest.TestCase):
         out = subprocess.run([os.path.join(BIN, "rankwatch"), "diagnose", "--job", job, "--server", self.server],
                              capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
         self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertIn("Flight Recorder", out.stdout)
+        self.assertIn("FLIGHT RECORDER", out.stdout)
         self.assertIn("EXPERT_MODEL_PARALLEL_GROUP", out.stdout)
 
     def test_the_hang_asks_the_ranks_for_their_dumps_through_pytorchs_pipes(self):
