@@ -20,5 +20,6 @@ CommandRunner AddTopCommand(CLI::App& app);
 CommandRunner AddCaptureCommand(CLI::App& app);
 CommandRunner AddTimelineCommand(CLI::App& app);
 CommandRunner AddWhatifCommand(CLI::App& app);
+CommandRunner AddFlightRecorderCommand(CLI::App& app);
 
 }  // namespace rankwatch

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
       rankwatch::AddAgentCommand(app),    rankwatch::AddAnalyzeCommand(app),
       rankwatch::AddAlertsCommand(app),   rankwatch::AddTopCommand(app),
       rankwatch::AddCaptureCommand(app),  rankwatch::AddTimelineCommand(app),
-      rankwatch::AddWhatifCommand(app),
+      rankwatch::AddWhatifCommand(app),   rankwatch::AddFlightRecorderCommand(app),
   };
   try {
     app.parse(argc, argv);

@@ -45,24 +45,24 @@ const char* DumpStateName(DumpState s);
 struct RankDump {
   uint32_t rank = 0;
   DumpState state = DumpState::kMissing;
-  FrDump dump;        // kRead, kEmpty
-  std::string error;  // kUnreadable
-  std::string source; // file name or node it came from (for messages)
+  FrDump dump;         // kRead, kEmpty
+  std::string error;   // kUnreadable
+  std::string source;  // file name or node it came from (for messages)
 };
 
 struct FrAnalysisOptions {
   // World size; 0: the largest rank seen in any dump's groups + 1.
   uint32_t world_size = 0;
-  size_t max_groups_reported = 64;    // pending groups listed in the verdict
-  size_t max_ranks_listed = 64;       // ranks listed per rank list in notes
+  size_t max_groups_reported = 64;  // pending groups listed in the verdict
+  size_t max_ranks_listed = 64;     // ranks listed per rank list in notes
 };
 
 // One operation as reported.
 struct FrOp {
-  std::string name;        // "all_to_all", "send", "coalesced(all_reduce x3)", ...
+  std::string name;  // "all_to_all", "send", "coalesced(all_reduce x3)", ...
   bool p2p = false;
-  int64_t seq = -1;        // collective_seq_id, or p2p_seq_id for point-to-point operations
-  int64_t peer = -1;       // point-to-point: the peer's global rank
+  int64_t seq = -1;   // collective_seq_id, or p2p_seq_id for point-to-point operations
+  int64_t peer = -1;  // point-to-point: the peer's global rank
   std::vector<std::vector<int64_t>> input_sizes;
   std::vector<std::string> input_dtypes;
   int64_t record_id = -1;
@@ -83,8 +83,8 @@ struct FrMismatch {
 // One process group, identified across ranks.
 struct FrGroupReport {
   std::string desc;
-  std::vector<uint32_t> ranks;        // sorted
-  std::vector<std::string> names;     // the local names the members use (distinct)
+  std::vector<uint32_t> ranks;     // sorted
+  std::vector<std::string> names;  // the local names the members use (distinct)
   enum class State : uint8_t {
     kIdle,           // nothing pending on any member
     kWaiting,        // every member enqueued the frontier; none completed it
@@ -99,7 +99,7 @@ struct FrGroupReport {
   std::vector<uint32_t> missing;
   std::vector<uint32_t> not_completing;
   std::vector<FrMismatch> mismatches;
-  std::vector<uint32_t> no_dump;      // members without a usable dump
+  std::vector<uint32_t> no_dump;  // members without a usable dump
   // Per member: last enqueued and completed sequence id (-1 unknown).
   std::map<uint32_t, std::pair<int64_t, int64_t>> progress;
 };
@@ -115,13 +115,13 @@ struct FrCulprit {
     kNoDump,         // others wait for it and it left no usable dump
   };
   Reason reason = Reason::kMissing;
-  std::string group_desc;            // where the wait starts
+  std::string group_desc;  // where the wait starts
   std::vector<uint32_t> group_ranks;
-  FrOp op;                           // the operation the others wait in
-  int64_t rank_last_enqueued = -1;   // the culprit's own progress in that group
+  FrOp op;                          // the operation the others wait in
+  int64_t rank_last_enqueued = -1;  // the culprit's own progress in that group
   int64_t rank_last_completed = -1;
-  std::vector<uint32_t> waiting;     // ranks that wait for it directly
-  uint32_t blocked = 0;              // ranks that wait for it, directly or not
+  std::vector<uint32_t> waiting;  // ranks that wait for it directly
+  uint32_t blocked = 0;           // ranks that wait for it, directly or not
   DumpState dump = DumpState::kRead;
 };
 const char* CulpritReasonName(FrCulprit::Reason r);
@@ -138,19 +138,19 @@ struct FrRankReport {
     FrOp op;
     FrState state = FrState::kUnknown;
   };
-  std::vector<Last> last;          // groups with a pending operation first
-  std::vector<uint32_t> waits_for; // ranks it waits for directly
+  std::vector<Last> last;           // groups with a pending operation first
+  std::vector<uint32_t> waits_for;  // ranks it waits for directly
 };
 
 struct FrVerdict {
   uint32_t world_size = 0;
   std::vector<uint32_t> read, empty, unreadable, missing;  // dumps by state
-  std::vector<FrCulprit> culprits;       // the ranks that hold the job, most blocking first
-  std::vector<FrGroupReport> groups;     // groups with something pending, wait's start first
-  std::vector<FrRankReport> ranks;       // every rank 0..world_size-1
-  std::vector<std::string> undecided;    // what missing dumps leave open, one line each
-  std::string summary;                   // one line
-  bool hang_found = false;               // some operation is pending somewhere
+  std::vector<FrCulprit> culprits;     // the ranks that hold the job, most blocking first
+  std::vector<FrGroupReport> groups;   // groups with something pending, wait's start first
+  std::vector<FrRankReport> ranks;     // every rank 0..world_size-1
+  std::vector<std::string> undecided;  // what missing dumps leave open, one line each
+  std::string summary;                 // one line
+  bool hang_found = false;             // some operation is pending somewhere
 };
 
 FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
@@ -162,9 +162,9 @@ FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
 struct FrCollective {
   std::string group_desc;
   std::vector<uint32_t> group_ranks;
-  FrOp op;                         // as the lowest member recorded it
+  FrOp op;  // as the lowest member recorded it
   bool pass = true;
-  std::vector<uint32_t> missing;   // members with no record of it
+  std::vector<uint32_t> missing;  // members with no record of it
   std::vector<FrMismatch> mismatches;
   bool coalesced = false;
 };
@@ -175,5 +175,8 @@ std::vector<FrCollective> MatchCollectives(const std::vector<RankDump>& dumps);
 // all_gather output = input x group size, reduce_scatter input = output x group size). Returns
 // false and fills `m` (rank left 0) on a mismatch.
 bool CompareOps(const FrEntry& a, const FrEntry& b, size_t group_size, FrMismatch* m);
+
+// "0-3,5,7,8" for sorted ranks.
+std::string RankRanges(const std::vector<uint32_t>& sorted);
 
 }  // namespace rankwatch::fr
