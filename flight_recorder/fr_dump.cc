@@ -9,7 +9,7 @@ const char* FrStateName(FrState s) {
     case FrState::kCompleted: return "completed";
     case FrState::kUnknown: return "unknown";
   }
-  return "?";
+  return "unknown";
 }
 
 }  // namespace rankwatch::fr

@@ -19,8 +19,8 @@ namespace rankwatch::fr {
 
 // pg_config: one process group as this rank knows it.
 struct FrGroup {
-  std::string name;             // this rank's name of the group (e.g. "35")
-  std::string desc;             // the description given at creation (e.g. "TENSOR_MODEL_PARALLEL_GROUP")
+  std::string name;  // this rank's name of the group (e.g. "35")
+  std::string desc;  // the description given at creation (e.g. "TENSOR_MODEL_PARALLEL_GROUP")
   std::vector<uint32_t> ranks;  // global ranks, in the dump's order
 };
 
@@ -53,7 +53,7 @@ struct FrEntry {
   int64_t collective_seq_id = -1;  // per group, collectives (and coalesced groups)
   int64_t p2p_seq_id = -1;         // per group, point-to-point operations
   int64_t op_id = -1;
-  std::string profiling_name;      // e.g. "nccl:all_reduce", "nccl:send 0->1", "nccl:recv 1<-0"
+  std::string profiling_name;  // e.g. "nccl:all_reduce", "nccl:send 0->1", "nccl:recv 1<-0"
   std::vector<std::vector<int64_t>> input_sizes;
   std::vector<std::vector<int64_t>> output_sizes;
   std::vector<std::string> input_dtypes;
@@ -65,7 +65,7 @@ struct FrEntry {
   int64_t timeout_ms = -1;
   bool is_p2p = false;
   bool retired = false;
-  std::vector<FrFrame> frames;     // the Python stack that enqueued it, innermost first
+  std::vector<FrFrame> frames;  // the Python stack that enqueued it, innermost first
 };
 
 struct FrDump {

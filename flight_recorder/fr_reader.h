@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "flight_recorder/fr_dump.h"
@@ -21,12 +22,30 @@ namespace rankwatch::fr {
 
 struct FrReadOptions {
   size_t max_bytes = size_t{512} << 20;  // a larger file is refused; default 512 MiB
-  size_t max_entries = 1 << 20;          // ring buffer entries kept; default 1,048,576
+  size_t max_entries = 1 << 20;          // a dump with more entries is refused; default 1,048,576
   size_t max_frames = 64;                // frames kept per entry (innermost); default 64
+  // Values in the pickle or JSON document (about 80 bytes each while parsing); more: refused.
+  size_t max_values = size_t{1} << 24;
+  // The parsed dump's size in bytes, each value walked counted (a pickle's memo lets a small
+  // file refer to one entry or frame many times); more: refused. Default 1 GiB.
+  size_t max_expanded_bytes = size_t{1} << 30;
 };
 
 // The dump in `bytes`: a pickle (first byte 0x80) or JSON (first non-blank byte '{').
+//
+// Leniency, as PyTorch's own analyzer reads dumps: sequence ids and counters may be decimal
+// strings (PyTorch's JSON form writes pg_status that way); `input_dtypes`/`output_dtypes` may
+// be one string instead of a list ("" is none); `frames`, `pg_status`, `is_p2p`, `p2p_seq_id`
+// and the other entry fields but `profiling_name` and `process_group` may be absent (is_p2p is
+// then derived from the operation's name, "send"/"recv"); `process_group` may be a tuple or a
+// list; pg_config's `ranks` may be the string PyTorch writes ("[0, 1]") or a list. A timestamp
+// that is None or 0 (the JSON form's "not recorded") is -1. The JSON form omits `entries` when
+// there are none; the pickle always has them, and `pg_config` is required in both.
 absl::StatusOr<FrDump> ParseFrDump(std::string_view bytes, const FrReadOptions& options = {});
+
+// pg_config's ranks as PyTorch writes them, "[0, 1, 2]" (blanks and the brackets optional,
+// commas or blanks between ranks); each rank fits in 32 bits.
+absl::StatusOr<std::vector<uint32_t>> ParseFrRanks(std::string_view text);
 
 // Reads and parses one file.
 absl::StatusOr<FrDump> ReadFrDumpFile(const std::filesystem::path& file,

@@ -11,7 +11,7 @@
 #   --jobs J     parallel build jobs (default 2); the targets themselves run one at a time
 #   --nice K     run the fuzzers under `nice -n K` (default 10)
 #   target       batch kineto msprof ascend_csv csv_table daemon_config job_state changelog
-#                (default: all)
+#                flight_recorder (default: all)
 #
 # A crash leaves its input in build-fuzz/fuzz-artifacts/<target>/; once fixed, copy it to
 # fuzz/regression/<target>/ so that ctest (fuzz_replay_<target>) replays it.
@@ -19,7 +19,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD="$ROOT/build-fuzz"
-ALL=(batch kineto msprof ascend_csv csv_table daemon_config job_state changelog)
+ALL=(batch kineto msprof ascend_csv csv_table daemon_config job_state changelog flight_recorder)
 MINUTES=10
 JOBS=2
 NICE=10
@@ -53,6 +53,7 @@ max_len() {
     ascend_csv|csv_table) echo 65536 ;;
     daemon_config) echo 8192 ;;
     job_state|changelog) echo 16384 ;;
+    flight_recorder) echo 32768 ;;
   esac
 }
 
