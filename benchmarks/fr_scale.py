@@ -68,6 +68,8 @@ def ranks_str(ranks: Tuple[int, ...]) -> str:
 
 
 def load_source(src: str, prefix: str) -> List[Dump]:
+    if not os.path.isdir(src):
+        raise SystemExit(f"{src}: not a folder")
     found: Dict[int, str] = {}
     pattern = re.compile(re.escape(prefix) + r"(\d+)$")
     for name in os.listdir(src):
