@@ -1,11 +1,14 @@
 #include "flight_recorder/fr_analysis.h"
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "flight_recorder/fr_report.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <charconv>
+#include <deque>
 #include <limits>
 #include <map>
 #include <set>
@@ -223,18 +226,11 @@ struct Member {
 
 struct Group {
   std::string desc;
-  std::vector<uint32_t> ranks;  // sorted
+  FrRanks ranks;  // sorted
   std::set<std::string> names;
   std::map<uint32_t, Member> members;
   bool any_p2p = false, any_collective = false;
 };
-
-std::string GroupKey(const std::string& desc, const std::vector<uint32_t>& ranks) {
-  std::string k = desc;
-  k += '|';
-  for (uint32_t r : ranks) k += std::to_string(r) + ",";
-  return k;
-}
 
 bool AllDigits(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -266,14 +262,39 @@ std::map<std::string, std::string> UidToName(const FrDump& d) {
   return zipped;
 }
 
+// One list per distinct set of ranks, sorted: groups are keyed by (description, list), and the
+// lists dumps share (read through one FrRanksInterner) are sorted once.
+class CanonicalRanks {
+ public:
+  const FrRanks& Get(const FrRanks& raw) {
+    auto it = by_id_.find(raw.id());
+    if (it != by_id_.end()) return it->second;
+    std::vector<uint32_t> v = raw.vec();
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    auto found = by_content_.find(v);
+    if (found == by_content_.end()) {
+      FrRanks canonical(v);
+      found = by_content_.emplace(std::move(v), std::move(canonical)).first;
+    }
+    return by_id_.emplace(raw.id(), found->second).first->second;
+  }
+
+ private:
+  absl::flat_hash_map<const void*, FrRanks> by_id_;
+  absl::flat_hash_map<std::vector<uint32_t>, FrRanks> by_content_;
+};
+
 struct Built {
-  std::map<std::string, Group> groups;  // by key
-  std::vector<DumpState> state;         // by rank
+  std::deque<Group> groups;      // in the order the dumps name them
+  std::vector<DumpState> state;  // by rank
 };
 
 Built BuildGroups(const std::vector<RankDump>& dumps, uint32_t world_size) {
   Built b;
   b.state.assign(world_size, DumpState::kMissing);
+  CanonicalRanks canonical;
+  absl::flat_hash_map<std::pair<std::string, const void*>, Group*> index;
   for (const RankDump& rd : dumps) {
     if (rd.rank >= world_size) continue;
     b.state[rd.rank] = rd.state;
@@ -287,14 +308,14 @@ Built BuildGroups(const std::vector<RankDump>& dumps, uint32_t world_size) {
     }
     std::map<std::string, Group*> local;  // this rank's name -> group
     for (const FrGroup& g : d.groups) {
-      std::vector<uint32_t> ranks = g.ranks;
-      std::sort(ranks.begin(), ranks.end());
-      ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-      Group& grp = b.groups[GroupKey(g.desc, ranks)];
-      if (grp.ranks.empty()) {
-        grp.desc = g.desc;
-        grp.ranks = ranks;
+      const FrRanks& ranks = canonical.Get(g.ranks);
+      Group*& slot = index[{g.desc, ranks.id()}];
+      if (slot == nullptr) {
+        slot = &b.groups.emplace_back();
+        slot->desc = g.desc;
+        slot->ranks = ranks;
       }
+      Group& grp = *slot;
       grp.names.insert(g.name);
       local[g.name] = &grp;
       if (!std::binary_search(ranks.begin(), ranks.end(), rd.rank)) continue;
@@ -318,7 +339,7 @@ Built BuildGroups(const std::vector<RankDump>& dumps, uint32_t world_size) {
     }
   }
   // Progress from the entries where pg_status said nothing.
-  for (auto& [key, g] : b.groups) {
+  for (Group& g : b.groups) {
     for (auto& [rank, m] : g.members) {
       if (m.has_status) continue;
       for (const FrEntry* e : m.entries) {
@@ -579,10 +600,12 @@ void Unique(std::vector<uint32_t>* v) {
 
 uint32_t InferWorld(const std::vector<RankDump>& dumps) {
   uint32_t world = 0;
+  absl::flat_hash_set<const void*> seen;  // shared rank lists are looked at once
   for (const RankDump& rd : dumps) {
     world = std::max(world, rd.rank + 1);
     for (const FrGroup& g : rd.dump.groups)
-      for (uint32_t r : g.ranks) world = std::max(world, r + 1);
+      if (g.ranks.id() == nullptr || seen.insert(g.ranks.id()).second)
+        for (uint32_t r : g.ranks) world = std::max(world, r + 1);
   }
   return world;
 }
@@ -656,7 +679,7 @@ FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
   Analysis a;
   a.world = world;
   a.waits.assign(world, {});
-  for (auto& [key, g] : b.groups) {
+  for (Group& g : b.groups) {
     if (g.ranks.size() < 2) continue;
     FrGroupReport r;
     r.desc = g.desc;
@@ -784,7 +807,7 @@ FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
   }
   for (const RankDump& rd : dumps)
     if (rd.rank < world) v.ranks[rd.rank].error = rd.error;
-  for (const auto& [key, g] : b.groups) {
+  for (const Group& g : b.groups) {
     if (g.ranks.size() < 2) continue;
     for (const auto& [rank, m] : g.members) {
       if (m.entries.empty() || rank >= world) continue;
@@ -882,7 +905,7 @@ std::vector<FrCollective> MatchCollectives(const std::vector<RankDump>& dumps) {
     const FrEntry* first = nullptr;
   };
   std::vector<std::pair<std::pair<int64_t, uint32_t>, FrCollective>> out;
-  for (const auto& [key, g] : b.groups) {
+  for (const Group& g : b.groups) {
     // Per member: its collectives by sequence id (entries sharing one are a coalesced group).
     std::map<uint32_t, std::map<int64_t, Unit>> units;
     std::map<uint32_t, std::pair<int64_t, int64_t>> window;  // first, last sequence id seen

@@ -83,7 +83,7 @@ struct FrMismatch {
 // One process group, identified across ranks.
 struct FrGroupReport {
   std::string desc;
-  std::vector<uint32_t> ranks;     // sorted
+  FrRanks ranks;                   // sorted
   std::vector<std::string> names;  // the local names the members use (distinct)
   enum class State : uint8_t {
     kIdle,           // nothing pending on any member
@@ -116,7 +116,7 @@ struct FrCulprit {
   };
   Reason reason = Reason::kMissing;
   std::string group_desc;  // where the wait starts
-  std::vector<uint32_t> group_ranks;
+  FrRanks group_ranks;
   FrOp op;                          // the operation the others wait in
   int64_t rank_last_enqueued = -1;  // the culprit's own progress in that group
   int64_t rank_last_completed = -1;
@@ -134,7 +134,7 @@ struct FrRankReport {
   // Its last operation per group it belongs to: group description, op, its state.
   struct Last {
     std::string group_desc;
-    std::vector<uint32_t> group_ranks;
+    FrRanks group_ranks;
     FrOp op;
     FrState state = FrState::kUnknown;
   };
@@ -161,7 +161,7 @@ FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
 // and they agree.
 struct FrCollective {
   std::string group_desc;
-  std::vector<uint32_t> group_ranks;
+  FrRanks group_ranks;
   FrOp op;  // as the lowest member recorded it
   bool pass = true;
   std::vector<uint32_t> missing;  // members with no record of it

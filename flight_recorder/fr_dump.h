@@ -12,16 +12,58 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace rankwatch::fr {
 
+// A group's member ranks: an immutable list shared by every dump that names the same list (a
+// 16,384-rank job's dumps each list the whole job in several groups; read through one
+// FrRanksInterner they share one copy). Reads like a const std::vector<uint32_t>.
+class FrRanks {
+ public:
+  using value_type = uint32_t;
+  using const_iterator = std::vector<uint32_t>::const_iterator;
+  using iterator = const_iterator;
+  using size_type = size_t;
+
+  FrRanks() = default;
+  FrRanks(std::vector<uint32_t> ranks)  // NOLINT: implicit, as a vector
+      : list_(std::make_shared<const std::vector<uint32_t>>(std::move(ranks))) {}
+  FrRanks(std::initializer_list<uint32_t> ranks) : FrRanks(std::vector<uint32_t>(ranks)) {}
+  explicit FrRanks(std::shared_ptr<const std::vector<uint32_t>> list) : list_(std::move(list)) {}
+
+  const std::vector<uint32_t>& vec() const { return list_ ? *list_ : Empty(); }
+  operator const std::vector<uint32_t>&() const { return vec(); }  // NOLINT
+  const_iterator begin() const { return vec().begin(); }
+  const_iterator end() const { return vec().end(); }
+  size_t size() const { return vec().size(); }
+  bool empty() const { return vec().empty(); }
+  uint32_t operator[](size_t i) const { return vec()[i]; }
+  uint32_t back() const { return vec().back(); }
+  // Identity of the shared list (equal for two FrRanks of one interned list).
+  const void* id() const { return list_.get(); }
+  const std::shared_ptr<const std::vector<uint32_t>>& shared() const { return list_; }
+
+  friend bool operator==(const FrRanks& a, const FrRanks& b) { return a.vec() == b.vec(); }
+  friend bool operator==(const FrRanks& a, const std::vector<uint32_t>& b) { return a.vec() == b; }
+  friend bool operator==(const std::vector<uint32_t>& a, const FrRanks& b) { return a == b.vec(); }
+
+ private:
+  static const std::vector<uint32_t>& Empty() {
+    static const std::vector<uint32_t> empty;
+    return empty;
+  }
+  std::shared_ptr<const std::vector<uint32_t>> list_;
+};
+
 // pg_config: one process group as this rank knows it.
 struct FrGroup {
   std::string name;  // this rank's name of the group (e.g. "35")
   std::string desc;  // the description given at creation (e.g. "TENSOR_MODEL_PARALLEL_GROUP")
-  std::vector<uint32_t> ranks;  // global ranks, in the dump's order
+  FrRanks ranks;     // global ranks, in the dump's order
 };
 
 // pg_status: one group's counters on this rank, keyed by the group's local id (`pg_id` of the

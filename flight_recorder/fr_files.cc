@@ -1,8 +1,10 @@
 #include "flight_recorder/fr_files.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <system_error>
+#include <thread>
 
 #include "absl/status/status.h"
 
@@ -84,9 +86,25 @@ absl::StatusOr<std::vector<RankDump>> LoadDumps(const std::vector<fs::path>& pat
       if (it == by_rank.end() || t > it->second.first) by_rank[rank] = {t, file};
     }
   }
-  std::vector<RankDump> out;
-  out.reserve(by_rank.size());
-  for (const auto& [rank, tf] : by_rank) out.push_back(LoadRankDump(rank, tf.second, options));
+  // Read in parallel, the groups' rank lists shared among the dumps.
+  FrRanksInterner interner;
+  FrReadOptions shared = options;
+  if (shared.interner == nullptr) shared.interner = &interner;
+  std::vector<std::pair<uint32_t, fs::path>> files;
+  files.reserve(by_rank.size());
+  for (const auto& [rank, tf] : by_rank) files.emplace_back(rank, tf.second);
+  std::vector<RankDump> out(files.size());
+  std::atomic<size_t> next{0};
+  auto work = [&]() {
+    for (size_t i = next++; i < files.size(); i = next++)
+      out[i] = LoadRankDump(files[i].first, files[i].second, shared);
+  };
+  const size_t threads = std::min<size_t>(
+      {std::max(1u, std::thread::hardware_concurrency()), size_t{8}, (files.size() + 63) / 64});
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
   return out;
 }
 

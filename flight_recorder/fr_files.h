@@ -29,8 +29,9 @@ absl::StatusOr<std::vector<std::pair<uint32_t, std::filesystem::path>>> FindDump
 RankDump LoadRankDump(uint32_t rank, const std::filesystem::path& file,
                       const FrReadOptions& options = {});
 
-// Finds and reads every dump under the paths. When two files give one rank, the later one
-// (by modification time) is kept.
+// Finds and reads every dump under the paths, on up to 8 threads, the groups' rank lists shared
+// among them (through options.interner, else one of its own). When two files give one rank,
+// the later one (by modification time) is kept.
 absl::StatusOr<std::vector<RankDump>> LoadDumps(const std::vector<std::filesystem::path>& paths,
                                                 const FrReadOptions& options = {});
 

@@ -283,7 +283,8 @@ FrDump DumpFromProto(const v1::FlightRecorderDump& in) {
   d.nccl_version = in.nccl_version();
   d.groups.reserve(in.groups_size());
   for (const v1::FlightRecorderGroup& g : in.groups()) {
-    d.groups.push_back({g.name(), g.desc(), {g.ranks().begin(), g.ranks().end()}});
+    d.groups.push_back(
+        {g.name(), g.desc(), FrRanks(std::vector<uint32_t>(g.ranks().begin(), g.ranks().end()))});
   }
   d.status.reserve(in.status_size());
   for (const v1::FlightRecorderGroupStatus& s : in.status()) {

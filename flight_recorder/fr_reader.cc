@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <mutex>
 #include <system_error>
 #include <utility>
 
@@ -192,7 +193,7 @@ class DumpWalker {
       if (absl::Status s = Charge(sizeof(Value*) * 2); !s.ok()) return s;
       const Value& k = root.key(i);
       if (!k.is_str()) continue;
-      const std::string& key = k.as_str();
+      const std::string_view key = k.as_str();
       const Value& v = root.value(i);
       if (key == "version") {
         if (absl::Status s = Text(v, "version", &dump.version); !s.ok()) return s;
@@ -296,7 +297,7 @@ class DumpWalker {
         const auto [p, ec] = std::from_chars(t.data(), end, *out);
         if (t.empty() || ec != std::errc() || p != end) {
           return Fail(field, absl::StrCat("expected an integer, found the str \"",
-                                          v.as_str().substr(0, 32), "\""));
+                                          AV(v.as_str().substr(0, 32)), "\""));
         }
         return absl::OkStatus();
       }
@@ -367,6 +368,13 @@ class DumpWalker {
     const std::string rfield = absl::StrCat(AV(field), ".ranks");
     if (ranks == nullptr) return Fail(rfield, "missing");
     if (ranks->is_str()) {
+      if (options_.interner != nullptr) {
+        // Shared: charged once, by the interner's first parse.
+        absl::StatusOr<FrRanks> r = options_.interner->Get(ranks->as_str());
+        if (!r.ok()) return Fail(rfield, std::string(r.status().message()));
+        g->ranks = *std::move(r);
+        return absl::OkStatus();
+      }
       if (absl::Status s = Charge(ranks->as_str().size() * sizeof(uint32_t)); !s.ok()) return s;
       absl::StatusOr<std::vector<uint32_t>> r = ParseFrRanks(ranks->as_str());
       if (!r.ok()) return Fail(rfield, std::string(r.status().message()));
@@ -374,15 +382,17 @@ class DumpWalker {
       return absl::OkStatus();
     }
     if (!ranks->is_sequence()) return WrongType(rfield, *ranks, "a str or a list");
-    g->ranks.reserve(ranks->size());
+    std::vector<uint32_t> list;
+    list.reserve(ranks->size());
     for (const Value* r : ranks->items()) {
       int64_t rank;
       if (absl::Status s = Int(*r, rfield, &rank); !s.ok()) return s;
       if (rank < 0 || rank > std::numeric_limits<uint32_t>::max()) {
         return Fail(rfield, absl::StrCat("rank ", rank, " out of range"));
       }
-      g->ranks.push_back(static_cast<uint32_t>(rank));
+      list.push_back(static_cast<uint32_t>(rank));
     }
+    g->ranks = std::move(list);
     return absl::OkStatus();
   }
 
@@ -405,7 +415,7 @@ class DumpWalker {
         if (k.as_str() == "last_started_collective") target = &st.last_started;
         if (k.as_str() == "last_completed_collective") target = &st.last_completed;
         if (target == nullptr) continue;
-        if (absl::Status s = Int(v.value(j), absl::StrCat(field, ".", k.as_str()), target);
+        if (absl::Status s = Int(v.value(j), absl::StrCat(field, ".", AV(k.as_str())), target);
             !s.ok()) {
           return s;
         }
@@ -641,6 +651,37 @@ absl::StatusOr<FrDump> ReadFrDumpFile(const std::filesystem::path& file,
                         absl::StrCat(file.string(), ": ", dump.status().message()));
   }
   return dump;
+}
+
+}  // namespace rankwatch::fr
+
+namespace rankwatch::fr {
+
+struct FrRanksInterner::Impl {
+  mutable std::mutex mu;
+  absl::flat_hash_map<std::string, FrRanks> lists;
+};
+
+FrRanksInterner::FrRanksInterner() : impl_(std::make_unique<Impl>()) {}
+FrRanksInterner::~FrRanksInterner() = default;
+
+absl::StatusOr<FrRanks> FrRanksInterner::Get(std::string_view text) {
+  const absl::string_view key(text.data(), text.size());
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->lists.find(key);
+    if (it != impl_->lists.end()) return it->second;
+  }
+  absl::StatusOr<std::vector<uint32_t>> parsed = ParseFrRanks(text);
+  if (!parsed.ok()) return parsed.status();
+  FrRanks ranks(*std::move(parsed));
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->lists.try_emplace(std::string(text), std::move(ranks)).first->second;
+}
+
+size_t FrRanksInterner::size() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->lists.size();
 }
 
 }  // namespace rankwatch::fr

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,22 @@
 #include "flight_recorder/fr_dump.h"
 
 namespace rankwatch::fr {
+
+// Shares the rank lists of process groups among the dumps read through it: each distinct
+// `ranks` text is parsed once. Thread-safe. Bounded by the distinct lists it is given (a
+// job's dumps name a few per rank position).
+class FrRanksInterner {
+ public:
+  FrRanksInterner();
+  ~FrRanksInterner();
+  // The list `text` means ("[0, 1, 2]"), parsed on first sight.
+  absl::StatusOr<FrRanks> Get(std::string_view text);
+  size_t size() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 struct FrReadOptions {
   size_t max_bytes = size_t{512} << 20;  // a larger file is refused; default 512 MiB
@@ -29,6 +46,8 @@ struct FrReadOptions {
   // The parsed dump's size in bytes, each value walked counted (a pickle's memo lets a small
   // file refer to one entry or frame many times); more: refused. Default 1 GiB.
   size_t max_expanded_bytes = size_t{1} << 30;
+  // Shares rank lists across the dumps read with it (not owned; may be null: no sharing).
+  FrRanksInterner* interner = nullptr;
 };
 
 // The dump in `bytes`: a pickle (first byte 0x80) or JSON (first non-blank byte '{').

@@ -36,7 +36,9 @@ const Value* Value::Find(std::string_view key) const {
   return nullptr;
 }
 
-Document::Document() : arena_(std::make_unique<std::deque<Value>>()) {}
+Document::Document()
+    : arena_(std::make_unique<std::deque<Value>>()),
+      owned_(std::make_unique<std::deque<std::string>>()) {}
 Document::Document(Document&&) noexcept = default;
 Document& Document::operator=(Document&&) noexcept = default;
 Document::~Document() = default;
@@ -63,7 +65,13 @@ Value* Document::NewBool(bool v) {
 
 Value* Document::NewStr(std::string_view s, Kind kind) {
   Value* x = New(kind);
-  x->str_.assign(s.data(), s.size());
+  x->str_ = owned_->emplace_back(s);
+  return x;
+}
+
+Value* Document::NewStrView(std::string_view s, Kind kind) {
+  Value* x = New(kind);
+  x->str_ = s;
   return x;
 }
 
@@ -350,13 +358,14 @@ class Loader {
     return absl::OkStatus();
   }
 
-  absl::Status PushStr(std::string_view s, Kind kind) {
+  // `borrowed`: `s` lies in the loaded bytes and is kept as a view; otherwise it is copied.
+  absl::Status PushStr(std::string_view s, Kind kind, bool borrowed = false) {
     if (s.size() > limits_.max_string) {
       return Error(absl::StrCat("string of ", s.size(), " bytes, more than ", limits_.max_string));
     }
     Value* v;
     if (absl::Status st = PushNew(kind, &v); !st.ok()) return st;
-    v->str_.assign(s.data(), s.size());
+    v->str_ = borrowed ? s : std::string_view(doc_.owned_->emplace_back(s));
     return absl::OkStatus();
   }
 
@@ -370,7 +379,7 @@ class Loader {
     }
     std::string_view data;
     if (absl::Status s = Read(static_cast<size_t>(len), &data); !s.ok()) return s;
-    return PushStr(data, kind);
+    return PushStr(data, kind, /*borrowed=*/true);
   }
 
   // The items above the top mark, which is removed.

@@ -56,8 +56,9 @@ class Value {
   bool as_bool() const { return int_ != 0; }
   int64_t as_int() const { return int_; }
   double as_float() const { return float_; }
-  // str (UTF-8) or bytes.
-  const std::string& as_str() const { return str_; }
+  // str (UTF-8) or bytes. A pickle's length-prefixed strings refer to the bytes they were
+  // loaded from (no copy): those bytes must outlive the document.
+  std::string_view as_str() const { return str_; }
 
   // List or tuple: its items. Dict: keys and values alternate (key 0, value 0, key 1, ...).
   const std::vector<const Value*>& items() const { return items_; }
@@ -78,7 +79,7 @@ class Value {
   uint32_t height_ = 0;  // Load's depth check: 1 for a scalar
   int64_t int_ = 0;      // int, bool
   double float_ = 0;
-  std::string str_;  // str, bytes
+  std::string_view str_;  // str, bytes: into the loaded bytes or the document's own strings
   std::vector<const Value*> items_;
 };
 
@@ -107,13 +108,16 @@ class Document {
   Value* NewInt(int64_t v);
   Value* NewFloat(double v);
   Value* NewBool(bool v);
-  Value* NewStr(std::string_view s, Kind kind = Kind::kStr);
+  Value* NewStr(std::string_view s, Kind kind = Kind::kStr);  // copies `s`
+  // A str or bytes value that refers to `s` (which must outlive the document).
+  Value* NewStrView(std::string_view s, Kind kind = Kind::kStr);
   static void Append(Value* container, const Value* item) { container->items_.push_back(item); }
   void set_root(const Value* root) { root_ = root; }
 
  private:
   friend class Loader;
-  std::unique_ptr<std::deque<Value>> arena_;  // stable addresses
+  std::unique_ptr<std::deque<Value>> arena_;        // stable addresses
+  std::unique_ptr<std::deque<std::string>> owned_;  // strings the document copied
   const Value* root_ = nullptr;
 };
 
