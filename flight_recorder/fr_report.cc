@@ -169,8 +169,12 @@ std::string VerdictJson(const FrVerdict& v) {
     const FrRankReport& r = v.ranks[i];
     std::string last = "[";
     for (size_t j = 0; j < r.last.size(); ++j)
-      last += fmt::format("{}{{\"group\":{},\"group_ranks\":{},\"op\":{},\"state\":{}}}",
-                          j ? "," : "", Str(r.last[j].group_desc), Ranks(r.last[j].group_ranks),
+      // The group's members only when few (a rank of a 16,384-rank job is in groups of all).
+      last += fmt::format("{}{{\"group\":{},\"group_size\":{},{}\"op\":{},\"state\":{}}}",
+                          j ? "," : "", Str(r.last[j].group_desc), r.last[j].group_ranks.size(),
+                          r.last[j].group_ranks.size() <= 64
+                              ? "\"group_ranks\":" + Ranks(r.last[j].group_ranks) + ","
+                              : std::string(),
                           OpJson(r.last[j].op), Str(FrStateName(r.last[j].state)));
     last += "]";
     ranks += fmt::format("{}{{\"rank\":{},\"dump\":{},\"error\":{},\"waits_for\":{},\"last\":{}}}",
