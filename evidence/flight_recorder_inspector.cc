@@ -30,13 +30,20 @@ FlightRecorderInspector::FlightRecorderInspector(FlightRecorderInspectorOptions 
       send_(std::move(send)),
       requests_("frd", options_.answer_deadline) {}
 
+size_t FlightRecorderInspector::KeptBytes(const v1::FlightRecorderDump& d) {
+  size_t lists = 0;
+  for (const v1::FlightRecorderGroup& g : d.groups()) lists += 4 * g.ranks_size();
+  const size_t wire = d.ByteSizeLong();
+  return wire > lists ? wire - lists : 0;
+}
+
 void FlightRecorderInspector::OnBatch(const v1::Batch& batch) {
   if (batch.flight_recorder_dumps_size() == 0) return;
   const std::string& name = batch.source().training_job();
   const int64_t now = WallNowNs();
   std::lock_guard<std::mutex> lock(mu_);
   for (const v1::FlightRecorderDump& d : batch.flight_recorder_dumps()) {
-    const size_t bytes = d.ByteSizeLong();
+    const size_t bytes = KeptBytes(d);
     auto it = jobs_.find(name);
     const size_t replaced = it != jobs_.end() && it->second.dumps.count(d.rank()) > 0
                                 ? it->second.dumps[d.rank()].bytes
@@ -54,7 +61,8 @@ void FlightRecorderInspector::OnBatch(const v1::Batch& batch) {
     Kept& kept = job.dumps[d.rank()];
     job.bytes -= kept.bytes;
     bytes_ -= kept.bytes;
-    kept.dump = fr::RankDumpFromProto(d);
+    if (!job.lists) job.lists = std::make_unique<fr::FrRanksInterner>();
+    kept.dump = fr::RankDumpFromProto(d, job.lists.get());
     kept.node = d.node();
     kept.bytes = bytes;
     job.bytes += bytes;

@@ -40,6 +40,7 @@
 #include "evidence/control_request_tracker.h"
 #include "evidence/evidence.h"
 #include "flight_recorder/fr_analysis.h"
+#include "flight_recorder/fr_reader.h"
 #include "rankwatch/v1/service.pb.h"
 
 namespace rankwatch {
@@ -49,8 +50,10 @@ struct FlightRecorderInspectorOptions {
   std::chrono::milliseconds settle{2000};
   // The dump request's deadline (how long agents wait for PyTorch to write). Default: 60 s.
   std::chrono::seconds answer_deadline{60};
-  size_t max_jobs = 64;                  // jobs whose dumps are kept; default 64
-  size_t max_bytes = size_t{512} << 20;  // dumps kept in all (wire size); default 512 MiB
+  size_t max_jobs = 64;  // jobs whose dumps are kept; default 64
+  // Dumps kept in all: their wire size, the groups' rank lists (shared by a job's dumps) left out.
+  // Default 512 MiB.
+  size_t max_bytes = size_t{512} << 20;
 };
 
 struct FlightRecorderInspectorCounters {
@@ -81,6 +84,10 @@ class FlightRecorderInspector : public Evidence {
 
   FlightRecorderInspectorCounters counters() const;
 
+  // What keeping one dump costs against max_bytes: its wire size less its groups' rank lists,
+  // which a job's dumps share (a 16,384-rank job's dumps each list the world in several groups).
+  static size_t KeptBytes(const v1::FlightRecorderDump& d);
+
  private:
   struct Kept {
     fr::RankDump dump;
@@ -88,8 +95,9 @@ class FlightRecorderInspector : public Evidence {
     size_t bytes = 0;
   };
   struct Job {
-    std::map<uint32_t, Kept> dumps;  // by rank
-    uint32_t batch_world_size = 0;   // the world size the dumps' batches gave
+    std::map<uint32_t, Kept> dumps;              // by rank
+    std::unique_ptr<fr::FrRanksInterner> lists;  // the rank lists its dumps share
+    uint32_t batch_world_size = 0;               // the world size the dumps' batches gave
     size_t bytes = 0;
     int64_t last_dump_unix_ns = 0;  // the newest dump's arrival
     bool pending = false;           // dumps came since the last analysis

@@ -184,7 +184,8 @@ TEST(FlightRecorderInspectorTest, MissingDumpsSettleAndLaterDumpsAreAnalyzedAgai
 
 TEST(FlightRecorderInspectorTest, DumpsAreBoundedByJobsAndBytes) {
   const fr::FrDump dump = fr::testing::HungJobDump(0);
-  const size_t one = DumpBatch("a", 4, dump).flight_recorder_dumps(0).ByteSizeLong();
+  const size_t one =
+      FlightRecorderInspector::KeptBytes(DumpBatch("a", 4, dump).flight_recorder_dumps(0));
   FlightRecorderInspectorOptions o;
   o.max_jobs = 2;
   o.max_bytes = 3 * one;

@@ -276,15 +276,16 @@ void UnreadableToProto(const std::string& error, const FrTransportOptions& o,
   out->set_dump_rank(-1);
 }
 
-FrDump DumpFromProto(const v1::FlightRecorderDump& in) {
+FrDump DumpFromProto(const v1::FlightRecorderDump& in, FrRanksInterner* interner) {
   FrDump d;
   d.version = in.version();
   d.rank = in.dump_rank();
   d.nccl_version = in.nccl_version();
   d.groups.reserve(in.groups_size());
   for (const v1::FlightRecorderGroup& g : in.groups()) {
-    d.groups.push_back(
-        {g.name(), g.desc(), FrRanks(std::vector<uint32_t>(g.ranks().begin(), g.ranks().end()))});
+    std::vector<uint32_t> ranks(g.ranks().begin(), g.ranks().end());
+    d.groups.push_back({g.name(), g.desc(),
+                        interner ? interner->Get(std::move(ranks)) : FrRanks(std::move(ranks))});
   }
   d.status.reserve(in.status_size());
   for (const v1::FlightRecorderGroupStatus& s : in.status()) {
@@ -317,14 +318,14 @@ FrDump DumpFromProto(const v1::FlightRecorderDump& in) {
   return d;
 }
 
-RankDump RankDumpFromProto(const v1::FlightRecorderDump& in) {
+RankDump RankDumpFromProto(const v1::FlightRecorderDump& in, FrRanksInterner* interner) {
   RankDump r;
   r.rank = in.rank();
   r.source = in.node().empty() ? in.source() : in.node() + ":" + in.source();
   switch (in.state()) {
     case v1::FR_DUMP_READ:
     case v1::FR_DUMP_EMPTY:
-      r.dump = DumpFromProto(in);
+      r.dump = DumpFromProto(in, interner);
       r.state = r.dump.entries.empty() ? DumpState::kEmpty : DumpState::kRead;
       break;
     case v1::FR_DUMP_UNREADABLE:

@@ -24,6 +24,7 @@
 
 #include "flight_recorder/fr_analysis.h"
 #include "flight_recorder/fr_dump.h"
+#include "flight_recorder/fr_reader.h"
 #include "rankwatch/v1/service.pb.h"
 #include "rankwatch/v1/telemetry.pb.h"
 
@@ -46,12 +47,13 @@ void DumpToProto(const FrDump& dump, const FrTransportOptions& options,
 void UnreadableToProto(const std::string& error, const FrTransportOptions& options,
                        v1::FlightRecorderDump* out);
 
-// The dump the proto carries (the inverse of DumpToProto up to trimming).
-FrDump DumpFromProto(const v1::FlightRecorderDump& in);
+// The dump the proto carries (the inverse of DumpToProto up to trimming). With `interner`, the
+// groups' rank lists are shared with the other dumps converted through it.
+FrDump DumpFromProto(const v1::FlightRecorderDump& in, FrRanksInterner* interner = nullptr);
 
 // The analysis's view of the proto: rank, state (read / empty / unreadable), dump, error, and
 // as source "node:path".
-RankDump RankDumpFromProto(const v1::FlightRecorderDump& in);
+RankDump RankDumpFromProto(const v1::FlightRecorderDump& in, FrRanksInterner* interner = nullptr);
 
 struct FrVerdictProtoOptions {
   size_t max_ranks = 256;  // per-rank reports kept (culprits and those they hold first)

@@ -659,7 +659,8 @@ namespace rankwatch::fr {
 
 struct FrRanksInterner::Impl {
   mutable std::mutex mu;
-  absl::flat_hash_map<std::string, FrRanks> lists;
+  absl::flat_hash_map<std::string, FrRanks> lists;                 // by text
+  absl::flat_hash_map<std::vector<uint32_t>, FrRanks> by_content;  // given as lists
 };
 
 FrRanksInterner::FrRanksInterner() : impl_(std::make_unique<Impl>()) {}
@@ -679,9 +680,18 @@ absl::StatusOr<FrRanks> FrRanksInterner::Get(std::string_view text) {
   return impl_->lists.try_emplace(std::string(text), std::move(ranks)).first->second;
 }
 
+FrRanks FrRanksInterner::Get(std::vector<uint32_t> list, bool* fresh) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->by_content.find(list);
+  if (fresh) *fresh = it == impl_->by_content.end();
+  if (it != impl_->by_content.end()) return it->second;
+  FrRanks shared(list);
+  return impl_->by_content.emplace(std::move(list), std::move(shared)).first->second;
+}
+
 size_t FrRanksInterner::size() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->lists.size();
+  return impl_->lists.size() + impl_->by_content.size();
 }
 
 }  // namespace rankwatch::fr

@@ -30,6 +30,8 @@ class FrRanksInterner {
   ~FrRanksInterner();
   // The list `text` means ("[0, 1, 2]"), parsed on first sight.
   absl::StatusOr<FrRanks> Get(std::string_view text);
+  // The shared copy of `list` (as given, e.g. from the wire); `fresh` says it was new.
+  FrRanks Get(std::vector<uint32_t> list, bool* fresh = nullptr);
   size_t size() const;
 
  private:
