@@ -1,7 +1,7 @@
-// `rankwatch flight-recorder [--json] [--ranks] [--world-size N] PATH...`: why a hung job hangs,
-// from the Flight Recorder dumps its ranks wrote (PyTorch's NCCL watchdog, on a timeout), offline:
-// the same reader and analysis the daemon runs live (flight_recorder/). PATH is a folder of
-// dumps, the dump prefix (TORCH_NCCL_DEBUG_INFO_TEMP_FILE) or files.
+// `rankwatch flight-recorder [--json] [--ranks] [--collectives] [--world-size N] PATH...`: why a
+// hung job hangs, from the Flight Recorder dumps its ranks wrote (PyTorch's NCCL watchdog, on a
+// timeout), offline: the same reader and analysis the daemon runs live (flight_recorder/). PATH is
+// a folder of dumps, the dump prefix (TORCH_NCCL_DEBUG_INFO_TEMP_FILE) or files.
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -20,6 +20,7 @@ struct FlightRecorderFlags {
   std::vector<std::string> paths;
   bool json = false;
   bool per_rank = false;
+  bool collectives = false;
   uint32_t world_size = 0;
 };
 
@@ -39,7 +40,13 @@ int RunFlightRecorder(const FlightRecorderFlags& f) {
   const fr::FrVerdict v = fr::AnalyzeFlightRecorder(*dumps, options);
   const auto t2 = Clock::now();
   if (f.json) {
-    std::fputs(fr::VerdictJson(v).c_str(), stdout);
+    std::string json = fr::VerdictJson(v);
+    if (f.collectives) {
+      // One more member of the object: "collectives": [...].
+      while (!json.empty() && (json.back() == '\n' || json.back() == '}')) json.pop_back();
+      json += ",\"collectives\":" + fr::CollectivesJson(fr::MatchCollectives(*dumps)) + "}\n";
+    }
+    std::fputs(json.c_str(), stdout);
     return 0;
   }
   for (const fr::RankDump& d : *dumps)
@@ -52,6 +59,8 @@ int RunFlightRecorder(const FlightRecorderFlags& f) {
   fr::ReportOptions ro;
   ro.per_rank = f.per_rank;
   std::fputs(fr::VerdictText(v, ro).c_str(), stdout);
+  if (f.collectives)
+    std::fputs(("\n" + fr::CollectivesText(fr::MatchCollectives(*dumps))).c_str(), stdout);
   return 0;
 }
 
@@ -65,6 +74,9 @@ CommandRunner AddFlightRecorderCommand(CLI::App& app) {
       "(docs/flight-recorder.md)");
   cmd->add_flag("--json", f->json, "print one JSON object");
   cmd->add_flag("--ranks", f->per_rank, "also one line per rank (its last operation per group)");
+  cmd->add_flag("--collectives", f->collectives,
+                "also every collective of the dumps matched across its group's members, as "
+                "PyTorch's fr_trace does (failing ones first)");
   cmd->add_option("--world-size", f->world_size,
                   "ranks in the job (default: the largest rank any dump names + 1)");
   cmd->add_option("paths", f->paths,

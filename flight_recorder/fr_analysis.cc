@@ -131,10 +131,18 @@ int64_t SeqOf(const FrEntry& e) { return IsP2p(e) ? e.p2p_seq_id : e.collective_
 
 bool Pending(const FrEntry& e) { return e.state != FrState::kCompleted; }
 
+// Elements of a shape; -1 when it overflows (sizes come from outside input).
 int64_t Numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(n, d, &n)) return -1;
   return n;
+}
+
+// x * n, or -1 on overflow.
+int64_t Times(int64_t x, int64_t n) {
+  int64_t out;
+  return __builtin_mul_overflow(x, n, &out) ? -1 : out;
 }
 
 std::string Shapes(const std::vector<std::vector<int64_t>>& sizes) {
@@ -184,19 +192,19 @@ bool CompareOps(const FrEntry& a, const FrEntry& b, size_t group_size, FrMismatc
   const auto gs = static_cast<int64_t>(group_size);
   if ((t == "all_gather" || t == "_all_gather_base" || t == "all_gather_into_tensor_coalesced") &&
       HasData(a.input_sizes) && HasData(b.output_sizes) &&
-      Numel(b.output_sizes.front()) != Numel(a.input_sizes.front()) * gs)
-    return fail(
-        MismatchKind::kSize,
-        fmt::format("output numel {} (input x {} ranks)", Numel(a.input_sizes.front()) * gs, gs),
-        fmt::format("output numel {}", Numel(b.output_sizes.front())));
+      Numel(b.output_sizes.front()) != Times(Numel(a.input_sizes.front()), gs))
+    return fail(MismatchKind::kSize,
+                fmt::format("output numel {} (input x {} ranks)",
+                            Times(Numel(a.input_sizes.front()), gs), gs),
+                fmt::format("output numel {}", Numel(b.output_sizes.front())));
   if ((t == "reduce_scatter" || t == "_reduce_scatter_base" ||
        t == "reduce_scatter_tensor_coalesced") &&
       HasData(a.output_sizes) && HasData(b.input_sizes) &&
-      Numel(b.input_sizes.front()) != Numel(a.output_sizes.front()) * gs)
-    return fail(
-        MismatchKind::kSize,
-        fmt::format("input numel {} (output x {} ranks)", Numel(a.output_sizes.front()) * gs, gs),
-        fmt::format("input numel {}", Numel(b.input_sizes.front())));
+      Numel(b.input_sizes.front()) != Times(Numel(a.output_sizes.front()), gs))
+    return fail(MismatchKind::kSize,
+                fmt::format("input numel {} (output x {} ranks)",
+                            Times(Numel(a.output_sizes.front()), gs), gs),
+                fmt::format("input numel {}", Numel(b.input_sizes.front())));
   // Dtypes: each side's inputs and outputs agree, and the two sides agree (where they hold data).
   const bool bcast = t == "broadcast" || t == "scatter";
   if (t != "gather" && !bcast && Dtypes(a.input_dtypes) != Dtypes(a.output_dtypes) &&
@@ -546,7 +554,6 @@ void AnalyzeCollectives(const Group& g, Analysis* a, FrGroupReport* r) {
 
 // Point-to-point groups: a pending send or receive whose peer posted no counterpart.
 void AnalyzeP2p(const Group& g, Analysis* a, FrGroupReport* r) {
-  bool any_pending = false;
   for (const auto& [rank, m] : g.members) {
     const FrEntry* first = nullptr;
     for (const FrEntry* e : m.entries)
@@ -555,7 +562,6 @@ void AnalyzeP2p(const Group& g, Analysis* a, FrGroupReport* r) {
         break;
       }
     if (!first) continue;
-    any_pending = true;
     const FrOp op = MakeOp(*first, g.ranks);
     // The frontier shown: the earliest operation whose peer is missing, else the earliest.
     if (r->frontier.name.empty() || (r->missing.empty() && When(op) < When(r->frontier)))
@@ -590,7 +596,6 @@ void AnalyzeP2p(const Group& g, Analysis* a, FrGroupReport* r) {
     a->waits[rank].insert(peer);
     Blame(&a->missing, peer, FrCulprit::Reason::kMissing, g, op, &pm);
   }
-  (void)any_pending;
 }
 
 void Unique(std::vector<uint32_t>* v) {
@@ -665,7 +670,8 @@ std::vector<int> Components(const std::vector<std::set<uint32_t>>& edges, int* c
 FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
                                 const FrAnalysisOptions& options) {
   FrVerdict v;
-  const uint32_t world = options.world_size ? options.world_size : InferWorld(dumps);
+  const uint32_t world =
+      std::min(options.world_size ? options.world_size : InferWorld(dumps), kMaxWorldSize);
   v.world_size = world;
   Built b = BuildGroups(dumps, world);
   for (uint32_t r = 0; r < world; ++r) {
@@ -677,7 +683,6 @@ FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
     }
   }
   Analysis a;
-  a.world = world;
   a.waits.assign(world, {});
   for (Group& g : b.groups) {
     if (g.ranks.size() < 2) continue;
@@ -768,8 +773,6 @@ FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
     c.waiting = waiters[rank];
     Unique(&c.waiting);
     c.blocked = blocked_by(rank);
-    // A culprit that also never reached an operation: keep where it is missing as its op when
-    // the not-completing op is unknown.
     v.culprits.push_back(c);
   }
   std::stable_sort(v.culprits.begin(), v.culprits.end(),
@@ -897,7 +900,7 @@ FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
 // --- the whole history, matched --------------------------------------------------------------
 
 std::vector<FrCollective> MatchCollectives(const std::vector<RankDump>& dumps) {
-  const uint32_t world = InferWorld(dumps);
+  const uint32_t world = std::min(InferWorld(dumps), kMaxWorldSize);
   Built b = BuildGroups(dumps, world);
   struct Unit {
     std::vector<const FrEntry*> ops;  // without the coalesced marker

@@ -19,9 +19,9 @@
 //  5. Wait-for graph: a rank with a pending operation waits for the missing ranks of it. The
 //     ranks that hold the job are the ranks others wait for that wait for nobody (sinks; a
 //     cycle of waits is reported as a cycle), and the ranks that are not completing. Each is
-//     reported with the group and operation where the wait starts (the earliest pending
-//     operation, by record order on the waiting ranks), the ranks that wait for it directly and
-//     how many wait for it in all.
+//     reported with the group and operation where the wait starts (a collective it is missing
+//     from before a point-to-point operation, then the earliest created), the ranks that wait
+//     for it directly and how many wait for it in all.
 //  6. Missing and empty dumps: a rank with no dump cannot be judged; groups whose frontier
 //     depends on it are undecided, and the verdict says so.
 //
@@ -50,11 +50,13 @@ struct RankDump {
   std::string source;  // file name or node it came from (for messages)
 };
 
+// The largest job analyzed (the wire's limit too); ranks beyond it are left out.
+inline constexpr uint32_t kMaxWorldSize = uint32_t{1} << 20;
+
 struct FrAnalysisOptions {
-  // World size; 0: the largest rank seen in any dump's groups + 1.
+  // World size; 0: the largest rank seen in any dump's groups + 1. At most kMaxWorldSize.
   uint32_t world_size = 0;
   size_t max_groups_reported = 64;  // pending groups listed in the verdict
-  size_t max_ranks_listed = 64;     // ranks listed per rank list in notes
 };
 
 // One operation as reported.

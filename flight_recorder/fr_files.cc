@@ -67,6 +67,12 @@ RankDump LoadRankDump(uint32_t rank, const fs::path& file, const FrReadOptions& 
     d.error = std::string(dump.status().message());
     return d;
   }
+  if (dump->rank >= static_cast<int64_t>(kMaxWorldSize)) {
+    d.state = DumpState::kUnreadable;
+    d.error = "the dump's rank " + std::to_string(dump->rank) + " is beyond " +
+              std::to_string(kMaxWorldSize) + " ranks";
+    return d;
+  }
   d.dump = *std::move(dump);
   if (d.dump.rank >= 0) d.rank = static_cast<uint32_t>(d.dump.rank);
   d.state = d.dump.entries.empty() ? DumpState::kEmpty : DumpState::kRead;
@@ -80,6 +86,10 @@ absl::StatusOr<std::vector<RankDump>> LoadDumps(const std::vector<fs::path>& pat
     auto files = FindDumpFiles(p);
     if (!files.ok()) return files.status();
     for (const auto& [rank, file] : *files) {
+      if (rank >= kMaxWorldSize)
+        return absl::InvalidArgumentError(file.string() + ": rank " + std::to_string(rank) +
+                                          " (from the file name) is beyond " +
+                                          std::to_string(kMaxWorldSize) + " ranks");
       std::error_code ec;
       const fs::file_time_type t = fs::last_write_time(file, ec);
       auto it = by_rank.find(rank);
@@ -91,8 +101,12 @@ absl::StatusOr<std::vector<RankDump>> LoadDumps(const std::vector<fs::path>& pat
   FrReadOptions shared = options;
   if (shared.interner == nullptr) shared.interner = &interner;
   std::vector<std::pair<uint32_t, fs::path>> files;
+  std::vector<fs::file_time_type> times;
   files.reserve(by_rank.size());
-  for (const auto& [rank, tf] : by_rank) files.emplace_back(rank, tf.second);
+  for (const auto& [rank, tf] : by_rank) {
+    files.emplace_back(rank, tf.second);
+    times.push_back(tf.first);
+  }
   std::vector<RankDump> out(files.size());
   std::atomic<size_t> next{0};
   auto work = [&]() {
@@ -105,6 +119,18 @@ absl::StatusOr<std::vector<RankDump>> LoadDumps(const std::vector<fs::path>& pat
   for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
   for (std::thread& t : pool) t.join();
+  // A dump's own rank wins over its file name's: two files may now give one rank. The later
+  // file is kept.
+  std::vector<size_t> order(out.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return out[a].rank != out[b].rank ? out[a].rank < out[b].rank : times[a] > times[b];
+  });
+  std::vector<RankDump> unique;
+  unique.reserve(out.size());
+  for (size_t i : order)
+    if (unique.empty() || unique.back().rank != out[i].rank) unique.push_back(std::move(out[i]));
+  out = std::move(unique);
   return out;
 }
 

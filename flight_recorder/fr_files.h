@@ -30,8 +30,10 @@ RankDump LoadRankDump(uint32_t rank, const std::filesystem::path& file,
                       const FrReadOptions& options = {});
 
 // Finds and reads every dump under the paths, on up to 8 threads, the groups' rank lists shared
-// among them (through options.interner, else one of its own). When two files give one rank,
-// the later one (by modification time) is kept.
+// among them (through options.interner, else one of its own). When two files give one rank (by
+// name, or by the dump's own rank), the later one (by modification time) is kept. A file whose
+// name gives a rank of kMaxWorldSize or more is an error (InvalidArgument); a dump whose own
+// rank is that large is unreadable.
 absl::StatusOr<std::vector<RankDump>> LoadDumps(const std::vector<std::filesystem::path>& paths,
                                                 const FrReadOptions& options = {});
 

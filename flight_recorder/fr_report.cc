@@ -193,4 +193,60 @@ std::string VerdictJson(const FrVerdict& v) {
       Ranks(v.unreadable), Ranks(v.missing), culprits, groups, undecided, ranks);
 }
 
+std::string CollectivesText(const std::vector<FrCollective>& collectives, size_t max) {
+  size_t failed = 0, missing = 0;
+  for (const FrCollective& c : collectives) {
+    failed += c.pass ? 0 : 1;
+    missing += c.missing.empty() ? 0 : 1;
+  }
+  std::string out = fmt::format(
+      "collectives  {} matched across their groups: {} with members that disagree, {} with members "
+      "that never recorded them\n",
+      collectives.size(), failed, missing);
+  out += fmt::format("{:<5} {:<48} {:<34} {:>9}  {}\n", "pass", "group", "collective", "record",
+                     "members");
+  std::vector<const FrCollective*> order;
+  for (const FrCollective& c : collectives) order.push_back(&c);
+  std::stable_sort(order.begin(), order.end(), [](const FrCollective* a, const FrCollective* b) {
+    return (a->pass && a->missing.empty()) < (b->pass && b->missing.empty());
+  });
+  size_t n = 0;
+  for (const FrCollective* c : order) {
+    if (n++ == max) {
+      out += fmt::format("... and {} more\n", order.size() - max);
+      break;
+    }
+    std::string who;
+    if (!c->missing.empty()) who += "missing " + RankRanges(c->missing) + " ";
+    for (const FrMismatch& m : c->mismatches)
+      who += fmt::format("rank {} {}: {} vs {} ", m.rank, MismatchKindName(m.kind), m.found,
+                         m.expected);
+    out += fmt::format("{:<5} {:<48} {:<34} {:>9}  {}\n", c->pass ? "yes" : "NO",
+                       Cut(GroupText(c->group_desc, c->group_ranks), 48),
+                       Cut(OpText(c->op) + (c->coalesced ? " (coalesced)" : ""), 34),
+                       c->op.record_id, who.empty() ? "all" : who);
+  }
+  return out;
+}
+
+std::string CollectivesJson(const std::vector<FrCollective>& collectives) {
+  std::string out = "[";
+  for (size_t i = 0; i < collectives.size(); ++i) {
+    const FrCollective& c = collectives[i];
+    std::string mism = "[";
+    for (size_t j = 0; j < c.mismatches.size(); ++j)
+      mism +=
+          fmt::format("{}{{\"rank\":{},\"kind\":{},\"expected\":{},\"found\":{}}}", j ? "," : "",
+                      c.mismatches[j].rank, Str(MismatchKindName(c.mismatches[j].kind)),
+                      Str(c.mismatches[j].expected), Str(c.mismatches[j].found));
+    mism += "]";
+    out += fmt::format(
+        "{}{{\"group\":{},\"group_size\":{},\"op\":{},\"coalesced\":{},\"pass\":{},"
+        "\"missing\":{},\"mismatches\":{}}}",
+        i ? "," : "", Str(c.group_desc), c.group_ranks.size(), OpJson(c.op),
+        c.coalesced ? "true" : "false", c.pass ? "true" : "false", Ranks(c.missing), mism);
+  }
+  return out + "]";
+}
+
 }  // namespace rankwatch::fr

@@ -21,6 +21,13 @@ std::string VerdictText(const FrVerdict& v, const ReportOptions& options = {});
 // One JSON object: world_size, dumps by state, culprits, groups, ranks, undecided, summary.
 std::string VerdictJson(const FrVerdict& v);
 
+// Every collective matched across its group's members (MatchCollectives: PyTorch fr_trace's
+// table): one line each, the ones that fail first; at most `max` lines.
+std::string CollectivesText(const std::vector<FrCollective>& collectives, size_t max = 200);
+
+// The same as a JSON array.
+std::string CollectivesJson(const std::vector<FrCollective>& collectives);
+
 // "all_to_all #45265", "send (peer 8) #14147".
 std::string OpText(const FrOp& op);
 

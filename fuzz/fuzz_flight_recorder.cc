@@ -2,11 +2,16 @@
 // fr_reader.h): the pickle form (first byte 0x80) through the safe pickle loader, the JSON form
 // through simdjson, then the walk into an FrDump. Also pickle::Load directly: a loaded document
 // is acyclic and within the depth limit (walked with a budget, shared nodes counted each time).
+// A dump that parses is parsed again through a rank-list interner (the same groups), then
+// analyzed as two ranks of a job (AnalyzeFlightRecorder, MatchCollectives, the reports).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
+#include "flight_recorder/fr_analysis.h"
 #include "flight_recorder/fr_reader.h"
+#include "flight_recorder/fr_report.h"
 #include "flight_recorder/safe_pickle.h"
 #include "fuzz/fuzz_support.h"
 
@@ -57,5 +62,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     RANKWATCH_FUZZ_CHECK(e.time_started_ns != 0 && e.time_completed_ns != 0);
     (void)rankwatch::fr::FrStateName(e.state);
   }
+
+  rankwatch::fr::FrRanksInterner interner;
+  options.interner = &interner;
+  auto shared = rankwatch::fr::ParseFrDump(bytes, options);
+  RANKWATCH_FUZZ_CHECK(shared.ok());
+  RANKWATCH_FUZZ_CHECK(shared->groups.size() == dump->groups.size());
+  for (size_t i = 0; i < dump->groups.size(); ++i)
+    RANKWATCH_FUZZ_CHECK(shared->groups[i].ranks == dump->groups[i].ranks);
+
+  std::vector<rankwatch::fr::RankDump> job(2);
+  for (uint32_t r = 0; r < 2; ++r) {
+    job[r].rank = r;
+    job[r].dump = r == 0 ? *dump : *shared;
+    job[r].state = job[r].dump.entries.empty() ? rankwatch::fr::DumpState::kEmpty
+                                               : rankwatch::fr::DumpState::kRead;
+  }
+  rankwatch::fr::FrAnalysisOptions analysis;
+  analysis.world_size = 4;  // rank lists name whatever they like: bound the per-rank arrays
+  const rankwatch::fr::FrVerdict v = rankwatch::fr::AnalyzeFlightRecorder(job, analysis);
+  RANKWATCH_FUZZ_CHECK(v.ranks.size() == 4);
+  for (const auto& c : v.culprits) RANKWATCH_FUZZ_CHECK(c.rank < 4);
+  (void)rankwatch::fr::VerdictText(v, {});
+  (void)rankwatch::fr::VerdictJson(v);
+  (void)rankwatch::fr::CollectivesJson(rankwatch::fr::MatchCollectives(job));
   return 0;
 }
