@@ -31,8 +31,10 @@ FlightRecorderInspector::FlightRecorderInspector(FlightRecorderInspectorOptions 
       requests_("frd", options_.answer_deadline) {}
 
 size_t FlightRecorderInspector::KeptBytes(const v1::FlightRecorderDump& d) {
-  size_t lists = 0;
-  for (const v1::FlightRecorderGroup& g : d.groups()) lists += 4 * g.ranks_size();
+  size_t lists = 0;  // the groups' rank lists as the wire packs them (varints)
+  for (const v1::FlightRecorderGroup& g : d.groups())
+    for (uint32_t r : g.ranks())
+      lists += r < (1u << 7) ? 1 : r < (1u << 14) ? 2 : r < (1u << 21) ? 3 : r < (1u << 28) ? 4 : 5;
   const size_t wire = d.ByteSizeLong();
   return wire > lists ? wire - lists : 0;
 }
@@ -170,6 +172,7 @@ void FlightRecorderInspector::Analyze(const EvidenceTick& tick) {
           bytes_ -= job.bytes;
           job.bytes = 0;
           job.dumps.clear();
+          job.lists.reset();
           job.verdict.reset();
           job.pending = false;
           job.republish = false;

@@ -51,8 +51,8 @@ struct FlightRecorderInspectorOptions {
   // The dump request's deadline (how long agents wait for PyTorch to write). Default: 60 s.
   std::chrono::seconds answer_deadline{60};
   size_t max_jobs = 64;  // jobs whose dumps are kept; default 64
-  // Dumps kept in all: their wire size, the groups' rank lists (shared by a job's dumps) left out.
-  // Default 512 MiB.
+  // Dumps kept in all: their wire size, the groups' rank lists left out (a job's dumps share
+  // them: a few lists per rank position, kilobytes to megabytes a job). Default 512 MiB.
   size_t max_bytes = size_t{512} << 20;
 };
 

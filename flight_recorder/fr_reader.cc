@@ -12,6 +12,8 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "flight_recorder/safe_pickle.h"
@@ -369,7 +371,7 @@ class DumpWalker {
     if (ranks == nullptr) return Fail(rfield, "missing");
     if (ranks->is_str()) {
       if (options_.interner != nullptr) {
-        // Shared: charged once, by the interner's first parse.
+        // Shared among the dumps read through the interner: not charged to this one.
         absl::StatusOr<FrRanks> r = options_.interner->Get(ranks->as_str());
         if (!r.ok()) return Fail(rfield, std::string(r.status().message()));
         g->ranks = *std::move(r);
@@ -657,10 +659,30 @@ absl::StatusOr<FrDump> ReadFrDumpFile(const std::filesystem::path& file,
 
 namespace rankwatch::fr {
 
+namespace {
+// A set of shared lists looked up by their content (each list held once).
+struct ContentHash {
+  using is_transparent = void;
+  size_t operator()(const std::vector<uint32_t>& v) const {
+    return absl::Hash<std::vector<uint32_t>>{}(v);
+  }
+  size_t operator()(const FrRanks& r) const { return (*this)(r.vec()); }
+};
+struct ContentEq {
+  using is_transparent = void;
+  static const std::vector<uint32_t>& Of(const std::vector<uint32_t>& v) { return v; }
+  static const std::vector<uint32_t>& Of(const FrRanks& r) { return r.vec(); }
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const {
+    return Of(a) == Of(b);
+  }
+};
+}  // namespace
+
 struct FrRanksInterner::Impl {
   mutable std::mutex mu;
-  absl::flat_hash_map<std::string, FrRanks> lists;                 // by text
-  absl::flat_hash_map<std::vector<uint32_t>, FrRanks> by_content;  // given as lists
+  absl::flat_hash_map<std::string, FrRanks> lists;                  // by text
+  absl::flat_hash_set<FrRanks, ContentHash, ContentEq> by_content;  // given as lists
 };
 
 FrRanksInterner::FrRanksInterner() : impl_(std::make_unique<Impl>()) {}
@@ -684,9 +706,8 @@ FrRanks FrRanksInterner::Get(std::vector<uint32_t> list, bool* fresh) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto it = impl_->by_content.find(list);
   if (fresh) *fresh = it == impl_->by_content.end();
-  if (it != impl_->by_content.end()) return it->second;
-  FrRanks shared(list);
-  return impl_->by_content.emplace(std::move(list), std::move(shared)).first->second;
+  if (it != impl_->by_content.end()) return *it;
+  return *impl_->by_content.insert(FrRanks(std::move(list))).first;
 }
 
 size_t FrRanksInterner::size() const {
