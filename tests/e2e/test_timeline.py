@@ -7,6 +7,7 @@ per rank; every phase slice inside its step's slice; the straggler's forward sli
 the others' (under DDP the others' backward holds their wait); the firing straggler alert on its
 track. --group-by rank gives one process; bad ranges and unknown jobs get one-line errors."""
 import json
+import re
 import os
 import statistics
 import subprocess
@@ -21,6 +22,7 @@ from rankwatch.v1 import service_pb2, service_pb2_grpc
 RANKS = 8
 RANKS_PER_NODE = 4
 SLOW = 5
+FAULT_FROM, FAULT_UNTIL = 100, 1400  # the slow rank's steps
 
 PHASES = {"dataloader", "forward", "backward", "forward_backward", "optimizer", "wait"}
 
@@ -78,11 +80,24 @@ class TimelineTest(unittest.TestCase):
             os.path.join(BIN, "rankwatch"), "simulate", "--brokers", self.brokers, "--job", job,
             "--ranks", str(RANKS), "--ranks-per-node", str(RANKS_PER_NODE), "--steps", "1500",
             "--step-ms", "10", "--speed", "realtime", "--report-collective", "--seed", "3",
-            "--fault", "slow-compute:%d:0.5:100-1400" % SLOW])
+            "--fault", "slow-compute:%d:0.5:%d-%d" % (SLOW, FAULT_FROM, FAULT_UNTIL)])
         wait_until(lambda: any(a.state == service_pb2.ALERT_FIRING for a, _ in watcher.alerts), 60,
                    "the straggler alert to fire")
         watcher.stop()
+        for a, _ in watcher.alerts:
+            print("alert %s %s %s step %s: %s" % (service_pb2.AlertKind.Name(a.kind), a.subject,
+                                                  service_pb2.AlertState.Name(a.state),
+                                                  a.evidence.step.window.last_step, a.evidence.step.note))
         path = os.path.join(self.fleet.workdir, "timeline.json")
+        fired_at = max(a.evidence.step.window.last_step for a, _ in watcher.alerts)
+
+        # The timeline's steps can trail the alert's evaluation by a publication (seen: steps
+        # 60-79 served after an alert at step 157): wait for it to reach the alert's step.
+        def covers():
+            code, out, err = self.timeline("--job", job, "-o", path)
+            m = re.search(r"steps (\d+)-(\d+)", out)
+            return code == 0 and m is not None and int(m.group(2)) >= fired_at
+        wait_until(covers, 30, "the timeline to reach the alert's step %d" % fired_at)
         code, out, err = self.timeline("--job", job, "-o", path)
         self.assertEqual(code, 0, err)
         print(out)
@@ -128,7 +143,9 @@ class TimelineTest(unittest.TestCase):
             # Microseconds since 1970 as doubles: ~0.25 us apart at this magnitude.
             self.assertGreaterEqual(e["ts"], parent["ts"] - 1)
             self.assertLessEqual(e["ts"] + e["dur"], parent["ts"] + parent["dur"] + 1)
-            if e["name"] == "forward":  # under DDP the others' backward holds their wait
+            # Under DDP the others' backward holds their wait: forward, within the fault's steps
+            # (the timeline may start before them when the alert fires early).
+            if e["name"] == "forward" and FAULT_FROM <= e["args"]["step"] <= FAULT_UNTIL:
                 compute[e["tid"]].append(e["dur"])
         medians = {r: statistics.median(v) for r, v in compute.items() if v}
         others = statistics.median(v for r, v in medians.items() if r != SLOW)
