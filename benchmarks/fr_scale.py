@@ -6,7 +6,7 @@
                          [--format pickle|json] [--prefix _dump_]
 
 SRC holds the dumps of every rank of one hung job (`<prefix><rank>`, e.g.
-../shared/fixtures/flight-recorder/nvrx-lock_gil_1st, 16 ranks): that job is one model replica
+tests/fixtures/flight-recorder/nvrx-lock_gil_1st, 16 ranks): that job is one model replica
 of the scaled job, and replica k's ranks are r + R*k (R: SRC's ranks; --ranks a multiple of R).
 Each process group of SRC becomes, in replica k:
   - a group whose ranks are all R (default_pg, INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP,
