@@ -78,6 +78,9 @@ def parse_args():
     p.add_argument("--fault-leak-mib-per-step", type=float, default=0.0, metavar="MIB",
                    help="every rank keeps a tensor a step with its graph, whose saved tensors "
                         "hold about MIB MiB (the kept.append(out) bug)")
+    p.add_argument("--fault-leak-rank", type=int, default=-1, metavar="RANK",
+                   help="only this rank leaks --fault-leak-mib-per-step (rank-0-only logging or "
+                        "evaluation code that keeps its tensors); default: every rank")
     p.add_argument("--fault-warmup-steps", type=int, default=0, metavar="N",
                    help="every rank's memory grows --fault-warmup-mib-per-step MiB a step for the "
                         "first N steps (a cache filling once), then stays flat")
@@ -240,7 +243,8 @@ class Faults:
         slow = rank == args.fault_slow_rank and args.fault_slow_ms > 0
         self.slow_where = args.fault_slow_where if slow else None
         self.slow_seconds = args.fault_slow_ms / 1000.0
-        self.leak_floats = int(args.fault_leak_mib_per_step * 2**20) // 4
+        leaks = args.fault_leak_rank < 0 or rank == args.fault_leak_rank
+        self.leak_floats = int(args.fault_leak_mib_per_step * 2**20) // 4 if leaks else 0
         self.warmup_steps = args.fault_warmup_steps
         self.warmup_floats = int(args.fault_warmup_mib_per_step * 2**20) // 4
         self.steps = 0
