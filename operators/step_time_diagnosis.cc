@@ -216,6 +216,7 @@ void RecordStragglerTest(const StepWindow& w, const OwnTimeSignals& t, TestSigna
   const ExcessPattern pattern = DescribeExcess(series, *reference, burden, o);
   st.pattern = pattern.pattern;
   st.since_step = pattern.since_step;
+  st.onset_in_window = pattern.onset_in_window;
   st.period_steps = pattern.period_steps;
   st.stall_seconds = pattern.stall_seconds;
   st.stalls = pattern.stalls;
@@ -257,7 +258,9 @@ std::string PatternText(const StepDiagnosis& d, double step_median) {
       break;
     case StragglerPattern::kSteady: break;
   }
-  out += fmt::format("; since step {}", st.since_step);
+  out += st.onset_in_window
+             ? fmt::format("; since step {}", st.since_step)
+             : fmt::format("; through the whole window (since step {} or earlier)", st.since_step);
   if (step_median > 0 && st.lost_rank_seconds_per_step > 0) {
     out += fmt::format("; the job loses {:.1f} ranks' worth of time to it",
                        st.lost_rank_seconds_per_step / step_median);

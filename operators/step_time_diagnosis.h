@@ -177,7 +177,10 @@ struct StragglerTest {
   double z = 0;
   uint32_t steps = 0;
   double lost_rank_seconds_per_step = 0;
+  // Where the culprit's pattern began in the window (ExcessPattern); when the window does not
+  // show it (onset_in_window false), the window's first step: it held at least that long.
   uint64_t since_step = 0;
+  bool onset_in_window = false;
   StragglerPattern pattern = StragglerPattern::kSteady;
   double period_steps = 0;
   double stall_seconds = 0;

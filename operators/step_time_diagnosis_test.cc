@@ -612,8 +612,8 @@ TEST(StepTimeDiagnosisTest, GcPausesInsideBackwardAreTheCause) {
   EXPECT_EQ(d.note,
             "rank 2 pauses 40.0 ms a step in garbage collection, 40.0 ms more than the median "
             "rank (3.0 collections a step of 13.3 ms each; the median rank 0.0); the other ranks "
-            "wait 40.0 ms a step longer than it in collectives; since step 0; the job loses 1.7 "
-            "ranks' worth of time to it");
+            "wait 40.0 ms a step longer than it in collectives; through the whole window (since "
+            "step 0 or earlier); the job loses 1.7 ranks' worth of time to it");
   // Its own time is 40 ms above the others' every step; all 4 ranks wait for it.
   EXPECT_NEAR(d.straggler.excess_seconds, 0.040, 1e-9);
   EXPECT_NEAR(d.straggler.lost_rank_seconds_per_step, 4 * 0.040, 1e-9);

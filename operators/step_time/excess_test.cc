@@ -52,18 +52,63 @@ double LongRunVariance(const std::vector<double>& v) {
 
 double MedianOf(std::vector<double> v) { return v.empty() ? 0.0 : MedianInPlace(v); }
 
-// The stall steps of a series: those whose excess rises above its baseline (median) by the
-// stall threshold.
+// The stall steps of a series: those whose excess rises above both the series' baseline (its
+// median) and its local baseline (the median of the 9 steps around it) by the stall threshold. The
+// local baseline keeps a drift, whose newest steps all lie far above the series' median, from
+// reading as a run of stalls.
 std::vector<bool> StallSteps(const ExcessSeries& s, const SignalReference& ref, double burden,
                              const StepDiagnosisOptions& o, double* baseline) {
   *baseline = MedianOf(s.excess);
   const double threshold =
       std::max(o.pattern_stall_sigma * std::sqrt(ref.noise_var), o.pattern_stall_share * burden);
-  std::vector<bool> stall(s.excess.size(), false);
-  for (size_t i = 0; i < s.excess.size(); ++i) {
-    stall[i] = threshold > 0 && s.excess[i] - *baseline >= threshold;
+  const size_t n = s.excess.size();
+  std::vector<bool> stall(n, false);
+  if (threshold <= 0) return stall;
+  std::vector<double> around;
+  for (size_t i = 0; i < n; ++i) {
+    if (s.excess[i] - *baseline < threshold) continue;
+    around.assign(s.excess.begin() + static_cast<std::ptrdiff_t>(i >= 4 ? i - 4 : 0),
+                  s.excess.begin() + static_cast<std::ptrdiff_t>(std::min(n, i + 5)));
+    stall[i] = s.excess[i] - MedianInPlace(around) >= threshold;
   }
   return stall;
+}
+
+// The stalls of a series at positions `at`: their median gap and whether they are regular (most
+// gaps within 1 step of the median gap, and that gap at least 2 steps).
+struct StallTimes {
+  double period = 0;
+  bool regular = false;
+};
+StallTimes TimesOf(const ExcessSeries& s, const std::vector<size_t>& at) {
+  StallTimes t;
+  if (at.size() < 2) return t;
+  std::vector<double> gaps;
+  for (size_t k = 1; k < at.size(); ++k) {
+    gaps.push_back(static_cast<double>(s.steps[at[k]] - s.steps[at[k - 1]]));
+  }
+  t.period = MedianOf(gaps);
+  const auto near = std::count_if(gaps.begin(), gaps.end(),
+                                  [&](double g) { return std::abs(g - t.period) <= 1.0; });
+  t.regular = t.period >= 2 && 3 * static_cast<size_t>(near) >= 2 * gaps.size();
+  return t;
+}
+
+std::vector<size_t> Positions(const std::vector<bool>& mask) {
+  std::vector<size_t> at;
+  for (size_t i = 0; i < mask.size(); ++i) {
+    if (mask[i]) at.push_back(i);
+  }
+  return at;
+}
+
+// Whether the stalls are what the rank costs (they stay in its mean) rather than events (left
+// out): pattern_min_stalls regular ones, or twice as many irregular ones (a loaded host stalls
+// any rank now and then).
+bool StallsCount(const ExcessSeries& s, const std::vector<size_t>& at,
+                 const StepDiagnosisOptions& o) {
+  if (at.size() >= 2 * size_t{o.pattern_min_stalls}) return true;
+  return at.size() >= o.pattern_min_stalls && TimesOf(s, at).regular;
 }
 
 }  // namespace
@@ -152,11 +197,9 @@ ExcessTestResult TestExcess(const ExcessSeries& s, const SignalReference& ref, d
   if (!ref.present || burden <= 0 || n < std::max<size_t>(8, o.min_steps)) return best;
   double baseline = 0;
   const std::vector<bool> stall = StallSteps(s, ref, burden, o, &baseline);
-  const auto stalls = static_cast<uint32_t>(std::count(stall.begin(), stall.end(), true));
-  // A few stalls are events (a checkpoint, one GC pass), left out of the mean; from
-  // pattern_min_stalls on they are what the rank costs, and stay in. The noise is never taken
-  // from the stalls.
-  const bool keep_stalls = stalls >= o.pattern_min_stalls;
+  // A few stalls are events (a checkpoint, one GC pass), left out of the mean; regular ones, or
+  // many, are what the rank costs, and stay in. The noise is never taken from the stalls.
+  const bool keep_stalls = StallsCount(s, Positions(stall), o);
   std::vector<double> kept, quiet;
   best.present = true;
   for (size_t len : {size_t{16}, size_t{32}, size_t{64}, n}) {
@@ -195,51 +238,32 @@ ExcessPattern DescribeExcess(const ExcessSeries& s, const SignalReference& ref, 
   p.since_step = s.steps.front();
   double baseline = 0;
   const std::vector<bool> stall = StallSteps(s, ref, burden, o, &baseline);
-  std::vector<size_t> at;
-  for (size_t i = 0; i < n; ++i) {
-    if (stall[i]) at.push_back(i);
-  }
+  const std::vector<size_t> at = Positions(stall);
   if (at.size() >= o.pattern_min_stalls) {
-    std::vector<double> gaps, lengths;
-    for (size_t k = 0; k < at.size(); ++k) {
-      lengths.push_back(s.excess[at[k]] - baseline);
-      if (k > 0) gaps.push_back(static_cast<double>(s.steps[at[k]] - s.steps[at[k - 1]]));
-    }
+    const StallTimes times = TimesOf(s, at);
+    std::vector<double> lengths;
+    for (size_t i : at) lengths.push_back(s.excess[i] - baseline);
     p.stalls = static_cast<uint32_t>(at.size());
     p.stall_seconds = MedianOf(lengths);
-    p.period_steps = MedianOf(gaps);
-    const auto regular = std::count_if(
-        gaps.begin(), gaps.end(), [&](double g) { return std::abs(g - p.period_steps) <= 1.0; });
-    p.pattern = 3 * static_cast<size_t>(regular) >= 2 * gaps.size()
-                    ? StragglerPattern::kPeriodic
-                    : StragglerPattern::kIntermittent;
+    p.period_steps = times.period;
+    p.pattern = times.regular ? StragglerPattern::kPeriodic : StragglerPattern::kIntermittent;
     p.since_step = s.steps[at.front()];
+    // The first stall is where the pattern began when the window had room for an earlier one.
+    const double room = times.regular ? times.period + 1 : 0.5 * static_cast<double>(n);
+    p.onset_in_window = static_cast<double>(s.steps[at.front()] - s.steps.front()) > room;
     return p;
   }
   // Drift or a step change, on the steps without stalls.
   std::vector<double> x, y;
+  std::vector<uint64_t> step_of;
   for (size_t i = 0; i < n; ++i) {
     if (stall[i]) continue;
     x.push_back(static_cast<double>(s.steps[i] - s.steps.front()));
     y.push_back(s.excess[i]);
+    step_of.push_back(s.steps[i]);
   }
   const size_t m = y.size();
   if (m < 8) return p;
-  const double mx = Mean(x.data(), m), my = Mean(y.data(), m);
-  double sxx = 0, sxy = 0;
-  for (size_t i = 0; i < m; ++i) {
-    sxx += (x[i] - mx) * (x[i] - mx);
-    sxy += (x[i] - mx) * (y[i] - my);
-  }
-  const double slope = sxx > 0 ? sxy / sxx : 0;
-  const double intercept = my - slope * mx;
-  double sse_line = 0, sse_flat = 0;
-  for (size_t i = 0; i < m; ++i) {
-    const double r = y[i] - (intercept + slope * x[i]);
-    sse_line += r * r;
-    sse_flat += (y[i] - my) * (y[i] - my);
-  }
-  // The best single step change: two levels, split after index t - 1.
   std::vector<double> prefix(m + 1, 0), prefix2(m + 1, 0);
   for (size_t i = 0; i < m; ++i) {
     prefix[i + 1] = prefix[i] + y[i];
@@ -249,38 +273,48 @@ ExcessPattern DescribeExcess(const ExcessSeries& s, const SignalReference& ref, 
     const double k = static_cast<double>(b - a), sum = prefix[b] - prefix[a];
     return prefix2[b] - prefix2[a] - sum * sum / k;
   };
+  const double sse_flat = sse(0, m);
+  // The best single step change: two levels, split before index `split`.
   double sse_step = sse_flat;
   size_t split = 0;
   for (size_t t = 2; t + 2 <= m; ++t) {
     const double e = sse(0, t) + sse(t, m);
     if (e < sse_step) sse_step = e, split = t;
   }
-  const double rise = slope * (x.back() - x.front());
+  // The best hinge: flat until x[h], then a line (least squares of y on max(0, x - x[h])), so a
+  // drift that began inside the window is fitted from its start.
+  double sse_hinge = INFINITY, slope = 0, hinge_x = 0;
+  for (size_t h = 0; h + 4 <= m; ++h) {
+    double sf = 0, sff = 0, sfy = 0;
+    for (size_t i = h + 1; i < m; ++i) {
+      const double f = x[i] - x[h];
+      sf += f, sff += f * f, sfy += f * y[i];
+    }
+    const double k = static_cast<double>(m), sy = prefix[m];
+    const double var_f = sff - sf * sf / k;
+    if (var_f <= 0) continue;
+    const double b = (sfy - sf * sy / k) / var_f;
+    const double e = sse_flat - b * b * var_f;  // residual of the regression on f
+    if (e < sse_hinge) sse_hinge = e, slope = b, hinge_x = x[h];
+  }
+  const double rise = slope * (x.back() - hinge_x);
   const double sigma = std::sqrt(ref.noise_var);
-  if (slope > 0 && sse_line <= o.pattern_drift_fit * sse_step &&
+  if (slope > 0 && sse_hinge <= o.pattern_drift_fit * sse_step &&
       rise >= o.straggler_min_excess * burden && rise >= 4 * sigma) {
     p.pattern = StragglerPattern::kDrift;
     p.drift_seconds_per_step = slope;
-    // Since the line crossed 0 (the excess began), within the window.
-    const double zero = std::clamp(-intercept / slope, 0.0, x.back());
-    p.since_step = s.steps.front() + static_cast<uint64_t>(std::llround(zero));
+    p.since_step = s.steps.front() + static_cast<uint64_t>(std::llround(hinge_x));
+    p.onset_in_window = hinge_x > 0;
     return p;
   }
   // Steady. Since the step change when one explains most of the variation and lifts the excess
-  // from about nothing, else since the window began.
+  // from about nothing, else since the window began (or earlier).
   if (split > 0) {
-    const double before = (prefix[split]) / static_cast<double>(split);
+    const double before = prefix[split] / static_cast<double>(split);
     const double after = (prefix[m] - prefix[split]) / static_cast<double>(m - split);
     if (after > 0 && after - before >= 0.5 * after && sse_step <= 0.5 * sse_flat) {
-      // The first kept step at or after the split, as a step number.
-      size_t seen = 0;
-      for (size_t i = 0; i < n; ++i) {
-        if (stall[i]) continue;
-        if (seen++ == split) {
-          p.since_step = s.steps[i];
-          break;
-        }
-      }
+      p.since_step = step_of[split];
+      p.onset_in_window = true;
     }
   }
   return p;

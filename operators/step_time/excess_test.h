@@ -10,12 +10,14 @@
 // for autocorrelated noise), and a candidate's mean excess over the newest 16, 32, 64 or all
 // steps is tested against it: significant when it is at least StepDiagnosisOptions::straggler_z
 // standard errors and at least straggler_min_excess of the step's burden. A couple of stalls in
-// the window (a checkpoint, one GC pass) are not a straggler: with fewer than
-// StepDiagnosisOptions::pattern_min_stalls stalls, the stall steps are left out of the mean.
+// the window (a checkpoint, one GC pass, a loaded host) are not a straggler: the stall steps are
+// left out of the mean unless there are StepDiagnosisOptions::pattern_min_stalls regular ones or
+// twice as many irregular ones.
 //
 // Then the culprit's series is described: its stalls (steps whose excess rises far above its
-// own baseline) and their period, a drift (a line fits the series better than one step change),
-// and the step since which the excess holds.
+// own and its neighbours' baseline) and their period, a drift (a line from some step on fits the
+// series better than one step change), and the step since which the excess holds, when the
+// window shows it.
 //
 // Cost: O(steps x reference ranks) per signal (at most kReferenceRanks reference ranks) and
 // O(steps) per tested rank; nothing is O(ranks x steps). Pure functions; results are plain
@@ -79,7 +81,10 @@ ExcessTestResult TestExcess(const ExcessSeries& series, const SignalReference& r
 // The culprit's series described (StragglerTest's pattern fields).
 struct ExcessPattern {
   StragglerPattern pattern = StragglerPattern::kSteady;
+  // Where the pattern began: the first stall, the start of the drift, the step change; else the
+  // window's first step, with onset_in_window false (it held for the whole window or longer).
   uint64_t since_step = 0;
+  bool onset_in_window = false;
   double period_steps = 0;
   double stall_seconds = 0;
   uint32_t stalls = 0;

@@ -70,11 +70,41 @@ double OutsideOf(const std::array<double, kPhaseCount>& v, uint32_t present, dou
   return Outside(v, present, own, compute);
 }
 
+double InnerStepSkew(const StepWindow& w) {
+  const auto& steps = w.steps();
+  const bool trim = steps.size() >= 4;
+  std::vector<int64_t> sum(w.world_size(), 0);
+  std::vector<uint32_t> count(w.world_size(), 0);
+  for (uint32_t r = 0; r < w.world_size(); ++r) {
+    sum[r] = w.totals()[r].sum_ns[PhaseIndex(Phase::kStep)];
+    count[r] = w.totals()[r].count[PhaseIndex(Phase::kStep)];
+  }
+  if (trim) {
+    for (const StepWindow::Step* edge : {&steps.front(), &steps.back()}) {
+      for (const StepWindow::Entry& e : edge->entries) {
+        if (!e.Has(Phase::kStep)) continue;
+        sum[e.rank] -= e.Get(Phase::kStep);
+        --count[e.rank];
+      }
+    }
+  }
+  std::vector<double> means;
+  double worst = 0;
+  for (uint32_t r = 0; r < w.world_size(); ++r) {
+    if (count[r] == 0) continue;
+    means.push_back(static_cast<double>(sum[r]) / count[r]);
+    worst = std::max(worst, means.back());
+  }
+  if (means.size() < 2) return 0;
+  const double median = MedianInPlace(means);
+  return median > 0 ? (worst - median) / median : 0;
+}
+
 OwnTimeSignals ModelOwnTime(const StepWindow& w, const WindowSignals& s,
                             const StepDiagnosisOptions& o, bool sharded) {
   OwnTimeSignals t;
   const PhaseStat& step = s.step();
-  t.synchronized = step.present && step.ranks > 1 && step.skew <= o.sync_max_step_skew;
+  t.synchronized = step.present && step.ranks > 1 && InnerStepSkew(w) <= o.sync_max_step_skew;
   t.blocked = BlockedModelOf(w, t.synchronized, sharded);
   const size_t n = s.present.size();
   t.compute.assign(n, NAN);
@@ -224,18 +254,9 @@ BlockedModel BlockedModelOf(const StepWindow& w, bool synchronized, bool sharded
 }
 
 BlockedModel BlockedModelOf(const StepWindow& w, const StepDiagnosisOptions& o, bool sharded) {
-  std::vector<double> steps;
-  steps.reserve(w.world_size());
-  double worst = 0;
-  for (const StepWindow::RankTotals& t : w.totals()) {
-    const double m = WindowMean(t, Phase::kStep);
-    if (!Known(m)) continue;
-    steps.push_back(m);
-    worst = std::max(worst, m);
-  }
-  if (steps.size() < 2) return BlockedModelOf(w, false, sharded);
-  const double median = MedianInPlace(steps);
-  const bool synchronized = median > 0 && (worst - median) / median <= o.sync_max_step_skew;
+  uint32_t ranks = 0;
+  for (const StepWindow::RankTotals& t : w.totals()) ranks += t.count[PhaseIndex(Phase::kStep)] > 0;
+  const bool synchronized = ranks >= 2 && step_time::InnerStepSkew(w) <= o.sync_max_step_skew;
   return BlockedModelOf(w, synchronized, sharded);
 }
 

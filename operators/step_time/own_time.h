@@ -34,6 +34,13 @@ double ComputeOf(const std::array<double, kPhaseCount>& v, uint32_t present,
 double OutsideOf(const std::array<double, kPhaseCount>& v, uint32_t present, double own,
                  double compute);
 
+// The step-time skew of the window, (worst rank - median rank) / median rank of the per-rank
+// mean step times, leaving out the window's oldest and newest steps (when it holds 4 or more):
+// under synchronisation a rank's stall in the newest step makes the others wait in the next one,
+// not yet in the window, and the wait for a stall just evicted still sits in the oldest step.
+// O(ranks).
+double InnerStepSkew(const StepWindow& window);
+
 // What stage 2 finds over the window.
 struct OwnTimeSignals {
   // Step-time skew across ranks at most StepDiagnosisOptions::sync_max_step_skew (two or more

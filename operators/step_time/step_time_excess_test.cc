@@ -6,6 +6,7 @@
 #include <random>
 #include <set>
 
+#include "operators/step_time/own_time.h"
 #include "operators/step_time/test_windows.h"
 #include "operators/step_time_diagnosis.h"
 
@@ -108,6 +109,15 @@ TEST(ExcessTest, PeriodicStallsAreAStragglerWithTheirPeriodAndLength) {
   EXPECT_NEAR(p.period_steps, 10, 1e-9);
   EXPECT_NEAR(p.stall_seconds, 0.250, 0.015);
   EXPECT_EQ(p.since_step, 7u);
+  EXPECT_FALSE(p.onset_in_window);  // a stall could have been at step -3: it held all along
+  // Stalls from step 40 on: the window shows where they began.
+  const StepWindow later = NoisyWindow(4, 100, 0.05, 4, [](uint64_t s, uint32_t r) {
+    return r == 1 && s >= 40 && s % 10 == 7 ? 250.0 : 0.0;
+  });
+  const ExcessPattern q = PatternOf(later, 1);
+  EXPECT_EQ(q.pattern, StragglerPattern::kPeriodic);
+  EXPECT_EQ(q.since_step, 47u);
+  EXPECT_TRUE(q.onset_in_window);
 }
 
 TEST(ExcessTest, IrregularStallsAreIntermittent) {
@@ -127,8 +137,40 @@ TEST(ExcessTest, ARisingExcessIsADriftWithItsRate) {
   });
   const ExcessPattern p = PatternOf(w, 5);
   EXPECT_EQ(p.pattern, StragglerPattern::kDrift);
-  EXPECT_NEAR(p.drift_seconds_per_step, 0.0002, 0.00005);
-  EXPECT_NEAR(static_cast<double>(p.since_step), 20, 12);
+  // Fitted from where it began (a hinge), not across the flat steps before it.
+  EXPECT_NEAR(p.drift_seconds_per_step, 0.0002, 0.00002);
+  EXPECT_NEAR(static_cast<double>(p.since_step), 20, 5);
+  EXPECT_TRUE(p.onset_in_window);
+  EXPECT_EQ(p.stalls, 0u);
+}
+
+TEST(ExcessTest, AStrongDriftIsNotARunOfStalls) {
+  // 0.5 ms more every step on a 100 ms step from step 20: 40 ms by the end, its newest steps far
+  // above the series' median but each close to its neighbours.
+  const StepWindow w = NoisyWindow(4, 100, 0.02, 10, [](uint64_t s, uint32_t r) {
+    return r == 2 && s >= 20 ? 0.5 * static_cast<double>(s - 20) : 0.0;
+  });
+  const ExcessPattern p = PatternOf(w, 2);
+  EXPECT_EQ(p.pattern, StragglerPattern::kDrift);
+  EXPECT_NEAR(p.drift_seconds_per_step, 0.0005, 0.00005);
+  EXPECT_TRUE(TestRank(w, 2).significant);
+}
+
+TEST(ExcessTest, AFewIrregularStallsAreNotAStragglerAFewRegularOnesAre) {
+  // Three 67 ms stalls at irregular steps (another process took the core): left out.
+  // Three 150 ms stalls at irregular steps (another process took the core): 4.5 ms a step on
+  // average, above the floor, but left out.
+  const std::set<uint64_t> at = {12, 47, 88};
+  const StepWindow w = NoisyWindow(4, 100, 0.05, 11, [&](uint64_t s, uint32_t r) {
+    return r == 2 && at.contains(s) ? 150.0 : 0.0;
+  });
+  EXPECT_FALSE(TestRank(w, 2).significant);
+  // Three regular ones are a pattern, and count.
+  const StepWindow regular = NoisyWindow(4, 100, 0.05, 11, [&](uint64_t s, uint32_t r) {
+    return r == 2 && s % 30 == 12 ? 150.0 : 0.0;
+  });
+  EXPECT_TRUE(TestRank(regular, 2).significant);
+  EXPECT_EQ(PatternOf(regular, 2).pattern, StragglerPattern::kPeriodic);
 }
 
 TEST(ExcessTest, AStepChangeIsNotADrift) {
@@ -137,6 +179,37 @@ TEST(ExcessTest, AStepChangeIsNotADrift) {
   const ExcessPattern p = PatternOf(w, 5);
   EXPECT_EQ(p.pattern, StragglerPattern::kSteady);
   EXPECT_NEAR(static_cast<double>(p.since_step), 50, 2);
+  EXPECT_TRUE(p.onset_in_window);
+}
+
+TEST(ExcessTest, AStallInTheNewestStepOfASynchronisedJobKeepsItSynchronised) {
+  // DDP with collective times: rank 1 stalls 250 ms at the end of every 10th step, and the
+  // others wait for it in the next step's collective. The window ends on a stall, whose wait is
+  // not in it yet: its ranks still run synchronised, and rank 1 is named, periodic.
+  const StepWindow w = WindowOf(4, 100, [](uint64_t s, uint32_t r) {
+    const bool stall = r == 1 && s % 10 == 9;
+    const bool wait = r != 1 && s % 10 == 0 && s > 0;
+    // The wait is in the collective, inside backward (DDP's allreduce); the stall outside every
+    // phase, after the optimizer.
+    const double wait_ms = wait ? 250.0 : 0.0;
+    return Ms{.dl = 5,
+              .fwd = 30,
+              .bwd = 60 + wait_ms,
+              .opt = 5,
+              .coll = 5 + wait_ms,
+              .step = 100 + wait_ms + (stall ? 250.0 : 0.0)};
+  });
+  EXPECT_LE(InnerStepSkew(w), 0.02);
+  const StepDiagnosis d = DiagnoseStepTime(w, std::vector<std::string>(4), {}, {});
+  EXPECT_EQ(d.culprit_ranks, std::vector<uint32_t>{1}) << d.note;
+  EXPECT_TRUE(d.synchronized);
+  EXPECT_EQ(d.straggler.pattern, StragglerPattern::kPeriodic) << d.note;
+  EXPECT_EQ(d.straggler.period_steps, 10)
+      << d.note << " z " << d.straggler.z << " rank " << d.straggler.rank << " excess "
+      << d.straggler.excess_seconds;
+  EXPECT_NEAR(d.straggler.stall_seconds, 0.250, 0.01) << d.note << " cause " << int(d.cause);
+  // Every rank waits: the job loses the stall on all 4 ranks.
+  EXPECT_NEAR(d.straggler.lost_rank_seconds_per_step, 4 * 0.025, 0.005);
 }
 
 TEST(ExcessTest, ReferencesOfLargeWorldsComeFromASample) {
