@@ -222,7 +222,8 @@ def judge(outcome):
     t = truth(outcome)
     failures = verdict_failures(case, final, t)
     watched = [d for _, d in outcome["watch"].diagnoses] + [final]
-    facts = dict(truth=t, final=describe(final))
+    facts = dict(truth=t, final="%s\n  step note: %s\n  memory note: %s" % (
+        describe(final), final.step.note, final.memory.note))
     if case == "balanced":
         wrong = [describe(d) for d in watched if verdict_failures(case, d, t)]
         creep = [describe(d) for d in watched
