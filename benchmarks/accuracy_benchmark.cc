@@ -258,10 +258,11 @@ static void RunFlat(int seeds, const std::vector<std::string>& only, uint64_t lo
       uint64_t named = 0;
       Run(kLongRanks, sync, nullptr, 0, 1000, long_steps, &named);
       const double rank_steps = static_cast<double>(kLongRanks) * static_cast<double>(long_steps);
-      std::printf("long balanced run, %s: %u ranks x %llu steps, %llu evaluations named a "
-                  "straggler: %.3f per 100,000 rank-steps\n",
-                  sync.name, kLongRanks, static_cast<unsigned long long>(long_steps),
-                  static_cast<unsigned long long>(named), 1e5 * static_cast<double>(named) / rank_steps);
+      std::printf(
+          "long balanced run, %s: %u ranks x %llu steps, %llu evaluations named a "
+          "straggler: %.3f per 100,000 rank-steps\n",
+          sync.name, kLongRanks, static_cast<unsigned long long>(long_steps),
+          static_cast<unsigned long long>(named), 1e5 * static_cast<double>(named) / rank_steps);
     }
   }
   std::printf(
@@ -299,7 +300,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--pipeline-only") == 0) pipeline_only = true;
     if (i + 1 == argc) break;
     if (std::strcmp(argv[i], "--seeds") == 0) seeds = std::max(1, std::atoi(argv[i + 1]));
-    if (std::strcmp(argv[i], "--long-steps") == 0) long_steps = std::strtoull(argv[i + 1], nullptr, 10);
+    if (std::strcmp(argv[i], "--long-steps") == 0)
+      long_steps = std::strtoull(argv[i + 1], nullptr, 10);
     if (std::strcmp(argv[i], "--kind") == 0) {
       (accuracy::IsPipelineKind(argv[i + 1]) ? pipeline.kinds : only).push_back(argv[i + 1]);
     }

@@ -223,6 +223,7 @@ void SupersedeStraggler(const whatif::WhatIfSnapshot& w, StepDiagnosis* d) {
     d->severity = v.severity;
   }
   d->cause = StragglerCause::kNone;
+  d->straggler = StragglerTest{};  // the flat test's evidence is not the what-if's
   d->scope = v.ranks.empty() ? CulpritScope::kNone : CulpritScope::kRank;
   d->culprit_ranks = v.ranks;
   d->culprit_node.clear();
@@ -241,6 +242,27 @@ const std::string& JobSnapshot::NodeOf(uint32_t rank) const {
 const std::string& JobSnapshot::PodOf(uint32_t rank) const {
   static const std::string kUnknown;
   return rank_pods && rank < rank_pods->size() ? (*rank_pods)[rank] : kUnknown;
+}
+
+void JobPipeline::HoldCulprit(StepDiagnosis* d) const {
+  if (window_->empty()) return;
+  const uint64_t last = window_->last_step();
+  if (!d->straggler.present || d->culprit_ranks.empty()) {
+    if (held_.last_named_step + window_->capacity() < last) held_ = {};
+    return;
+  }
+  StragglerTest& t = d->straggler;
+  if (held_.ranks == d->culprit_ranks && held_.scope == d->scope && held_.since < t.since_step) {
+    // The same culprit as before: it holds since it was first named, which the window may no
+    // longer reach. The note says the same.
+    const std::string was = fmt::format("; since step {}", t.since_step);
+    const size_t at = d->note.find(was);
+    if (at != std::string::npos) {
+      d->note.replace(at, was.size(), fmt::format("; since step {}", held_.since));
+    }
+    t.since_step = held_.since;
+  }
+  held_ = {d->culprit_ranks, d->scope, t.since_step, last};
 }
 
 JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
@@ -275,6 +297,7 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   s.scheduler = scheduler_;
   s.whatif = whatif_->snapshot();
   if (s.whatif != nullptr) SupersedeStraggler(*s.whatif, &s.step);
+  HoldCulprit(&s.step);
   s.rank_totals = std::make_shared<const std::vector<StepWindow::RankTotals>>(window_->totals());
   s.rank_peak_allocated = std::make_shared<const std::vector<double>>(
       memory_window_->rank_peaks(MemoryKind::kAllocated));

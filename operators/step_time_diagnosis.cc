@@ -20,8 +20,8 @@
 // time and the blocked model (own_time.h), the straggler scores (scores.h) and the statistical
 // test of the candidate ranks (excess_test.h); when a score reaches the threshold or a test is
 // significant, the culprit and its scope (culprit.h), the cause (cause.h), the note (note.h) and
-// the culprit's pattern (excess_test.h); else the "bound" labels. The first label that applies ends the diagnosis; every
-// stage that ran leaves its evidence in the StepDiagnosis.
+// the culprit's pattern (excess_test.h); else the "bound" labels. The first label that applies ends
+// the diagnosis; every stage that ran leaves its evidence in the StepDiagnosis.
 
 namespace rankwatch::step_time {
 namespace {
@@ -183,8 +183,8 @@ StatisticalTests TestStatistically(const StepWindow& w, const WindowSignals& s,
     st.compute = TestSignalCandidates(w, TestSignal::kCompute, t.blocked, t.compute_evidence,
                                       x.onset.compute_excess, x.burden, o);
   }
-  st.own = TestSignalCandidates(w, TestSignal::kOwn, t.blocked, t.own_evidence,
-                                x.onset.own_excess, x.burden, o);
+  st.own = TestSignalCandidates(w, TestSignal::kOwn, t.blocked, t.own_evidence, x.onset.own_excess,
+                                x.burden, o);
   return st;
 }
 
@@ -222,8 +222,9 @@ void RecordStragglerTest(const StepWindow& w, const OwnTimeSignals& t, TestSigna
   st.drift_seconds_per_step = pattern.drift_seconds_per_step;
   // Under synchronisation every rank of the step waits for the culprit; otherwise only the
   // culprit ranks lose their own excess.
-  const double ranks = t.synchronized ? static_cast<double>(w.last_ranks_present())
-                                      : static_cast<double>(std::max<size_t>(1, d.culprit_ranks.size()));
+  const double ranks = t.synchronized
+                           ? static_cast<double>(w.last_ranks_present())
+                           : static_cast<double>(std::max<size_t>(1, d.culprit_ranks.size()));
   st.lost_rank_seconds_per_step = std::max(0.0, test.excess) * ranks;
 }
 
@@ -258,7 +259,7 @@ std::string PatternText(const StepDiagnosis& d, double step_median) {
   }
   out += fmt::format("; since step {}", st.since_step);
   if (step_median > 0 && st.lost_rank_seconds_per_step > 0) {
-    out += fmt::format("; it costs the job {:.1f} ranks' time",
+    out += fmt::format("; the job loses {:.1f} ranks' worth of time to it",
                        st.lost_rank_seconds_per_step / step_median);
   }
   return out;
@@ -267,9 +268,9 @@ std::string PatternText(const StepDiagnosis& d, double step_median) {
 // Stages 4 to 6, once a straggler score reached the threshold: the culprit and its scope, the
 // cause, the note. Records the culprit.
 Verdict StragglerVerdict(const StepWindow& w, const StragglerScores& scores,
-                         const WindowSignals& signals,
-                         const OwnTimeSignals& own_time, const std::vector<std::string>& rank_nodes,
-                         const StepDiagnosisOptions& o, StepDiagnosis& d) {
+                         const WindowSignals& signals, const OwnTimeSignals& own_time,
+                         const std::vector<std::string>& rank_nodes, const StepDiagnosisOptions& o,
+                         StepDiagnosis& d) {
   const Culprit culprit = ChooseCulprit(scores, signals, own_time);
   CulpritSet set = ScopeOf(culprit, rank_nodes, o);
   const Attribution why = Attribute(culprit, scores, signals, own_time);
@@ -297,9 +298,8 @@ Verdict StragglerVerdict(const StepWindow& w, const StragglerScores& scores,
 
 // No share score reached the threshold, but the statistical test found a rank (or node) whose
 // excess holds against the noise: the same stages 4 to 6 on the test's culprit.
-Verdict StatisticalVerdict(const StepWindow& w, StragglerScores scores,
-                           const StatisticalTests& st, const WindowSignals& signals,
-                           const OwnTimeSignals& own_time,
+Verdict StatisticalVerdict(const StepWindow& w, StragglerScores scores, const StatisticalTests& st,
+                           const WindowSignals& signals, const OwnTimeSignals& own_time,
                            const std::vector<std::string>& rank_nodes,
                            const StepDiagnosisOptions& o, StepDiagnosis& d) {
   scores.input_hit = st.input_hit();
@@ -336,9 +336,9 @@ Verdict StatisticalVerdict(const StepWindow& w, StragglerScores scores,
     for (uint32_t r = 0; r < rank_nodes.size() && r < w.world_size(); ++r) {
       if (rank_nodes[r] != set.node) continue;
       node_ranks.push_back(r);
-      const ExcessTestResult x = TestExcess(
-          SeriesOf(w, named.signal, own_time.blocked, named.reference, r), named.reference,
-          scores.burden, o, r);
+      const ExcessTestResult x =
+          TestExcess(SeriesOf(w, named.signal, own_time.blocked, named.reference, r),
+                     named.reference, scores.burden, o, r);
       if (x.significant) hits.push_back(r);
     }
     if (node_ranks.size() >= 2 && hits.size() >= 2 &&

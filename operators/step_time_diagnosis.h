@@ -206,7 +206,7 @@ struct StepDiagnosis {
   bool sharded = false;
   bool synchronized = false;  // step times equal across ranks (data parallel)
   bool collective_reported = false;
-  bool from_onset_window = false;  // the straggler score came from the newest steps
+  bool from_onset_window = false;      // the straggler score came from the newest steps
   bool from_statistical_test = false;  // named by the statistical test, not by a share score
   StragglerTest straggler;             // straggler labels: the test, cost, since and pattern
   CulpritScope scope = CulpritScope::kNone;

@@ -57,8 +57,8 @@ double MedianOf(std::vector<double> v) { return v.empty() ? 0.0 : MedianInPlace(
 std::vector<bool> StallSteps(const ExcessSeries& s, const SignalReference& ref, double burden,
                              const StepDiagnosisOptions& o, double* baseline) {
   *baseline = MedianOf(s.excess);
-  const double threshold = std::max(o.pattern_stall_sigma * std::sqrt(ref.noise_var),
-                                    o.pattern_stall_share * burden);
+  const double threshold =
+      std::max(o.pattern_stall_sigma * std::sqrt(ref.noise_var), o.pattern_stall_share * burden);
   std::vector<bool> stall(s.excess.size(), false);
   for (size_t i = 0; i < s.excess.size(); ++i) {
     stall[i] = threshold > 0 && s.excess[i] - *baseline >= threshold;
@@ -70,8 +70,7 @@ std::vector<bool> StallSteps(const ExcessSeries& s, const SignalReference& ref, 
 
 double SignalValue(const StepWindow::Entry& e, TestSignal signal, const BlockedModel& model) {
   if (signal == TestSignal::kInput) {
-    return e.Has(Phase::kDataloader) ? static_cast<double>(e.Get(Phase::kDataloader)) * 1e-9
-                                     : NAN;
+    return e.Has(Phase::kDataloader) ? static_cast<double>(e.Get(Phase::kDataloader)) * 1e-9 : NAN;
   }
   std::array<double, kPhaseCount> v{};
   for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(e.ns[p]) * 1e-9;
@@ -170,7 +169,8 @@ ExcessTestResult TestExcess(const ExcessSeries& s, const SignalReference& ref, d
     }
     if (kept.size() < 8 || quiet.size() < 2) continue;
     const double mean = Mean(kept.data(), kept.size());
-    const double var = std::max({ref.noise_lrv, ref.noise_var, Variance(quiet.data(), quiet.size())});
+    const double var =
+        std::max({ref.noise_lrv, ref.noise_var, Variance(quiet.data(), quiet.size())});
     const double se = std::sqrt(var / static_cast<double>(kept.size()));
     const double z = se > 0 ? mean / se : (mean > 0 ? INFINITY : 0.0);
     const bool significant = z >= o.straggler_z && mean >= o.straggler_min_excess * burden;
@@ -208,11 +208,11 @@ ExcessPattern DescribeExcess(const ExcessSeries& s, const SignalReference& ref, 
     p.stalls = static_cast<uint32_t>(at.size());
     p.stall_seconds = MedianOf(lengths);
     p.period_steps = MedianOf(gaps);
-    const auto regular = std::count_if(gaps.begin(), gaps.end(), [&](double g) {
-      return std::abs(g - p.period_steps) <= 1.0;
-    });
-    p.pattern = 3 * static_cast<size_t>(regular) >= 2 * gaps.size() ? StragglerPattern::kPeriodic
-                                                                    : StragglerPattern::kIntermittent;
+    const auto regular = std::count_if(
+        gaps.begin(), gaps.end(), [&](double g) { return std::abs(g - p.period_steps) <= 1.0; });
+    p.pattern = 3 * static_cast<size_t>(regular) >= 2 * gaps.size()
+                    ? StragglerPattern::kPeriodic
+                    : StragglerPattern::kIntermittent;
     p.since_step = s.steps[at.front()];
     return p;
   }

@@ -43,16 +43,15 @@ inline constexpr uint32_t kReferenceRanks = 64;
 // The per-step references of one signal over the window, and the noise of a typical rank's
 // excess series.
 struct SignalReference {
-  bool present = false;          // at least 2 reference ranks in enough steps
-  std::vector<uint64_t> steps;   // the window's step numbers, oldest first
-  std::vector<double> value;     // per step: the median reference rank; NaN when unknown
-  double noise_var = 0;          // pooled per-step variance of a rank's excess, seconds^2
-  double noise_lrv = 0;          // pooled long-run variance (batch means), seconds^2 a step
+  bool present = false;         // at least 2 reference ranks in enough steps
+  std::vector<uint64_t> steps;  // the window's step numbers, oldest first
+  std::vector<double> value;    // per step: the median reference rank; NaN when unknown
+  double noise_var = 0;         // pooled per-step variance of a rank's excess, seconds^2
+  double noise_lrv = 0;         // pooled long-run variance (batch means), seconds^2 a step
   uint32_t reference_ranks = 0;
 };
 
-SignalReference ReferenceOf(const StepWindow& window, TestSignal signal,
-                            const BlockedModel& model);
+SignalReference ReferenceOf(const StepWindow& window, TestSignal signal, const BlockedModel& model);
 
 // One rank's excess series over the window: its value less the step's reference, for each step
 // where both are known.

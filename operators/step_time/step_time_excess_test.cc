@@ -76,9 +76,8 @@ TEST(ExcessTest, NoiseAloneIsNeverSignificant) {
 
 TEST(ExcessTest, ARecentOnsetIsFoundInTheNewestSteps) {
   // 10 ms more from step 84 on: 16 slow steps of 100, found in the newest 16.
-  const StepWindow w = NoisyWindow(8, 100, 0.05, 2, [](uint64_t s, uint32_t r) {
-    return r == 6 && s >= 84 ? 10.0 : 0.0;
-  });
+  const StepWindow w = NoisyWindow(
+      8, 100, 0.05, 2, [](uint64_t s, uint32_t r) { return r == 6 && s >= 84 ? 10.0 : 0.0; });
   const ExcessTestResult x = TestRank(w, 6);
   EXPECT_TRUE(x.significant);
   EXPECT_EQ(x.steps, 16u);
@@ -98,9 +97,8 @@ TEST(ExcessTest, TwoStallsAreEventsNotAStraggler) {
 
 TEST(ExcessTest, PeriodicStallsAreAStragglerWithTheirPeriodAndLength) {
   // 250 ms every 10th step: 25 ms a step on average.
-  const StepWindow w = NoisyWindow(4, 100, 0.05, 4, [](uint64_t s, uint32_t r) {
-    return r == 1 && s % 10 == 7 ? 250.0 : 0.0;
-  });
+  const StepWindow w = NoisyWindow(
+      4, 100, 0.05, 4, [](uint64_t s, uint32_t r) { return r == 1 && s % 10 == 7 ? 250.0 : 0.0; });
   const ExcessTestResult x = TestRank(w, 1);
   EXPECT_TRUE(x.significant);
   EXPECT_NEAR(x.excess, 0.025, 0.004);
@@ -134,9 +132,8 @@ TEST(ExcessTest, ARisingExcessIsADriftWithItsRate) {
 }
 
 TEST(ExcessTest, AStepChangeIsNotADrift) {
-  const StepWindow w = NoisyWindow(8, 100, 0.02, 7, [](uint64_t s, uint32_t r) {
-    return r == 5 && s >= 50 ? 15.0 : 0.0;
-  });
+  const StepWindow w = NoisyWindow(
+      8, 100, 0.02, 7, [](uint64_t s, uint32_t r) { return r == 5 && s >= 50 ? 15.0 : 0.0; });
   const ExcessPattern p = PatternOf(w, 5);
   EXPECT_EQ(p.pattern, StragglerPattern::kSteady);
   EXPECT_NEAR(static_cast<double>(p.since_step), 50, 2);
