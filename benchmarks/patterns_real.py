@@ -17,7 +17,7 @@ collectors/python/examples/ddp_example.py) run N times through one `rankwatch ka
 The ground truth is what each job measured itself, never the flags. The table gives per case
 the runs right, the balanced runs with a false straggler or creep verdict, the median detection
 delay (steps from the fault's first stall or step to the newest step of the first window whose
-verdict was right), and measured against reported period, stall, rate and since-step (medians
+verdict had the right label, culprit and pattern), and measured against reported period, stall, rate and since-step (medians
 over the runs). Each run's verdict and failures are printed as it ends; --json-out keeps them.
 
     RANKWATCH_PYTHON_DIR=build/python /usr/bin/python3 benchmarks/patterns_real.py --runs 12

@@ -174,8 +174,9 @@ def describe(d):
     return line
 
 
-def verdict_failures(case, d, t):
-    """What is wrong with diagnosis `d` of a `case` job whose truth is `t` ([] when right)."""
+def verdict_failures(case, d, t, figures=True):
+    """What is wrong with diagnosis `d` of a `case` job whose truth is `t` ([] when right): its
+    label, culprit and pattern, and with `figures` its period, stall, rate and since-step."""
     s, e = d.step, d.step.straggler
     if case == "leak":
         m = service_pb2.MemoryDiagnosisLabel.Name(d.memory.label)
@@ -195,6 +196,8 @@ def verdict_failures(case, d, t):
     if case == "stall":
         if e.pattern != "periodic":
             return ["pattern %r, not 'periodic'" % e.pattern]
+        if not figures:
+            return []
         if abs(e.period_steps - t["period"]) > 1:
             out.append("period %.1f steps, measured %.1f" % (e.period_steps, t["period"]))
         if abs(e.stall_seconds - t["stall"]) > 0.25 * t["stall"]:
@@ -205,6 +208,8 @@ def verdict_failures(case, d, t):
     if case == "drift":
         if e.pattern != "drift":
             return ["pattern %r, not 'drift'" % e.pattern]
+        if not figures:
+            return []
         if abs(e.drift_seconds_per_step - t["rate"]) > 0.3 * t["rate"]:
             out.append("drift %.3f ms a step, measured %.3f" % (e.drift_seconds_per_step * 1e3, t["rate"] * 1e3))
         # The drift costs 0 at its first step and grows: no one sees it there, but a verdict
@@ -217,7 +222,8 @@ def verdict_failures(case, d, t):
 def judge(outcome):
     """(failures, facts): what is wrong with the run's verdicts (the final one; for a balanced
     run any straggler or creep verdict while it ran too), and the figures of the run: truth,
-    the final verdict's figures, and the first step whose window got the right verdict."""
+    the final verdict's figures, and the first step whose window got the right verdict (label,
+    culprit and pattern; its figures are judged at the end)."""
     case, final = outcome["case"], outcome["final"]
     t = truth(outcome)
     failures = verdict_failures(case, final, t)
@@ -232,7 +238,7 @@ def judge(outcome):
         if wrong:
             failures.append("a straggler while it ran: %s (%d of %d diagnoses)" % (wrong[0], len(wrong), len(watched)))
         return failures, facts
-    first_right = next((d for d in watched if not verdict_failures(case, d, t)), None)
+    first_right = next((d for d in watched if not verdict_failures(case, d, t, figures=False)), None)
     onset = {"stall": t.get("first"), "drift": t.get("first"), "leak": 0}[case]
     window = (lambda d: d.memory.window) if case == "leak" else (lambda d: d.step.window)
     facts["detected_at"] = window(first_right).last_step if first_right is not None else None
