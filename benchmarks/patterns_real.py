@@ -8,7 +8,7 @@ collectors/python/examples/ddp_example.py) run N times through one `rankwatch ka
   right when rank 1 is a straggler with pattern "periodic", period within 1 step and stall
   within 25 % of the job's measured one, since the first stall (within a period);
 - drift: rank 2's end of step costs 0.5 ms more each step from step 20; right when pattern
-  "drift", rate within 30 % of the measured one, since within -5 ... +30 steps of its start;
+  "drift", rate within 30 % of the measured one, since within -10 ... +30 steps of its start;
 - balanced: 300 steps, no fault; wrong when any diagnosis asked for while it ran (every 0.3 s)
   or at the end had a straggler label; also counts runs with a memory creep label;
 - leak: rank 0 alone keeps 0.5 MiB a step (400 steps); right when `memory.label` is creep at the
