@@ -236,13 +236,11 @@ std::vector<Setting> BuildSettings() {
           .AtLeast(0.0)
           .Help("a straggler is critical when it costs the job this many ranks' worth of time "
                 "(or its score reaches `straggler-crit`)"),
-      Declare("step-diagnosis.pattern-stall-sigma", &D::step_diagnosis,
-              &Step::pattern_stall_sigma)
+      Declare("step-diagnosis.pattern-stall-sigma", &D::step_diagnosis, &Step::pattern_stall_sigma)
           .AtLeast(0.0)
           .Help("a stall: a step whose excess rises this many noise deviations above the rank's "
                 "own baseline"),
-      Declare("step-diagnosis.pattern-stall-share", &D::step_diagnosis,
-              &Step::pattern_stall_share)
+      Declare("step-diagnosis.pattern-stall-share", &D::step_diagnosis, &Step::pattern_stall_share)
           .AtLeast(0.0)
           .Help("a stall: and at least this share of the step's local work"),
       Declare("step-diagnosis.pattern-min-stalls", &D::step_diagnosis, &Step::pattern_min_stalls)
