@@ -97,14 +97,16 @@ def parse_args():
                    help="this rank writes a synchronous checkpoint (torch.save of the model's and "
                         "optimizer's state to a file, fsynced) at the end of every "
                         "--fault-stall-every-th step, after optimizer.step and inside the step: "
-                        "a periodic stall, padded with a sleep to --fault-stall-ms in all")
+                        "a periodic stall, padded with a sleep to --fault-stall-ms in all; each "
+                        "stall as measured is in the final JSON line (stall_fault)")
     p.add_argument("--fault-stall-every", type=int, default=10, metavar="N")
     p.add_argument("--fault-stall-ms", type=float, default=250.0, metavar="MS")
     p.add_argument("--fault-drift-rank", type=int, default=-1, metavar="RANK",
                    help="this rank's end of step runs a logging helper that rescans the whole "
                         "loss history it keeps (statistics of every loss so far), padded with a "
                         "sleep to --fault-drift-ms-per-step x the steps since the fault began: a "
-                        "cost that grows step over step from 0 (a drift)")
+                        "cost that grows step over step from 0 (a drift); each step's cost as "
+                        "measured is in the final JSON line (drift_fault)")
     p.add_argument("--fault-drift-ms-per-step", type=float, default=0.5, metavar="MS")
     p.add_argument("--fault-from-step", type=int, default=0, metavar="STEP",
                    help="the stall and the drift begin at this step (0-based, rankwatch's step "
