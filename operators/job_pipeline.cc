@@ -339,6 +339,13 @@ JobCheckpoint JobPipeline::TakeCheckpoint(TimePoint now, int64_t wall_now_unix_n
   *m.mutable_memory_trend() = memory_trend_->ExportState();
   *m.mutable_lost_time() = lost_->ExportState();
   m.set_sharded(sharded_);
+  if (!held_.ranks.empty()) {
+    state::v1::HeldCulpritState* h = m.mutable_held_culprit();
+    for (uint32_t r : held_.ranks) h->add_ranks(r);
+    h->set_scope(static_cast<uint32_t>(held_.scope));
+    h->set_since_step(held_.since);
+    h->set_last_named_step(held_.last_named_step);
+  }
   m.set_hang_counted_ns(std::llround(hang_counted_seconds_ * 1e9));
   m.set_input_lost_messages(input_lost_messages_);
   c.new_steps = std::move(unsaved_steps_);
@@ -394,6 +401,13 @@ absl::StatusOr<std::unique_ptr<JobPipeline>> JobPipeline::Restore(
     p->memory_trend_ = std::make_unique<MemoryTrend>(std::move(*trend));
   }
   p->sharded_ = m.sharded();
+  if (m.has_held_culprit() && m.held_culprit().scope() <= 2) {
+    const state::v1::HeldCulpritState& h = m.held_culprit();
+    p->held_.ranks.assign(h.ranks().begin(), h.ranks().end());
+    p->held_.scope = static_cast<CulpritScope>(h.scope());
+    p->held_.since = h.since_step();
+    p->held_.last_named_step = h.last_named_step();
+  }
   p->input_lost_messages_ = m.input_lost_messages();
   p->hang_counted_seconds_ = static_cast<double>(std::max<int64_t>(0, m.hang_counted_ns())) * 1e-9;
   if (absl::Status s = p->lost_->ImportState(m.lost_time()); !s.ok()) return s;

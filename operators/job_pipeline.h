@@ -201,8 +201,7 @@ class JobPipeline {
   std::vector<bool> finished_ranks_;
   uint32_t finished_count_ = 0;
   bool seen_ = false;
-  // The culprit the last snapshot named (HoldCulprit); in memory only, so a restarted daemon
-  // starts from its window.
+  // The culprit the last snapshot named (HoldCulprit), kept in the checkpoint.
   struct HeldCulprit {
     std::vector<uint32_t> ranks;
     CulpritScope scope = CulpritScope::kNone;
