@@ -18,8 +18,10 @@ acceptance tests (tests/collectors/) expect rankwatch to diagnose; a real job ha
 live in the class `Faults` at the end of the file; the lines of the loop that call it are
 marked `# fault injection` and do nothing without a --fault-* option.
 At the end each rank prints one JSON line: rank, steps, median step seconds, CPU seconds
-per step (all threads, after 10 warm-up steps), collector stats, and whether each step was
-recorded (--pause-random).
+per step (all threads, after 10 warm-up steps), collector stats, whether each step was
+recorded (--pause-random), and what the faults really took, as measured: each gc.collect() of
+--fault-gc-rank (seconds), each stall of --fault-stall-rank and each step's cost of
+--fault-drift-rank ([step, seconds] pairs).
 """
 import argparse
 import gc
@@ -27,6 +29,7 @@ import json
 import os
 import random
 import statistics
+import tempfile
 import time
 
 import torch
@@ -90,6 +93,25 @@ def parse_args():
                         "steps the rank runs gc.collect() to free them: a full collection, a "
                         "pause of tens of milliseconds or more")
     p.add_argument("--fault-gc-every", type=int, default=5, metavar="N")
+    p.add_argument("--fault-stall-rank", type=int, default=-1, metavar="RANK",
+                   help="this rank writes a synchronous checkpoint (torch.save of the model's and "
+                        "optimizer's state to a file, fsynced) at the end of every "
+                        "--fault-stall-every-th step, after optimizer.step and inside the step: "
+                        "a periodic stall, padded with a sleep to --fault-stall-ms in all; each "
+                        "stall as measured is in the final JSON line (stall_fault)")
+    p.add_argument("--fault-stall-every", type=int, default=10, metavar="N")
+    p.add_argument("--fault-stall-ms", type=float, default=250.0, metavar="MS")
+    p.add_argument("--fault-drift-rank", type=int, default=-1, metavar="RANK",
+                   help="this rank's end of step runs a logging helper that rescans the whole "
+                        "loss history it keeps (statistics of every loss so far), padded with a "
+                        "sleep to --fault-drift-ms-per-step x the steps since the fault began: a "
+                        "cost that grows step over step from 0 (a drift); each step's cost as "
+                        "measured is in the final JSON line (drift_fault)")
+    p.add_argument("--fault-drift-ms-per-step", type=float, default=0.5, metavar="MS")
+    p.add_argument("--fault-from-step", type=int, default=0, metavar="STEP",
+                   help="the stall and the drift begin at this step (0-based, rankwatch's step "
+                        "number): the first stall ends step STEP + N - 1, the drift costs 0 at "
+                        "step STEP")
     p.add_argument("--collector-option", action="append", default=[], metavar="KEY=INT",
                    help="rankwatch.init buffer option, e.g. max_pending_bytes=65536")
     return p.parse_args()
@@ -207,6 +229,7 @@ def main():
                     kept.append(loss)        # the bug: graphs (and activations) stay alive
                 faults.grow_memory(out)               # fault injection
                 faults.collect_cycles(loss)           # fault injection
+                faults.end_of_step(step, loss, model, optimizer)  # fault injection
             now = time.perf_counter()  # whole iterations, dataloader fetch included
             step_seconds.append(now - last)
             step_ends.append(time.time())
@@ -229,6 +252,7 @@ def main():
     print(json.dumps({"rank": rank, "steps": step, "median_step_s": statistics.median(step_seconds),
                       "step_seconds": step_seconds, "step_end_unix": step_ends, "cpu_s_per_step": cpu_per_step,
                       "recorded": recorded, "gc_fault_seconds": faults.gc_seconds,
+                      "stall_fault": faults.stalls, "drift_fault": faults.drifts,
                       "collector": stats}), flush=True)
 
 
@@ -252,6 +276,14 @@ class Faults:
         self.cache = []   # the cache that fills during the first steps
         self.gc_every = args.fault_gc_every if rank == args.fault_gc_rank else 0
         self.gc_seconds = []  # each gc.collect() of --fault-gc-rank
+        self.from_step = args.fault_from_step
+        self.stall_every = args.fault_stall_every if rank == args.fault_stall_rank else 0
+        self.stall_seconds = args.fault_stall_ms / 1000.0
+        self.stalls = []  # [step, seconds] of each checkpoint of --fault-stall-rank, as measured
+        self.drift_seconds = args.fault_drift_ms_per_step / 1000.0 if rank == args.fault_drift_rank else 0.0
+        self.losses = []  # the loss history of --fault-drift-rank's logging helper
+        self.log_line = ""
+        self.drifts = []  # [step, seconds] of that helper each step, as measured
 
     def slow_between(self):
         """--fault-slow-where between: host code between forward and backward (outside every
@@ -310,6 +342,46 @@ class Faults:
             t0 = time.perf_counter()
             gc.collect()
             self.gc_seconds.append(time.perf_counter() - t0)
+
+    def end_of_step(self, step, loss, model, optimizer):
+        """The end of step `step` (0-based), after optimizer.step and inside `rw.step()`, where
+        training loops checkpoint and log: the step's time holds it, outside every measured
+        phase. Records what each fault really took (the tests' ground truth)."""
+        if step < self.from_step:
+            return
+        if self.stall_every > 0 and (step - self.from_step + 1) % self.stall_every == 0:
+            t0 = time.perf_counter()
+            self.checkpoint(step, model, optimizer)
+            pad = self.stall_seconds - (time.perf_counter() - t0)
+            if pad > 0:
+                time.sleep(pad)  # a bigger model's checkpoint takes that much longer
+            self.stalls.append([step, time.perf_counter() - t0])
+        if self.drift_seconds > 0:
+            t0 = time.perf_counter()
+            self.losses.append(loss.item())
+            # The rescan, whose cost grows with the history: a log line of running statistics.
+            self.log_line = "step %d loss %.4f mean %.4f range %.4f" % (
+                step, self.losses[-1], statistics.fmean(self.losses), max(self.losses) - min(self.losses))
+            # Rescanning a few hundred floats takes microseconds; the sleep stands for a
+            # history whose rescan costs drift_seconds more each step.
+            pad = self.drift_seconds * (step - self.from_step) - (time.perf_counter() - t0)
+            if pad > 0:
+                time.sleep(pad)
+            self.drifts.append([step, time.perf_counter() - t0])
+
+    @staticmethod
+    def checkpoint(step, model, optimizer):
+        """--fault-stall-rank: a synchronous checkpoint, as `torch.save` on the training thread
+        does: the model's and the optimizer's state written to a file and fsynced."""
+        fd, path = tempfile.mkstemp(prefix="ddp_example_ckpt_", suffix=".pt")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save({"step": step, "model": model.state_dict(),
+                            "optimizer": optimizer.state_dict()}, f)
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            os.unlink(path)
 
 
 if __name__ == "__main__":
