@@ -18,7 +18,6 @@ Memory per rank (issue #36; MemoryPerRankTest, its own ctest `collectors_memory_
   size), within 25 %.
 """
 import bisect
-import os
 import statistics
 import threading
 import time
