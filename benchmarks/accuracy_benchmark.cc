@@ -2,11 +2,15 @@
 //
 // Matrix: fault kind (one slow rank in compute, one slow rank in input, one slow node in
 // compute, one slow rank outside every measured phase: slow-host, host code between forward and
-// backward) x magnitude (10, 20, 30, 50% of the nominal step added on the culprit) x job size
+// backward) x magnitude (5, 10, 20, 30, 50% of the nominal step added on the culprit) x job size
 // (8, 64, 512 ranks; node faults only where a job has several nodes) x synchronisation (DDP with
 // collective times, DDP without, none) x seeds. Each run has 100 healthy steps (a full window),
-// then the fault from step 100 for 60 steps; the diagnosis is evaluated after every aligned step,
-// as rankwatchd does.
+// then the fault from step 100 for 100 steps; the diagnosis is evaluated after every aligned
+// step, as rankwatchd does.
+//
+// --long-steps N: besides, one balanced 512-rank job per synchronisation runs N steps, and the
+// evaluations that name a straggler are counted per balanced rank-step (the false-positive rate
+// of a long run).
 //
 // Reports per cell: detection rate (the right label naming the right culprit within the 60
 // steps), wrong-culprit rate (a straggler label naming anyone else at any step), and the
@@ -18,7 +22,8 @@
 // Then the pipeline-parallel jobs of issue #34 (benchmarks/accuracy_pipeline.h): a slow worker,
 // an imbalanced stage, sequence imbalance, GC pauses at 10 and 20 % slowdown, and balanced jobs.
 //
-// Usage: accuracy_benchmark [--seeds 3] [--kind NAME]... [--flat-only | --pipeline-only]
+// Usage: accuracy_benchmark [--seeds 3] [--kind NAME]... [--long-steps N]
+//                           [--flat-only | --pipeline-only]
 // (kinds: compute, input, node-compute, host; slow-worker, stage-imbalance, sequence-imbalance,
 // gc). The flat part runs unless only pipeline kinds are named, and the other way round.
 #include <fmt/format.h>
@@ -38,7 +43,7 @@ namespace rankwatch {
 namespace {
 
 constexpr uint64_t kWarmup = 100;
-constexpr uint64_t kFaultSteps = 60;
+constexpr uint64_t kFaultSteps = 100;
 
 struct Kind {
   const char* name;
@@ -98,7 +103,8 @@ struct Outcome {
   std::string final_label;     // at the last step of the fault
 };
 
-Outcome Run(uint32_t ranks, const Sync& sync, const Kind* kind, double magnitude, uint64_t seed) {
+Outcome Run(uint32_t ranks, const Sync& sync, const Kind* kind, double magnitude, uint64_t seed,
+            uint64_t steps = kWarmup + kFaultSteps, uint64_t* straggler_evaluations = nullptr) {
   FleetOptions o;
   o.ranks = ranks;
   o.sync = sync.sync;
@@ -121,7 +127,7 @@ Outcome Run(uint32_t ranks, const Sync& sync, const Kind* kind, double magnitude
   std::vector<v1::StepRecord> rec;
   std::vector<bool> rep;
   Outcome out;
-  for (uint64_t s = 0; s < kWarmup + kFaultSteps; ++s) {
+  for (uint64_t s = 0; s < steps; ++s) {
     model.Step(s, &rec, &rep);
     AlignedStep a{s, ranks, false, {}};
     for (uint32_t r = 0; r < ranks; ++r) a.samples.push_back(ToStepSample(rec[r], r));
@@ -129,6 +135,7 @@ Outcome Run(uint32_t ranks, const Sync& sync, const Kind* kind, double magnitude
     const StepDiagnosis d = DiagnoseStepTime(window, nodes, {}, {});
     out.final_label = LabelName(d);
     if (!IsStraggler(d.label)) continue;
+    if (straggler_evaluations != nullptr) ++*straggler_evaluations;
     if (kind == nullptr || s < kWarmup) {
       out.false_positive = true;
       continue;
@@ -178,10 +185,10 @@ double Median(std::vector<double> v) {
 }  // namespace rankwatch
 
 // The flat data-parallel matrix (the table, the labels, the balanced runs, the JSON line).
-static void RunFlat(int seeds, const std::vector<std::string>& only) {
+static void RunFlat(int seeds, const std::vector<std::string>& only, uint64_t long_steps) {
   using namespace rankwatch;
   const uint32_t sizes[] = {8, 64, 512};
-  const double magnitudes[] = {0.10, 0.20, 0.30, 0.50};
+  const double magnitudes[] = {0.05, 0.10, 0.20, 0.30, 0.50};
 
   std::printf("%-13s %-15s %5s %6s %9s %9s %7s\n", "kind", "sync", "mag", "runs", "detected",
               "wrong", "median");
@@ -245,6 +252,19 @@ static void RunFlat(int seeds, const std::vector<std::string>& only) {
   }
   std::printf("\nbalanced runs: %d, with a straggler label at any step: %d\n", balanced_runs,
               false_positives);
+  if (long_steps > 0) {
+    for (const Sync& sync : kSyncs) {
+      constexpr uint32_t kLongRanks = 512;
+      uint64_t named = 0;
+      Run(kLongRanks, sync, nullptr, 0, 1000, long_steps, &named);
+      const double rank_steps = static_cast<double>(kLongRanks) * static_cast<double>(long_steps);
+      std::printf(
+          "long balanced run, %s: %u ranks x %llu steps, %llu evaluations named a "
+          "straggler: %.3f per 100,000 rank-steps\n",
+          sync.name, kLongRanks, static_cast<unsigned long long>(long_steps),
+          static_cast<unsigned long long>(named), 1e5 * static_cast<double>(named) / rank_steps);
+    }
+  }
   std::printf(
       "{\"detection_rate_at_20pct_plus\": %.4f, \"median_steps_to_detect_at_20pct_plus\": %.1f, "
       "\"wrong_culprit_runs\": %d, \"fault_runs\": %d, \"false_positive_runs\": %d, "
@@ -271,6 +291,7 @@ static void RunFlat(int seeds, const std::vector<std::string>& only) {
 int main(int argc, char** argv) {
   using namespace rankwatch;
   int seeds = 3;
+  uint64_t long_steps = 0;
   std::vector<std::string> only;  // --kind: run only these flat kinds (default: every kind)
   accuracy::PipelineAccuracyOptions pipeline;
   bool flat_only = false, pipeline_only = false;
@@ -279,6 +300,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--pipeline-only") == 0) pipeline_only = true;
     if (i + 1 == argc) break;
     if (std::strcmp(argv[i], "--seeds") == 0) seeds = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--long-steps") == 0)
+      long_steps = std::strtoull(argv[i + 1], nullptr, 10);
     if (std::strcmp(argv[i], "--kind") == 0) {
       (accuracy::IsPipelineKind(argv[i + 1]) ? pipeline.kinds : only).push_back(argv[i + 1]);
     }
@@ -286,7 +309,7 @@ int main(int argc, char** argv) {
   pipeline.seeds = seeds;
   const bool run_flat = !pipeline_only && (!only.empty() || pipeline.kinds.empty());
   const bool run_pipeline = !flat_only && (!pipeline.kinds.empty() || only.empty());
-  if (run_flat) RunFlat(seeds, only);
+  if (run_flat) RunFlat(seeds, only, long_steps);
   if (run_pipeline) accuracy::RunPipelineAccuracy(pipeline);
   return 0;
 }

@@ -15,11 +15,12 @@ namespace rankwatch {
 namespace {
 
 struct Job {
-  explicit Job(uint32_t ranks) : window(ranks, {.steps = 100}), memory(ranks, {}) {
+  explicit Job(uint32_t ranks, bool fault = true)
+      : window(ranks, {.steps = 100}), memory(ranks, {}) {
     FleetOptions o;
     o.ranks = ranks;
     o.report_collective = true;
-    o.faults.push_back(*ParseFaultSpec("slow-compute:7:0.3"));
+    if (fault) o.faults.push_back(*ParseFaultSpec("slow-compute:7:0.3"));
     FleetModel model(o);
     std::vector<v1::StepRecord> rec;
     std::vector<bool> rep;
@@ -46,6 +47,24 @@ void BM_DiagnoseStepTime(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_DiagnoseStepTime)->Arg(1024)->Arg(16384)->Unit(benchmark::kMillisecond);
+
+// A balanced job: no share score names anyone, so the statistical test runs on every signal's
+// candidates (step_time/excess_test.h); range(1) = 0 turns it off (the share scores alone).
+void BM_DiagnoseStepTimeBalanced(benchmark::State& state) {
+  Job job(static_cast<uint32_t>(state.range(0)), /*fault=*/false);
+  StepDiagnosisOptions o;
+  o.statistical = state.range(1) != 0;
+  for (auto _ : state) {
+    StepDiagnosis d = DiagnoseStepTime(job.window, job.nodes, {}, o);
+    if (!d.culprit_ranks.empty()) state.SkipWithError("a straggler in a balanced job");
+    benchmark::DoNotOptimize(d);
+  }
+}
+BENCHMARK(BM_DiagnoseStepTimeBalanced)
+    ->Args({1024, 1})
+    ->Args({16384, 0})
+    ->Args({16384, 1})
+    ->Unit(benchmark::kMillisecond);
 
 void BM_DiagnoseMemory(benchmark::State& state) {
   Job job(static_cast<uint32_t>(state.range(0)));

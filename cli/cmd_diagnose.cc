@@ -205,6 +205,14 @@ void PrintStep(const v1::StepDiagnosis& d) {
         gc.rank(), gc.seconds() * 1e3, gc.collections(), gc.median_seconds() * 1e3,
         gc.median_collections(), gc.ranks_reporting());
   }
+  if (d.has_straggler()) {
+    const v1::StragglerEvidence& t = d.straggler();
+    std::printf(
+        "           test: rank %u %.1f ms a step above the median rank (z %.1f over the newest "
+        "%u steps); %s since step %llu; %.2f rank-s lost a step\n",
+        t.rank(), t.excess_seconds() * 1e3, t.z(), t.steps(), t.pattern().c_str(),
+        static_cast<unsigned long long>(t.since_step()), t.lost_rank_seconds_per_step());
+  }
   if (d.sharded()) std::printf("           sharded job (forward waits for other ranks too)\n");
   if (d.phases_size() == 0) return;
   std::printf("\n  %-12s", "");

@@ -220,6 +220,37 @@ std::vector<Setting> BuildSettings() {
           .Within(0.0, 1.0)
           .Help("a node is the culprit when at least this share of its ranks exceed the "
                 "threshold"),
+      Declare("step-diagnosis.statistical", &D::step_diagnosis, &Step::statistical)
+          .Help("also name a rank or node whose excess holds against the step-to-step noise, "
+                "below the share thresholds (docs/diagnoses.md, \"Statistical detection\")"),
+      Declare("step-diagnosis.straggler-z", &D::step_diagnosis, &Step::straggler_z)
+          .AtLeast(0.0)
+          .Help("the statistical test: a rank's mean excess must be at least this many standard "
+                "errors of the noise"),
+      Declare("step-diagnosis.straggler-min-excess", &D::step_diagnosis,
+              &Step::straggler_min_excess)
+          .AtLeast(0.0)
+          .Help("the statistical test: and at least this share of the step's local work"),
+      Declare("step-diagnosis.straggler-crit-lost-ranks", &D::step_diagnosis,
+              &Step::straggler_crit_lost_ranks)
+          .AtLeast(0.0)
+          .Help("a straggler is critical when it costs the job this many ranks' worth of time "
+                "(or its score reaches `straggler-crit`)"),
+      Declare("step-diagnosis.pattern-stall-sigma", &D::step_diagnosis, &Step::pattern_stall_sigma)
+          .AtLeast(0.0)
+          .Help("a stall: a step whose excess rises this many noise deviations above the rank's "
+                "own baseline"),
+      Declare("step-diagnosis.pattern-stall-share", &D::step_diagnosis, &Step::pattern_stall_share)
+          .AtLeast(0.0)
+          .Help("a stall: and at least this share of the step's local work"),
+      Declare("step-diagnosis.pattern-min-stalls", &D::step_diagnosis, &Step::pattern_min_stalls)
+          .AtLeast(2)
+          .Help("stalls in the window that make a periodic or intermittent straggler (fewer are "
+                "events, left out)"),
+      Declare("step-diagnosis.pattern-drift-fit", &D::step_diagnosis, &Step::pattern_drift_fit)
+          .Within(0.0, 1.0)
+          .Help("drift: a line's squared error at most this share of the best single step "
+                "change's"),
       Declare("step-diagnosis.hang-timeout-steps", &D::step_diagnosis, &Step::hang_timeout_steps)
           .AtLeast(0.0)
           .Help("hang after max(this × median step time, `hang-timeout`)"),

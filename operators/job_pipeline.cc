@@ -225,6 +225,7 @@ void SupersedeStraggler(const whatif::WhatIfSnapshot& w, StepDiagnosis* d) {
     d->severity = v.severity;
   }
   d->cause = StragglerCause::kNone;
+  d->straggler = StragglerTest{};  // the flat test's evidence is not the what-if's
   d->scope = v.ranks.empty() ? CulpritScope::kNone : CulpritScope::kRank;
   d->culprit_ranks = v.ranks;
   d->culprit_node.clear();
@@ -243,6 +244,27 @@ const std::string& JobSnapshot::NodeOf(uint32_t rank) const {
 const std::string& JobSnapshot::PodOf(uint32_t rank) const {
   static const std::string kUnknown;
   return rank_pods && rank < rank_pods->size() ? (*rank_pods)[rank] : kUnknown;
+}
+
+void JobPipeline::HoldCulprit(StepDiagnosis* d) const {
+  if (window_->empty()) return;
+  const uint64_t last = window_->last_step();
+  if (!d->straggler.present || d->culprit_ranks.empty()) {
+    if (held_.last_named_step + window_->capacity() < last) held_ = {};
+    return;
+  }
+  StragglerTest& t = d->straggler;
+  if (held_.ranks == d->culprit_ranks && held_.scope == d->scope && held_.since < t.since_step) {
+    // The same culprit as before: it holds since it was first named, which the window may no
+    // longer reach. The note says the same.
+    const std::string was = fmt::format("; since step {}", t.since_step);
+    const size_t at = d->note.find(was);
+    if (at != std::string::npos) {
+      d->note.replace(at, was.size(), fmt::format("; since step {}", held_.since));
+    }
+    t.since_step = held_.since;
+  }
+  held_ = {d->culprit_ranks, d->scope, t.since_step, last};
 }
 
 JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
@@ -277,6 +299,7 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   s.scheduler = scheduler_;
   s.whatif = whatif_->snapshot();
   if (s.whatif != nullptr) SupersedeStraggler(*s.whatif, &s.step);
+  HoldCulprit(&s.step);
   s.rank_totals = std::make_shared<const std::vector<StepWindow::RankTotals>>(window_->totals());
   s.rank_peak_allocated = std::make_shared<const std::vector<double>>(
       memory_window_->rank_peaks(MemoryKind::kAllocated));
@@ -318,6 +341,13 @@ JobCheckpoint JobPipeline::TakeCheckpoint(TimePoint now, int64_t wall_now_unix_n
   *m.mutable_memory_trend() = memory_trend_->ExportState();
   *m.mutable_lost_time() = lost_->ExportState();
   m.set_sharded(sharded_);
+  if (!held_.ranks.empty()) {
+    state::v1::HeldCulpritState* h = m.mutable_held_culprit();
+    for (uint32_t r : held_.ranks) h->add_ranks(r);
+    h->set_scope(static_cast<uint32_t>(held_.scope));
+    h->set_since_step(held_.since);
+    h->set_last_named_step(held_.last_named_step);
+  }
   m.set_hang_counted_ns(std::llround(hang_counted_seconds_ * 1e9));
   m.set_input_lost_messages(input_lost_messages_);
   c.new_steps = std::move(unsaved_steps_);
@@ -373,6 +403,13 @@ absl::StatusOr<std::unique_ptr<JobPipeline>> JobPipeline::Restore(
     p->memory_trend_ = std::make_unique<MemoryTrend>(std::move(*trend));
   }
   p->sharded_ = m.sharded();
+  if (m.has_held_culprit() && m.held_culprit().scope() <= 2) {
+    const state::v1::HeldCulpritState& h = m.held_culprit();
+    p->held_.ranks.assign(h.ranks().begin(), h.ranks().end());
+    p->held_.scope = static_cast<CulpritScope>(h.scope());
+    p->held_.since = h.since_step();
+    p->held_.last_named_step = h.last_named_step();
+  }
   p->input_lost_messages_ = m.input_lost_messages();
   p->hang_counted_seconds_ = static_cast<double>(std::max<int64_t>(0, m.hang_counted_ns())) * 1e-9;
   if (absl::Status s = p->lost_->ImportState(m.lost_time()); !s.ok()) return s;

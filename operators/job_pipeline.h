@@ -172,6 +172,9 @@ class JobPipeline {
   bool StaleWorldSize(uint32_t world_size, TimePoint now, JobDelta* delta);
   // Sets delta->note to `note` the first time the job sees input of `kind`.
   void NoteOnce(int kind, JobDelta* delta, std::string note);
+  // Carries a straggler's since-step across snapshots: while the same culprit stays named (with
+  // gaps shorter than the window), it holds since the earliest step any snapshot gave.
+  void HoldCulprit(StepDiagnosis* d) const;
 
   const std::string training_job_;
   const JobPipelineOptions options_;
@@ -198,6 +201,14 @@ class JobPipeline {
   std::vector<bool> finished_ranks_;
   uint32_t finished_count_ = 0;
   bool seen_ = false;
+  // The culprit the last snapshot named (HoldCulprit), kept in the checkpoint.
+  struct HeldCulprit {
+    std::vector<uint32_t> ranks;
+    CulpritScope scope = CulpritScope::kNone;
+    uint64_t since = 0;
+    uint64_t last_named_step = 0;
+  };
+  mutable HeldCulprit held_;
   uint64_t aligned_steps_ = 0;
   uint64_t timed_out_steps_ = 0;
   int64_t last_record_unix_ns_ = 0;

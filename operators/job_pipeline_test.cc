@@ -48,6 +48,41 @@ TEST(JobPipelineTest, AlignsBatchesFromEveryRankAndSummarises) {
   EXPECT_NEAR(s.phases[static_cast<int>(Phase::kWait)].median_seconds, 0.070, 1e-9);
 }
 
+TEST(JobPipelineTest, AStragglerHoldsSinceItWasFirstNamedAfterTheWindowMovesOn) {
+  // Rank 3's forward is twice the others' for 300 steps, evaluated every 10 steps: named from
+  // step 9, still "since step 0" at step 299 when the 100-step window starts at 200, and so
+  // after a checkpoint and restore.
+  JobPipelineOptions o;
+  o.record_changes = true;
+  JobPipeline p("j", 4, o);
+  const TimePoint t0{};
+  for (uint64_t first = 0; first < 300; first += 10) {
+    for (uint32_t r = 0; r < 4; ++r)
+      p.AddBatch(MakeBatch("j", r, 4, first, 10, r == 3 ? 60 : 30), t0);
+    const JobSnapshot s = p.Snapshot(t0);
+    ASSERT_EQ(s.step.culprit_ranks, std::vector<uint32_t>{3}) << s.step.note;
+    ASSERT_TRUE(s.step.straggler.present);
+    EXPECT_EQ(s.step.straggler.since_step, 0u) << "at step " << first + 9;
+  }
+  const JobSnapshot last = p.Snapshot(t0);
+  EXPECT_EQ(last.window_first_step, 200u);
+  EXPECT_NE(last.step.note.find("since step 0;"), std::string::npos) << last.step.note;
+  JobCheckpoint c = p.TakeCheckpoint(t0, 1'795'000'000'000'000'000);
+  EXPECT_EQ(c.meta.held_culprit().since_step(), 0u);
+  auto restored = JobPipeline::Restore(c.meta, c.new_steps, o, t0, 1'795'000'000'000'000'000);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->Snapshot(t0).step.straggler.since_step, 0u);
+  // Another culprit starts its own hold.
+  for (uint64_t first = 300; first < 400; first += 10) {
+    for (uint32_t r = 0; r < 4; ++r)
+      p.AddBatch(MakeBatch("j", r, 4, first, 10, r == 1 ? 60 : 30), t0);
+    p.Snapshot(t0);
+  }
+  const JobSnapshot moved = p.Snapshot(t0);
+  ASSERT_EQ(moved.step.culprit_ranks, std::vector<uint32_t>{1});
+  EXPECT_GE(moved.step.straggler.since_step, 300u);
+}
+
 TEST(JobPipelineTest, TickClosesTimedOutSteps) {
   JobPipelineOptions o;
   o.align.align_timeout = std::chrono::seconds(1);

@@ -10,16 +10,18 @@
 
 #include "operators/step_time/cause.h"
 #include "operators/step_time/culprit.h"
+#include "operators/step_time/excess_test.h"
 #include "operators/step_time/note.h"
 #include "operators/step_time/own_time.h"
 #include "operators/step_time/scores.h"
 #include "operators/step_time/signals.h"
 
 // DiagnoseStepTime runs the stages of operators/step_time/ in order: signals (signals.h), own
-// time and the blocked model (own_time.h), the straggler scores (scores.h); when a score reaches
-// the threshold, the culprit and its scope (culprit.h), the cause (cause.h) and the note
-// (note.h); else the "bound" labels. The first label that applies ends the diagnosis; every
-// stage that ran leaves its evidence in the StepDiagnosis.
+// time and the blocked model (own_time.h), the straggler scores (scores.h) and the statistical
+// test of the candidate ranks (excess_test.h); when a score reaches the threshold or a test is
+// significant, the culprit and its scope (culprit.h), the cause (cause.h), the note (note.h) and
+// the culprit's pattern (excess_test.h); else the "bound" labels. The first label that applies ends
+// the diagnosis; every stage that ran leaves its evidence in the StepDiagnosis.
 
 namespace rankwatch::step_time {
 namespace {
@@ -108,11 +110,167 @@ Verdict HangVerdict(const HangInput& hang, StepDiagnosis& d) {
                             RankList(d.hang_suspects), lowest, highest)};
 }
 
+// The ranks with the largest values, at most `k`, largest first (NaN and values <= 0 skipped).
+std::vector<uint32_t> TopRanks(const RankValues& values, size_t k) {
+  std::vector<uint32_t> top;
+  for (uint32_t r = 0; r < values.size(); ++r) {
+    if (!Known(values[r]) || values[r] <= 0) continue;
+    top.push_back(r);
+    std::sort(top.begin(), top.end(), [&](uint32_t a, uint32_t b) {
+      return values[a] > values[b] || (values[a] == values[b] && a < b);
+    });
+    if (top.size() > k) top.pop_back();
+  }
+  return top;
+}
+
+// Stage 3b for one signal: its references and the test of its candidates, the best significant
+// one (else the one with the largest z).
+struct SignalTest {
+  TestSignal signal = TestSignal::kOwn;
+  SignalReference reference;
+  ExcessTestResult best;
+};
+
+SignalTest TestSignalCandidates(const StepWindow& w, TestSignal signal, const BlockedModel& model,
+                                const SignalEvidence& window_evidence,
+                                const RankValues& onset_excess, double burden,
+                                const StepDiagnosisOptions& o) {
+  SignalTest t;
+  t.signal = signal;
+  if (!window_evidence.stat.present || window_evidence.stat.ranks < 2) return t;
+  std::vector<uint32_t> candidates;
+  for (const RankExcess& e : window_evidence.top) candidates.push_back(e.rank);
+  for (uint32_t r : TopRanks(onset_excess, 3)) {
+    if (std::find(candidates.begin(), candidates.end(), r) == candidates.end()) {
+      candidates.push_back(r);
+    }
+  }
+  if (candidates.empty()) return t;
+  t.reference = ReferenceOf(w, signal, model);
+  if (!t.reference.present) return t;
+  for (uint32_t r : candidates) {
+    const ExcessTestResult x =
+        TestExcess(SeriesOf(w, signal, model, t.reference, r), t.reference, burden, o, r);
+    if (!x.present) continue;
+    if (!t.best.present || (x.significant && !t.best.significant) ||
+        (x.significant == t.best.significant && x.z > t.best.z)) {
+      t.best = x;
+    }
+  }
+  return t;
+}
+
+// Stage 3b: the statistical test of each signal, as the share scores of stage 3 define them
+// (compute only when its phases are reported alike).
+struct StatisticalTests {
+  SignalTest input, compute, own;
+  bool input_hit() const { return input.best.significant; }
+  bool compute_hit() const { return compute.best.significant; }
+  bool own_hit() const { return own.best.significant; }
+  bool any_hit() const { return input_hit() || compute_hit() || own_hit(); }
+};
+
+StatisticalTests TestStatistically(const StepWindow& w, const WindowSignals& s,
+                                   const OwnTimeSignals& t, const StragglerScores& x,
+                                   const StepDiagnosisOptions& o) {
+  StatisticalTests st;
+  if (!o.statistical || w.size() < o.min_steps || x.burden <= 0) return st;
+  st.input = TestSignalCandidates(w, TestSignal::kInput, t.blocked,
+                                  s.evidence[PhaseIndex(Phase::kDataloader)], x.onset.dl_excess,
+                                  x.burden, o);
+  if (s.ComputeConsistent()) {
+    st.compute = TestSignalCandidates(w, TestSignal::kCompute, t.blocked, t.compute_evidence,
+                                      x.onset.compute_excess, x.burden, o);
+  }
+  st.own = TestSignalCandidates(w, TestSignal::kOwn, t.blocked, t.own_evidence, x.onset.own_excess,
+                                x.burden, o);
+  return st;
+}
+
+TestSignal TestSignalOf(CulpritSignal signal) {
+  return signal == CulpritSignal::kInput     ? TestSignal::kInput
+         : signal == CulpritSignal::kCompute ? TestSignal::kCompute
+                                             : TestSignal::kOwn;
+}
+
+// The culprit's evidence (d.straggler): its test on the signal that named it (`reference` when
+// stage 3b computed it, else computed here), what it costs, its pattern and since when.
+void RecordStragglerTest(const StepWindow& w, const OwnTimeSignals& t, TestSignal signal,
+                         uint32_t rank, const SignalReference* reference, double burden,
+                         const StepDiagnosisOptions& o, StepDiagnosis& d) {
+  SignalReference own_reference;
+  if (reference == nullptr || !reference->present) {
+    own_reference = ReferenceOf(w, signal, t.blocked);
+    reference = &own_reference;
+  }
+  StragglerTest& st = d.straggler;
+  st.present = true;
+  st.rank = rank;
+  const ExcessSeries series = SeriesOf(w, signal, t.blocked, *reference, rank);
+  const ExcessTestResult test = TestExcess(series, *reference, burden, o, rank);
+  st.excess_seconds = test.excess;
+  st.noise_seconds = test.noise;
+  st.z = test.z;
+  st.steps = test.steps;
+  const ExcessPattern pattern = DescribeExcess(series, *reference, burden, o);
+  st.pattern = pattern.pattern;
+  st.since_step = pattern.since_step;
+  st.period_steps = pattern.period_steps;
+  st.stall_seconds = pattern.stall_seconds;
+  st.stalls = pattern.stalls;
+  st.drift_seconds_per_step = pattern.drift_seconds_per_step;
+  // Under synchronisation every rank of the step waits for the culprit; otherwise only the
+  // culprit ranks lose their own excess.
+  const double ranks = t.synchronized
+                           ? static_cast<double>(w.last_ranks_present())
+                           : static_cast<double>(std::max<size_t>(1, d.culprit_ranks.size()));
+  st.lost_rank_seconds_per_step = std::max(0.0, test.excess) * ranks;
+}
+
+// Severity by share (the spec's straggler_crit) or by cost (straggler_crit_lost_ranks).
+Severity StragglerSeverity(double score, const StepDiagnosis& d, double step_median,
+                           const StepDiagnosisOptions& o) {
+  const double lost_ranks =
+      step_median > 0 ? d.straggler.lost_rank_seconds_per_step / step_median : 0.0;
+  return AtLeast(score, o.straggler_crit) || lost_ranks >= o.straggler_crit_lost_ranks
+             ? Severity::kCrit
+             : Severity::kWarn;
+}
+
+// The pattern, since-step and cost of the note.
+std::string PatternText(const StepDiagnosis& d, double step_median) {
+  const StragglerTest& st = d.straggler;
+  if (!st.present) return "";
+  std::string out;
+  switch (st.pattern) {
+    case StragglerPattern::kPeriodic:
+      out = fmt::format("; it stalls {:.0f} ms every {:.0f} steps ({} stalls in the last {})",
+                        st.stall_seconds * 1e3, st.period_steps, st.stalls, d.window_steps);
+      break;
+    case StragglerPattern::kIntermittent:
+      out = fmt::format("; it stalls {:.0f} ms at irregular steps ({} stalls in the last {})",
+                        st.stall_seconds * 1e3, st.stalls, d.window_steps);
+      break;
+    case StragglerPattern::kDrift:
+      out = fmt::format("; its excess grows {:.2f} ms every step", st.drift_seconds_per_step * 1e3);
+      break;
+    case StragglerPattern::kSteady: break;
+  }
+  out += fmt::format("; since step {}", st.since_step);
+  if (step_median > 0 && st.lost_rank_seconds_per_step > 0) {
+    out += fmt::format("; the job loses {:.1f} ranks' worth of time to it",
+                       st.lost_rank_seconds_per_step / step_median);
+  }
+  return out;
+}
+
 // Stages 4 to 6, once a straggler score reached the threshold: the culprit and its scope, the
 // cause, the note. Records the culprit.
-Verdict StragglerVerdict(const StragglerScores& scores, const WindowSignals& signals,
-                         const OwnTimeSignals& own_time, const std::vector<std::string>& rank_nodes,
-                         const StepDiagnosisOptions& o, StepDiagnosis& d) {
+Verdict StragglerVerdict(const StepWindow& w, const StragglerScores& scores,
+                         const WindowSignals& signals, const OwnTimeSignals& own_time,
+                         const std::vector<std::string>& rank_nodes, const StepDiagnosisOptions& o,
+                         StepDiagnosis& d) {
   const Culprit culprit = ChooseCulprit(scores, signals, own_time);
   CulpritSet set = ScopeOf(culprit, rank_nodes, o);
   const Attribution why = Attribute(culprit, scores, signals, own_time);
@@ -131,8 +289,81 @@ Verdict StragglerVerdict(const StragglerScores& scores, const WindowSignals& sig
                            ? scores.own.score()
                            : std::max(scores.input_hit ? scores.input.score() : 0,
                                       scores.compute_hit ? scores.compute.score() : 0);
-  return {label, AtLeast(score, o.straggler_crit) ? Severity::kCrit : Severity::kWarn,
-          std::move(note)};
+  RecordStragglerTest(w, own_time, TestSignalOf(culprit.signal), culprit.rank, nullptr,
+                      scores.burden, o, d);
+  const double step_median = signals.step().median_seconds;
+  note += PatternText(d, step_median);
+  return {label, StragglerSeverity(score, d, step_median, o), std::move(note)};
+}
+
+// No share score reached the threshold, but the statistical test found a rank (or node) whose
+// excess holds against the noise: the same stages 4 to 6 on the test's culprit.
+Verdict StatisticalVerdict(const StepWindow& w, StragglerScores scores, const StatisticalTests& st,
+                           const WindowSignals& signals, const OwnTimeSignals& own_time,
+                           const std::vector<std::string>& rank_nodes,
+                           const StepDiagnosisOptions& o, StepDiagnosis& d) {
+  scores.input_hit = st.input_hit();
+  scores.compute_hit = st.compute_hit();
+  scores.own_hit = st.own_hit();
+  auto share = [&](const SignalTest& t) { return t.best.excess / scores.burden; };
+  const SignalTest& named =
+      st.input_hit() || st.compute_hit()
+          ? (st.compute_hit() && (!st.input_hit() || share(st.compute) >= share(st.input))
+                 ? st.compute
+                 : st.input)
+          : st.own;
+  Culprit culprit;
+  culprit.signal = named.signal == TestSignal::kInput     ? CulpritSignal::kInput
+                   : named.signal == TestSignal::kCompute ? CulpritSignal::kCompute
+                                                          : CulpritSignal::kOwn;
+  culprit.rank = named.best.rank;
+  culprit.burden = scores.burden;
+  const SignalEvidence& ev = named.signal == TestSignal::kInput
+                                 ? signals.evidence[PhaseIndex(Phase::kDataloader)]
+                             : named.signal == TestSignal::kCompute ? own_time.compute_evidence
+                                                                    : own_time.own_evidence;
+  culprit.excess = named.signal == TestSignal::kInput
+                       ? signals.phase[PhaseIndex(Phase::kDataloader)]
+                   : named.signal == TestSignal::kCompute ? own_time.compute
+                                                          : own_time.own;
+  for (double& v : culprit.excess) v -= ev.stat.median_seconds;
+  // Scope: the culprit's node when enough of its ranks pass the same test.
+  CulpritSet set;
+  set.node = culprit.rank < rank_nodes.size() ? rank_nodes[culprit.rank] : "";
+  set.ranks = {culprit.rank};
+  if (!set.node.empty()) {
+    std::vector<uint32_t> node_ranks, hits;
+    for (uint32_t r = 0; r < rank_nodes.size() && r < w.world_size(); ++r) {
+      if (rank_nodes[r] != set.node) continue;
+      node_ranks.push_back(r);
+      const ExcessTestResult x =
+          TestExcess(SeriesOf(w, named.signal, own_time.blocked, named.reference, r),
+                     named.reference, scores.burden, o, r);
+      if (x.significant) hits.push_back(r);
+    }
+    if (node_ranks.size() >= 2 && hits.size() >= 2 &&
+        hits.size() >= o.node_fraction * node_ranks.size()) {
+      set.scope = CulpritScope::kNode;
+      set.ranks = std::move(hits);
+    }
+  }
+  const Attribution why = Attribute(culprit, scores, signals, own_time);
+  std::string note = StragglerNote(culprit, set, why, signals, own_time);
+  d.from_statistical_test = true;
+  d.cause = why.cause;
+  d.scope = set.scope;
+  d.culprit_ranks = std::move(set.ranks);
+  d.culprit_node = std::move(set.node);
+  d.culprit_phase = why.phase.phase;
+  SetGcRank(signals, culprit.rank, d.gc);
+  const StepLabel label = d.cause == StragglerCause::kInput     ? StepLabel::kInputStraggler
+                          : d.cause == StragglerCause::kCompute ? StepLabel::kComputeStraggler
+                                                                : StepLabel::kStraggler;
+  RecordStragglerTest(w, own_time, named.signal, culprit.rank, &named.reference, scores.burden, o,
+                      d);
+  const double step_median = signals.step().median_seconds;
+  note += PatternText(d, step_median);
+  return {label, StragglerSeverity(share(named), d, step_median, o), std::move(note)};
 }
 
 // No own-time, input or compute straggler, but one rank pauses in garbage collection more than
@@ -140,7 +371,8 @@ Verdict StragglerVerdict(const StragglerScores& scores, const WindowSignals& sig
 // the rank's own work by definition, never waiting, so its excess is a floor under the rank's own
 // time excess even where the blocked model misses it (a pause at the end of a step, while the
 // others' wait falls in their next step where no collective timer sees it).
-std::optional<Verdict> GcVerdict(const StragglerScores& scores, const WindowSignals& s,
+std::optional<Verdict> GcVerdict(const StepWindow& w, const StragglerScores& scores,
+                                 const WindowSignals& s, const OwnTimeSignals& own_time,
                                  const std::vector<std::string>& rank_nodes,
                                  const StepDiagnosisOptions& o, StepDiagnosis& d) {
   const SignalEvidence& gc = s.gc_evidence;
@@ -168,9 +400,10 @@ std::optional<Verdict> GcVerdict(const StragglerScores& scores, const WindowSign
   d.culprit_phase = Phase::kWait;
   d.own_score = std::max(d.own_score, score);
   SetGcRank(s, rank, d.gc);
-  return Verdict{StepLabel::kStraggler,
-                 AtLeast(score, o.straggler_crit) ? Severity::kCrit : Severity::kWarn,
-                 StragglerNote(culprit, set, why, s, none)};
+  RecordStragglerTest(w, own_time, TestSignal::kOwn, rank, nullptr, scores.burden, o, d);
+  const double step_median = s.step().median_seconds;
+  return Verdict{StepLabel::kStraggler, StragglerSeverity(score, d, step_median, o),
+                 StragglerNote(culprit, set, why, s, none) + PatternText(d, step_median)};
 }
 
 // No straggler: input-bound, wait-heavy, compute-bound, incomplete data or balanced. The
@@ -241,8 +474,14 @@ Verdict RunStages(const StepWindow& w, const std::vector<std::string>& rank_node
   d.input_score = scores.input.score();
   d.compute_score = scores.compute.score();
   d.own_score = scores.own.score();
-  if (scores.any_hit()) return StragglerVerdict(scores, signals, own_time, rank_nodes, o, d);
-  if (std::optional<Verdict> gc = GcVerdict(scores, signals, rank_nodes, o, d)) return *gc;
+  if (scores.any_hit()) return StragglerVerdict(w, scores, signals, own_time, rank_nodes, o, d);
+  if (std::optional<Verdict> gc = GcVerdict(w, scores, signals, own_time, rank_nodes, o, d)) {
+    return *gc;
+  }
+  const StatisticalTests tests = TestStatistically(w, signals, own_time, scores, o);
+  if (tests.any_hit()) {
+    return StatisticalVerdict(w, scores, tests, signals, own_time, rank_nodes, o, d);
+  }
   return BoundVerdict(w, signals, d, o);
 }
 
@@ -263,6 +502,16 @@ std::string_view StepLabelName(StepLabel label) {
     case StepLabel::kComputeBound: return "compute_bound";
     case StepLabel::kBalanced: return "balanced";
     case StepLabel::kIncompleteData: return "incomplete_data";
+  }
+  return "unknown";
+}
+
+std::string_view StragglerPatternName(StragglerPattern pattern) {
+  switch (pattern) {
+    case StragglerPattern::kSteady: return "steady";
+    case StragglerPattern::kPeriodic: return "periodic";
+    case StragglerPattern::kDrift: return "drift";
+    case StragglerPattern::kIntermittent: return "intermittent";
   }
   return "unknown";
 }

@@ -51,7 +51,18 @@ enum class CulpritScope : uint8_t { kNone, kRank, kNode };
 enum class StragglerCause : uint8_t { kNone, kInput, kCompute, kBoth, kOutside, kGc };
 std::string_view StragglerCauseName(StragglerCause cause);  // "input", "compute", ..., "gc"
 
-// Thresholds of the spec, with TraceML 0.3.5's share defaults (docs/diagnoses.md).
+// How a straggler's excess is spread over the window's steps (docs/diagnoses.md, "Patterns").
+enum class StragglerPattern : uint8_t {
+  kSteady,        // about the same excess every step
+  kPeriodic,      // stalls at a regular period (a GC pass, a checkpoint, a log flush)
+  kDrift,         // the excess rises step over step
+  kIntermittent,  // stalls at irregular steps
+};
+std::string_view StragglerPatternName(StragglerPattern pattern);  // "steady", "periodic", ...
+
+// Thresholds of the spec, with TraceML 0.3.5's share defaults (docs/diagnoses.md), and those of
+// the statistical test (step_time/excess_test.h), measured with accuracy_benchmark and the real
+// jobs of tests/collectors (benchmarks/README.md).
 struct StepDiagnosisOptions {
   uint32_t min_steps = 8;        // fewer aligned steps -> no_data
   double straggler_warn = 0.10;  // input / compute / own-time straggler score
@@ -72,6 +83,26 @@ struct StepDiagnosisOptions {
   double sync_max_step_skew = 0.02;
   // A node is the culprit when at least this fraction of its ranks exceed the threshold.
   double node_fraction = 0.5;
+  // Statistical detection: a rank whose mean excess over the median rank, over the newest 16,
+  // 32, 64 or all steps of the window, is at least straggler_z standard errors of the
+  // step-to-step noise and at least straggler_min_excess of the step's burden is a straggler,
+  // whatever its share.
+  bool statistical = true;
+  double straggler_z = 6.0;
+  double straggler_min_excess = 0.03;
+  // Severity by cost: crit when the culprit costs the job at least this many ranks' worth of
+  // time (lost rank-seconds a step / the median step), or its share reaches straggler_crit.
+  double straggler_crit_lost_ranks = 8.0;
+  // Patterns: a stall is a step whose excess rises above the rank's own baseline by at least
+  // pattern_stall_sigma x the noise and pattern_stall_share of the burden; with at least
+  // pattern_min_stalls of them the excess is periodic (most gaps within 1 step of the median
+  // gap) or intermittent. Drift: a line fits the excess with at most pattern_drift_fit x the
+  // squared error of the best single step change, and rises by at least straggler_min_excess of
+  // the burden across the window.
+  double pattern_stall_sigma = 6.0;
+  double pattern_stall_share = 0.25;
+  uint32_t pattern_min_stalls = 3;
+  double pattern_drift_fit = 0.7;
   // Hang: no step aligned for max(hang_timeout_steps x median step time, hang_timeout_min).
   double hang_timeout_steps = 5;
   Duration hang_timeout_min = std::chrono::seconds(30);
@@ -137,6 +168,23 @@ struct BlockedModel {
   double least_forward_backward = 0;
 };
 
+// The evidence of a straggler verdict (wire: StragglerEvidence).
+struct StragglerTest {
+  bool present = false;
+  uint32_t rank = 0;          // the rank tested: the culprit (for a node, its worst rank)
+  double excess_seconds = 0;  // its mean excess over the median rank in the steps tested
+  double noise_seconds = 0;   // the standard error of that mean
+  double z = 0;
+  uint32_t steps = 0;
+  double lost_rank_seconds_per_step = 0;
+  uint64_t since_step = 0;
+  StragglerPattern pattern = StragglerPattern::kSteady;
+  double period_steps = 0;
+  double stall_seconds = 0;
+  uint32_t stalls = 0;
+  double drift_seconds_per_step = 0;
+};
+
 struct StepDiagnosis {
   StepLabel label = StepLabel::kNoData;
   Severity severity = Severity::kInfo;
@@ -158,7 +206,9 @@ struct StepDiagnosis {
   bool sharded = false;
   bool synchronized = false;  // step times equal across ranks (data parallel)
   bool collective_reported = false;
-  bool from_onset_window = false;  // the straggler score came from the newest steps
+  bool from_onset_window = false;      // the straggler score came from the newest steps
+  bool from_statistical_test = false;  // named by the statistical test, not by a share score
+  StragglerTest straggler;             // straggler labels: the test, cost, since and pattern
   CulpritScope scope = CulpritScope::kNone;
   std::vector<uint32_t> culprit_ranks;
   std::string culprit_node;

@@ -275,9 +275,12 @@ TEST(StepTimeDiagnosisTest, SlowInputAmongContendedRanksIsAnInputStragglerOnly) 
 }
 
 TEST(StepTimeDiagnosisTest, ARankSlowEveryThirdStepIsAStragglerOnceTheWindowIsLongEnough) {
-  // Rank 5 doubles its forward every third step (no step of the newest 8 is slow in all):
-  // the window mean names it once the window holds twice the onset steps.
+  // Rank 5 doubles its forward every third step (no step of the newest 8 is slow in all).
+  // By the share scores alone, the window mean names it once the window holds twice the onset
+  // steps; the statistical test names it as soon as the diagnosis runs (8 steps), as periodic.
   constexpr uint32_t kRanks = 8;
+  StepDiagnosisOptions shares_only;
+  shares_only.statistical = false;
   StepWindow w(kRanks, {.steps = 100});
   const std::vector<std::string> nodes(kRanks, "n");
   for (uint64_t s = 0; s < 20; ++s) {
@@ -292,7 +295,7 @@ TEST(StepTimeDiagnosisTest, ARankSlowEveryThirdStepIsAStragglerOnceTheWindowIsLo
       a.samples.push_back(ToStepSample(rec, r));
     }
     w.Add(a);
-    const StepDiagnosis d = DiagnoseStepTime(w, nodes, {}, {});
+    const StepDiagnosis d = DiagnoseStepTime(w, nodes, {}, shares_only);
     if (s + 1 < 16) {
       EXPECT_NE(d.label, StepLabel::kComputeStraggler) << "step " << s << ": " << d.note;
     } else {
@@ -300,6 +303,17 @@ TEST(StepTimeDiagnosisTest, ARankSlowEveryThirdStepIsAStragglerOnceTheWindowIsLo
       EXPECT_EQ(d.culprit_ranks, std::vector<uint32_t>{5});
       EXPECT_FALSE(d.from_onset_window);
     }
+    const StepDiagnosis t = DiagnoseStepTime(w, nodes, {}, {});
+    if (s + 1 < 8) continue;
+    EXPECT_EQ(t.label, StepLabel::kComputeStraggler) << "step " << s << ": " << t.note;
+    EXPECT_EQ(t.culprit_ranks, std::vector<uint32_t>{5});
+    EXPECT_EQ(t.straggler.pattern, StragglerPattern::kPeriodic);
+    EXPECT_EQ(t.straggler.period_steps, 3);
+    // 10 ms more forward, as the blocked model estimates compute without collective times:
+    // forward x (1 + the least backward/forward ratio, here 0.75).
+    EXPECT_GE(t.straggler.stall_seconds, 0.010 - 1e-9);
+    EXPECT_LE(t.straggler.stall_seconds, 0.0175 + 1e-9);
+    EXPECT_EQ(t.straggler.since_step, 0u);
   }
 }
 
@@ -598,7 +612,12 @@ TEST(StepTimeDiagnosisTest, GcPausesInsideBackwardAreTheCause) {
   EXPECT_EQ(d.note,
             "rank 2 pauses 40.0 ms a step in garbage collection, 40.0 ms more than the median "
             "rank (3.0 collections a step of 13.3 ms each; the median rank 0.0); the other ranks "
-            "wait 40.0 ms a step longer than it in collectives");
+            "wait 40.0 ms a step longer than it in collectives; since step 0; the job loses 1.7 "
+            "ranks' worth of time to it");
+  // Its own time is 40 ms above the others' every step; all 4 ranks wait for it.
+  EXPECT_NEAR(d.straggler.excess_seconds, 0.040, 1e-9);
+  EXPECT_NEAR(d.straggler.lost_rank_seconds_per_step, 4 * 0.040, 1e-9);
+  EXPECT_EQ(d.straggler.pattern, StragglerPattern::kSteady);
   EXPECT_NE(d.next_step.find("gc.freeze()"), std::string::npos) << d.next_step;
   ASSERT_TRUE(d.gc.time.stat.present);
   EXPECT_EQ(d.gc.time.stat.ranks, 4u);

@@ -1,5 +1,7 @@
 #include "sinks/diagnosis_proto.h"
 
+#include <cmath>
+
 namespace rankwatch {
 namespace {
 
@@ -185,6 +187,22 @@ void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out
                             : d.cause == StragglerCause::kGc    ? v1::PHASE_GC
                             : d.cause == StragglerCause::kNone  ? v1::PHASE_OWN
                                                                 : ToProto(d.culprit_phase));
+  }
+  if (d.straggler.present) {
+    const StragglerTest& t = d.straggler;
+    v1::StragglerEvidence* e = step->mutable_straggler();
+    e->set_rank(t.rank);
+    e->set_excess_seconds(t.excess_seconds);
+    e->set_noise_seconds(t.noise_seconds);
+    e->set_z(std::isfinite(t.z) ? t.z : 0.0);
+    e->set_steps(t.steps);
+    e->set_lost_rank_seconds_per_step(t.lost_rank_seconds_per_step);
+    e->set_since_step(t.since_step);
+    e->set_pattern(std::string(StragglerPatternName(t.pattern)));
+    e->set_period_steps(t.period_steps);
+    e->set_stall_seconds(t.stall_seconds);
+    e->set_stalls(t.stalls);
+    e->set_drift_seconds_per_step(t.drift_seconds_per_step);
   }
   step->set_note(d.note);
   step->set_next_step(d.next_step);

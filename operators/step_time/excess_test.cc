@@ -1,0 +1,289 @@
+#include "operators/step_time/excess_test.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "operators/phase_stats.h"
+#include "operators/step_time/own_time.h"
+
+namespace rankwatch::step_time {
+namespace {
+
+// Rank `rank`'s entry in `step`, or null. Entries come in rank order from the aligner; any
+// order is handled.
+const StepWindow::Entry* EntryOf(const StepWindow::Step& step, uint32_t rank) {
+  const auto& e = step.entries;
+  if (rank < e.size() && e[rank].rank == rank) return &e[rank];
+  auto it = std::lower_bound(e.begin(), e.end(), rank,
+                             [](const StepWindow::Entry& a, uint32_t r) { return a.rank < r; });
+  if (it != e.end() && it->rank == rank) return &*it;
+  for (const StepWindow::Entry& x : e) {
+    if (x.rank == rank) return &x;
+  }
+  return nullptr;
+}
+
+double Mean(const double* v, size_t n) {
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += v[i];
+  return n ? sum / static_cast<double>(n) : 0.0;
+}
+
+double Variance(const double* v, size_t n) {
+  if (n < 2) return 0;
+  const double m = Mean(v, n);
+  double ss = 0;
+  for (size_t i = 0; i < n; ++i) ss += (v[i] - m) * (v[i] - m);
+  return ss / static_cast<double>(n - 1);
+}
+
+// Long-run variance of a series (the variance of its mean times its length) by batch means:
+// about 10 batches when the series is long enough, else its plain variance.
+double LongRunVariance(const std::vector<double>& v) {
+  const size_t n = v.size();
+  const size_t batch = n >= 40 ? n / 10 : (n >= 16 ? 2 : 1);
+  if (batch == 1) return Variance(v.data(), n);
+  std::vector<double> means;
+  for (size_t i = 0; i + batch <= n; i += batch) means.push_back(Mean(v.data() + i, batch));
+  if (means.size() < 4) return Variance(v.data(), n);
+  return static_cast<double>(batch) * Variance(means.data(), means.size());
+}
+
+double MedianOf(std::vector<double> v) { return v.empty() ? 0.0 : MedianInPlace(v); }
+
+// The stall steps of a series: those whose excess rises above its baseline (median) by the
+// stall threshold.
+std::vector<bool> StallSteps(const ExcessSeries& s, const SignalReference& ref, double burden,
+                             const StepDiagnosisOptions& o, double* baseline) {
+  *baseline = MedianOf(s.excess);
+  const double threshold =
+      std::max(o.pattern_stall_sigma * std::sqrt(ref.noise_var), o.pattern_stall_share * burden);
+  std::vector<bool> stall(s.excess.size(), false);
+  for (size_t i = 0; i < s.excess.size(); ++i) {
+    stall[i] = threshold > 0 && s.excess[i] - *baseline >= threshold;
+  }
+  return stall;
+}
+
+}  // namespace
+
+double SignalValue(const StepWindow::Entry& e, TestSignal signal, const BlockedModel& model) {
+  if (signal == TestSignal::kInput) {
+    return e.Has(Phase::kDataloader) ? static_cast<double>(e.Get(Phase::kDataloader)) * 1e-9 : NAN;
+  }
+  std::array<double, kPhaseCount> v{};
+  for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(e.ns[p]) * 1e-9;
+  if (signal == TestSignal::kCompute) {
+    return (e.present & kComputeMask) ? ComputeOf(v, e.present, model) : NAN;
+  }
+  return OwnTime(v, e.present, model, static_cast<double>(e.gc_ns) * 1e-9);
+}
+
+SignalReference ReferenceOf(const StepWindow& w, TestSignal signal, const BlockedModel& model) {
+  SignalReference ref;
+  const uint32_t n = w.world_size();
+  std::vector<uint32_t> ranks;
+  if (n <= kReferenceRanks) {
+    for (uint32_t r = 0; r < n; ++r) ranks.push_back(r);
+  } else {
+    const uint32_t stride = n / kReferenceRanks;
+    for (uint32_t r = stride / 2; r < n && ranks.size() < kReferenceRanks; r += stride) {
+      ranks.push_back(r);
+    }
+  }
+  ref.reference_ranks = static_cast<uint32_t>(ranks.size());
+  const auto& steps = w.steps();
+  // values[j * steps + i]: reference rank j's value in step i.
+  std::vector<double> values(ranks.size() * steps.size(), NAN);
+  std::vector<double> scratch;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    ref.steps.push_back(steps[i].step);
+    scratch.clear();
+    for (size_t j = 0; j < ranks.size(); ++j) {
+      const StepWindow::Entry* e = EntryOf(steps[i], ranks[j]);
+      if (e == nullptr) continue;
+      const double v = SignalValue(*e, signal, model);
+      if (!Known(v)) continue;
+      values[j * steps.size() + i] = v;
+      scratch.push_back(v);
+    }
+    ref.value.push_back(scratch.size() >= 2 ? MedianInPlace(scratch) : NAN);
+  }
+  std::vector<double> vars, lrvs, d;
+  for (size_t j = 0; j < ranks.size(); ++j) {
+    d.clear();
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const double v = values[j * steps.size() + i];
+      if (Known(v) && Known(ref.value[i])) d.push_back(v - ref.value[i]);
+    }
+    if (d.size() < 8) continue;
+    vars.push_back(Variance(d.data(), d.size()));
+    lrvs.push_back(LongRunVariance(d));
+  }
+  if (vars.size() < 2) return ref;
+  ref.present = true;
+  ref.noise_var = MedianOf(vars);
+  ref.noise_lrv = MedianOf(lrvs);
+  return ref;
+}
+
+ExcessSeries SeriesOf(const StepWindow& w, TestSignal signal, const BlockedModel& model,
+                      const SignalReference& ref, uint32_t rank) {
+  ExcessSeries s;
+  const auto& steps = w.steps();
+  for (size_t i = 0; i < steps.size() && i < ref.value.size(); ++i) {
+    if (!Known(ref.value[i])) continue;
+    const StepWindow::Entry* e = EntryOf(steps[i], rank);
+    if (e == nullptr) continue;
+    const double v = SignalValue(*e, signal, model);
+    if (!Known(v)) continue;
+    s.steps.push_back(steps[i].step);
+    s.excess.push_back(v - ref.value[i]);
+  }
+  return s;
+}
+
+ExcessTestResult TestExcess(const ExcessSeries& s, const SignalReference& ref, double burden,
+                            const StepDiagnosisOptions& o, uint32_t rank) {
+  ExcessTestResult best;
+  best.rank = rank;
+  const size_t n = s.excess.size();
+  if (!ref.present || burden <= 0 || n < std::max<size_t>(8, o.min_steps)) return best;
+  double baseline = 0;
+  const std::vector<bool> stall = StallSteps(s, ref, burden, o, &baseline);
+  const auto stalls = static_cast<uint32_t>(std::count(stall.begin(), stall.end(), true));
+  // A few stalls are events (a checkpoint, one GC pass), left out of the mean; from
+  // pattern_min_stalls on they are what the rank costs, and stay in. The noise is never taken
+  // from the stalls.
+  const bool keep_stalls = stalls >= o.pattern_min_stalls;
+  std::vector<double> kept, quiet;
+  best.present = true;
+  for (size_t len : {size_t{16}, size_t{32}, size_t{64}, n}) {
+    if (len > n) continue;
+    kept.clear();
+    quiet.clear();
+    for (size_t i = n - len; i < n; ++i) {
+      if (!stall[i]) quiet.push_back(s.excess[i]);
+      if (!stall[i] || keep_stalls) kept.push_back(s.excess[i]);
+    }
+    if (kept.size() < 8 || quiet.size() < 2) continue;
+    const double mean = Mean(kept.data(), kept.size());
+    const double var =
+        std::max({ref.noise_lrv, ref.noise_var, Variance(quiet.data(), quiet.size())});
+    const double se = std::sqrt(var / static_cast<double>(kept.size()));
+    const double z = se > 0 ? mean / se : (mean > 0 ? INFINITY : 0.0);
+    const bool significant = z >= o.straggler_z && mean >= o.straggler_min_excess * burden;
+    // The reported length: the significant one with the largest z, else the largest z.
+    if ((significant && (!best.significant || z > best.z)) || (!best.significant && z > best.z) ||
+        best.steps == 0) {
+      best.significant = significant;
+      best.excess = mean;
+      best.noise = se;
+      best.z = z;
+      best.steps = static_cast<uint32_t>(len);
+    }
+  }
+  return best;
+}
+
+ExcessPattern DescribeExcess(const ExcessSeries& s, const SignalReference& ref, double burden,
+                             const StepDiagnosisOptions& o) {
+  ExcessPattern p;
+  const size_t n = s.excess.size();
+  if (n == 0) return p;
+  p.since_step = s.steps.front();
+  double baseline = 0;
+  const std::vector<bool> stall = StallSteps(s, ref, burden, o, &baseline);
+  std::vector<size_t> at;
+  for (size_t i = 0; i < n; ++i) {
+    if (stall[i]) at.push_back(i);
+  }
+  if (at.size() >= o.pattern_min_stalls) {
+    std::vector<double> gaps, lengths;
+    for (size_t k = 0; k < at.size(); ++k) {
+      lengths.push_back(s.excess[at[k]] - baseline);
+      if (k > 0) gaps.push_back(static_cast<double>(s.steps[at[k]] - s.steps[at[k - 1]]));
+    }
+    p.stalls = static_cast<uint32_t>(at.size());
+    p.stall_seconds = MedianOf(lengths);
+    p.period_steps = MedianOf(gaps);
+    const auto regular = std::count_if(
+        gaps.begin(), gaps.end(), [&](double g) { return std::abs(g - p.period_steps) <= 1.0; });
+    p.pattern = 3 * static_cast<size_t>(regular) >= 2 * gaps.size()
+                    ? StragglerPattern::kPeriodic
+                    : StragglerPattern::kIntermittent;
+    p.since_step = s.steps[at.front()];
+    return p;
+  }
+  // Drift or a step change, on the steps without stalls.
+  std::vector<double> x, y;
+  for (size_t i = 0; i < n; ++i) {
+    if (stall[i]) continue;
+    x.push_back(static_cast<double>(s.steps[i] - s.steps.front()));
+    y.push_back(s.excess[i]);
+  }
+  const size_t m = y.size();
+  if (m < 8) return p;
+  const double mx = Mean(x.data(), m), my = Mean(y.data(), m);
+  double sxx = 0, sxy = 0;
+  for (size_t i = 0; i < m; ++i) {
+    sxx += (x[i] - mx) * (x[i] - mx);
+    sxy += (x[i] - mx) * (y[i] - my);
+  }
+  const double slope = sxx > 0 ? sxy / sxx : 0;
+  const double intercept = my - slope * mx;
+  double sse_line = 0, sse_flat = 0;
+  for (size_t i = 0; i < m; ++i) {
+    const double r = y[i] - (intercept + slope * x[i]);
+    sse_line += r * r;
+    sse_flat += (y[i] - my) * (y[i] - my);
+  }
+  // The best single step change: two levels, split after index t - 1.
+  std::vector<double> prefix(m + 1, 0), prefix2(m + 1, 0);
+  for (size_t i = 0; i < m; ++i) {
+    prefix[i + 1] = prefix[i] + y[i];
+    prefix2[i + 1] = prefix2[i] + y[i] * y[i];
+  }
+  auto sse = [&](size_t a, size_t b) {  // of y[a, b) around its mean
+    const double k = static_cast<double>(b - a), sum = prefix[b] - prefix[a];
+    return prefix2[b] - prefix2[a] - sum * sum / k;
+  };
+  double sse_step = sse_flat;
+  size_t split = 0;
+  for (size_t t = 2; t + 2 <= m; ++t) {
+    const double e = sse(0, t) + sse(t, m);
+    if (e < sse_step) sse_step = e, split = t;
+  }
+  const double rise = slope * (x.back() - x.front());
+  const double sigma = std::sqrt(ref.noise_var);
+  if (slope > 0 && sse_line <= o.pattern_drift_fit * sse_step &&
+      rise >= o.straggler_min_excess * burden && rise >= 4 * sigma) {
+    p.pattern = StragglerPattern::kDrift;
+    p.drift_seconds_per_step = slope;
+    // Since the line crossed 0 (the excess began), within the window.
+    const double zero = std::clamp(-intercept / slope, 0.0, x.back());
+    p.since_step = s.steps.front() + static_cast<uint64_t>(std::llround(zero));
+    return p;
+  }
+  // Steady. Since the step change when one explains most of the variation and lifts the excess
+  // from about nothing, else since the window began.
+  if (split > 0) {
+    const double before = (prefix[split]) / static_cast<double>(split);
+    const double after = (prefix[m] - prefix[split]) / static_cast<double>(m - split);
+    if (after > 0 && after - before >= 0.5 * after && sse_step <= 0.5 * sse_flat) {
+      // The first kept step at or after the split, as a step number.
+      size_t seen = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (stall[i]) continue;
+        if (seen++ == split) {
+          p.since_step = s.steps[i];
+          break;
+        }
+      }
+    }
+  }
+  return p;
+}
+
+}  // namespace rankwatch::step_time
