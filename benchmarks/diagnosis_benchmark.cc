@@ -95,6 +95,41 @@ BENCHMARK(BM_DiagnoseMemoryWithTrend)
     ->Args({16384, 1 << 20})
     ->Unit(benchmark::kMillisecond);
 
+// A lifetime trend of a `ranks`-rank job over 1,023 steps with memory whose per-rank series are
+// full: 32 ranks (every 512th) grow 1 MiB a step on 40 GiB (+2.5 %, too little for a creep, so
+// every per-rank fit runs, on both horizons), the others are flat; the summary chose them.
+MemoryTrend GrowingRanksTrend(uint32_t ranks) {
+  MemoryWindow window(ranks, {});
+  MemoryTrend trend({}, ranks);
+  AlignedStep a{0, ranks, false, {}};
+  a.samples.resize(ranks);
+  for (uint64_t s = 0; s < 1023; ++s) {
+    a.step = s;
+    for (uint32_t r = 0; r < ranks; ++r) {
+      StepSample& x = a.samples[r];
+      x.step = s;
+      x.rank = r;
+      const double grown = r % 512 == 0 ? static_cast<double>(s) * (1 << 20) : 0;
+      x.peak_allocated_bytes =
+          (40ull << 30) + static_cast<uint64_t>(grown) + (s * 7 + r) % 5 * 4096;
+      x.peak_reserved_bytes = x.peak_allocated_bytes + (1ull << 30);
+      x.device_capacity_bytes = 80ull << 30;
+    }
+    if (const MemoryWindow::Step* m = window.Add(a)) trend.Add(*m, &window);
+  }
+  return trend;
+}
+
+// The memory diagnosis with full per-rank series too (GrowingRanksTrend): the job series, the
+// per-rank pre-ranking of 2 x 32 series, 2 x 8 ranks fitted on both horizons, and the window
+// policy on the followed ranks' own peaks.
+void BM_DiagnoseMemoryWithRankTrends(benchmark::State& state) {
+  Job job(static_cast<uint32_t>(state.range(0)));
+  const MemoryTrend trend = GrowingRanksTrend(job.memory.world_size());
+  for (auto _ : state) benchmark::DoNotOptimize(DiagnoseMemory(job.memory, &trend, {}));
+}
+BENCHMARK(BM_DiagnoseMemoryWithRankTrends)->Arg(16384)->Unit(benchmark::kMillisecond);
+
 void BM_PhaseStatsOnly(benchmark::State& state) {
   Job job(static_cast<uint32_t>(state.range(0)));
   for (auto _ : state) benchmark::DoNotOptimize(ComputePhaseStats(job.window));
@@ -132,7 +167,8 @@ BENCHMARK(BM_JobSnapshot)->Arg(1024)->Arg(16384)->Unit(benchmark::kMillisecond);
 // BM_JobSnapshot for a long job: the same 100-step windows, restored from a checkpoint whose
 // lifetime memory trend is full (512 points a kind: 1,023 steps of a slow leak), so every
 // evaluation fits it. range(1) = 0: the trend off (the memory diagnosis of the window alone, as
-// before the trend existed); 1: on (the default).
+// before the trend existed); 1: on (the default), the job series only; 2: on, with full
+// per-rank series (GrowingRanksTrend: 2 x 32 ranks followed, 8 a kind fitted on both horizons).
 void BM_JobSnapshotLongJob(benchmark::State& state) {
   const auto ranks = static_cast<uint32_t>(state.range(0));
   FleetOptions o;
@@ -159,10 +195,14 @@ void BM_JobSnapshotLongJob(benchmark::State& state) {
   }
   JobCheckpoint c = pipeline.TakeCheckpoint(now, 0);
   MemoryTrend trend;
-  for (uint64_t s = 0; s < 1023; ++s) {
-    const double b =
-        (40.0 + 0.01 * static_cast<double>(s % 7) + 0.001 * static_cast<double>(s)) * (1 << 30);
-    trend.Add({s, ranks, {b, 1.04 * b}, {0.99 * b, 1.03 * b}, 80ull << 30});
+  if (state.range(1) == 2) {
+    trend = GrowingRanksTrend(ranks);
+  } else {
+    for (uint64_t s = 0; s < 1023; ++s) {
+      const double b =
+          (40.0 + 0.01 * static_cast<double>(s % 7) + 0.001 * static_cast<double>(s)) * (1 << 30);
+      trend.Add({s, ranks, {b, 1.04 * b}, {0.99 * b, 1.03 * b}, 80ull << 30});
+    }
   }
   *c.meta.mutable_memory_trend() = trend.ExportState();
   options.memory.trend = state.range(1) != 0;
@@ -173,7 +213,11 @@ void BM_JobSnapshotLongJob(benchmark::State& state) {
   }
   for (auto _ : state) benchmark::DoNotOptimize((*long_job)->Snapshot(now));
 }
-BENCHMARK(BM_JobSnapshotLongJob)->Args({16384, 0})->Args({16384, 1})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_JobSnapshotLongJob)
+    ->Args({16384, 0})
+    ->Args({16384, 1})
+    ->Args({16384, 2})
+    ->Unit(benchmark::kMillisecond);
 
 // The operators end to end on one core: batches of one rank's 20 steps (already decoded)
 // through alignment, both windows, and a full snapshot with the step and memory diagnoses

@@ -246,6 +246,19 @@ void PrintMemory(const v1::MemoryDiagnosis& m) {
     std::printf("           device %.0f GiB, pressure %.0f%%\n", m.device_capacity_bytes() / kGiB,
                 m.pressure() * 100);
   }
+  // Memory per rank: whose creep, and the ranks whose memory grew most.
+  if (m.has_creep_rank()) std::printf("           creep on rank %u\n", m.creep_rank());
+  if (m.creep_all_ranks()) std::printf("           creep on every rank\n");
+  for (const v1::RankMemoryTrend& t : m.rank_trends()) {
+    std::string full;
+    if (t.has_projected_steps_to_full()) {
+      full = ", full in ~" + std::to_string(t.projected_steps_to_full()) + " steps";
+    }
+    std::printf("           rank %-5u %-12s %+.2f MiB/step, %+.0f%% over %llu steps%s%s\n",
+                t.rank(), t.node().c_str(), t.bytes_per_step() / (1024 * 1024), t.growth() * 100,
+                static_cast<unsigned long long>(t.steps()), t.steady() ? ", steady" : "",
+                full.c_str());
+  }
 }
 
 // A pipeline job's what-if: the verdict, S, and the stage x data-parallel replica grid.

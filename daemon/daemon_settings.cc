@@ -308,6 +308,10 @@ std::vector<Setting> BuildSettings() {
           .Help("the same share for `memory_creep`"),
       Declare("memory-diagnosis.trend-last-half", &D::memory_diagnosis, &Memory::trend_last_half)
           .Help("with no creep over the whole life, the later half is judged too (a late leak)"),
+      Declare("memory-diagnosis.rank-trend", &D::memory_diagnosis, &Memory::rank_trend)
+          .Help("judge each followed rank's own lifetime trend (a creep of one rank)"),
+      Declare("memory-diagnosis.rank-window", &D::memory_diagnosis, &Memory::rank_window)
+          .Help("judge each followed rank's own peaks across the window (a creep of one rank)"),
 
       // whatif: (docs/whatif.md)
       Declare("whatif.window-steps", &D::whatif, &WhatIf::window_steps)

@@ -84,6 +84,8 @@ const std::map<std::string, std::string>& Samples() {
       {"memory-diagnosis.trend-early-growth", "0.2"},
       {"memory-diagnosis.trend-confirmed-growth", "0.3"},
       {"memory-diagnosis.trend-last-half", "false"},
+      {"memory-diagnosis.rank-trend", "false"},
+      {"memory-diagnosis.rank-window", "false"},
       {"whatif.window-steps", "32"},
       {"whatif.decompose-min-slowdown", "1.1"},
       {"whatif.min-steps", "6"},

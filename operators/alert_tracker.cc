@@ -58,7 +58,10 @@ std::vector<Candidate> CandidatesOf(const JobSnapshot& s) {
   switch (m.label) {
     case MemoryLabel::kCreep:
     case MemoryLabel::kCreepEarly:
-      out.push_back({AlertKind::kMemoryCreep, "job", m.severity});
+      out.push_back(
+          {AlertKind::kMemoryCreep,
+           m.creep_scope == CreepScope::kRank ? "rank:" + std::to_string(m.creep_rank) : "job",
+           m.severity});
       break;
     case MemoryLabel::kHighPressure:
       out.push_back(

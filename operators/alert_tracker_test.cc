@@ -179,6 +179,30 @@ TEST(AlertTrackerTest, SubjectsAndJobsAreSeparateAlertsWithOneSequence) {
   EXPECT_EQ(t.active(), 2u);  // a|rank:5 and b|rank:1
 }
 
+TEST(AlertTrackerTest, AMemoryCreepOfOneRankIsThatRanksAlert) {
+  AlertTracker t({.fire_after = 1, .resolve_after = 1});
+  auto s = std::make_shared<JobSnapshot>(*Healthy("j"));
+  s->memory.label = MemoryLabel::kCreep;
+  s->memory.severity = Severity::kCrit;
+  s->memory.creep_scope = CreepScope::kRank;
+  s->memory.creep_rank = 6;
+  // fire_after 1: pending, then firing at once.
+  auto e = t.Evaluate(s, 0);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].id, "j|memory_creep|rank:6");
+  EXPECT_EQ(e[1].state, AlertState::kFiring);
+  // Every rank's creep is the job's: the rank's alert resolves, the job's fires.
+  auto all = std::make_shared<JobSnapshot>(*s);
+  all->memory.creep_scope = CreepScope::kJob;
+  std::vector<std::string> ids;
+  for (const AlertEvent& x : t.Evaluate(all, 1)) {
+    ids.push_back(x.id + " " + std::string(AlertStateName(x.state)));
+  }
+  EXPECT_EQ(ids,
+            (std::vector<std::string>{"j|memory_creep|job pending", "j|memory_creep|job firing",
+                                      "j|memory_creep|rank:6 resolved"}));
+}
+
 TEST(AlertTrackerTest, EveryKindFromItsDiagnosis) {
   AlertTracker t({.fire_after = 1, .resolve_after = 1});
   auto s = std::make_shared<JobSnapshot>();

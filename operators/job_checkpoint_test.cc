@@ -91,7 +91,17 @@ void ExpectSameSnapshot(const JobSnapshot& a, const JobSnapshot& b) {
     EXPECT_EQ(x.worst.sigma, y.worst.sigma) << k;
     EXPECT_EQ(x.median.recent_slope, y.median.recent_slope) << k;
     EXPECT_EQ(x.label, y.label) << k;
+    const MemoryKindEvidence &ex = a.memory.kinds[k], &ey = b.memory.kinds[k];
+    EXPECT_EQ(ex.ranks_followed, ey.ranks_followed) << k;
+    ASSERT_EQ(ex.rank_trends.size(), ey.rank_trends.size()) << k;
+    for (size_t i = 0; i < ex.rank_trends.size(); ++i) {
+      EXPECT_EQ(ex.rank_trends[i].rank, ey.rank_trends[i].rank) << k;
+      EXPECT_EQ(ex.rank_trends[i].steps, ey.rank_trends[i].steps) << k;
+      EXPECT_EQ(ex.rank_trends[i].bytes_per_step(), ey.rank_trends[i].bytes_per_step()) << k;
+    }
   }
+  EXPECT_EQ(a.memory.creep_scope, b.memory.creep_scope);
+  EXPECT_EQ(a.memory.creep_rank, b.memory.creep_rank);
 }
 
 TEST(StepCodecTest, RoundTripsAStep) {
@@ -287,11 +297,17 @@ TEST(JobCheckpointTest, GcPausesSurviveARestoreAndStateWithoutThemStillRestores)
   EXPECT_EQ(b.window_last_step, a.window_last_step);
 }
 
-TEST(JobCheckpointTest, ARestoredJobKeepsItsLifetimeMemoryTrend) {
-  // A slow leak, 8 MiB a step on 40 GiB per rank (+-1 % noise): a 100-step window sees 0.8 GiB,
-  // 2 %, never a creep; the lifetime trend reaches 10 % (early creep) after ~500 steps. The
-  // store keeps only the window's last 100 steps, so the trend must come from the checkpoint.
-  const std::vector<v1::Batch> batches = FleetBatches(8, 700, 5, {"memory-leak:all:8"});
+// An 8-rank job of 700 steps with `faults`, checkpointed every 11 batches, crashed right after
+// the checkpoint of batch 967 (around step 605) and restored from the store (which keeps only
+// the window's last 100 steps), then fed the rest: the snapshots of the job that never stopped,
+// of the restored one, and of one restored from the same state less its lifetime trend (as
+// written before the trend existed).
+struct CrashedJob {
+  JobSnapshot reference, restored, without_trend;
+};
+
+CrashedJob RunCrashingAt605(const std::vector<std::string>& faults) {
+  const std::vector<v1::Batch> batches = FleetBatches(8, 700, 5, faults);
   JobPipelineOptions options;
   options.record_changes = true;
   JobPipeline reference("ckpt", 8, options);
@@ -306,26 +322,51 @@ TEST(JobCheckpointTest, ARestoredJobKeepsItsLifetimeMemoryTrend) {
   EXPECT_LE(store.steps.size(), 100u);
   EXPECT_TRUE(store.meta.has_memory_trend());
   auto restored = JobPipeline::Restore(store.meta, store.Steps(), options, t0, wall0);
-  ASSERT_TRUE(restored.ok()) << restored.status();
-  // Without the trend in the checkpoint (a state from before it existed) only the stored
-  // steps rebuild it: it spans 100 steps, too few to judge.
+  EXPECT_TRUE(restored.ok()) << restored.status();
   state::v1::JobMeta old_meta = store.meta;
   old_meta.clear_memory_trend();
   auto without = JobPipeline::Restore(old_meta, store.Steps(), options, t0, wall0);
-  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_TRUE(without.ok()) << without.status();
+  if (!restored.ok() || !without.ok()) return {};
   for (size_t i = crash_at; i < batches.size(); ++i) {
     reference.AddBatch(batches[i], t0);
     (*restored)->AddBatch(batches[i], t0);
     (*without)->AddBatch(batches[i], t0);
   }
-  const JobSnapshot a = reference.Snapshot(t0), b = (*restored)->Snapshot(t0);
+  return {reference.Snapshot(t0), (*restored)->Snapshot(t0), (*without)->Snapshot(t0)};
+}
+
+TEST(JobCheckpointTest, ARestoredJobKeepsItsLifetimeMemoryTrend) {
+  // A slow leak, 8 MiB a step on 40 GiB per rank (+-1 % noise): a 100-step window sees 0.8 GiB,
+  // 2 %, never a creep; the lifetime trend reaches 10 % (early creep) after ~500 steps. The
+  // store keeps only the window's last 100 steps, so the trend must come from the checkpoint.
+  const CrashedJob j = RunCrashingAt605({"memory-leak:all:8"});
+  const JobSnapshot &a = j.reference, &b = j.restored;
   EXPECT_EQ(a.aligned_steps, 700u);
   EXPECT_EQ(a.memory.label, MemoryLabel::kCreepEarly) << a.memory.note;
   EXPECT_TRUE(a.memory.lifetime_trend);
+  EXPECT_EQ(a.memory.creep_scope, CreepScope::kJob);
   EXPECT_EQ(a.memory.kinds[0].trend.steps, 700u);
   EXPECT_NEAR(a.memory.kinds[0].creep_bytes_per_step / (1 << 20), 8, 0.4);
   ExpectSameSnapshot(a, b);
-  EXPECT_EQ((*without)->Snapshot(t0).memory.label, MemoryLabel::kBalanced);
+  // Without the trend in the checkpoint only the stored steps rebuild it: it spans 100 steps,
+  // too few to judge.
+  EXPECT_EQ(j.without_trend.memory.label, MemoryLabel::kBalanced);
+}
+
+TEST(JobCheckpointTest, ARestoredJobKeepsEachRanksOwnMemoryTrend) {
+  // Rank 3 alone leaks 8 MiB a step on 40 GiB: +14 % of its own peak in 700 steps, an early
+  // creep of that rank by its own series (the median rank is flat), with its rate.
+  const CrashedJob j = RunCrashingAt605({"memory-leak:3:8"});
+  const JobSnapshot &a = j.reference, &b = j.restored;
+  EXPECT_EQ(a.memory.label, MemoryLabel::kCreepEarly) << a.memory.note;
+  EXPECT_EQ(a.memory.creep_scope, CreepScope::kRank);
+  EXPECT_EQ(a.memory.creep_rank, 3u);
+  EXPECT_EQ(a.memory.kinds[0].ranks_followed, 8u);
+  EXPECT_NEAR(a.memory.kinds[0].creep_bytes_per_step / (1 << 20), 8, 0.4);
+  ExpectSameSnapshot(a, b);
+  // A state without the trend restarts the ranks' series too: 100 steps, nothing to judge.
+  EXPECT_EQ(j.without_trend.memory.creep_scope, CreepScope::kNone);
 }
 
 TEST(JobCheckpointTest, TheTimeBetweenCheckpointAndRestoreDoesNotAgePendingSteps) {

@@ -18,7 +18,7 @@ void JobPipeline::Reset(uint32_t world_size) {
   aligner_ = std::make_unique<StepAligner>(world_size, options_.align);
   window_ = std::make_unique<StepWindow>(world_size, options_.window);
   memory_window_ = std::make_unique<MemoryWindow>(world_size, options_.memory_window);
-  memory_trend_ = std::make_unique<MemoryTrend>(options_.memory_trend);
+  memory_trend_ = std::make_unique<MemoryTrend>(options_.memory_trend, world_size);
   whatif_ = std::make_unique<whatif::StepAssembler>(options_.whatif);
   // An elastic restart keeps the job's lost-time totals, not its per-rank costs.
   auto lost = std::make_unique<LostTime>(world_size, options_.window.steps);
@@ -183,7 +183,9 @@ void JobPipeline::Consume(TimePoint now, JobDelta* delta) {
     lost_->AddStep(window_->steps().back(), BlockedModelOf(*window_, options_.diagnosis, sharded_),
                    ends_hang);
     ends_hang = false;
-    if (const MemoryWindow::Step* m = memory_window_->Add(step)) memory_trend_->Add(*m);
+    if (const MemoryWindow::Step* m = memory_window_->Add(step)) {
+      memory_trend_->Add(*m, memory_window_.get());
+    }
     whatif_->Aligned(step.step);
     ++aligned_steps_;
     ++delta->aligned;
@@ -367,7 +369,7 @@ absl::StatusOr<std::unique_ptr<JobPipeline>> JobPipeline::Restore(
   // it starts from the stored steps.
   const bool has_trend = m.has_memory_trend();
   if (has_trend) {
-    auto trend = MemoryTrend::FromState(m.memory_trend(), options.memory_trend);
+    auto trend = MemoryTrend::FromState(m.memory_trend(), options.memory_trend, m.world_size());
     if (!trend.ok()) return trend.status();
     p->memory_trend_ = std::make_unique<MemoryTrend>(std::move(*trend));
   }
@@ -384,7 +386,7 @@ absl::StatusOr<std::unique_ptr<JobPipeline>> JobPipeline::Restore(
     // Steps the checkpointed trend holds already are not added twice.
     if (memory != nullptr && (!has_trend || p->memory_trend_->steps() == 0 ||
                               memory->step > p->memory_trend_->last_step())) {
-      p->memory_trend_->Add(*memory);
+      p->memory_trend_->Add(*memory, p->memory_window_.get());
     }
   }
   // The window part of the lost time, from the restored window (its totals are stored).

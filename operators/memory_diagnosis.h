@@ -5,6 +5,12 @@
 // trend (operators/memory_trend.h): a steady, significant robust slope over the job's whole
 // life, which finds leaks too slow for any window to cross the spec's floors.
 //
+// Both look at the job (its worst-rank and median-rank series: every rank grows) and at each
+// rank the trend follows (every rank of a world of up to 32, else the 32 that grew most): the
+// window policy on the rank's own peaks, and the lifetime trend on its own series, without the
+// median rank. A creep says whose it is (MemoryKindEvidence::creep_scope, creep_rank) and
+// reports that rank's own rate; a job-wide one the median of the followed ranks' own slopes.
+//
 // Pure: a function of the MemoryWindow, the MemoryTrend and the options.
 #pragma once
 
@@ -12,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "operators/memory_trend.h"
 #include "operators/memory_window.h"
@@ -76,6 +83,48 @@ struct MemoryDiagnosisOptions {
   // When the whole life shows no creep, judge the later half of the points the same way (a
   // leak that began late in a long job).
   bool trend_last_half = true;
+
+  // Memory per rank (docs/diagnoses.md, "Memory per rank"). Each rank the trend follows is
+  // judged on its own series like the job's worst-rank one (steady, significant, >= 32 MiB,
+  // >= 10 % / 25 % of its own level), with no condition on the median rank.
+  bool rank_trend = true;
+  // Followed ranks fitted per kind and evaluation: those whose later points rose most over
+  // their earlier ones (a cheap O(points) pre-ranking), which bounds the cost at any world size.
+  uint32_t rank_fits = 8;
+  // The window policy (the votes, growth and delta floors of the worst-rank series, no median
+  // condition) on each followed rank's own peaks, and the worst-peak rank's.
+  bool rank_window = true;
+};
+
+// One rank's lifetime trend of one kind: its own series (MemoryTrend's per-rank series).
+struct RankTrendEvidence {
+  uint32_t rank = 0;
+  bool present = false;    // enough points over enough steps to judge
+  bool last_half = false;  // judged on the later half of its points (as the job's trend)
+  uint64_t steps = 0;      // memory steps of the horizon (since the rank was followed)
+  TrendFit fit;
+  double growth = 0;    // fit.growth_bytes() / fit.level
+  bool steady = false;  // grows steadily and above its noise (growth thresholds aside)
+  MemoryLabel label = MemoryLabel::kBalanced;  // kCreep, kCreepEarly or kBalanced
+  std::optional<uint64_t> projected_steps_to_full;
+  double bytes_per_step() const { return last_half ? fit.recent_slope : fit.slope; }
+};
+
+// The window policy on one rank's own peaks across the window.
+struct RankWindowEvidence {
+  uint32_t rank = 0;
+  double growth = 0;       // overall (f = 0.20) growth of the rank's series
+  double delta_bytes = 0;  // tail - head, overall slice
+  double bytes_per_step = 0;
+  int early_votes = 0, confirmed_votes = 0;
+  MemoryLabel label = MemoryLabel::kBalanced;  // kCreep, kCreepEarly or kBalanced
+};
+
+// Whose memory creeps.
+enum class CreepScope : uint8_t {
+  kNone,  // no creep label
+  kJob,   // every rank alike: the job's worst-rank and median-rank series both grow
+  kRank,  // one rank: creep_rank
 };
 
 // The lifetime trend of one kind of memory.
@@ -113,6 +162,15 @@ struct MemoryKindEvidence {
   bool lifetime_trend = false;  // the creep label came from the lifetime trend, not the window
   MemoryLabel label = MemoryLabel::kNoData;
   Severity severity = Severity::kInfo;
+  CreepScope creep_scope = CreepScope::kNone;
+  uint32_t creep_rank = 0;  // with CreepScope::kRank
+  // Per rank: the ranks the trend follows, and the fitted ones' trends (at most rank_fits):
+  // creep labels first, then the fastest.
+  uint32_t ranks_followed = 0;
+  std::vector<RankTrendEvidence> rank_trends;
+  // The window policy on the ranks' own peaks: the rank that came closest to a creep (a creep
+  // label first, then the largest growth); absent without ranks of min_steps peaks.
+  std::optional<RankWindowEvidence> rank_window;
 };
 
 struct MemoryDiagnosis {
@@ -123,7 +181,9 @@ struct MemoryDiagnosis {
   uint64_t first_step = 0, last_step = 0;
   uint64_t capacity_bytes = 0;
   MemoryKindEvidence kinds[kMemoryKindCount];
-  bool lifetime_trend = false;  // the label came from the lifetime trend (of `kind`)
+  bool lifetime_trend = false;                 // the label came from the lifetime trend (of `kind`)
+  CreepScope creep_scope = CreepScope::kNone;  // of `kind`, with a creep label
+  uint32_t creep_rank = 0;
   std::string note;
   std::string next_step;
 };

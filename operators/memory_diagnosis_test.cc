@@ -25,7 +25,9 @@ class Fleet {
       a.samples.push_back(ToStepSample(records_[r], r));
     window_.Add(a);
   }
-  MemoryDiagnosis Diagnose() const { return DiagnoseMemory(window_, {}); }
+  MemoryDiagnosis Diagnose(const MemoryDiagnosisOptions& o = {}) const {
+    return DiagnoseMemory(window_, o);
+  }
   uint64_t next_step() const { return next_; }
 
  private:
@@ -61,7 +63,15 @@ TEST(MemoryWindowTest, RankPeaksFollowTheWindow) {
   EXPECT_EQ(w.rank_peaks(MemoryKind::kAllocated)[1], 3);
   add(4, 1, 1);  // rank 1's 3 leaves
   EXPECT_EQ(w.rank_peaks(MemoryKind::kAllocated)[1], 1);
+  // Each rank's values over the window (steps 2, 3, 4), oldest first, and the newest step's.
+  std::vector<double> v;
+  w.RankValues(MemoryKind::kAllocated, 1, &v);
+  EXPECT_EQ(v, (std::vector<double>{0, 1, 1}));
+  EXPECT_EQ(w.last_values(MemoryKind::kAllocated), (std::vector<double>{1, 1}));
   add(5, 0, 0);  // no memory at all: not a memory point
+  w.RankValues(MemoryKind::kAllocated, 1, &v);
+  EXPECT_EQ(v, (std::vector<double>{0, 1, 1}));
+  EXPECT_EQ(w.last_values(MemoryKind::kAllocated), (std::vector<double>{0, 0}));
   EXPECT_EQ(w.steps().size(), 3u);
   EXPECT_EQ(w.steps().back().step, 4u);
   EXPECT_EQ(w.steps().back().median[0], 1);
@@ -163,6 +173,37 @@ TEST(MemoryDiagnosisTest, SteadyLeakIsConfirmedCreepWithRateAndTimeToFull) {
   // (80 GiB - ~46.3 GiB) / 64 MiB ~ 540 steps.
   EXPECT_NEAR(static_cast<double>(*d.kinds[0].projected_steps_to_full), 540, 20);
   EXPECT_NE(d.note.find("the device is full in about"), std::string::npos) << d.note;
+  EXPECT_EQ(d.creep_scope, CreepScope::kJob);
+}
+
+TEST(MemoryDiagnosisTest, OneRanksLeakIsItsCreepNotAnImbalance) {
+  // Rank 5 alone leaks 64 MiB a step on ~40 GiB: after 100 steps it peaks ~16 % above the
+  // median rank at 58 % of its device (an imbalance by the skew), but the window policy on its
+  // own peaks (no median-rank condition: the median rank is flat) confirms a creep: the creep
+  // on rank 5, at its own rate, explains the skew.
+  Fleet f(16, {"memory-leak:5:64"});
+  f.Run(100);
+  const MemoryDiagnosis d = f.Diagnose();
+  EXPECT_EQ(d.label, MemoryLabel::kCreep) << d.note;
+  EXPECT_EQ(d.severity, Severity::kCrit);
+  EXPECT_EQ(d.creep_scope, CreepScope::kRank);
+  EXPECT_EQ(d.creep_rank, 5u);
+  EXPECT_FALSE(d.lifetime_trend);
+  const MemoryKindEvidence& e = d.kinds[static_cast<int>(d.kind)];
+  EXPECT_EQ(e.worst_rank, 5u);
+  EXPECT_GE(e.skew, 0.12);
+  ASSERT_TRUE(e.rank_window.has_value());
+  EXPECT_EQ(e.rank_window->rank, 5u);
+  EXPECT_EQ(e.rank_window->confirmed_votes, 3);
+  EXPECT_NEAR(d.kinds[0].creep_bytes_per_step / (1024 * 1024), 64, 3);
+  // (80 GiB - ~46.3 GiB) / 64 MiB ~ 540 steps.
+  ASSERT_TRUE(d.kinds[0].projected_steps_to_full.has_value());
+  EXPECT_NEAR(static_cast<double>(*d.kinds[0].projected_steps_to_full), 540, 20);
+  EXPECT_NE(d.note.find("rank 5's allocated memory grows"), std::string::npos) << d.note;
+  // Without the per-rank window it was the imbalance.
+  MemoryDiagnosisOptions o;
+  o.rank_window = false;
+  EXPECT_EQ(f.Diagnose(o).label, MemoryLabel::kImbalance);
 }
 
 TEST(MemoryDiagnosisTest, SlowLeakIsEarlyCreep) {

@@ -1,9 +1,27 @@
 // MemoryTrend: one job's memory peaks over its whole life, bounded (docs/spec/step-diagnosis.md
-// section 4, "beyond, second wave"): per memory kind (allocated, reserved), per aligned step
-// with memory, the worst-rank and the median-rank peak (MemoryWindow::Step), kept as at most
-// `max_points` points. Each point is the mean of `stride` consecutive memory steps; when the
-// buffer is full, adjacent pairs merge (means of two equal-sized points) and the stride doubles,
-// so every full point covers the same number of steps. The newest point may still be filling.
+// section 4, "beyond, second wave"; docs/diagnoses.md, "Lifetime trend" and "Memory per rank").
+//
+// The job series: per memory kind (allocated, reserved), per aligned step with memory, the
+// worst-rank and the median-rank peak (MemoryWindow::Step), kept as at most `max_points` points.
+// Each point is the mean of `stride` consecutive memory steps; when the buffer is full, adjacent
+// pairs merge (means of two equal-sized points) and the stride doubles, so every full point
+// covers the same number of steps. The newest point may still be filling.
+//
+// Per-rank series: the same scheme (at most `rank_max_points` points each) for the peak of one
+// rank, so that a leak on one rank is judged on that rank's own peaks, not on the worst-rank
+// series, which mixes ranks (the worst rank changes from step to step when ranks are close).
+// Bounded at `rank_series` ranks per kind (32):
+// - a world of at most `rank_series` ranks: every rank, from its first step;
+// - a larger world: the `rank_series` ranks whose memory grew most. Every rank keeps a summary
+//   of three numbers: the mean peak of its first block of `rank_block_steps` (16) memory
+//   steps, of its latest complete block, and the sums of the block still filling. At the end of
+//   each block the ranks are ranked by growth (latest block mean - first block mean); a rank
+//   outside the followed ones replaces the followed rank that grew least when it grew at least
+//   `rank_swap_bytes` more (so noise does not churn the series), and its series starts then.
+//   Memory: 32 B a rank a kind for the summary (1 MiB at 16,384 ranks, against the memory
+//   window's 26 MiB of rings), and at most 2 x 32 series of 128 points (16 B each): bounded
+//   whatever the world size; per step O(ranks) for the summary (as the window), the selection
+//   O(ranks) once a block.
 //
 // FitTrend fits a robust line to those points (Theil–Sen: the median of the pairwise slopes,
 // over a deterministic subsample of at most `max_pairs` pairs), and the same over the recent
@@ -11,10 +29,12 @@
 // a steady leak from growth that levels off and from noise (operators/memory_diagnosis.h).
 //
 // State is exact integer sums (bytes, step numbers), so a trend exported to a checkpoint and
-// restored gives the same fit. Not thread-safe: owned by the job's JobPipeline.
+// restored gives the same fit and follows the same ranks. Not thread-safe: owned by the job's
+// JobPipeline.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,23 +44,60 @@
 namespace rankwatch {
 
 struct MemoryTrendOptions {
-  size_t max_points = 512;  // points kept per kind (even, >= 4); default 512
+  size_t max_points = 512;  // points kept per job series (even, >= 4); default 512
+  // Per-rank series (docs/diagnoses.md, "Memory per rank").
+  uint32_t rank_series = 32;       // ranks followed per kind: every rank of a world this small
+  size_t rank_max_points = 128;    // points kept per rank series (even, >= 4)
+  uint32_t rank_block_steps = 16;  // larger worlds: memory steps per block of the summary
+  double rank_swap_bytes = 8.0 * 1024 * 1024;  // growth by which a rank displaces a followed one
 };
+
+namespace memory_trend_internal {
+
+// A series of W values per point kept as exact sums of `stride` memory steps per full point (the
+// scheme above). Not part of the interface: MemoryTrend's storage.
+template <int W>
+struct Downsampled {
+  struct Sums {
+    uint64_t step = 0;
+    uint64_t v[W] = {};
+  };
+  uint64_t stride = 1;
+  uint64_t steps = 0;
+  std::vector<Sums> full;  // each the sums of `stride` steps
+  Sums pending;            // the point still filling
+  uint32_t pending_count = 0;
+
+  void Add(uint64_t step, const uint64_t (&values)[W], size_t max_points);
+  // Appends a full point; when `max_points` are full, merges adjacent pairs (the stride doubles).
+  void Push(const Sums& sums, size_t max_points);
+  // After a restore: merges down to fewer than `max_points` full points (state written with a
+  // larger bound), the odd point out joining the one still filling.
+  void MergeDown(size_t max_points);
+  size_t point_count() const { return full.size() + (pending_count > 0 ? 1 : 0); }
+  // Mean step and mean of value `i` of each point, oldest first, the one filling last.
+  void Means(int i, std::vector<double>* steps, std::vector<double>* values) const;
+};
+
+}  // namespace memory_trend_internal
 
 class MemoryTrend {
  public:
-  // One point: means over the point's memory steps.
+  // One point of the job series: means over the point's memory steps.
   struct Point {
     double step;    // mean step number
     double worst;   // mean worst-rank peak, bytes
     double median;  // mean median-rank peak, bytes
   };
 
-  explicit MemoryTrend(MemoryTrendOptions options = {});
+  // `world_size` 0: no per-rank series (the job series only).
+  explicit MemoryTrend(MemoryTrendOptions options = {}, uint32_t world_size = 0);
 
   // Adds one aligned step's memory (its kinds with no peak are left out of that kind's series).
-  // Steps must come in ascending step order.
-  void Add(const MemoryWindow::Step& step);
+  // With `ranks` (the MemoryWindow that `step` came from, just after its Add), each rank's peak
+  // in it (MemoryWindow::last_values) feeds the per-rank series and summary. Steps must come in
+  // ascending step order.
+  void Add(const MemoryWindow::Step& step, const MemoryWindow* ranks = nullptr);
 
   // The points of `kind`, oldest first, the one still filling last. Replaces `out`'s contents.
   void Points(MemoryKind kind, std::vector<Point>* out) const;
@@ -52,26 +109,69 @@ class MemoryTrend {
   uint64_t steps() const { return steps_; }
   uint64_t last_step() const { return last_step_; }
 
+  // Per-rank series of `kind`: every rank in rank order when follows_every_rank(), else the
+  // ranks chosen so far, in the order of their slots.
+  uint32_t world_size() const { return world_size_; }
+  bool follows_every_rank() const { return world_size_ <= rank_series_; }
+  size_t rank_series_count(MemoryKind kind) const { return ranks_[K(kind)].series.size(); }
+  uint32_t rank_of_series(MemoryKind kind, size_t i) const {
+    return ranks_[K(kind)].series[i].rank;
+  }
+  // Memory steps the series holds (since its rank was first followed) and its points.
+  uint64_t rank_series_steps(MemoryKind kind, size_t i) const {
+    return ranks_[K(kind)].series[i].s.steps;
+  }
+  size_t rank_series_points(MemoryKind kind, size_t i) const {
+    return ranks_[K(kind)].series[i].s.point_count();
+  }
+  uint64_t rank_series_stride(MemoryKind kind, size_t i) const {
+    return ranks_[K(kind)].series[i].s.stride;
+  }
+  // The series' points as mean steps and mean peaks (bytes), oldest first. Replaces both.
+  void RankPoints(MemoryKind kind, size_t i, std::vector<double>* steps,
+                  std::vector<double>* bytes) const;
+  // Larger worlds: `rank`'s growth by the summary (its latest complete block's mean peak less
+  // its first block's, bytes); nullopt before it has two blocks, or when every rank is followed.
+  std::optional<double> RankGrowth(MemoryKind kind, uint32_t rank) const;
+
   state::v1::MemoryTrendState ExportState() const;
-  // A damaged state is DataLoss. A state with more points than `options` allows is merged down.
+  // A damaged state is DataLoss. A state with more points than `options` allows is merged down;
+  // one with more rank series than `options` follows keeps the first ones.
   static absl::StatusOr<MemoryTrend> FromState(const state::v1::MemoryTrendState& state,
-                                               MemoryTrendOptions options);
+                                               MemoryTrendOptions options, uint32_t world_size = 0);
 
  private:
-  struct Sums {
-    uint64_t step = 0, worst = 0, median = 0;
+  using JobSeries = memory_trend_internal::Downsampled<2>;  // worst, median
+  struct RankSeries {
+    uint32_t rank = 0;
+    memory_trend_internal::Downsampled<1> s;
   };
-  struct Series {
-    uint64_t stride = 1;
-    uint64_t steps = 0;
-    std::vector<Sums> full;  // each the sums of `stride` steps
-    Sums pending;            // the point still filling
-    uint32_t pending_count = 0;
+  // One rank's summary of one kind (larger worlds). Means are rounded bytes, 0 = none yet.
+  struct RankBlock {
+    uint64_t base_mean = 0;  // its first block with a peak
+    uint64_t last_mean = 0;  // its latest complete block with a peak, after the first
+    uint64_t sum = 0;        // the block still filling
+    uint32_t count = 0;
   };
-  static void Push(Series& s, const Sums& sums, size_t max_points);
+  struct RankKind {
+    std::vector<RankSeries> series;
+    std::vector<RankBlock> blocks;  // by rank; empty when every rank is followed
+    uint32_t block_steps = 0;       // memory steps in the block still filling
+  };
+  static int K(MemoryKind kind) { return static_cast<int>(kind); }
+  void AddRanks(int k, uint64_t step, const std::vector<double>& bytes);
+  // End of a block: the blocks' means, then the ranks to follow.
+  void CloseBlock(int k);
+  static double Growth(const RankBlock& b);
 
   size_t max_points_;
-  Series series_[kMemoryKindCount];
+  size_t rank_max_points_;
+  uint32_t rank_series_;
+  uint32_t rank_block_steps_;
+  double rank_swap_bytes_;
+  uint32_t world_size_;
+  JobSeries series_[kMemoryKindCount];
+  RankKind ranks_[kMemoryKindCount];
   uint64_t steps_ = 0;
   uint64_t last_step_ = 0;
 };
@@ -98,6 +198,9 @@ enum class TrendSeries : uint8_t { kWorst, kMedian };
 // pair in (i, j) order, k = ceil(pairs / max_pairs). `scratch` is reused across calls.
 TrendFit FitTrend(const std::vector<MemoryTrend::Point>& points, TrendSeries series,
                   double recent_fraction, size_t max_pairs, std::vector<double>* scratch);
+// The same for points (x[i], y[i]), i < n, x increasing (a rank's series).
+TrendFit FitTrend(const double* x, const double* y, size_t n, double recent_fraction,
+                  size_t max_pairs, std::vector<double>* scratch);
 
 // Theil–Sen slope of (x[i], y[i]), i < n (x strictly increasing), over at most `max_pairs`
 // pairs as above; 0 when n < 2. Exposed for the tests and the benchmark.

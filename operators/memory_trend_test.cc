@@ -36,7 +36,8 @@ MemoryWindow::Step TrendStep(uint64_t step, double worst, double median) {
 // `bytes(step, rank)` gives each rank's peak.
 class Job {
  public:
-  Job(uint32_t ranks, uint64_t capacity) : ranks_(ranks), capacity_(capacity), window_(ranks, {}) {}
+  Job(uint32_t ranks, uint64_t capacity, MemoryTrendOptions trend = {})
+      : ranks_(ranks), capacity_(capacity), window_(ranks, {}), trend_(trend, ranks) {}
   template <typename F>
   void Step(F bytes) {
     AlignedStep a{next_, ranks_, false, {}};
@@ -48,14 +49,19 @@ class Job {
       s.device_capacity_bytes = capacity_;
       a.samples.push_back(s);
     }
-    if (const MemoryWindow::Step* m = window_.Add(a)) trend_.Add(*m);
+    if (const MemoryWindow::Step* m = window_.Add(a)) trend_.Add(*m, &window_);
     ++next_;
   }
   MemoryDiagnosis Diagnose(const MemoryDiagnosisOptions& o = {}) const {
     return DiagnoseMemory(window_, &trend_, o);
   }
   const MemoryTrend& trend() const { return trend_; }
+  const MemoryWindow& window() const { return window_; }
   uint64_t next_step() const { return next_; }
+  // A trend restored from a checkpoint; steps up to `step` fill the window only (they are in
+  // the checkpointed trend), as JobPipeline::Restore does with the stored steps.
+  void RestoreTrend(MemoryTrend trend) { trend_ = std::move(trend); }
+  void SkipTo(uint64_t step) { next_ = step; }
 
  private:
   uint32_t ranks_;
@@ -66,6 +72,22 @@ class Job {
 };
 
 bool IsCreep(MemoryLabel l) { return l == MemoryLabel::kCreep || l == MemoryLabel::kCreepEarly; }
+
+// The note never says "steady and even" against its own numbers: a rank's or the job's trend
+// that grew above its noise and the growth floor, or a skew past the imbalance threshold.
+void ExpectNoteAgreesWithNumbers(const MemoryDiagnosis& d, const MemoryDiagnosisOptions& o = {}) {
+  if (d.note.find("steady and even") == std::string::npos) return;
+  const MemoryKindEvidence& e = d.kinds[static_cast<int>(d.kind)];
+  EXPECT_LT(e.skew, o.imbalance_warn) << d.note;
+  auto significant = [&](const TrendFit& f) {
+    return f.present &&
+           f.growth_bytes() >= std::max(o.trend_noise * f.sigma, o.trend_min_growth_bytes);
+  };
+  for (const RankTrendEvidence& r : e.rank_trends) {
+    EXPECT_FALSE(significant(r.fit)) << "rank " << r.rank << ": " << d.note;
+  }
+  EXPECT_FALSE(e.trend.present && significant(e.trend.worst)) << d.note;
+}
 
 TEST(TheilSenTest, ALineGivesItsSlopeWithAllPairsAndWithASubsample) {
   std::vector<double> x, y, scratch;
@@ -211,6 +233,7 @@ TEST(MemoryTrendDiagnosisTest, GrowthThatLevelsOffIsNotCreep) {
     job.Step(bytes);
     const MemoryDiagnosis d = job.Diagnose();
     ASSERT_FALSE(IsCreep(d.label)) << "step " << job.next_step() << ": " << d.note;
+    ExpectNoteAgreesWithNumbers(d);
   }
   const MemoryTrendEvidence& t = job.Diagnose().kinds[0].trend;
   EXPECT_TRUE(t.present);
@@ -305,6 +328,234 @@ TEST(MemoryTrendDiagnosisTest, SmallGrowthIsEarlyCreepAndLargerGrowthConfirmed) 
   EXPECT_EQ(at[0], MemoryLabel::kBalanced);
   EXPECT_EQ(at[1], MemoryLabel::kCreepEarly);
   EXPECT_EQ(at[2], MemoryLabel::kCreep);
+}
+
+// Memory per rank (docs/diagnoses.md, "Memory per rank").
+
+// The real job of issue #36: 4 ranks of ~262 MB, rank 0 alone keeps 0.5 MiB a step
+// (rank-0-only logging), +-4 MiB of noise per rank and step.
+double RankZeroLeaks(Noise& noise, uint64_t s, uint32_t r) {
+  return 250 * kMiB + r * kMiB + (r == 0 ? 0.5 * kMiB * static_cast<double>(s) : 0.0) +
+         4 * kMiB * noise.Next();
+}
+
+TEST(MemoryPerRankTest, OneRankLeakIsCreepOnThatRankWithItsRate) {
+  for (uint64_t capacity : {uint64_t{64} << 30, uint64_t{0}}) {
+    SCOPED_TRACE(capacity);
+    Job job(4, capacity);
+    Noise noise(11);
+    int64_t found_at = -1;
+    while (job.next_step() < 400) {
+      job.Step([&](uint64_t s, uint32_t r) { return RankZeroLeaks(noise, s, r); });
+      const MemoryDiagnosis d = job.Diagnose();
+      ExpectNoteAgreesWithNumbers(d);
+      if (found_at < 0 && IsCreep(d.label)) {
+        found_at = static_cast<int64_t>(job.next_step());
+        EXPECT_EQ(d.creep_scope, CreepScope::kRank) << d.note;
+        EXPECT_EQ(d.creep_rank, 0u) << d.note;
+      }
+    }
+    // The series span 200 steps at step 200 (trend_min_steps): +100 MiB, +40 %.
+    EXPECT_GE(found_at, 200);
+    EXPECT_LE(found_at, 215);
+    const MemoryDiagnosis d = job.Diagnose();
+    EXPECT_EQ(d.label, MemoryLabel::kCreep) << d.note;
+    EXPECT_EQ(d.creep_scope, CreepScope::kRank);
+    EXPECT_EQ(d.creep_rank, 0u);
+    EXPECT_TRUE(d.lifetime_trend);
+    const MemoryKindEvidence& e = d.kinds[0];
+    // The median rank is flat: the job's trend alone says nothing.
+    EXPECT_EQ(e.trend.label, MemoryLabel::kBalanced);
+    EXPECT_NEAR(e.creep_bytes_per_step / kMiB, 0.5, 0.02);
+    EXPECT_EQ(e.ranks_followed, 4u);
+    ASSERT_FALSE(e.rank_trends.empty());
+    EXPECT_EQ(e.rank_trends[0].rank, 0u);
+    EXPECT_TRUE(e.rank_trends[0].steady);
+    EXPECT_NEAR(e.rank_trends[0].growth, 200.0 / 250, 0.05);  // +200 MiB on 250 MiB
+    EXPECT_NE(d.note.find("rank 0's allocated memory grows 0.5"), std::string::npos) << d.note;
+    EXPECT_NE(d.note.find("over the job's 400 steps (steady, +"), std::string::npos) << d.note;
+    EXPECT_NE(d.next_step.find("rank 0"), std::string::npos) << d.next_step;
+    if (capacity > 0) {
+      // (64 GiB - ~450 MiB) / 0.5 MiB ~ 130,170 steps.
+      ASSERT_TRUE(e.projected_steps_to_full.has_value());
+      EXPECT_NEAR(static_cast<double>(*e.projected_steps_to_full), 130170, 1500);
+      ASSERT_TRUE(e.rank_trends[0].projected_steps_to_full.has_value());
+      EXPECT_NE(d.note.find("; full in ~13"), std::string::npos) << d.note;
+    } else {
+      // Capacity unknown: the skew (rank 0 at +80 %) would be an imbalance, but its creep
+      // explains it.
+      EXPECT_GT(e.skew, MemoryDiagnosisOptions{}.imbalance_crit);
+      EXPECT_FALSE(e.projected_steps_to_full.has_value());
+    }
+    // Without the per-rank series the same job was "balanced", "steady and even" (issue #36).
+    MemoryDiagnosisOptions job_only;
+    job_only.rank_trend = false;
+    job_only.rank_window = false;
+    const MemoryDiagnosis old = job.Diagnose(job_only);
+    EXPECT_EQ(old.label, capacity > 0 ? MemoryLabel::kBalanced : MemoryLabel::kImbalance)
+        << old.note;
+    EXPECT_EQ(old.note.find("steady and even"), std::string::npos) << old.note;
+  }
+}
+
+TEST(MemoryPerRankTest, AllRanksLeakingIsTheJobsCreepAtTheRanksOwnRate) {
+  // Every rank leaks, rank 3 slower (0.35 MiB a step) from 60 MiB higher: the worst rank is
+  // rank 3 until step 200, then the others, and the worst-rank series' slope mixes the two
+  // rates (the flake of collectors_memory_trend). The rate reported is the median of the ranks'
+  // own slopes: 0.65 MiB a step, as measured from outside.
+  Job job(4, 16ull << 30);
+  Noise noise(12);
+  auto bytes = [&](uint64_t s, uint32_t r) {
+    const double rate = r == 3 ? 0.35 : 0.65;
+    return 200 * kMiB + (r == 3 ? 60 * kMiB : 0) + rate * kMiB * static_cast<double>(s) +
+           2 * kMiB * noise.Next();
+  };
+  while (job.next_step() < 400) {
+    job.Step(bytes);
+    ExpectNoteAgreesWithNumbers(job.Diagnose());
+  }
+  const MemoryDiagnosis d = job.Diagnose();
+  EXPECT_EQ(d.label, MemoryLabel::kCreep) << d.note;
+  EXPECT_EQ(d.creep_scope, CreepScope::kJob);
+  EXPECT_TRUE(d.lifetime_trend);
+  const MemoryKindEvidence& e = d.kinds[0];
+  EXPECT_NEAR(e.creep_bytes_per_step / kMiB, 0.65, 0.02);
+  EXPECT_LT(e.trend.bytes_per_step() / kMiB, 0.6);  // the worst-rank series reads low
+  EXPECT_NE(d.note.find("allocated memory grows 0.6"), std::string::npos) << d.note;
+  EXPECT_NE(d.note.find("over the job's 400 steps"), std::string::npos) << d.note;
+}
+
+TEST(MemoryPerRankTest, OneRanksNoiseOrGrowthThatLevelsOffIsNeverCreep) {
+  // Rank 2: +2 MiB a step for 50 steps (a cache it alone fills), then flat; rank 1: +-15 %
+  // noise. 3,000 steps, a diagnosis every step: never a creep, and the note agrees.
+  Job job(4, 16ull << 30);
+  Noise noise(13);
+  auto bytes = [&](uint64_t s, uint32_t r) {
+    const double warm = r == 2 ? 2 * kMiB * static_cast<double>(std::min<uint64_t>(s, 50)) : 0;
+    return 200 * kMiB + warm + (r == 1 ? 30 : 4) * kMiB * noise.Next();
+  };
+  while (job.next_step() < 3000) {
+    job.Step(bytes);
+    const MemoryDiagnosis d = job.Diagnose();
+    ASSERT_FALSE(IsCreep(d.label)) << "step " << job.next_step() << ": " << d.note;
+    ExpectNoteAgreesWithNumbers(d);
+  }
+  // Rank 2 stays 100 MiB above the others (40 % by the window peaks), on 2 % of its device: no
+  // imbalance, and the note says why.
+  const MemoryDiagnosis d = job.Diagnose();
+  EXPECT_EQ(d.label, MemoryLabel::kBalanced);
+  EXPECT_NE(d.note.find("no creep or imbalance: rank 2 peaks 4"), std::string::npos) << d.note;
+  EXPECT_NE(d.note.find("an imbalance needs 30%"), std::string::npos) << d.note;
+  const MemoryKindEvidence& e = d.kinds[0];
+  for (const RankTrendEvidence& r : e.rank_trends) EXPECT_EQ(r.label, MemoryLabel::kBalanced);
+}
+
+// A job of `ranks` ranks, rank `leaker` leaking `mib` a step, the others flat with +-4 MiB.
+void RunLeak(Job& job, uint64_t steps, uint32_t leaker, double mib, Noise& noise) {
+  while (job.next_step() < steps) {
+    job.Step([&](uint64_t s, uint32_t r) {
+      return 1000 * kMiB + (r == leaker ? mib * kMiB * static_cast<double>(s) : 0.0) +
+             4 * kMiB * noise.Next();
+    });
+  }
+}
+
+void ExpectSameTrend(const MemoryTrend& a, const MemoryTrend& b) {
+  for (MemoryKind k : {MemoryKind::kAllocated, MemoryKind::kReserved}) {
+    ASSERT_EQ(a.rank_series_count(k), b.rank_series_count(k));
+    std::vector<double> ax, ay, bx, by;
+    for (size_t i = 0; i < a.rank_series_count(k); ++i) {
+      EXPECT_EQ(a.rank_of_series(k, i), b.rank_of_series(k, i));
+      EXPECT_EQ(a.rank_series_steps(k, i), b.rank_series_steps(k, i));
+      a.RankPoints(k, i, &ax, &ay);
+      b.RankPoints(k, i, &bx, &by);
+      EXPECT_EQ(ax, bx);
+      EXPECT_EQ(ay, by);
+    }
+    for (uint32_t r = 0; r < a.world_size(); ++r) EXPECT_EQ(a.RankGrowth(k, r), b.RankGrowth(k, r));
+  }
+  EXPECT_EQ(a.ExportState().SerializeAsString(), b.ExportState().SerializeAsString());
+}
+
+TEST(MemoryPerRankTest, RankSeriesAndSummaryRestoreExactly) {
+  // A small world (every rank followed) and a larger one (40 ranks: 32 followed, a summary),
+  // checkpointed mid-block at step 250, restored, and both fed the same steps to step 600.
+  for (uint32_t world : {4u, 40u}) {
+    SCOPED_TRACE(world);
+    Job job(world, 16ull << 30);
+    Noise noise(14);
+    RunLeak(job, 250, world - 1, 0.5, noise);
+    const state::v1::MemoryTrendState saved = job.trend().ExportState();
+    EXPECT_EQ(saved.rank_summaries_size(), world > 32 ? 2 : 0);
+    auto restored = MemoryTrend::FromState(saved, {}, world);
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    ExpectSameTrend(job.trend(), *restored);
+
+    // Both go on with the same steps: the restored one fed from the same window.
+    Job twin(world, 16ull << 30);
+    twin.RestoreTrend(std::move(*restored));
+    Noise a(15), b(15);
+    RunLeak(job, 600, world - 1, 0.5, a);
+    twin.SkipTo(250);
+    RunLeak(twin, 600, world - 1, 0.5, b);
+    ExpectSameTrend(job.trend(), twin.trend());
+    // 350 steps on, the windows are the same too: so are the diagnoses.
+    const MemoryDiagnosis d = job.Diagnose(), e = twin.Diagnose();
+    EXPECT_EQ(d.label, e.label);
+    EXPECT_EQ(d.note, e.note);
+    EXPECT_EQ(d.kinds[0].creep_bytes_per_step, e.kinds[0].creep_bytes_per_step);
+    EXPECT_EQ(d.creep_scope, CreepScope::kRank) << d.note;
+    EXPECT_EQ(d.creep_rank, world - 1) << d.note;
+
+    // State from before per-rank series loads (they start empty); a rank out of range does not.
+    state::v1::MemoryTrendState old = saved;
+    old.clear_rank_series();
+    old.clear_rank_summaries();
+    auto from_old = MemoryTrend::FromState(old, {}, world);
+    ASSERT_TRUE(from_old.ok()) << from_old.status();
+    EXPECT_EQ(from_old->steps(), 250u);
+    for (size_t i = 0; i < from_old->rank_series_count(MemoryKind::kAllocated); ++i) {
+      EXPECT_EQ(from_old->rank_series_steps(MemoryKind::kAllocated, i), 0u);
+    }
+    state::v1::MemoryTrendState damaged = saved;
+    damaged.mutable_rank_series(0)->set_rank(world);
+    EXPECT_EQ(MemoryTrend::FromState(damaged, {}, world).status().code(),
+              absl::StatusCode::kDataLoss);
+  }
+}
+
+TEST(MemoryPerRankTest, SixteenThousandRanksFollowAtMost32AndFindTheLeakingRank) {
+  // 16,384 ranks, rank 9,999 leaks 1 MiB a step on 1,000 MiB, the others flat with +-4 MiB: the
+  // summary picks it at the first selection (step 32), its own series finds it.
+  constexpr uint32_t kWorld = 16384;
+  Job job(kWorld, 80ull << 30);
+  Noise noise(16);
+  RunLeak(job, 400, 9999, 1.0, noise);
+  const MemoryTrend& t = job.trend();
+  EXPECT_FALSE(t.follows_every_rank());
+  for (MemoryKind k : {MemoryKind::kAllocated, MemoryKind::kReserved}) {
+    EXPECT_LE(t.rank_series_count(k), 32u);
+    for (size_t i = 0; i < t.rank_series_count(k); ++i) {
+      EXPECT_LE(t.rank_series_points(k, i), 128u);
+    }
+  }
+  bool followed = false;
+  for (size_t i = 0; i < t.rank_series_count(MemoryKind::kAllocated); ++i) {
+    if (t.rank_of_series(MemoryKind::kAllocated, i) == 9999) {
+      followed = true;
+      EXPECT_EQ(t.rank_series_steps(MemoryKind::kAllocated, i), 400u - 32u);
+    }
+  }
+  EXPECT_TRUE(followed);
+  // The checkpoint: the summary (about 12 bytes a rank a kind) and 32 series of <= 128 points.
+  EXPECT_LT(t.ExportState().ByteSizeLong(), 24u * kWorld + 200'000u);
+  const MemoryDiagnosis d = job.Diagnose();
+  EXPECT_EQ(d.label, MemoryLabel::kCreep) << d.note;
+  EXPECT_EQ(d.creep_scope, CreepScope::kRank);
+  EXPECT_EQ(d.creep_rank, 9999u);
+  EXPECT_NEAR(d.kinds[0].creep_bytes_per_step / kMiB, 1.0, 0.03);
+  EXPECT_NE(d.note.find("over the last 368 steps"), std::string::npos) << d.note;
+  EXPECT_LE(d.kinds[0].rank_trends.size(), 8u);
 }
 
 }  // namespace

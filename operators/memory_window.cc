@@ -21,6 +21,7 @@ MemoryWindow::MemoryWindow(uint32_t world_size, MemoryWindowOptions options)
 const MemoryWindow::Step* MemoryWindow::Add(const AlignedStep& aligned) {
   Step step{aligned.step, 0, {0, 0}, {0, 0}, 0};
   std::vector<double> values[kMemoryKindCount];
+  for (auto& v : incoming_) std::fill(v.begin(), v.end(), 0.0);
   for (const StepSample& s : aligned.samples) {
     if (s.rank >= world_size_ || (s.peak_allocated_bytes == 0 && s.peak_reserved_bytes == 0)) {
       continue;
@@ -53,7 +54,6 @@ const MemoryWindow::Step* MemoryWindow::Add(const AlignedStep& aligned) {
       double* ring = ring_[k].data() + size_t{r} * slots_;
       const double old = ring[slot];
       const double now = incoming_[k][r];
-      incoming_[k][r] = 0;
       ring[slot] = now;
       double& peak = peak_[k][r];
       if (now >= peak) {
@@ -66,6 +66,16 @@ const MemoryWindow::Step* MemoryWindow::Add(const AlignedStep& aligned) {
   steps_.push_back(step);
   if (steps_.size() > slots_) steps_.pop_front();
   return &steps_.back();
+}
+
+void MemoryWindow::RankValues(MemoryKind kind, uint32_t rank, std::vector<double>* out) const {
+  out->clear();
+  if (rank >= world_size_ || ring_[0].empty()) return;
+  const double* ring = ring_[static_cast<int>(kind)].data() + size_t{rank} * slots_;
+  // The oldest step's slot: 0 until the ring is full, then the one written next.
+  const size_t first = steps_.size() < slots_ ? 0 : next_slot_;
+  out->reserve(steps_.size());
+  for (size_t i = 0; i < steps_.size(); ++i) out->push_back(ring[(first + i) % slots_]);
 }
 
 uint64_t MemoryWindow::capacity() const {

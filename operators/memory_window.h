@@ -4,7 +4,9 @@
 //
 // Each rank's values live in a ring of K slots, and its window peak is kept up to date as
 // steps enter and leave (a rank's ring is rescanned only when its peak leaves the window), so
-// reading the peaks costs O(ranks), not O(ranks x K).
+// reading the peaks costs O(ranks), not O(ranks x K). The newest step's value of every rank
+// stays readable (last_values) for the lifetime trend's per-rank series, and one rank's values
+// over the window (RankValues) for the per-rank window policy (operators/memory_diagnosis.h).
 //
 // Not thread-safe: owned by the job's worker thread.
 #pragma once
@@ -48,6 +50,13 @@ class MemoryWindow {
   }
   // Largest capacity reported in the window, 0 when unknown.
   uint64_t capacity() const;
+  // Each rank's peak in the newest step added (0 = no peak of `kind` in it).
+  const std::vector<double>& last_values(MemoryKind kind) const {
+    return incoming_[static_cast<int>(kind)];
+  }
+  // `rank`'s peaks of `kind` over the window, oldest first, one per step of steps() (0 where
+  // it reported none). Replaces `out`'s contents; O(K).
+  void RankValues(MemoryKind kind, uint32_t rank, std::vector<double>* out) const;
 
  private:
   const uint32_t world_size_;
@@ -56,7 +65,7 @@ class MemoryWindow {
   std::deque<Step> steps_;
   std::vector<double> ring_[kMemoryKindCount];  // rank-major: rank * slots_ + slot
   std::vector<double> peak_[kMemoryKindCount];
-  std::vector<double> incoming_[kMemoryKindCount];  // scratch, one value per rank
+  std::vector<double> incoming_[kMemoryKindCount];  // the newest step's value per rank
 };
 
 }  // namespace rankwatch

@@ -250,6 +250,11 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version) 
       "rankwatch_memory_steps_to_full",
       "Projected steps until the device is full at the current creep rate (only while it grows).",
       {"training_job", "kind"});
+  memory_creep_rank_ = r->Gauge(
+      "rankwatch_memory_creep_rank_bytes_per_step",
+      "While a job's memory diagnosis is a creep of one rank: that rank's own growth per step, "
+      "with the kind and the rank's node (one series per job at most).",
+      {"training_job", "kind", "rank", "node"});
 }
 
 MetricCell* DaemonMetrics::InputLost(const std::string& topic, int32_t partition) {
@@ -385,6 +390,14 @@ void DaemonMetrics::PublishMemory(const JobSnapshot& s) {
       memory_steps_to_full_->RemoveSeries({job, kind});
     }
   }
+  std::vector<MetricFamily::Row> rows;
+  if ((m.label == MemoryLabel::kCreep || m.label == MemoryLabel::kCreepEarly) &&
+      m.creep_scope == CreepScope::kRank) {
+    rows.push_back({{job, std::string(MemoryKindName(m.kind)), std::to_string(m.creep_rank),
+                     s.NodeOf(m.creep_rank)},
+                    m.kinds[static_cast<int>(m.kind)].creep_bytes_per_step});
+  }
+  memory_creep_rank_->SetSeriesOf(job, rows);
 }
 
 void DaemonMetrics::CountAlert(AlertKind kind, AlertState state) {
@@ -426,6 +439,7 @@ void DaemonMetrics::RemoveJob(const std::string& job) {
                           memory_pressure_,
                           memory_creep_,
                           memory_steps_to_full_,
+                          memory_creep_rank_,
                           whatif_slowdown_,
                           whatif_verdict_,
                           whatif_stage_,

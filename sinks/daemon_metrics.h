@@ -118,6 +118,7 @@ class DaemonMetrics {
   MetricFamily* memory_pressure_;
   MetricFamily* memory_creep_;
   MetricFamily* memory_steps_to_full_;
+  MetricFamily* memory_creep_rank_;
   MetricFamily* whatif_slowdown_;
   MetricFamily* whatif_verdict_;
   MetricFamily* whatif_stage_;

@@ -57,6 +57,19 @@ void FillMemory(const JobSnapshot& s, v1::MemoryDiagnosis* out) {
     out->set_trend_bytes_per_step(e.trend.bytes_per_step());
     out->set_trend_steady(e.trend.steady);
   }
+  if (m.creep_scope == CreepScope::kRank) out->set_creep_rank(m.creep_rank);
+  out->set_creep_all_ranks(m.creep_scope == CreepScope::kJob);
+  for (const RankTrendEvidence& t : e.rank_trends) {
+    v1::RankMemoryTrend* o = out->add_rank_trends();
+    o->set_rank(t.rank);
+    o->set_node(s.NodeOf(t.rank));
+    o->set_bytes_per_step(t.bytes_per_step());
+    o->set_growth(t.growth);
+    o->set_steady(t.steady);
+    if (t.projected_steps_to_full) o->set_projected_steps_to_full(*t.projected_steps_to_full);
+    o->set_steps(t.steps);
+  }
+  out->set_trend_ranks_followed(e.ranks_followed);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "operators/memory_diagnosis.h"
 #include "operators/step_time/test_windows.h"
 
 namespace rankwatch {
@@ -68,6 +69,53 @@ TEST(DiagnosisProtoTest, NoGcReportsNoGcEvidence) {
   EXPECT_FALSE(out.step().has_gc());
   EXPECT_EQ(Find(out.step(), v1::PHASE_GC), nullptr);
   EXPECT_NE(out.step().cause(), v1::CAUSE_GC);
+}
+
+// Memory per rank on the wire: 4 ranks of ~250 MiB, rank 2 alone leaks 0.5 MiB a step, 300
+// steps, a 64 GiB capacity.
+TEST(DiagnosisProtoTest, AOneRankCreepNamesTheRankAndItsTrend) {
+  constexpr double kMiB = 1024.0 * 1024;
+  MemoryWindow window(4, {});
+  MemoryTrend trend({}, 4);
+  for (uint64_t step = 0; step < 300; ++step) {
+    AlignedStep a{step, 4, false, {}};
+    for (uint32_t r = 0; r < 4; ++r) {
+      StepSample s;
+      s.step = step;
+      s.rank = r;
+      const double wobble = static_cast<double>((step * 7 + r * 3) % 5) * kMiB;
+      s.peak_allocated_bytes =
+          static_cast<uint64_t>(250 * kMiB + wobble + (r == 2 ? 0.5 * kMiB * step : 0));
+      s.device_capacity_bytes = 64ull << 30;
+      a.samples.push_back(s);
+    }
+    if (const MemoryWindow::Step* m = window.Add(a)) trend.Add(*m, &window);
+  }
+  JobSnapshot s;
+  s.training_job = "leaky-rank";
+  s.world_size = 4;
+  s.rank_nodes = std::make_shared<const std::vector<std::string>>(
+      std::vector<std::string>{"n0", "n0", "n1", "n1"});
+  s.memory = DiagnoseMemory(window, &trend, {});
+  v1::Diagnosis out;
+  ToProto(s, 0, &out);
+  const v1::MemoryDiagnosis& m = out.memory();
+  EXPECT_EQ(m.label(), v1::MEMORY_CREEP) << m.note();
+  ASSERT_TRUE(m.has_creep_rank());
+  EXPECT_EQ(m.creep_rank(), 2u);
+  EXPECT_FALSE(m.creep_all_ranks());
+  EXPECT_EQ(m.trend_ranks_followed(), 4u);
+  ASSERT_GE(m.rank_trends_size(), 1);
+  const v1::RankMemoryTrend& t = m.rank_trends(0);
+  EXPECT_EQ(t.rank(), 2u);
+  EXPECT_EQ(t.node(), "n1");
+  EXPECT_NEAR(t.bytes_per_step() / kMiB, 0.5, 0.01);
+  EXPECT_NEAR(m.creep_bytes_per_step() / kMiB, 0.5, 0.01);
+  EXPECT_NEAR(t.growth(), 150.0 / 250, 0.05);
+  EXPECT_TRUE(t.steady());
+  EXPECT_EQ(t.steps(), 300u);
+  EXPECT_TRUE(t.has_projected_steps_to_full());
+  EXPECT_LE(m.rank_trends_size(), 8);
 }
 
 }  // namespace

@@ -9,9 +9,15 @@ diagnosed by `rankwatchd`.
   (from the step end times the job prints), fitted by least squares.
 - Memory that grows for the first 50 steps (a cache filling once), then stays flat, is never
   reported as creep during the run.
+
+Memory per rank (issue #36; MemoryPerRankTest, its own ctest `collectors_memory_rank`):
+
+- Rank 0 alone keeps 0.5 MiB of tensors a step (rank-0-only logging or evaluation code): the
+  median rank stays flat, so the job's trend sees nothing; rank 0's own series is a creep on
+  rank 0 within the job's 400 steps, at rank 0's own rate as measured from outside (its resident
+  size), within 25 %.
 """
 import bisect
-import os
 import statistics
 import threading
 import time
@@ -93,8 +99,19 @@ def leak_rate_per_step(samples, step_ends, from_step):
     return statistics.linear_regression(xs, ys).slope
 
 
-@unittest.skipUnless(torch_available(), "python3-torch is not installed")
-class MemoryTrendTest(unittest.TestCase):
+def measured_rates(ranks, watch, from_step=50):
+    """Each rank's leak rate as measured from outside (resident size against progress, after
+    `from_step` steps), by rank (bytes per step)."""
+    rates = {}
+    for r in ranks:
+        samples = [(t, b) for t, rank, b in watch.rss if rank == r["rank"]]
+        rates[r["rank"]] = leak_rate_per_step(samples, r["step_end_unix"], from_step)
+    return rates
+
+
+class DaemonTest(unittest.TestCase):
+    """A broker and a daemon for the class; run_job runs a 400-step job under a Watch."""
+
     @classmethod
     def setUpClass(cls):
         cls.fleet = Fleet()
@@ -126,15 +143,16 @@ class MemoryTrendTest(unittest.TestCase):
             d.trend_bytes_per_step / MiB, d.trend_steady, d.lifetime_trend))
         return d, ranks, watch
 
+
+@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+class MemoryTrendTest(DaemonTest):
     def test_slow_leak_is_creep_at_its_true_rate(self):
         d, ranks, watch = self.run_job("trend-leak", "--fault-leak-mib-per-step", "0.5")
         # The true rate: each rank's resident size against its progress, after 50 steps.
-        rates = []
-        for r in ranks:
-            samples = [(t, b) for t, rank, b in watch.rss if rank == r["rank"]]
-            rate = leak_rate_per_step(samples, r["step_end_unix"], 50)
-            self.assertIsNotNone(rate, "too few resident-size samples of rank %d" % r["rank"])
-            rates.append(rate)
+        by_rank = measured_rates(ranks, watch)
+        for rank, rate in by_rank.items():
+            self.assertIsNotNone(rate, "too few resident-size samples of rank %d" % rank)
+        rates = [by_rank[r] for r in sorted(by_rank)]
         true_rate = statistics.median(rates)
         first = next((step for step, label, _ in watch.diagnoses if label in CREEP), None)
         print("trend-leak: measured %s MiB a step (median %.3f; injected 0.5); rankwatch %.3f; "
@@ -156,6 +174,47 @@ class MemoryTrendTest(unittest.TestCase):
         self.assertNotIn(service_pb2.MemoryDiagnosisLabel.Name(d.label), CREEP, d.note)
         self.assertGreaterEqual(d.trend_steps, STEPS - 10)  # the trend judged the whole run
         self.assertFalse(d.trend_steady, d.note)
+
+
+@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+class MemoryPerRankTest(DaemonTest):
+    def test_one_rank_leak_is_creep_on_that_rank_at_its_rate(self):
+        name = "rank-leak"
+        d, ranks, watch = self.run_job(name, "--fault-leak-mib-per-step", "0.5", "--fault-leak-rank", "0")
+        rates = measured_rates(ranks, watch)
+        for rank, rate in rates.items():
+            self.assertIsNotNone(rate, "too few resident-size samples of rank %d" % rank)
+        true_rate = rates[0]
+        creeps = [(step, label, note) for step, label, note in watch.diagnoses if label in CREEP]
+        first = creeps[0][0] if creeps else None
+        print("%s: measured %s MiB a step by rank (injected 0.5 on rank 0); rankwatch %.3f on rank %s; "
+              "first reported as creep with the window ending at step %s; rank trends: %s" % (
+                  name, ", ".join("%d: %.3f" % (r, rates[r] / MiB) for r in sorted(rates)), d.creep_bytes_per_step / MiB,
+                  d.creep_rank if d.HasField("creep_rank") else "-", first,
+                  "; ".join("rank %d %.3f MiB a step +%.0f%%%s" % (t.rank, t.bytes_per_step / MiB, t.growth * 100,
+                                                                   " steady" if t.steady else "")
+                            for t in d.rank_trends)))
+        # Named as a creep on rank 0, and only ever on rank 0, within the job's 400 steps.
+        self.assertIn(service_pb2.MemoryDiagnosisLabel.Name(d.label), CREEP, d.note)
+        self.assertTrue(d.HasField("creep_rank"), d.note)
+        self.assertEqual(d.creep_rank, 0, d.note)
+        self.assertFalse(d.creep_all_ranks)
+        for step, label, note in creeps:
+            self.assertIn("rank 0's", note, "step %d" % step)
+        self.assertIsNotNone(first)
+        # At rank 0's own rate, as measured from outside.
+        self.assertLess(abs(d.creep_bytes_per_step - true_rate), 0.25 * true_rate,
+                        "rankwatch %.3f MiB a step, measured %.3f" % (d.creep_bytes_per_step / MiB, true_rate / MiB))
+        self.assertGreater(len(d.rank_trends), 0)
+        self.assertEqual(d.rank_trends[0].rank, 0)
+        self.assertTrue(d.rank_trends[0].steady)
+        self.assertEqual(d.trend_ranks_followed, 4)
+        self.assertIn("; full in ~", d.note)  # a CPU rank's capacity: cgroup or MemTotal
+        # The metric of the culprit rank.
+        samples = parse_metrics(scrape(self.daemon))
+        rate = metric(samples, "rankwatch_memory_creep_rank_bytes_per_step", training_job=name, rank="0")
+        self.assertIsNotNone(rate)
+        self.assertAlmostEqual(rate, d.creep_bytes_per_step, delta=0.05 * d.creep_bytes_per_step)
 
 
 if __name__ == "__main__":
