@@ -12,7 +12,7 @@
 // evaluations that name a straggler are counted per balanced rank-step (the false-positive rate
 // of a long run).
 //
-// Reports per cell: detection rate (the right label naming the right culprit within the 60
+// Reports per cell: detection rate (the right label naming the right culprit within the 100
 // steps), wrong-culprit rate (a straggler label naming anyone else at any step), and the
 // median steps from onset to detection; and false positives: balanced runs (no fault) with a
 // straggler label at any step. Prints a table, the labels the diagnosis gave (at detection, and

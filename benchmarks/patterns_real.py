@@ -10,9 +10,10 @@ collectors/python/examples/ddp_example.py) run N times through one `rankwatch ka
 - drift: rank 2's end of step costs 0.5 ms more each step from step 20; right when pattern
   "drift", rate within 30 % of the measured one, since within -10 ... +30 steps of its start;
 - balanced: 300 steps, no fault; wrong when any diagnosis asked for while it ran (every 0.3 s)
-  or at the end had a straggler label; also counts runs with a memory creep label;
+  or at the end had a straggler or a memory creep label;
 - leak: rank 0 alone keeps 0.5 MiB a step (400 steps); right when `memory.label` is creep at the
-  end (the rate measured from rank 0's resident size is printed beside the daemon's).
+  end, of rank 0 (`creep_rank`), at a rate within 25 % of the one measured from rank 0's resident
+  size (printed beside the daemon's).
 
 The ground truth is what each job measured itself, never the flags. The table gives per case
 the runs right, the balanced runs with a false straggler or creep verdict, the median detection

@@ -209,9 +209,10 @@ void PrintStep(const v1::StepDiagnosis& d) {
     const v1::StragglerEvidence& t = d.straggler();
     std::printf(
         "           test: rank %u %.1f ms a step above the median rank (z %.1f over the newest "
-        "%u steps); %s since step %llu; %.2f rank-s lost a step\n",
+        "%u steps); %s since step %llu%s; %.2f rank-s lost a step\n",
         t.rank(), t.excess_seconds() * 1e3, t.z(), t.steps(), t.pattern().c_str(),
-        static_cast<unsigned long long>(t.since_step()), t.lost_rank_seconds_per_step());
+        static_cast<unsigned long long>(t.since_step()), t.onset_in_window() ? "" : " or earlier",
+        t.lost_rank_seconds_per_step());
   }
   if (d.sharded()) std::printf("           sharded job (forward waits for other ranks too)\n");
   if (d.phases_size() == 0) return;

@@ -418,6 +418,9 @@ MemoryKindEvidence Assess(const MemoryWindow& w, const MemoryTrend* trend,
     e.creep_rank = rank.rank;
     e.creep_bytes_per_step = rank.bytes_per_step;
     if (rank_peak[rank.rank] > 0) now_bytes = rank_peak[rank.rank];
+    e.creep_rank_skew = e.median_peak_bytes > 0 && rank_peak[rank.rank] > 0
+                            ? (rank_peak[rank.rank] - e.median_peak_bytes) / e.median_peak_bytes
+                            : 0.0;
   }
   e.projected_steps_to_full = StepsToFull(capacity, now_bytes, e.creep_bytes_per_step);
   return e;
@@ -466,7 +469,7 @@ std::string CreepNote(const MemoryKindEvidence& e, std::string_view kind, uint64
           "rank {}'s {} memory grows {} MiB per step ({:.0f}% over the window; {:.0f}% above "
           "the median rank){}",
           e.creep_rank, kind, MiBPerStep(e.creep_bytes_per_step),
-          e.rank_window ? e.rank_window->growth * 100 : 0.0, e.skew * 100, full);
+          e.rank_window ? e.rank_window->growth * 100 : 0.0, e.creep_rank_skew * 100, full);
     }
     const RankTrendEvidence* t = nullptr;
     for (const RankTrendEvidence& r : e.rank_trends) {
@@ -483,7 +486,7 @@ std::string CreepNote(const MemoryKindEvidence& e, std::string_view kind, uint64
         "the median rank){}",
         e.creep_rank, kind, MiBPerStep(e.creep_bytes_per_step),
         t->last_half ? "now, steadily over" : "over", whole ? "the job's " : "the last ",
-        Grouped(t->steps), t->growth * 100, e.skew * 100, full);
+        Grouped(t->steps), t->growth * 100, e.creep_rank_skew * 100, full);
   }
   if (e.lifetime_trend) {
     return fmt::format(

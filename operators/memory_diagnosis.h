@@ -163,7 +163,8 @@ struct MemoryKindEvidence {
   MemoryLabel label = MemoryLabel::kNoData;
   Severity severity = Severity::kInfo;
   CreepScope creep_scope = CreepScope::kNone;
-  uint32_t creep_rank = 0;  // with CreepScope::kRank
+  uint32_t creep_rank = 0;     // with CreepScope::kRank
+  double creep_rank_skew = 0;  // (its window peak - the median rank's) / the median rank's
   // Per rank: the ranks the trend follows, and the fitted ones' trends (at most rank_fits):
   // creep labels first, then the fastest.
   uint32_t ranks_followed = 0;

@@ -195,10 +195,11 @@ TestSignal TestSignalOf(CulpritSignal signal) {
 }
 
 // The culprit's evidence (d.straggler): its test on the signal that named it (`reference` when
-// stage 3b computed it, else computed here), what it costs, its pattern and since when.
+// stage 3b computed it, else computed here), what it costs (at least `named_excess`, the excess
+// that named it, a step), its pattern and since when.
 void RecordStragglerTest(const StepWindow& w, const OwnTimeSignals& t, TestSignal signal,
-                         uint32_t rank, const SignalReference* reference, double burden,
-                         const StepDiagnosisOptions& o, StepDiagnosis& d) {
+                         double named_excess, uint32_t rank, const SignalReference* reference,
+                         double burden, const StepDiagnosisOptions& o, StepDiagnosis& d) {
   SignalReference own_reference;
   if (reference == nullptr || !reference->present) {
     own_reference = ReferenceOf(w, signal, t.blocked);
@@ -223,10 +224,12 @@ void RecordStragglerTest(const StepWindow& w, const OwnTimeSignals& t, TestSigna
   st.drift_seconds_per_step = pattern.drift_seconds_per_step;
   // Under synchronisation every rank of the step waits for the culprit; otherwise only the
   // culprit ranks lose their own excess.
+  // The excess that costs is the larger of the test's and the one that named the culprit (a
+  // share score's window excess, a GC excess): the test leaves a few stalls out.
   const double ranks = t.synchronized
                            ? static_cast<double>(w.last_ranks_present())
                            : static_cast<double>(std::max<size_t>(1, d.culprit_ranks.size()));
-  st.lost_rank_seconds_per_step = std::max(0.0, test.excess) * ranks;
+  st.lost_rank_seconds_per_step = std::max({0.0, test.excess, named_excess}) * ranks;
 }
 
 // Severity by share (the spec's straggler_crit) or by cost (straggler_crit_lost_ranks).
@@ -292,8 +295,12 @@ Verdict StragglerVerdict(const StepWindow& w, const StragglerScores& scores,
                            ? scores.own.score()
                            : std::max(scores.input_hit ? scores.input.score() : 0,
                                       scores.compute_hit ? scores.compute.score() : 0);
-  RecordStragglerTest(w, own_time, TestSignalOf(culprit.signal), culprit.rank, nullptr,
-                      scores.burden, o, d);
+  const double named_excess =
+      culprit.rank < culprit.excess.size() && Known(culprit.excess[culprit.rank])
+          ? culprit.excess[culprit.rank]
+          : 0.0;
+  RecordStragglerTest(w, own_time, TestSignalOf(culprit.signal), named_excess, culprit.rank,
+                      nullptr, scores.burden, o, d);
   const double step_median = signals.step().median_seconds;
   note += PatternText(d, step_median);
   return {label, StragglerSeverity(score, d, step_median, o), std::move(note)};
@@ -336,8 +343,11 @@ Verdict StatisticalVerdict(const StepWindow& w, StragglerScores scores, const St
   set.ranks = {culprit.rank};
   if (!set.node.empty()) {
     std::vector<uint32_t> node_ranks, hits;
+    // At most kReferenceRanks of the node's ranks are tested (a node named for a whole job
+    // would otherwise make this O(ranks x steps)); the share of them that pass decides.
     for (uint32_t r = 0; r < rank_nodes.size() && r < w.world_size(); ++r) {
       if (rank_nodes[r] != set.node) continue;
+      if (node_ranks.size() == kReferenceRanks) break;
       node_ranks.push_back(r);
       const ExcessTestResult x =
           TestExcess(SeriesOf(w, named.signal, own_time.blocked, named.reference, r),
@@ -362,8 +372,8 @@ Verdict StatisticalVerdict(const StepWindow& w, StragglerScores scores, const St
   const StepLabel label = d.cause == StragglerCause::kInput     ? StepLabel::kInputStraggler
                           : d.cause == StragglerCause::kCompute ? StepLabel::kComputeStraggler
                                                                 : StepLabel::kStraggler;
-  RecordStragglerTest(w, own_time, named.signal, culprit.rank, &named.reference, scores.burden, o,
-                      d);
+  RecordStragglerTest(w, own_time, named.signal, named.best.excess, culprit.rank, &named.reference,
+                      scores.burden, o, d);
   const double step_median = signals.step().median_seconds;
   note += PatternText(d, step_median);
   return {label, StragglerSeverity(share(named), d, step_median, o), std::move(note)};
@@ -403,7 +413,7 @@ std::optional<Verdict> GcVerdict(const StepWindow& w, const StragglerScores& sco
   d.culprit_phase = Phase::kWait;
   d.own_score = std::max(d.own_score, score);
   SetGcRank(s, rank, d.gc);
-  RecordStragglerTest(w, own_time, TestSignal::kOwn, rank, nullptr, scores.burden, o, d);
+  RecordStragglerTest(w, own_time, TestSignal::kOwn, excess, rank, nullptr, scores.burden, o, d);
   const double step_median = s.step().median_seconds;
   return Verdict{StepLabel::kStraggler, StragglerSeverity(score, d, step_median, o),
                  StragglerNote(culprit, set, why, s, none) + PatternText(d, step_median)};

@@ -62,7 +62,7 @@ class StepWindow {
   struct Step {
     uint64_t step;
     uint32_t ranks_present;
-    std::vector<Entry> entries;
+    std::vector<Entry> entries;  // in the aligned step's sample order: ascending rank
   };
   // The steps of the window, oldest first.
   const std::deque<Step>& steps() const { return steps_; }

@@ -194,11 +194,12 @@ void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out
     e->set_rank(t.rank);
     e->set_excess_seconds(t.excess_seconds);
     e->set_noise_seconds(t.noise_seconds);
-    e->set_z(std::isfinite(t.z) ? t.z : 0.0);
+    e->set_z(std::isfinite(t.z) ? t.z : (t.z > 0 ? 1e9 : 0.0));
     e->set_steps(t.steps);
     e->set_lost_rank_seconds_per_step(t.lost_rank_seconds_per_step);
     e->set_since_step(t.since_step);
     e->set_onset_in_window(t.onset_in_window);
+    e->set_from_statistical_test(d.from_statistical_test);
     e->set_pattern(std::string(StragglerPatternName(t.pattern)));
     e->set_period_steps(t.period_steps);
     e->set_stall_seconds(t.stall_seconds);

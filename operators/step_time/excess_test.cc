@@ -10,18 +10,14 @@
 namespace rankwatch::step_time {
 namespace {
 
-// Rank `rank`'s entry in `step`, or null. Entries come in rank order from the aligner; any
-// order is handled.
+// Rank `rank`'s entry in `step`, or null. Entries come in rank order from the aligner
+// (StepWindow::Step): O(1) for a complete step, O(log ranks) otherwise.
 const StepWindow::Entry* EntryOf(const StepWindow::Step& step, uint32_t rank) {
   const auto& e = step.entries;
   if (rank < e.size() && e[rank].rank == rank) return &e[rank];
   auto it = std::lower_bound(e.begin(), e.end(), rank,
                              [](const StepWindow::Entry& a, uint32_t r) { return a.rank < r; });
-  if (it != e.end() && it->rank == rank) return &*it;
-  for (const StepWindow::Entry& x : e) {
-    if (x.rank == rank) return &x;
-  }
-  return nullptr;
+  return it != e.end() && it->rank == rank ? &*it : nullptr;
 }
 
 double Mean(const double* v, size_t n) {
@@ -239,7 +235,7 @@ ExcessPattern DescribeExcess(const ExcessSeries& s, const SignalReference& ref, 
   double baseline = 0;
   const std::vector<bool> stall = StallSteps(s, ref, burden, o, &baseline);
   const std::vector<size_t> at = Positions(stall);
-  if (at.size() >= o.pattern_min_stalls) {
+  if (StallsCount(s, at, o)) {
     const StallTimes times = TimesOf(s, at);
     std::vector<double> lengths;
     for (size_t i : at) lengths.push_back(s.excess[i] - baseline);

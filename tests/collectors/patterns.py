@@ -180,7 +180,17 @@ def verdict_failures(case, d, t, figures=True):
     s, e = d.step, d.step.straggler
     if case == "leak":
         m = service_pb2.MemoryDiagnosisLabel.Name(d.memory.label)
-        return [] if m in CREEP_LABELS else ["memory label %s, not creep" % m]
+        if m not in CREEP_LABELS:
+            return ["memory label %s, not creep" % m]
+        if not d.memory.HasField("creep_rank") or d.memory.creep_rank != CASES[case]["rank"]:
+            return ["creep of %s, not of rank %d" % (
+                "rank %d" % d.memory.creep_rank if d.memory.HasField("creep_rank") else "the job",
+                CASES[case]["rank"])]
+        rate = d.memory.creep_bytes_per_step
+        if figures and t.get("rate") and abs(rate - t["rate"]) > 0.25 * t["rate"]:
+            return ["creep %.3f MiB a step, rank %d's resident size grew %.3f" % (
+                rate / 2**20, CASES[case]["rank"], t["rate"] / 2**20)]
+        return []
     if case == "balanced":
         return ["straggler label %s, culprits %s" % (label(d), list(s.culprit_ranks))] \
             if label(d) in STRAGGLER_LABELS else []
@@ -239,6 +249,8 @@ def judge(outcome):
         facts.update(false_straggler=len(wrong) > 0, false_creep=len(creep) > 0)
         if wrong:
             failures.append("a straggler while it ran: %s (%d of %d diagnoses)" % (wrong[0], len(wrong), len(watched)))
+        if creep:
+            failures.append("a memory creep while it ran: %s (%d of %d diagnoses)" % (creep[0], len(creep), len(watched)))
         return failures, facts
     first_right = next((d for d in watched if not verdict_failures(case, d, t, figures=False)), None)
     onset = {"stall": t.get("first"), "drift": t.get("first"), "leak": 0}[case]
