@@ -271,6 +271,24 @@ std::string PatternText(const StepDiagnosis& d, double step_median) {
   return out;
 }
 
+// Stages 5 and 6 for a culprit and its scope: its cause (Attribute), the note, the culprit in
+// `d`; returns the straggler label its cause gives.
+StepLabel RecordCulprit(const Culprit& culprit, CulpritSet set, const StragglerScores& scores,
+                        const WindowSignals& signals, const OwnTimeSignals& own_time,
+                        StepDiagnosis& d, std::string* note) {
+  const Attribution why = Attribute(culprit, scores, signals, own_time);
+  *note = StragglerNote(culprit, set, why, signals, own_time);
+  d.cause = why.cause;
+  d.scope = set.scope;
+  d.culprit_ranks = std::move(set.ranks);
+  d.culprit_node = std::move(set.node);
+  d.culprit_phase = why.phase.phase;
+  SetGcRank(signals, culprit.rank, d.gc);
+  return d.cause == StragglerCause::kInput     ? StepLabel::kInputStraggler
+         : d.cause == StragglerCause::kCompute ? StepLabel::kComputeStraggler
+                                               : StepLabel::kStraggler;
+}
+
 // Stages 4 to 6, once a straggler score reached the threshold: the culprit and its scope, the
 // cause, the note. Records the culprit.
 Verdict StragglerVerdict(const StepWindow& w, const StragglerScores& scores,
@@ -279,18 +297,10 @@ Verdict StragglerVerdict(const StepWindow& w, const StragglerScores& scores,
                          StepDiagnosis& d) {
   const Culprit culprit = ChooseCulprit(scores, signals, own_time);
   CulpritSet set = ScopeOf(culprit, rank_nodes, o);
-  const Attribution why = Attribute(culprit, scores, signals, own_time);
-  std::string note = StragglerNote(culprit, set, why, signals, own_time);
   d.from_onset_window = culprit.from_onset_window;
-  d.cause = why.cause;
-  d.scope = set.scope;
-  d.culprit_ranks = std::move(set.ranks);
-  d.culprit_node = std::move(set.node);
-  d.culprit_phase = why.phase.phase;
-  SetGcRank(signals, culprit.rank, d.gc);
-  const StepLabel label = d.cause == StragglerCause::kInput     ? StepLabel::kInputStraggler
-                          : d.cause == StragglerCause::kCompute ? StepLabel::kComputeStraggler
-                                                                : StepLabel::kStraggler;
+  std::string note;
+  const StepLabel label =
+      RecordCulprit(culprit, std::move(set), scores, signals, own_time, d, &note);
   const double score = culprit.signal == CulpritSignal::kOwn
                            ? scores.own.score()
                            : std::max(scores.input_hit ? scores.input.score() : 0,
@@ -360,18 +370,10 @@ Verdict StatisticalVerdict(const StepWindow& w, StragglerScores scores, const St
       set.ranks = std::move(hits);
     }
   }
-  const Attribution why = Attribute(culprit, scores, signals, own_time);
-  std::string note = StragglerNote(culprit, set, why, signals, own_time);
   d.from_statistical_test = true;
-  d.cause = why.cause;
-  d.scope = set.scope;
-  d.culprit_ranks = std::move(set.ranks);
-  d.culprit_node = std::move(set.node);
-  d.culprit_phase = why.phase.phase;
-  SetGcRank(signals, culprit.rank, d.gc);
-  const StepLabel label = d.cause == StragglerCause::kInput     ? StepLabel::kInputStraggler
-                          : d.cause == StragglerCause::kCompute ? StepLabel::kComputeStraggler
-                                                                : StepLabel::kStraggler;
+  std::string note;
+  const StepLabel label =
+      RecordCulprit(culprit, std::move(set), scores, signals, own_time, d, &note);
   RecordStragglerTest(w, own_time, named.signal, named.best.excess, culprit.rank, &named.reference,
                       scores.burden, o, d);
   const double step_median = signals.step().median_seconds;
