@@ -120,10 +120,15 @@ KafkaConsumerOptions ConsumerOptions(const DaemonConfig& config, const std::stri
                                                const std::vector<int32_t>& ids) {
     if (t == topic) tasks->OnRevoked(ids, Clock::now(), WallNowUnixNs());
   };
+  consumer_options.on_start = [topic, router](const std::string& t, int32_t partition,
+                                              int64_t offset) {
+    if (t == topic) router->StartsAt(partition, offset);
+  };
   consumer_options.on_lost = [topic, router, metrics](const std::string& t, int32_t partition,
-                                                      int64_t expected, int64_t got) {
+                                                      int64_t expected, int64_t got,
+                                                      int64_t log_end) {
     metrics->InputLost(t, partition)->Add(static_cast<double>(got - expected));
-    if (t == topic) router->InputLost(partition, static_cast<uint64_t>(got - expected));
+    if (t == topic) router->InputLost(partition, static_cast<uint64_t>(got - expected), log_end);
   };
   return consumer_options;
 }

@@ -97,23 +97,37 @@ void KafkaConsumer::OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
     // Offsets are state: start where the daemon's own checkpoint says, not where Kafka's
     // committed offsets (kept for lag monitoring) say.
     for (const auto& [topic, indexes] : by_topic) {
-      if (!self->options_.on_assigned) break;
       std::vector<int32_t> ids;
       for (int i : indexes) ids.push_back(partitions->elems[i].partition);
-      const std::vector<std::optional<int64_t>> offsets = self->options_.on_assigned(topic, ids);
+      const std::vector<std::optional<int64_t>> offsets =
+          self->options_.on_assigned ? self->options_.on_assigned(topic, ids)
+                                     : std::vector<std::optional<int64_t>>();
+      const bool telemetry = topic == self->options_.topic;
       for (int32_t id : ids) {
-        if (topic == self->options_.topic) {
+        if (telemetry) {
           self->next_offset_.erase(id);
           self->progress_.erase(id);
         }
       }
-      for (size_t k = 0; k < indexes.size() && k < offsets.size(); ++k) {
+      std::vector<int32_t> unstored;
+      for (size_t k = 0; k < indexes.size(); ++k) {
         rd_kafka_topic_partition_t& tp = partitions->elems[indexes[k]];
-        if (!offsets[k]) continue;
+        if (k >= offsets.size() || !offsets[k]) {
+          unstored.push_back(tp.partition);
+          continue;
+        }
         tp.offset = *offsets[k];
-        if (topic == self->options_.topic) self->next_offset_[tp.partition] = *offsets[k];
+        if (telemetry) self->next_offset_[tp.partition] = *offsets[k];
         spdlog::info("kafka: {} [{}] resumes at stored offset {}", tp.topic, tp.partition,
                      *offsets[k]);
+      }
+      // Before the partitions are assigned, so before anything is fetched: a burst that moves a
+      // log's start past where this member's input begins is a loss from the first read on.
+      if (telemetry && !unstored.empty()) {
+        for (const auto& [id, start] : self->StartPositions(unstored)) {
+          self->next_offset_[id] = start;
+          if (self->options_.on_start) self->options_.on_start(topic, id, start);
+        }
       }
     }
     if (cooperative) {
@@ -162,6 +176,66 @@ void KafkaConsumer::Close() {
   }
 }
 
+std::map<int32_t, int64_t> KafkaConsumer::StartPositions(const std::vector<int32_t>& partitions) {
+  std::map<int32_t, int64_t> out;
+  const char* topic = options_.topic.c_str();
+  const int timeout_ms = static_cast<int>(kStartQueryTimeout.count());
+  // The group's committed offsets: where librdkafka starts reading when none is stored.
+  KafkaPartitionList committed(
+      rd_kafka_topic_partition_list_new(static_cast<int>(partitions.size())));
+  for (int32_t p : partitions) rd_kafka_topic_partition_list_add(committed.get(), topic, p);
+  const rd_kafka_resp_err_t committed_err =
+      rd_kafka_committed(rk_.get(), committed.get(), timeout_ms);
+  if (committed_err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    spdlog::warn(
+        "kafka: the group's committed offsets of {} could not be read ({}): input is taken to "
+        "begin at the log's end",
+        topic, rd_kafka_err2str(committed_err));
+  }
+  // The others begin where their logs end now: ListOffsets with the "latest" timestamp (-1).
+  KafkaPartitionList ends(rd_kafka_topic_partition_list_new(static_cast<int>(partitions.size())));
+  for (int i = 0; i < committed->cnt; ++i) {
+    const rd_kafka_topic_partition_t& tp = committed->elems[i];
+    if (committed_err == RD_KAFKA_RESP_ERR_NO_ERROR && tp.err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+        tp.offset >= 0) {
+      out[tp.partition] = tp.offset;
+    } else {
+      rd_kafka_topic_partition_list_add(ends.get(), topic, tp.partition)->offset =
+          RD_KAFKA_OFFSET_END;
+    }
+  }
+  const size_t from_committed = out.size();
+  if (ends->cnt > 0) {
+    const rd_kafka_resp_err_t e = rd_kafka_offsets_for_times(rk_.get(), ends.get(), timeout_ms);
+    std::vector<int32_t> unknown;
+    for (int i = 0; i < ends->cnt; ++i) {
+      const rd_kafka_topic_partition_t& tp = ends->elems[i];
+      if (e == RD_KAFKA_RESP_ERR_NO_ERROR && tp.err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+          tp.offset >= 0) {
+        out[tp.partition] = tp.offset;
+      } else {
+        unknown.push_back(tp.partition);
+      }
+    }
+    if (!unknown.empty()) {
+      spdlog::warn(
+          "kafka: where the logs of {} partitions of {} end could not be read ({}): messages "
+          "lost there before the first read go uncounted",
+          unknown.size(), topic,
+          rd_kafka_err2str(e != RD_KAFKA_RESP_ERR_NO_ERROR ? e : RD_KAFKA_RESP_ERR__TIMED_OUT));
+    }
+  }
+  for (const auto& [partition, start] : out) {
+    spdlog::debug("kafka: {} [{}] has no stored offset; its input begins at offset {}", topic,
+                  partition, start);
+  }
+  spdlog::info(
+      "kafka: {} partitions of {} without a stored offset: input begins at the group's committed "
+      "offset in {}, at the log's end now in {}",
+      partitions.size(), topic, from_committed, out.size() - from_committed);
+  return out;
+}
+
 void KafkaConsumer::ReportLoss(const char* topic, int32_t partition, int64_t expected, int64_t got,
                                const std::string& where) {
   spdlog::warn(
@@ -170,7 +244,10 @@ void KafkaConsumer::ReportLoss(const char* topic, int32_t partition, int64_t exp
       "its producers, or a broker keeping too little); the diagnoses of the jobs on this "
       "partition miss their steps",
       topic, partition, got - expected, expected, where);
-  if (options_.on_lost) options_.on_lost(topic, partition, expected, got);
+  const std::optional<Watermarks> bounds = CachedWatermarks(rk_.get(), topic, partition);
+  if (options_.on_lost) {
+    options_.on_lost(topic, partition, expected, got, bounds ? std::max(bounds->high, got) : got);
+  }
 }
 
 void KafkaConsumer::CheckContinuity(const rd_kafka_message_t* m) {

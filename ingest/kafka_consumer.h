@@ -51,12 +51,23 @@ struct KafkaConsumerOptions {
   // Partitions were revoked (or lost): the member must hand them over. Runs inside Poll,
   // before they are unassigned.
   std::function<void(const std::string& topic, const std::vector<int32_t>& partitions)> on_revoked;
+  // A partition of `topic` was assigned with no stored offset: this member's input there
+  // begins at `offset` — the group's committed offset, or else the end of the partition's log
+  // when it was assigned (what was produced before that was another's to read, or nobody's;
+  // the consumer still reads what the log keeps of it, from its start). Messages from `offset`
+  // on that are gone before they are read are reported to on_lost, even before the first
+  // fetch. The owner keeps it as the partition's position until something is read there.
+  // Runs inside Poll, after on_assigned.
+  std::function<void(const std::string& topic, int32_t partition, int64_t offset)> on_start;
   // Messages of a partition were skipped: the consumer's position jumped from `expected` (the
   // next offset it should have read) to `got`, because the messages in between are gone from
-  // the broker (retention, the log start moved past the position, an offset reset). Called
-  // once per event, inside Poll, before the message at `got` is handed out; the consumer has
-  // logged one warning with the offsets.
-  std::function<void(const std::string& topic, int32_t partition, int64_t expected, int64_t got)>
+  // the broker (retention, the log start moved past the position, an offset reset).
+  // `log_end` is where the log ended when the loss was found (the lost messages were produced
+  // before it; the end offset or `got` when unknown). Called once per event, inside Poll,
+  // before the message at `got` is handed out; the consumer has logged one warning with the
+  // offsets.
+  std::function<void(const std::string& topic, int32_t partition, int64_t expected, int64_t got,
+                     int64_t log_end)>
       on_lost;
 };
 
@@ -95,6 +106,11 @@ class KafkaConsumer {
   static void OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
                           rd_kafka_topic_partition_list_t* partitions, void* opaque);
 
+  // Partitions of the telemetry topic assigned without a stored offset: where this member's
+  // input begins in each (the group's committed offset, else the log's end; two requests for
+  // all of them, at most kStartQueryTimeout each). Partitions it cannot learn are left out, with
+  // a warning.
+  std::map<int32_t, int64_t> StartPositions(const std::vector<int32_t>& partitions);
   // Checks message `m` against the next offset expected on its partition, and reports a loss.
   void CheckContinuity(const rd_kafka_message_t* m);
   // Every kStuckCheckInterval: a partition whose position the broker's log has started past
@@ -106,6 +122,7 @@ class KafkaConsumer {
   void ReportLoss(const char* topic, int32_t partition, int64_t expected, int64_t got,
                   const std::string& where);
 
+  static constexpr std::chrono::milliseconds kStartQueryTimeout{10000};
   static constexpr std::chrono::milliseconds kStuckCheckInterval{250};
   static constexpr std::chrono::milliseconds kStuckAfter{1000};
   // A stuck partition resumes this fraction of the retained log past its start (doubled for

@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -243,7 +244,8 @@ TEST(KafkaConsumerTest, ResumingBehindAMovingLogStartReadsOnAndCountsWhatItSkipp
   o.on_assigned = [&](const std::string&, const std::vector<int32_t>& partitions) {
     return std::vector<std::optional<int64_t>>(partitions.size(), next);
   };
-  o.on_lost = [&](const std::string& topic, int32_t partition, int64_t expected, int64_t got) {
+  o.on_lost = [&](const std::string& topic, int32_t partition, int64_t expected, int64_t got,
+                  int64_t) {
     EXPECT_EQ(topic, "moving");
     EXPECT_EQ(partition, 0);
     losses.push_back({expected, got});
@@ -276,6 +278,127 @@ TEST(KafkaConsumerTest, ResumingBehindAMovingLogStartReadsOnAndCountsWhatItSkipp
   EXPECT_GT(losses.front().got, 0);
   EXPECT_TRUE(in_order) << "a message or a loss did not start where the last one ended";
   EXPECT_EQ(handled + skipped, next) << "offsets 0.." << next << ": each read or counted lost";
+}
+
+// Publishes `count` messages of 1 KiB to partition 0 of `topic` and waits until the broker has
+// them all.
+void PublishKilobytes(const std::string& brokers, const std::string& topic, int count) {
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  char err[256];
+  rd_kafka_conf_set(conf, "bootstrap.servers", brokers.c_str(), err, sizeof(err));
+  rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
+  rd_kafka_conf_set(conf, "linger.ms", "5", err, sizeof(err));
+  rd_kafka_t* producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+  ASSERT_NE(producer, nullptr) << err;
+  const std::string payload(1024, 'x');
+  for (int i = 0; i < count; ++i) {
+    while (rd_kafka_producev(producer, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(0),
+                             RD_KAFKA_V_VALUE(const_cast<char*>(payload.data()), payload.size()),
+                             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                             RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+      rd_kafka_poll(producer, 10);
+    }
+  }
+  EXPECT_EQ(rd_kafka_flush(producer, 30000), RD_KAFKA_RESP_ERR_NO_ERROR);
+  rd_kafka_destroy(producer);
+}
+
+// What a consumer of partition 0 of `topic` saw, with no stored offset: where its input began
+// (on_start), the losses it reported, and the messages it read.
+struct FirstRead {
+  std::optional<int64_t> start;
+  struct Loss {
+    int64_t expected, got, log_end;
+  };
+  std::vector<Loss> losses;
+  int64_t first_read = -1, last_read = -1, read = 0;
+};
+
+// A consumer of group `group` joins; once its partition is assigned, before anything can be
+// fetched (inside the rebalance, right after on_start), `burst` runs. It reads until it has
+// the offset before `until`.
+FirstRead ReadFromAssignment(const std::string& brokers, const std::string& topic,
+                             const std::string& group, const std::function<void()>& burst,
+                             int64_t until) {
+  FirstRead seen;
+  KafkaConsumerOptions o;
+  o.brokers = brokers;
+  o.topic = topic;
+  o.group = group;
+  o.properties = {{"log_level", "0"}};
+  o.on_assigned = [](const std::string&, const std::vector<int32_t>& partitions) {
+    return std::vector<std::optional<int64_t>>(partitions.size());  // nothing stored
+  };
+  o.on_start = [&](const std::string& t, int32_t partition, int64_t offset) {
+    EXPECT_EQ(t, topic);
+    EXPECT_EQ(partition, 0);
+    seen.start = offset;
+    burst();
+  };
+  o.on_lost = [&](const std::string&, int32_t, int64_t expected, int64_t got, int64_t log_end) {
+    seen.losses.push_back({expected, got, log_end});
+  };
+  auto consumer = KafkaConsumer::Create(o);
+  EXPECT_TRUE(consumer.ok()) << consumer.status();
+  if (!consumer.ok()) return seen;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (seen.last_read + 1 < until && std::chrono::steady_clock::now() < deadline) {
+    (*consumer)->Poll(50ms, 500, [&](const KafkaMessage& m) {
+      if (seen.first_read < 0) seen.first_read = m.offset;
+      seen.last_read = m.offset;
+      ++seen.read;
+    });
+  }
+  (*consumer)->Close();  // commits what it read
+  return seen;
+}
+
+// A consumer with no stored offset is assigned its partition, and a burst larger than the
+// development broker keeps (5 MiB a partition) is published before its first fetch: the log
+// starts past everything published since the assignment. That is a loss from the log's end at
+// the assignment, reported before the first message; what was published before the assignment
+// and deleted too was never this consumer's to read.
+TEST(KafkaConsumerTest, ALossBeforeTheFirstFetchIsCountedFromTheLogEndAtAssignment) {
+  auto broker = EmbeddedBroker::Start({"first", 1, 1, /*changelog_topic=*/false, ""});
+  ASSERT_TRUE(broker.ok()) << broker.status();
+  const std::string brokers = (*broker)->bootstrap();
+  PublishKilobytes(brokers, "first", 1000);  // before the consumer: kept, and read
+  const FirstRead seen = ReadFromAssignment(
+      brokers, "first", "first-test", [&] { PublishKilobytes(brokers, "first", 15000); }, 16000);
+  ASSERT_TRUE(seen.start.has_value());
+  EXPECT_EQ(*seen.start, 1000) << "input begins where the log ended at the assignment";
+  ASSERT_EQ(seen.losses.size(), 1u);
+  EXPECT_EQ(seen.losses[0].expected, 1000);
+  EXPECT_EQ(seen.losses[0].got, seen.first_read) << "the loss ends where reading began";
+  EXPECT_GT(seen.first_read, 1000) << "the burst moved the log's start past the assignment";
+  EXPECT_EQ(seen.losses[0].log_end, 16000);
+  EXPECT_EQ(seen.last_read, 15999);
+  EXPECT_EQ(seen.read + (seen.losses[0].got - seen.losses[0].expected), 15000)
+      << "every message since the assignment read or counted lost";
+}
+
+// A group that read part of a partition and left (its offsets committed) comes back with no
+// stored state (a daemon whose state directory was lost): its input begins at the committed
+// offset, and what the log lost past it meanwhile is counted.
+TEST(KafkaConsumerTest, ALossBeforeTheFirstFetchIsCountedFromTheCommittedOffset) {
+  auto broker = EmbeddedBroker::Start({"again", 1, 1, /*changelog_topic=*/false, ""});
+  ASSERT_TRUE(broker.ok()) << broker.status();
+  const std::string brokers = (*broker)->bootstrap();
+  PublishKilobytes(brokers, "again", 500);
+  const FirstRead before = ReadFromAssignment(
+      brokers, "again", "again-test", [] {}, 500);
+  ASSERT_EQ(before.last_read, 499);
+  EXPECT_TRUE(before.losses.empty());
+  PublishKilobytes(brokers, "again", 15000);  // nobody reads: the log's start moves past 500
+  const FirstRead after = ReadFromAssignment(
+      brokers, "again", "again-test", [] {}, 15500);
+  ASSERT_TRUE(after.start.has_value());
+  EXPECT_EQ(*after.start, 500) << "the group's committed offset";
+  ASSERT_EQ(after.losses.size(), 1u);
+  EXPECT_EQ(after.losses[0].expected, 500);
+  EXPECT_EQ(after.losses[0].got, after.first_read);
+  EXPECT_EQ(after.last_read, 15499);
+  EXPECT_EQ(after.read + (after.losses[0].got - 500), 15000);
 }
 
 // Seconds from creating a member until the group has assigned it `partitions` partitions

@@ -310,8 +310,8 @@ absl::Status JobRouter::RestorePartition(const StateStore& store, int32_t partit
   return s;
 }
 
-void JobRouter::InputLost(int32_t partition, uint64_t messages) {
-  if (auto it = tasks_.find(partition); it != tasks_.end()) it->second->InputLost(messages);
+void JobRouter::InputLost(int32_t partition, uint64_t messages, int64_t log_end) {
+  TaskOf(partition).InputLost(messages, log_end);
 }
 
 void JobRouter::ReleasePartition(int32_t partition) {

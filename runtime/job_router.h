@@ -91,8 +91,12 @@ class JobRouter {
   // Drops the task of `partition`: its jobs leave memory, metrics and snapshots; their stored
   // state stays (another instance owns the partition now). Checkpoint first.
   void ReleasePartition(int32_t partition);
-  // `messages` of `partition` were lost before they were read: its jobs are marked.
-  void InputLost(int32_t partition, uint64_t messages);
+  // `partition` was assigned with no stored position: its input begins at `offset` (see
+  // PartitionTask::StartsAt).
+  void StartsAt(int32_t partition, int64_t offset) { TaskOf(partition).StartsAt(offset); }
+  // `messages` of `partition` were lost before they were read, all produced before `log_end`:
+  // its jobs are marked, and so are jobs first seen there before it reads up to `log_end`.
+  void InputLost(int32_t partition, uint64_t messages, int64_t log_end);
 
   // The jobs of `partition`'s task.
   std::vector<std::string> JobsOf(int32_t partition) const;

@@ -150,5 +150,40 @@ TEST_F(JobRouterCheckpointTest, SpreadCheckpointsRestoreEveryJobExactly) {
   for (const auto& [job, s] : *snap) EXPECT_EQ(s->aligned_steps, 9u) << job;
 }
 
+// A partition assigned with no stored offset stores where its input begins before anything is
+// read there, so that a restart before the first read still knows it.
+TEST_F(JobRouterCheckpointTest, APartitionWithoutAStoredOffsetStoresWhereItsInputBegins) {
+  JobRouter router(options, {&metrics, &snapshots});
+  router.StartsAt(2, 500);
+  Checkpoint c;
+  router.Checkpoint(&c, t0, 0);
+  EXPECT_EQ(Read(std::move(c)).offsets, (std::map<int32_t, int64_t>{{2, 500}}));
+  router.HandleMessage(EncodedStep("p2-0", 1), 2, 500, t0, 0);
+  Checkpoint d;
+  router.Checkpoint(&d, t0, 0);
+  EXPECT_EQ(Read(std::move(d)).offsets, (std::map<int32_t, int64_t>{{2, 501}}));
+}
+
+// Messages lost before the first read mark the jobs found after the gap, up to where the log
+// ended when the loss was found; a job first seen after that was not among them.
+TEST_F(JobRouterCheckpointTest, ALossBeforeTheFirstReadMarksTheJobsFoundAfterIt) {
+  JobRouter router(options, {&metrics, &snapshots});
+  router.StartsAt(0, 0);
+  router.HandleMessage(EncodedStep("other", 1), 1, 0, t0, 0);  // another partition
+  router.InputLost(0, 700, /*log_end=*/1000);
+  int64_t offset = 700;
+  for (uint64_t step = 1; offset < 1000; ++step) {
+    router.HandleMessage(EncodedStep("burst", step), 0, offset++, t0, 0);
+  }
+  router.HandleMessage(EncodedStep("later", 1), 0, offset++, t0, 0);
+  router.InputLost(0, 5, /*log_end=*/1006);  // a second loss marks the jobs there
+  router.Tick(t0, 0);
+  auto snap = snapshots.Get();
+  ASSERT_EQ(snap->size(), 3u);
+  EXPECT_EQ(snap->at("burst")->input_lost_messages, 705u);
+  EXPECT_EQ(snap->at("later")->input_lost_messages, 5u);
+  EXPECT_EQ(snap->at("other")->input_lost_messages, 0u);
+}
+
 }  // namespace
 }  // namespace rankwatch

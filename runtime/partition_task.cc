@@ -66,6 +66,8 @@ void PartitionTask::Add(const v1::Batch& batch, TimePoint now, int64_t wall_now_
                   std::make_unique<JobPipeline>(source.training_job(), source.world_size(),
                                                 options_->pipeline),
                   now);
+    // Its first records may have been among messages lost just before.
+    if (recent_loss_) job->pipeline->NoteInputLost(recent_loss_->messages);
   }
   job->last_input = now;
   if (job->expired) {
@@ -91,14 +93,23 @@ void PartitionTask::Add(const v1::Batch& batch, TimePoint now, int64_t wall_now_
 void PartitionTask::Consumed(int64_t offset) {
   next_offset_ = offset + 1;
   offset_unsaved_ = true;
+  if (recent_loss_ && *next_offset_ >= recent_loss_->until) recent_loss_.reset();
 }
 
-void PartitionTask::InputLost(uint64_t messages) {
+void PartitionTask::StartsAt(int64_t offset) {
+  next_offset_ = offset;
+  offset_unsaved_ = true;
+}
+
+void PartitionTask::InputLost(uint64_t messages, int64_t log_end) {
   for (auto& [name, job] : jobs_) {
     job->pipeline->NoteInputLost(messages);
     job->dirty = true;
     job->unsaved = true;
   }
+  if (!recent_loss_) recent_loss_.emplace();
+  recent_loss_->messages += messages;
+  recent_loss_->until = std::max(recent_loss_->until, log_end);
 }
 
 void PartitionTask::MoveJob(const std::string& name, PartitionTask* to) {

@@ -92,9 +92,16 @@ class PartitionTask {
   // The message at `offset` was consumed (accepted or not): the next offset to consume is
   // part of the task's state from now on.
   void Consumed(int64_t offset);
-  // `messages` of this partition were lost before they were read: every job on it is marked
-  // (its records may be among them) and re-evaluated.
-  void InputLost(uint64_t messages);
+  // The partition came to this task with no stored position: its input begins at `offset`
+  // (the group's committed offset, or the log's end when it was assigned). That is the next
+  // offset to consume, stored at the next checkpoint, until a message is consumed — so a
+  // restart before the first read still knows where its input began.
+  void StartsAt(int64_t offset);
+  // `messages` of this partition were lost before they were read, all produced before offset
+  // `log_end`: every job on it is marked (its records may be among them) and re-evaluated, and
+  // so is each job first seen here before the task has consumed up to `log_end` (a job whose
+  // first records were among them: after a loss before the first read, every job).
+  void InputLost(uint64_t messages, int64_t log_end);
   std::optional<int64_t> next_offset() const { return next_offset_; }
   // The offset a restored state covers, until something is consumed.
   void set_resumed_at(int64_t offset) { resumed_at_ = offset; }
@@ -178,6 +185,12 @@ class PartitionTask {
   std::optional<int64_t> next_offset_;
   std::optional<int64_t> resumed_at_;
   bool offset_unsaved_ = false;
+  // Messages lost that jobs first seen before next_offset_ reaches `until` are marked with.
+  struct RecentLoss {
+    uint64_t messages = 0;
+    int64_t until = 0;
+  };
+  std::optional<RecentLoss> recent_loss_;
   std::vector<std::string> removed_;       // state to delete at the next checkpoint
   std::vector<std::string> just_removed_;  // removed since the last TakeRemoved
   std::vector<std::string> dropped_snapshots_;

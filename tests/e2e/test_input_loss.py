@@ -2,10 +2,13 @@
 partition) is published faster than the daemon reads it, so retention deletes messages before
 they are read. The daemon counts them in rankwatch_input_lost_messages_total{topic,partition}
 and logs one warning per event naming the partition and the offsets; every message is either
-read or counted as lost. A paced job loses nothing."""
+read or counted as lost. That holds from the moment the daemon owns a partition — before its
+first read, and after a restart that had read nothing — not only once it has read there. A
+paced job loses nothing."""
 import json
 import os
 import re
+import signal
 import subprocess
 import unittest
 
@@ -36,19 +39,13 @@ class InputLossTest(unittest.TestCase):
                 if n == "rankwatch_input_lost_messages_total"}
 
     def test_a_burst_beyond_retention_is_counted_and_logged(self):
-        # The daemon first reads the job's partition (a loss is a jump from where it was: before
-        # it has read a partition, or resumed it from its state, it has no position to lose).
+        # The daemon first reads the job's partition; the burst then outruns it.
         self.fleet.simulate(self.brokers, "--job", "burst", "--ranks", "256", "--steps", "10",
                             "--speed", "max")
         wait_until(lambda: metric(parse_metrics(scrape(self.daemon)), "rankwatch_steps_aligned_total",
                                   training_job="burst") == 10, 60, "the first steps aligned")
         before = metric(parse_metrics(scrape(self.daemon)), "rankwatch_events_total", kind="batch")
-        # 256 ranks x 2,000 steps, all to one partition (one job), at full speed: ~26,000
-        # messages, far more than 5 MiB. (Its first 10 steps are duplicates, counted as such.)
-        out = self.fleet.simulate(self.brokers, "--job", "burst", "--ranks", "256", "--steps", "2000",
-                                  "--speed", "max", timeout=300)
-        total = out["messages"]
-        self.assertEqual(out["failed"], 0)
+        total = self.burst("burst")  # its first 10 steps are duplicates, counted as such
         # Either every step aligns (the daemon kept up) or the loss is reported.
         aligned = lambda: metric(parse_metrics(scrape(self.daemon)), "rankwatch_steps_aligned_total",
                                  training_job="burst")
@@ -60,12 +57,20 @@ class InputLossTest(unittest.TestCase):
             self.assertEqual(self.lost_series(), {})
             print("the daemon kept up: all 2,000 steps aligned, every message read")
             return
+        self.assert_loss_reported(self.daemon, "burst", total, before)
+
+    def assert_loss_reported(self, daemon, job, total, before, first_expected=None):
+        """The daemon logged the loss of `job`'s messages (one partition) with its offsets,
+        counted it, read every other message (`total` published after `before` batches), and
+        the job's diagnosis says how many were lost. Returns the messages lost."""
         def warnings():
-            return [m.groups() for m in LOST.finditer(self.daemon.stderr())]
+            return [m.groups() for m in LOST.finditer(daemon.stderr())]
         wait_until(warnings, 30, "a loss warning")
         events = warnings()  # usually one; more when the consumer fell behind more than once
         partitions = {p for _, p, _, _, _, _ in events}
         self.assertEqual(len(partitions), 1, events)  # one job: one partition
+        if first_expected is not None:
+            self.assertEqual(int(events[0][3]), first_expected, events[0])
         lost = 0
         for topic, partition, count, expected, start, resumed in events:
             self.assertEqual(topic, "rankwatch.telemetry")
@@ -76,18 +81,51 @@ class InputLossTest(unittest.TestCase):
             lost += int(count)
             print("published %d messages; lost %s on partition %s (offsets %s-%d)" % (
                 total, count, partition, expected, int(start) - 1))
-        self.assertEqual(self.lost_series(), {partitions.pop(): float(lost)})
+        lost_series = {l["partition"]: v for n, l, v in parse_metrics(scrape(daemon))
+                       if n == "rankwatch_input_lost_messages_total"}
+        self.assertEqual(lost_series, {partitions.pop(): float(lost)})
         # Every message is read or counted lost.
-        wait_until(lambda: metric(parse_metrics(scrape(self.daemon)), "rankwatch_events_total",
+        wait_until(lambda: metric(parse_metrics(scrape(daemon)), "rankwatch_events_total",
                                   kind="batch") == before + total - lost, 60,
                    "every message after the loss read")
         # The job's diagnosis says its input may be partial, and how much was lost.
-        d = self.diagnosis("burst")
+        d = self.diagnosis(job, daemon)
         self.assertEqual(d.input_lost_messages, lost)
         r = subprocess.run([os.path.join(BIN, "rankwatch"), "diagnose", "--server",
-                            self.daemon.endpoints["grpc"], "--job", "burst"],
+                            daemon.endpoints["grpc"], "--job", job],
                            capture_output=True, text=True, timeout=30)
         self.assertIn("INPUT LOST %d messages" % lost, r.stdout)
+        return lost
+
+    def burst(self, job):
+        """256 ranks x 2,000 steps, all to one partition (one job), at full speed: ~26,000
+        messages, far more than the development broker keeps of a partition (5 MiB)."""
+        out = self.fleet.simulate(self.brokers, "--job", job, "--ranks", "256", "--steps", "2000",
+                                  "--speed", "max", timeout=300)
+        self.assertEqual(out["failed"], 0)
+        return out["messages"]
+
+    def test_a_burst_before_the_first_read_is_counted(self):
+        # The daemon has its partitions and has read nothing from them: whatever was published
+        # after the assignment is its to read. It is stopped while the burst is published (the
+        # deterministic form of a burst that comes before its first fetch); it then finds the
+        # log starting past the end it saw at the assignment (offset 0: the broker was empty).
+        self.daemon.proc.send_signal(signal.SIGSTOP)
+        try:
+            total = self.burst("first")
+        finally:
+            self.daemon.proc.send_signal(signal.SIGCONT)
+        self.assert_loss_reported(self.daemon, "first", total, 0, first_expected=0)
+
+    def test_a_burst_while_stopped_before_the_first_read_is_counted_after_a_restart(self):
+        # The daemon stops having read nothing. Its state keeps where its input began (the
+        # logs' ends when it got the partitions), so the restarted daemon counts what the burst
+        # published meanwhile and the broker deleted before it could be read.
+        code, _ = self.daemon.stop()
+        self.assertEqual(code, 0)
+        total = self.burst("restarted")
+        daemon = self.fleet.start_daemon(self.brokers, state_dir=self.daemon.state_dir)
+        self.assert_loss_reported(daemon, "restarted", total, 0, first_expected=0)
 
     def test_simulate_warns_when_it_publishes_faster_than_the_development_broker_keeps(self):
         def run(*args):
@@ -118,8 +156,9 @@ class InputLossTest(unittest.TestCase):
         self.assertNotIn("lost", self.daemon.stderr())
         self.assertEqual(self.diagnosis("paced").input_lost_messages, 0)
 
-    def diagnosis(self, job):
-        stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(self.daemon.endpoints["grpc"]))
+    def diagnosis(self, job, daemon=None):
+        daemon = daemon or self.daemon
+        stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(daemon.endpoints["grpc"]))
         return stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job=job), timeout=10)
 
 
