@@ -76,6 +76,10 @@ struct DaemonConfig {
   // The job table's bounds (runtime/job_router.h): jobs, and ranks over all jobs.
   int64_t max_jobs = 10'000;
   int64_t max_ranks = 1 << 20;
+  // Cardinality (sinks/job_export_gate.h): an id is a job once a step aligned with two ranks,
+  // or after this many aligned steps; at most max_exported_jobs jobs get per-job series.
+  int64_t job_min_steps = 5;
+  int64_t max_exported_jobs = 1'000;
   std::string log_level = "info";  // trace, debug, info, warn, error, critical, off
   // Static group membership: the consumer group's group.instance.id. Empty (default): derived
   // from the pod or host name and the state directory (DefaultInstanceId), so that the same

@@ -136,12 +136,25 @@ std::vector<Setting> BuildSettings() {
       Declare("max-jobs", &D::max_jobs)
           .AtLeast(1)
           .Help("jobs tracked at most; when full, jobs that have not completed 10 steps are "
-                "evicted to admit new ones, else new jobs are rejected")
+                "evicted to admit new ones (ids that are not (yet) jobs first), else new jobs are "
+                "rejected")
           .Details(" (`too_many_jobs`)"),
       Declare("max-ranks", &D::max_ranks)
           .AtLeast(1)
           .Help("ranks tracked at most, summed over the jobs' world sizes (~2 KiB per rank "
                 "before any step, more once windows fill)"),
+      Declare("job-min-steps", &D::job_min_steps)
+          .Within(1, 1'000'000)
+          .Help("an id is a job once a step aligned with at least two ranks present, or after "
+                "this many aligned steps (a one-rank job); only jobs get per-job metrics, and ids "
+                "that are not (yet) jobs are evicted first from a full job table")
+          .Details(" ([metrics.md](metrics.md#cardinality))"),
+      Declare("max-exported-jobs", &D::max_exported_jobs)
+          .AtLeast(0)
+          .Help("jobs with per-job metrics at most (50 to 150 series each); the first to become "
+                "jobs are exported, the others counted in "
+                "`rankwatch_job_ids{state=\"over_limit\"}`")
+          .Details(" ([metrics.md](metrics.md#cardinality))"),
       Declare("alert-subscriber-queue", &D::alert_subscriber_queue)
           .AtLeast(1)
           .Help("alerts a `WatchAlerts` subscriber may fall behind before its stream ends (it "

@@ -165,7 +165,10 @@ int Run(const DaemonConfig& config) {
   }
 
   PrometheusRegistry registry;
-  DaemonMetrics metrics(&registry, RANKWATCH_VERSION);
+  JobExportOptions exports;
+  exports.min_steps = static_cast<uint64_t>(config.job_min_steps);
+  exports.max_exported = static_cast<size_t>(config.max_exported_jobs);
+  DaemonMetrics metrics(&registry, RANKWATCH_VERSION, exports);
   HeapMetrics heap(&registry);
   SnapshotStore snapshots;
   KernelSnapshotStore kernel_snapshots;  // served at /kernel and by GetRankDetail

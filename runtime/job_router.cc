@@ -65,7 +65,7 @@ JobRouter::Index::iterator JobRouter::Track(const std::string& name, int32_t par
                                             uint32_t world_size, bool provisional, TimePoint now) {
   auto it = job_partition_.find(name);
   if (it != job_partition_.end()) Untrack(it);
-  it = job_partition_.emplace(name, Entry{partition, world_size, false, 0, now}).first;
+  it = job_partition_.emplace(name, Entry{partition, world_size, false, false, 0, now}).first;
   total_ranks_ += world_size;
   SetProvisional(it, provisional, 1, now);
   return it;
@@ -88,14 +88,15 @@ void JobRouter::SetProvisional(Index::iterator it, bool provisional, uint32_t ba
                                TimePoint now) {
   Entry& e = it->second;
   if (e.provisional) {
-    provisional_.erase({e.batches, e.last_input, it->first});
+    provisional_.erase({e.job, e.batches, e.last_input, it->first});
     provisional_ranks_ -= e.world_size;
   }
   e.provisional = provisional;
   e.batches = batches;
   e.last_input = now;
   if (provisional) {
-    provisional_.emplace(e.batches, e.last_input, it->first);
+    e.job = sinks_.metrics->IsJob(it->first);
+    provisional_.emplace(e.job, e.batches, e.last_input, it->first);
     provisional_ranks_ += e.world_size;
   }
 }
@@ -125,7 +126,7 @@ bool JobRouter::MakeRoom(size_t jobs, uint64_t ranks, std::string_view keep, Tim
                         total_ranks_ - evictable_ranks + ranks <= options_.max_ranks;
   auto next = provisional_.begin();
   while (possible && !fits() && next != provisional_.end()) {
-    const std::string& name = std::get<2>(*next++);
+    const std::string& name = std::get<3>(*next++);
     if (name == keep) continue;
     auto victim = job_partition_.find(name);
     Evict(victim);  // invalidates only its own key in provisional_, which `next` has passed

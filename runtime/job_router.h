@@ -36,9 +36,11 @@ struct JobRouterOptions {
   BatchLimits limits;
   // The job table's bounds: jobs, and ranks summed over their world sizes (each rank holds
   // ~2 KiB before its first step). A new job that does not fit evicts jobs that have not yet
-  // completed `established_steps` steps — those with the fewest batches first, then the least
-  // recently heard from — and is rejected (too_many_jobs) when none is left to evict. Defaults:
-  // 10,000 jobs, 2^20 ranks, 10 steps.
+  // completed `established_steps` steps — ids that are not (yet) jobs first (DaemonMetrics::
+  // IsJob: no step of two ranks, nor enough steps: a flood of junk ids goes before a real job
+  // that arrives during it), then those with the fewest batches, then the least recently heard
+  // from — and is rejected (too_many_jobs) when none is left to evict. Defaults: 10,000 jobs,
+  // 2^20 ranks, 10 steps.
   size_t max_jobs = 10'000;
   uint64_t max_ranks = 1u << 20;
   uint64_t established_steps = 10;
@@ -61,8 +63,8 @@ class JobRouter {
                      int64_t wall_now_unix_ns);
 
   // Expires jobs, closes alignment timeouts and evaluates the jobs that changed, then publishes
-  // in this order: their snapshots to the metrics, then to the SnapshotStore; their alerts are
-  // evaluated (and their step counts published with them); each kind of evidence, in order,
+  // in this order: their snapshots to the metrics (those of ids that are jobs, step counts
+  // last), then to the SnapshotStore; their alerts are evaluated; each kind of evidence, in order,
   // runs its tick hook over the alerts (evidence/evidence.h); the alerts go to the AlertHub.
   void Tick(TimePoint now, int64_t wall_now_unix_ns);
 
@@ -114,12 +116,14 @@ class JobRouter {
     int32_t partition = -1;
     uint32_t world_size = 0;
     bool provisional = true;  // not yet established_steps complete steps: may be evicted
+    bool job = false;         // a job by DaemonMetrics::IsJob when last keyed (provisional)
     uint32_t batches = 0;     // accepted while provisional (capped)
     TimePoint last_input{};
   };
   using Index = std::map<std::string, Entry, std::less<>>;
-  // Eviction order of provisional jobs: fewest batches, then least recent input.
-  using EvictionKey = std::tuple<uint32_t, TimePoint, std::string>;
+  // Eviction order of provisional jobs: ids that are not (yet) jobs, then fewest batches, then
+  // least recent input.
+  using EvictionKey = std::tuple<bool, uint32_t, TimePoint, std::string>;
 
   PartitionTask& TaskOf(int32_t partition);
   void Route(int32_t partition, TimePoint now, int64_t wall_now_unix_ns);

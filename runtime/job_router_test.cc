@@ -52,7 +52,8 @@ class RecordingEvidence : public Evidence {
 class JobRouterTest : public ::testing::Test {
  protected:
   PrometheusRegistry registry;
-  DaemonMetrics metrics{&registry, "test"};
+  // The tests' one-rank jobs are jobs from their first step (JobExportOptions::min_steps).
+  DaemonMetrics metrics{&registry, "test", {.min_steps = 1}};
   SnapshotStore snapshots;
   const TimePoint t0{};
 };
@@ -212,7 +213,7 @@ TEST_F(JobRouterTest, CheckpointsRestoreJobsAndForgetRemovedOnes) {
   ASSERT_TRUE(store.ok());
   SnapshotStore restored_snapshots;
   PrometheusRegistry r2;
-  DaemonMetrics m2(&r2, "test");
+  DaemonMetrics m2(&r2, "test", {.min_steps = 1});
   JobRouter restored(o, {&m2, &restored_snapshots});
   ASSERT_TRUE(restored.Restore(**store, t0, 0).ok());
   EXPECT_EQ(restored.jobs(), 1u);
@@ -262,6 +263,88 @@ TEST_F(JobRouterTest, AFullTableEvictsJobsThatNeverBecameJobsAndRefusesOnlyThen)
   EXPECT_EQ(full.jobs(), 1u);
   EXPECT_EQ(m2.rejected_too_many_jobs->Get(), 1);
   EXPECT_EQ(m2.jobs_evicted->Get(), 0);
+}
+
+TEST_F(JobRouterTest, OnlyJobsGetSeriesAndCandidatesAreEvictedBeforeThem) {
+  PrometheusRegistry r;
+  DaemonMetrics m{&r, "test", {.min_steps = 5, .max_exported = 2}};
+  SnapshotStore s;
+  JobRouterOptions o;
+  o.max_jobs = 4;
+  JobRouter router(o, {&m, &s});
+  const auto at = [&](int seconds) { return t0 + std::chrono::seconds(seconds); };
+  // "solo" is a one-rank job: a job at its 5th aligned step.
+  for (uint64_t step = 0; step < 4; ++step)
+    router.HandleMessage(EncodedStep("solo", step), at(0), 0);
+  // "pair": one step of two ranks makes it a job at once.
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    router.HandleMessage(EncodedStep("pair", 0, rank, 2), at(0), 0);
+  }
+  // One rank of a 4-rank id, 4 records each, aligned at the timeout as one-rank steps.
+  for (const char* junk : {"junk-0", "junk-1"}) {
+    for (uint64_t step = 0; step < 4; ++step) {
+      router.HandleMessage(EncodedStep(junk, step, 0, 4), at(0), 0);
+    }
+  }
+  router.Tick(at(20), 0);
+  EXPECT_EQ(s.Get()->at("junk-0")->aligned_steps, 4u) << "evaluated, and queryable";
+  std::string text = r.Render();
+  EXPECT_EQ(text.find("junk-"), std::string::npos) << text;
+  EXPECT_EQ(text.find("training_job=\"solo\""), std::string::npos) << "4 steps: not yet a job";
+  EXPECT_NE(text.find("rankwatch_steps_aligned_total{training_job=\"pair\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("rankwatch_job_ids{state=\"candidate\"} 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("rankwatch_job_ids{state=\"exported\"} 1\n"), std::string::npos) << text;
+  // The table is full (4): a new id evicts a candidate, never "pair", though "pair" sent fewer
+  // batches (3) than any of them (4).
+  router.HandleMessage(EncodedStep("pair", 1, 0, 2), at(21), 0);
+  router.HandleMessage(EncodedStep("junk-2", 0, 0, 4), at(22), 0);
+  router.HandleMessage(EncodedStep("junk-3", 0, 0, 4), at(23), 0);
+  router.HandleMessage(EncodedStep("junk-4", 0, 0, 4), at(24), 0);
+  EXPECT_EQ(m.jobs_evicted->Get(), 3);
+  // "solo" reaches 5 steps: a job, exported (the second of two places).
+  router.HandleMessage(EncodedStep("solo", 4), at(25), 0);
+  router.Tick(at(25), 0);
+  EXPECT_EQ(s.Get()->count("pair"), 1u);
+  EXPECT_EQ(s.Get()->count("junk-0"), 0u);
+  EXPECT_TRUE(m.IsJob("solo"));
+  text = r.Render();
+  EXPECT_NE(text.find("rankwatch_steps_aligned_total{training_job=\"solo\"} 5\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("junk-"), std::string::npos) << text;
+}
+
+TEST_F(JobRouterTest, JobsBeyondTheExportBoundAreCountedThenTakeAFreedPlace) {
+  PrometheusRegistry r;
+  DaemonMetrics m{&r, "test", {.min_steps = 1, .max_exported = 1}};
+  SnapshotStore s;
+  JobRouterOptions o;
+  o.task.job_ttl = std::chrono::minutes(1);
+  o.task.job_retention = std::chrono::minutes(1);
+  JobRouter router(o, {&m, &s});
+  router.HandleMessage(EncodedStep("first", 0), t0, 0);
+  router.Tick(t0, 0);
+  router.HandleMessage(EncodedStep("second", 0), t0, 0);
+  router.Tick(t0, 0);
+  std::string text = r.Render();
+  EXPECT_NE(text.find("training_job=\"first\""), std::string::npos);
+  EXPECT_EQ(text.find("training_job=\"second\""), std::string::npos) << "over the bound";
+  EXPECT_NE(text.find("rankwatch_job_ids{state=\"over_limit\"} 1\n"), std::string::npos) << text;
+  EXPECT_EQ(s.Get()->count("second"), 1u) << "still diagnosed and queryable";
+  // "second" keeps sending; "first" goes silent, expires and is removed: "second" takes its place.
+  for (int minute = 1; minute <= 3; ++minute) {
+    const TimePoint now = t0 + std::chrono::minutes(minute);
+    router.HandleMessage(EncodedStep("second", minute), now, 0);
+    router.Tick(now, 0);
+  }
+  text = r.Render();
+  EXPECT_EQ(text.find("training_job=\"first\""), std::string::npos) << text;
+  EXPECT_NE(text.find("rankwatch_steps_aligned_total{training_job=\"second\"} 4\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("rankwatch_job_ids{state=\"over_limit\"} 0\n"), std::string::npos) << text;
 }
 
 TEST_F(JobRouterTest, RanksAreBoundedOverAllJobs) {

@@ -8,12 +8,6 @@ namespace rankwatch {
 
 struct PartitionTask::Job {
   std::unique_ptr<JobPipeline> pipeline;
-  MetricCell* steps_aligned = nullptr;
-  MetricCell* steps_timed_out = nullptr;
-  // Aligned since the last publication: counted with the snapshot, so a scrape never sees a
-  // step count ahead of the statistics of those steps.
-  uint32_t unpublished_aligned = 0;
-  uint32_t unpublished_timed_out = 0;
   bool dirty = true;
   bool unsaved = true;          // changed since the last checkpoint
   bool alerts_unsaved = false;  // alert lifecycle changed since the last checkpoint
@@ -38,8 +32,6 @@ PartitionTask::Job& PartitionTask::Insert(const std::string& name,
   auto job = std::make_unique<Job>();
   job->pipeline = std::move(pipeline);
   job->last_input = now;
-  job->steps_aligned = sinks_->metrics->StepsAligned(name);
-  job->steps_timed_out = sinks_->metrics->StepsTimedOut(name);
   Job& inserted = *job;
   jobs_.insert_or_assign(name, std::move(job));
   return inserted;
@@ -157,8 +149,6 @@ void PartitionTask::Count(Job& job, const JobDelta& d, int64_t wall_now_unix_ns)
   if (d.stale_world_size) m->rejected_stale_world_size->Add(d.stale_world_size);
   if (d.step_jump) m->rejected_step_jump->Add(d.step_jump);
   if (d.world_size_changed) m->world_size_changes->Add(d.world_size_changed);
-  job.unpublished_aligned += d.aligned;
-  job.unpublished_timed_out += d.aligned_timed_out;
   if (d.aligned || d.accepted) {
     job.dirty = true;
     job.unsaved = true;
@@ -246,10 +236,6 @@ void PartitionTask::RaiseAlerts(int64_t wall_now_unix_ns, TickOutput* out) {
     job->triggered_unix_ns = 0;
     const std::string& name = snapshot->training_job;
     ToAlerts(alerts_.Evaluate(snapshot, wall_now_unix_ns), name, triggered, out);
-    job->steps_aligned->Add(job->unpublished_aligned);
-    job->steps_timed_out->Add(job->unpublished_timed_out);
-    job->unpublished_aligned = 0;
-    job->unpublished_timed_out = 0;
   }
   evaluated_.clear();
 }
@@ -325,8 +311,6 @@ absl::Status PartitionTask::Restore(std::vector<job_state::StoredJob> stored, Ti
     if (!pipeline.ok()) return pipeline.status();
     const std::string& name = s.meta.training_job();
     Job& job = Insert(name, std::move(*pipeline), now);
-    job.steps_aligned->Set(static_cast<double>(s.meta.aligned_steps()));
-    job.steps_timed_out->Set(static_cast<double>(s.meta.timed_out_steps()));
     job.unsaved = false;
     if (s.alerts) {
       alerts_.RestoreJob(*s.alerts);

@@ -131,9 +131,8 @@ class PartitionTask {
   // results are published.
   void Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput* out);
 
-  // After the router published the snapshots of the last Evaluate: evaluates their alerts
-  // (into `out`) and counts their aligned steps, so a scrape never sees a step count ahead of
-  // the statistics of those steps.
+  // After the router published the snapshots of the last Evaluate (their step counts last,
+  // DaemonMetrics::PublishJob): evaluates their alerts (into `out`).
   void RaiseAlerts(int64_t wall_now_unix_ns, TickOutput* out);
 
   // Whether something changed since the last checkpoint.

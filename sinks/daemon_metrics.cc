@@ -2,7 +2,9 @@
 
 namespace rankwatch {
 
-DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version) : kernel(r) {
+DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version,
+                             JobExportOptions exports)
+    : export_gate(exports), kernel(r, &export_gate) {
   r->Gauge("rankwatch_build_info", "Build of this daemon; always 1.", {"version"})
       ->WithLabels({version})
       ->Set(1);
@@ -49,7 +51,18 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version) 
                "Wall-clock age of the newest batch processed, from its creation by the collector.",
                {})
           ->WithLabels({});
-  jobs = r->Gauge("rankwatch_jobs", "Training jobs currently tracked.", {})->WithLabels({});
+  jobs = r->Gauge("rankwatch_jobs",
+                  "Training job ids in the job table (jobs, and ids that are not (yet) jobs).", {})
+             ->WithLabels({});
+  MetricFamily* ids = r->Gauge(
+      "rankwatch_job_ids",
+      "Job ids evaluated, by export state: candidate (not (yet) a job: no per-job series), "
+      "exported, over_limit (a job beyond max-exported-jobs: no per-job series).",
+      {"state"});
+  ids_candidate_ = ids->WithLabels({"candidate"});
+  ids_exported_ = ids->WithLabels({"exported"});
+  ids_over_limit_ = ids->WithLabels({"over_limit"});
+  export_gate.ShowCountsIn(ids_candidate_, ids_exported_, ids_over_limit_);
   assigned_partitions = r->Gauge("rankwatch_kafka_assigned_partitions",
                                  "Telemetry partitions assigned to this instance by the group.", {})
                             ->WithLabels({});
@@ -271,6 +284,15 @@ MetricCell* DaemonMetrics::StepsTimedOut(const std::string& job) {
 
 void DaemonMetrics::PublishJob(const JobSnapshot& s) {
   const std::string& job = s.training_job;
+  // A job: two ranks agreed on the id in one step, or it aligned enough steps on its own.
+  const bool is_job =
+      s.last_ranks_present >= 2 || s.aligned_steps >= export_gate.options().min_steps;
+  if (export_gate.Evaluate(job, is_job) != JobExportGate::State::kExported) return;
+  if (auto it = unexported_firing_.find(job); it != unexported_firing_.end()) {
+    const std::map<AlertKind, int> firing = std::move(it->second);
+    unexported_firing_.erase(it);
+    SetFiring(job, firing);
+  }
   ranks_->WithLabels({job, "world_size"})->Set(s.world_size);
   ranks_->WithLabels({job, "seen"})->Set(s.ranks_seen);
   ranks_->WithLabels({job, "present"})->Set(s.last_ranks_present);
@@ -317,7 +339,7 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
   }
   PublishMemory(s);
   if (s.whatif != nullptr) PublishWhatIf(s);
-  if (!s.has_window) return;
+  if (!s.has_window) return PublishSteps(s);
   for (int p = 0; p < kPhaseCount; ++p) {
     const PhaseStat& st = s.phases[p];
     if (!st.present) continue;
@@ -333,6 +355,12 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
     phase_skew_->WithLabels({job, "gc"})->Set(gc.skew);
     worst_rank_->WithLabels({job, "gc"})->Set(gc.worst_rank);
   }
+  PublishSteps(s);
+}
+
+void DaemonMetrics::PublishSteps(const JobSnapshot& s) {
+  steps_aligned_->WithLabels({s.training_job})->Set(static_cast<double>(s.aligned_steps));
+  steps_timed_out_->WithLabels({s.training_job})->Set(static_cast<double>(s.timed_out_steps));
 }
 
 void DaemonMetrics::PublishWhatIf(const JobSnapshot& s) {
@@ -406,6 +434,10 @@ void DaemonMetrics::CountAlert(AlertKind kind, AlertState state) {
 }
 
 void DaemonMetrics::SetFiring(const std::string& job, const std::map<AlertKind, int>& firing) {
+  if (!export_gate.Exported(job)) {
+    unexported_firing_[job] = firing;
+    return;
+  }
   for (int k = 0; k <= static_cast<int>(AlertKind::kWaitHeavy); ++k) {
     const auto kind = static_cast<AlertKind>(k);
     auto it = firing.find(kind);
@@ -415,6 +447,9 @@ void DaemonMetrics::SetFiring(const std::string& job, const std::map<AlertKind, 
 }
 
 void DaemonMetrics::RemoveJob(const std::string& job) {
+  unexported_firing_.erase(job);
+  // An id that was never exported has no series (an evicted flood of ids costs no lookups).
+  if (!export_gate.Remove(job)) return;
   for (MetricFamily* f : {steps_aligned_,
                           steps_timed_out_,
                           phase_seconds_,

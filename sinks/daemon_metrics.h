@@ -1,7 +1,13 @@
 // DaemonMetrics: every metric family rankwatchd exports, registered once. The names are a
 // contract: base units, label `training_job` (never `job`).
 //
-// Thread-safe (see PrometheusRegistry).
+// Per-job series are gated (sinks/job_export_gate.h): an id gets them only once it is a job (a
+// step aligned with at least two ranks present, or JobExportOptions::min_steps aligned steps;
+// kernel results: two ranks or that many analysed steps), and at most
+// JobExportOptions::max_exported jobs get them; the others are counted in rankwatch_job_ids.
+//
+// Thread-safe (see PrometheusRegistry), except that per-job publishing (PublishJob, SetFiring,
+// RemoveJob) is the ingest thread's.
 #pragma once
 
 #include <array>
@@ -10,6 +16,7 @@
 #include "ingest/batch_decoder.h"
 #include "operators/alert_tracker.h"
 #include "operators/job_pipeline.h"
+#include "sinks/job_export_gate.h"
 #include "sinks/kernel_metrics.h"
 #include "sinks/prometheus_registry.h"
 
@@ -17,7 +24,8 @@ namespace rankwatch {
 
 class DaemonMetrics {
  public:
-  DaemonMetrics(PrometheusRegistry* registry, const std::string& version);
+  DaemonMetrics(PrometheusRegistry* registry, const std::string& version,
+                JobExportOptions exports = {});
 
   // Per-kind counters of accepted input ("batch", "step", "kernel", "sample", "op"; and
   // "unknown_op": ops of a type this build does not know, accepted and skipped).
@@ -55,7 +63,9 @@ class DaemonMetrics {
   MetricCell* state_memtable_bytes;
   MetricCell* state_table_reader_bytes;
   MetricCell* state_block_cache_bytes;
-  // The live GPU-timeline families, published by the partition tasks.
+  // Which ids are jobs and which jobs are exported. Declared before `kernel`, which uses it.
+  JobExportGate export_gate;
+  // The live GPU-timeline families, published by the partition tasks (gated by export_gate).
   KernelMetrics kernel;
   // Alert subscribers (WatchAlerts streams): connected now, disconnected as too slow, alerts
   // handed to them.
@@ -79,17 +89,25 @@ class DaemonMetrics {
   // Messages of a telemetry partition skipped because the broker no longer had them.
   MetricCell* InputLost(const std::string& topic, int32_t partition);
 
-  // Per-job series.
+  // Per-job series. The step counters are set from the published snapshot's totals, last, so a
+  // scrape never sees a step count ahead of the statistics of those steps (these accessors
+  // create the series: for tests).
   MetricCell* StepsAligned(const std::string& job);
   MetricCell* StepsTimedOut(const std::string& job);
+  // Publishes the job's series when the gate exports it (else only counts the id).
   void PublishJob(const JobSnapshot& snapshot);
-  // Counts an alert transition and sets the job's firing alerts per kind.
+  // Counts an alert transition and sets the job's firing alerts per kind (kept for a job not
+  // exported, and set when it is).
   void CountAlert(AlertKind kind, AlertState state);
   void SetFiring(const std::string& job, const std::map<AlertKind, int>& firing);
+  // Removes the job's series and forgets it in the gate.
   void RemoveJob(const std::string& job);
+  // Whether `job` became a job (exported or not): the job table evicts other ids first.
+  bool IsJob(const std::string& job) const { return export_gate.IsJob(job); }
 
  private:
   void PublishMemory(const JobSnapshot& snapshot);
+  void PublishSteps(const JobSnapshot& snapshot);
   void PublishWhatIf(const JobSnapshot& snapshot);
 
   MetricFamily* steps_aligned_;
@@ -126,6 +144,11 @@ class DaemonMetrics {
   MetricFamily* whatif_explained_;
   MetricFamily* whatif_culprit_;
   MetricFamily* whatif_lost_;
+  MetricCell* ids_candidate_;
+  MetricCell* ids_exported_;
+  MetricCell* ids_over_limit_;
+  // Firing alerts of jobs not exported, set when they are (ingest thread only).
+  std::map<std::string, std::map<AlertKind, int>> unexported_firing_;
 };
 
 }  // namespace rankwatch

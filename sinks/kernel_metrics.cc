@@ -2,7 +2,7 @@
 
 namespace rankwatch {
 
-KernelMetrics::KernelMetrics(PrometheusRegistry* r) {
+KernelMetrics::KernelMetrics(PrometheusRegistry* r, JobExportGate* gate) : gate_(gate) {
   gpu_time_ =
       r->Gauge("rankwatch_gpu_time_ratio",
                "Share of GPU time (first kernel start to last end, per rank and step, summed "
@@ -45,6 +45,11 @@ KernelMetrics::KernelMetrics(PrometheusRegistry* r) {
 
 void KernelMetrics::Publish(const kernel::KernelJobSnapshot& s) {
   const std::string& job = s.training_job;
+  if (gate_ != nullptr &&
+      gate_->Evaluate(job, s.ranks.size() >= 2 || s.steps_closed >= gate_->options().min_steps) !=
+          JobExportGate::State::kExported) {
+    return;
+  }
   steps_->WithLabels({job})->Set(static_cast<double>(s.steps_closed));
   dropped_->WithLabels({job, "late"})->Set(static_cast<double>(s.events_late));
   dropped_->WithLabels({job, "unstepped"})->Set(static_cast<double>(s.events_unstepped));

@@ -13,19 +13,25 @@
 //   rankwatch_kernel_steps_analyzed_total{training_job}
 //   rankwatch_kernel_events_dropped_total{training_job,reason}  late | unstepped | over_limit
 //
+// A job's series are published only while `gate` exports it (sinks/job_export_gate.h): kernel
+// results from at least two ranks, or over JobExportOptions::min_steps (rank, step) windows,
+// make an id a job.
+//
 // Thread-safe (see PrometheusRegistry).
 #pragma once
 
 #include <string>
 
 #include "operators/kernel/kernel_job_summary.h"
+#include "sinks/job_export_gate.h"
 #include "sinks/prometheus_registry.h"
 
 namespace rankwatch {
 
 class KernelMetrics {
  public:
-  explicit KernelMetrics(PrometheusRegistry* registry);
+  // `gate` (null: every job is exported) outlives this.
+  KernelMetrics(PrometheusRegistry* registry, JobExportGate* gate);
 
   void Publish(const kernel::KernelJobSnapshot& snapshot);
   void RemoveJob(const std::string& job);
@@ -40,6 +46,7 @@ class KernelMetrics {
   MetricFamily* outlier_share_;
   MetricFamily* steps_;
   MetricFamily* dropped_;
+  JobExportGate* gate_;
 };
 
 }  // namespace rankwatch
