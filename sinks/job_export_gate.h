@@ -1,5 +1,5 @@
 // JobExportGate: decides which training job ids get per-job Prometheus series (cardinality by
-// design, issue #37). Every id the daemon evaluates is a *candidate* until what it sent makes it
+// design). Every id the daemon evaluates is a *candidate* until what it sent makes it
 // a job; only jobs are exported, and at most `max_exported` of them.
 //
 //  - An id becomes a job when an evaluation shows evidence that it is one (the caller judges:

@@ -1,4 +1,4 @@
-"""Issue #37: junk job ids do not fill Prometheus. 50,000 ids, each one record of one rank of a
+"""Junk job ids do not fill Prometheus. 50,000 ids, each one record of one rank of a
 "4-rank job" that never completes a step, published by a client rankwatch did not write
 (python3-confluent-kafka, the project's protobuf batches), are aligned at the default 10-s
 timeout as one-rank steps but never become jobs: they get no per-job series, only a count. A
