@@ -18,6 +18,9 @@ its ratio to the first configuration (the baseline).
 
 Usage: benchmarks/catchup.py [--runs 5] [--jobs 200] [--ranks 16] [--steps 1000]
        [--partitions 256] [--config NAME=KEY=VALUE,KEY=VALUE ...] [--bin build/bin]
+       [--bin-for NAME=DIR ...]
+--bin-for runs configuration NAME with the rankwatchd in DIR (another build, e.g. an older
+commit's), the others with --bin's.
 With no --config: "default" (the daemon's own settings: 16 MiB queued ahead, 4 MiB a fetch),
 "queue-32MiB" (queued.max.messages.kbytes 32768) and "librdkafka" (librdkafka's defaults: 64 MiB
 queued ahead, 50 MiB a fetch).
@@ -69,7 +72,7 @@ def aligned_and_lost(daemon):
     return int(aligned), int(lost)
 
 
-def catch_up(fleet, brokers, name, props, run, expected_steps, records, timeout):
+def catch_up(fleet, brokers, name, props, run, expected_steps, records, timeout, bin_dir=None):
     config = os.path.join(fleet.workdir, "%s-%d.yaml" % (name, run))
     with open(config, "w") as f:
         f.write(harness.FAST_GROUP)
@@ -77,8 +80,13 @@ def catch_up(fleet, brokers, name, props, run, expected_steps, records, timeout)
             f.write("  %s: \"%s\"\n" % (key, value))
     state = os.path.join(fleet.workdir, "state-%s-%d" % (name, run))
     started = time.monotonic()
-    daemon = fleet.start_daemon(brokers, extra=["--config", config, "--group", "catchup-%s-%d" % (name, run)],
-                                state_dir=state)
+    default_bin = harness.BIN
+    harness.BIN = bin_dir or default_bin
+    try:
+        daemon = fleet.start_daemon(brokers, extra=["--config", config, "--group", "catchup-%s-%d" % (name, run)],
+                                    state_dir=state)
+    finally:
+        harness.BIN = default_bin
     assigned = time.monotonic()
     aligned, lost = 0, 0
     while time.monotonic() - assigned < timeout:
@@ -116,12 +124,20 @@ def main():
                    help="NAME=KEY=VALUE,KEY=VALUE (repeatable; the first is the baseline)")
     p.add_argument("--timeout", type=float, default=300, help="seconds one daemon may take")
     p.add_argument("--bin", default=None, help="folder with rankwatch and rankwatchd (default build/bin)")
+    p.add_argument("--bin-for", action="append", default=[],
+                   help="NAME=DIR: configuration NAME runs the rankwatchd in DIR (repeatable)")
     args = p.parse_args()
     if args.bin:
         harness.BIN = args.bin
     configs = [parse_config(c) for c in (args.config or DEFAULT_CONFIGS)]
     if len({n for n, _ in configs}) != len(configs):
         raise SystemExit("--config names must differ")
+    bin_for = {}
+    for item in args.bin_for:
+        name, sep, folder = item.partition("=")
+        if not sep or name not in {n for n, _ in configs} or not os.path.isfile(os.path.join(folder, "rankwatchd")):
+            raise SystemExit("--bin-for %r: expected NAME=DIR, NAME a --config name, DIR with rankwatchd" % item)
+        bin_for[name] = os.path.abspath(folder)
     records = args.jobs * args.ranks * args.steps
     expected_steps = args.jobs * args.steps
     fleet = harness.Fleet()
@@ -137,7 +153,8 @@ def main():
                           "simulator": sim}), flush=True)
         for run in range(args.runs):
             for name, props in configs:
-                r = catch_up(fleet, brokers, name, props, run, expected_steps, records, args.timeout)
+                r = catch_up(fleet, brokers, name, props, run, expected_steps, records, args.timeout,
+                             bin_for.get(name))
                 print(json.dumps(r), flush=True)
                 results.append(r)
         summary = {"runs": args.runs, "backlog_records": records, "configs": {}}
@@ -150,6 +167,8 @@ def main():
             med["peak_rss_mib_runs"] = [r["peak_rss_mib"] for r in rs]
             med["lost"] = sum(r["lost"] for r in rs)
             med["kafka"] = props
+            if name in bin_for:
+                med["bin"] = bin_for[name]
             if base is None:
                 base = med
             med["catch_up_ratio"] = round(med["catch_up_s"] / base["catch_up_s"], 3)

@@ -40,12 +40,14 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
       {"fetch.error.backoff.ms", "100"},
       // What a backlog (after a broker outage, a restart, a rebalance) may hold in memory before
       // the daemon takes it: librdkafka queues up to 64 MiB of messages ahead, and one fetch
-      // answer may bring 50 MiB more (compressed) on top. 16 MiB ahead and 4 MiB a fetch trade
-      // the speed of a catch-up for a lower peak: benchmarks/catchup.py reads a 3.2 M-record
-      // backlog at 0.43 M records/s with a peak RSS of 299 MiB, against 0.73 M/s and 353 MiB with
-      // 32 MiB ahead. The 60-minute soak passes with 16 MiB (RSS +1.95 % after its broker
-      // outage); with 32 MiB its reference grew +6.09 %, over the soak's 5 % (benchmarks/
-      // README.md, Catch-up and Soak).
+      // answer may bring 50 MiB more (compressed) on top; 16 MiB ahead and 4 MiB a fetch here.
+      // librdkafka 2.0 stops fetching when the queue is full and looks again only when its
+      // broker thread wakes, up to 1 s later: a backlog went at one queue a second (0.43 M
+      // records/s with 16 MiB in benchmarks/catchup.py). Poll wakes the broker threads once it
+      // has read a full queue down to half (FetchRefill, ingest/fetch_refill.h): 16 MiB now
+      // reads the backlog at about 1.1 M records/s. What then bounds the peak RSS is not the
+      // queue but the state changes the daemon holds between checkpoints, which grow with the
+      // rate it reads at (benchmarks/README.md, Catch-up; docs/operating.md, Memory).
       {"queued.max.messages.kbytes", "16384"},
       {"fetch.max.bytes", "4194304"},
       // A crashed instance's partitions move on after this long (librdkafka's default is 45 s).
@@ -69,6 +71,7 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
   rd_kafka_t* rk = consumer->rk_.get();
   consumer->queue_.reset(rd_kafka_queue_get_consumer(rk));
   rd_kafka_poll_set_consumer(rk);
+  consumer->refill_ = FetchRefill(FetchQueueLimitsOf(rk));
   KafkaPartitionList topics(rd_kafka_topic_partition_list_new(1));
   rd_kafka_topic_partition_list_add(topics.get(), options.topic.c_str(), RD_KAFKA_PARTITION_UA);
   const rd_kafka_resp_err_t e = rd_kafka_subscribe(rk, topics.get());
@@ -337,6 +340,7 @@ size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_message
     return 0;
   }
   size_t handled = 0;
+  size_t payload_bytes = 0;
   for (ssize_t i = 0; i < n; ++i) {
     const KafkaMessagePtr owned(messages[i]);
     const rd_kafka_message_t* m = owned.get();
@@ -358,7 +362,9 @@ size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_message
       msg.key = std::string_view(static_cast<const char*>(m->key), m->key_len);
       msg.partition = m->partition;
       msg.offset = m->offset;
+      payload_bytes += m->len;
       if (rd_kafka_topic_name(m->rkt) == options_.topic) {
+        NoteFetchedPartition(m->partition);
         CheckContinuity(m);
         PartitionProgress& progress = progress_[m->partition];
         progress.last_message = std::chrono::steady_clock::now();
@@ -369,7 +375,22 @@ size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_message
     }
   }
   RecoverStuckPartitions();
+  if (refill_.Taken(static_cast<size_t>(std::max<ssize_t>(n, 0)), payload_bytes,
+                    static_cast<size_t>(rd_kafka_queue_length(queue_.get())))) {
+    WakeFetchers(rk_.get(), options_.topic, fetched_partitions_);
+    spdlog::debug("kafka: the consumer queue was full and is read down to half: fetcher wake-up {}",
+                  refill_.wakeups());
+  }
   return handled;
+}
+
+void KafkaConsumer::NoteFetchedPartition(int32_t partition) {
+  if (partition < 0) return;
+  const auto index = static_cast<size_t>(partition);
+  if (index >= fetched_.size()) fetched_.resize(index + 1, false);
+  if (fetched_[index]) return;
+  fetched_[index] = true;
+  fetched_partitions_.push_back(partition);
 }
 
 }  // namespace rankwatch

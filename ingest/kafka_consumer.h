@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ingest/fetch_refill.h"
 #include "kafka/handles.h"
 #include "kafka/kafka_properties.h"
 
@@ -101,6 +102,9 @@ class KafkaConsumer {
   // fenced this one), after which the consumer reads nothing more; OK while there is none.
   const absl::Status& fatal_error() const { return fatal_error_; }
 
+  // Times Poll woke librdkafka's fetcher after reading down a full queue (FetchRefill).
+  uint64_t fetch_wakeups() const { return refill_.wakeups(); }
+
  private:
   KafkaConsumer() = default;
   static void OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
@@ -145,6 +149,15 @@ class KafkaConsumer {
   absl::Status fatal_error_;
   int assigned_partitions_ = 0;  // written by OnRebalance, which runs inside Poll
   KafkaConsumerOptions options_;
+
+  // Adds a telemetry partition a message came from to fetched_partitions_.
+  void NoteFetchedPartition(int32_t partition);
+  // When to wake the fetcher after the queue was read down; set up by Create.
+  FetchRefill refill_{FetchQueueLimits{}};
+  // The telemetry partitions any message came from (each once; fetched_ by id): the partitions
+  // whose leaders' broker threads a wake-up goes to.
+  std::vector<int32_t> fetched_partitions_;
+  std::vector<bool> fetched_;
 };
 
 }  // namespace rankwatch
