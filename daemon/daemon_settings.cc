@@ -88,6 +88,11 @@ std::vector<Setting> BuildSettings() {
           .Help("changes (MiB, estimated) one checkpoint collects on the ingest thread, whole "
                 "partitions; the rest follows in the next rounds")
           .Details(", at the writer's pace"),
+      Declare("checkpoint-input-mib", &D::checkpoint_input_mib)
+          .Within(1, 65536)
+          .Help("telemetry read (MiB of messages) after which a checkpoint is written before "
+                "`checkpoint-interval` has passed: bounds the changes held in memory while the "
+                "daemon reads a backlog"),
       Declare("changelog-topic", &D::changelog_topic)
           .DefaultNote("none")
           .Help("compacted Kafka topic with a copy of the state, so partitions can move between "
