@@ -18,7 +18,7 @@ its ratio to the first configuration (the baseline).
 
 Usage: benchmarks/catchup.py [--runs 5] [--jobs 200] [--ranks 16] [--steps 1000]
        [--partitions 256] [--config NAME=KEY=VALUE,KEY=VALUE ...] [--bin build/bin]
-       [--bin-for NAME=DIR ...]
+       [--bin-for NAME=DIR ...] [--args-for NAME=ARGS ...]
 --bin-for runs configuration NAME with the rankwatchd in DIR (another build, e.g. an older
 commit's), the others with --bin's.
 With no --config: "default" (the daemon's own settings: 16 MiB queued ahead, 4 MiB a fetch),
@@ -72,7 +72,8 @@ def aligned_and_lost(daemon):
     return int(aligned), int(lost)
 
 
-def catch_up(fleet, brokers, name, props, run, expected_steps, records, timeout, bin_dir=None):
+def catch_up(fleet, brokers, name, props, run, expected_steps, records, timeout, bin_dir=None,
+             daemon_args=()):
     config = os.path.join(fleet.workdir, "%s-%d.yaml" % (name, run))
     with open(config, "w") as f:
         f.write(harness.FAST_GROUP)
@@ -83,8 +84,8 @@ def catch_up(fleet, brokers, name, props, run, expected_steps, records, timeout,
     default_bin = harness.BIN
     harness.BIN = bin_dir or default_bin
     try:
-        daemon = fleet.start_daemon(brokers, extra=["--config", config, "--group", "catchup-%s-%d" % (name, run)],
-                                    state_dir=state)
+        daemon = fleet.start_daemon(brokers, extra=["--config", config, "--group", "catchup-%s-%d" % (name, run)]
+                                    + list(daemon_args), state_dir=state)
     finally:
         harness.BIN = default_bin
     assigned = time.monotonic()
@@ -126,6 +127,9 @@ def main():
     p.add_argument("--bin", default=None, help="folder with rankwatch and rankwatchd (default build/bin)")
     p.add_argument("--bin-for", action="append", default=[],
                    help="NAME=DIR: configuration NAME runs the rankwatchd in DIR (repeatable)")
+    p.add_argument("--args-for", action="append", default=[],
+                   help="NAME=ARGS: configuration NAME's rankwatchd also gets ARGS, e.g. "
+                        "'slow=--checkpoint-input-mib 1024' (repeatable)")
     args = p.parse_args()
     if args.bin:
         harness.BIN = args.bin
@@ -138,6 +142,12 @@ def main():
         if not sep or name not in {n for n, _ in configs} or not os.path.isfile(os.path.join(folder, "rankwatchd")):
             raise SystemExit("--bin-for %r: expected NAME=DIR, NAME a --config name, DIR with rankwatchd" % item)
         bin_for[name] = os.path.abspath(folder)
+    args_for = {}
+    for item in args.args_for:
+        name, sep, extra = item.partition("=")
+        if not sep or name not in {n for n, _ in configs}:
+            raise SystemExit("--args-for %r: expected NAME=ARGS, NAME a --config name" % item)
+        args_for[name] = extra.split()
     records = args.jobs * args.ranks * args.steps
     expected_steps = args.jobs * args.steps
     fleet = harness.Fleet()
@@ -154,7 +164,7 @@ def main():
         for run in range(args.runs):
             for name, props in configs:
                 r = catch_up(fleet, brokers, name, props, run, expected_steps, records, args.timeout,
-                             bin_for.get(name))
+                             bin_for.get(name), args_for.get(name, ()))
                 print(json.dumps(r), flush=True)
                 results.append(r)
         summary = {"runs": args.runs, "backlog_records": records, "configs": {}}
@@ -169,6 +179,8 @@ def main():
             med["kafka"] = props
             if name in bin_for:
                 med["bin"] = bin_for[name]
+            if name in args_for:
+                med["args"] = args_for[name]
             if base is None:
                 base = med
             med["catch_up_ratio"] = round(med["catch_up_s"] / base["catch_up_s"], 3)
