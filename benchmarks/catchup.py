@@ -97,6 +97,8 @@ def catch_up(fleet, brokers, name, props, run, expected_steps, records, timeout,
         time.sleep(0.05)
     done = time.monotonic()
     peak = vm_hwm_bytes(daemon.proc.pid)
+    wakeups = harness.metric(harness.parse_metrics(harness.scrape(daemon)),
+                             "rankwatch_kafka_fetch_wakeups_total") or 0
     daemon.stop()
     daemon.close()
     shutil.rmtree(state, ignore_errors=True)
@@ -111,6 +113,7 @@ def catch_up(fleet, brokers, name, props, run, expected_steps, records, timeout,
         "records_per_s": round(records / (done - assigned)),
         "peak_rss_mib": round(peak / 2**20, 1),
         "lost": lost,
+        "fetch_wakeups": int(wakeups),
     }
 
 

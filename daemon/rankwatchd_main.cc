@@ -351,6 +351,7 @@ int Run(const DaemonConfig& config) {
     if (const TimePoint now = Clock::now(); now >= next_tick) {
       router.Tick(now, WallNowUnixNs());
       metrics.assigned_partitions->Set((*consumer)->assigned_partitions());
+      metrics.kafka_fetch_wakeups->Set(static_cast<double>((*consumer)->fetch_wakeups()));
       if (hang != nullptr) {
         const HangInspectorCounters h = hang->counters();
         metrics.hang_stacks_requested->Set(static_cast<double>(h.requests));

@@ -66,6 +66,12 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version,
   assigned_partitions = r->Gauge("rankwatch_kafka_assigned_partitions",
                                  "Telemetry partitions assigned to this instance by the group.", {})
                             ->WithLabels({});
+  kafka_fetch_wakeups =
+      r->Counter("rankwatch_kafka_fetch_wakeups_total",
+                 "Times the consumer woke librdkafka's fetcher after reading a full consumer "
+                 "queue down to half (only while reading a backlog).",
+                 {})
+          ->WithLabels({});
   state_healthy =
       r->Gauge("rankwatch_state_healthy",
                "1 while state checkpoints succeed; 0 after a storage error (sticky).", {})

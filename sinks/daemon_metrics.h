@@ -51,6 +51,7 @@ class DaemonMetrics {
   MetricCell* ingest_lag_seconds;
   MetricCell* jobs;
   MetricCell* assigned_partitions;
+  MetricCell* kafka_fetch_wakeups;  // KafkaConsumer::fetch_wakeups(), set every tick
   // Durable state: 1 while checkpoints succeed; the last checkpoint's cost (writer thread) and
   // the ingest thread's pause to collect it; failures. Set from the checkpoint writer thread.
   MetricCell* state_healthy;
