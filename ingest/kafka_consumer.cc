@@ -109,6 +109,7 @@ void KafkaConsumer::OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
       for (int32_t id : ids) {
         if (telemetry) {
           self->next_offset_.erase(id);
+          self->input_start_.erase(id);
           self->progress_.erase(id);
         }
       }
@@ -129,6 +130,7 @@ void KafkaConsumer::OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
       if (telemetry && !unstored.empty()) {
         for (const auto& [id, start] : self->StartPositions(unstored)) {
           self->next_offset_[id] = start;
+          self->input_start_[id] = start;
           if (self->options_.on_start) self->options_.on_start(topic, id, start);
         }
       }
@@ -152,6 +154,7 @@ void KafkaConsumer::OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
       for (int32_t id : ids) {
         if (topic == self->options_.topic) {
           self->next_offset_.erase(id);
+          self->input_start_.erase(id);
           self->progress_.erase(id);
         }
       }
@@ -241,6 +244,12 @@ std::map<int32_t, int64_t> KafkaConsumer::StartPositions(const std::vector<int32
 
 void KafkaConsumer::ReportLoss(const char* topic, int32_t partition, int64_t expected, int64_t got,
                                const std::string& where) {
+  // Messages from before this member's input began (older history it reads from the log's
+  // start) are not its loss.
+  if (auto start = input_start_.find(partition); start != input_start_.end()) {
+    expected = std::max(expected, start->second);
+  }
+  if (got <= expected) return;
   spdlog::warn(
       "kafka: {} [{}] lost {} messages: the consumer should have read offset {} next, the "
       "broker's log {} (retention deleted them before they were read: a consumer lagging behind "

@@ -138,6 +138,9 @@ class KafkaConsumer {
   // Per partition: the next offset the consumer should read, once known (the stored offset it
   // resumes at, or the offset after the last message handed out). Written inside Poll.
   std::map<int32_t, int64_t> next_offset_;
+  // Per partition assigned without a stored offset: where this member's input begins
+  // (StartPositions). Gaps before it are not losses. Written inside Poll.
+  std::map<int32_t, int64_t> input_start_;
   struct PartitionProgress {
     std::chrono::steady_clock::time_point last_message;  // the last handed out
     std::chrono::steady_clock::time_point behind_since;  // the log start past the position

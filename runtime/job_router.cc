@@ -249,9 +249,9 @@ bool JobRouter::Checkpoint(rankwatch::Checkpoint* c, TimePoint now, int64_t wall
     if (c->bytes() - bytes_before >= max_bytes) break;
     rankwatch::Checkpoint part;
     tasks_[partition]->Checkpoint(now, wall_now_unix_ns, &part);
-    if (by_partition != nullptr && partition >= 0 && !part.empty()) {
-      (*by_partition)[partition].Append(part);
-    }
+    // A partition whose only change is its offset goes to the changelog too: where its input
+    // begins (StartsAt) is what a new owner must resume from to count a loss.
+    if (by_partition != nullptr && partition >= 0) (*by_partition)[partition].Append(part);
     c->Append(std::move(part));
     changed_since_.erase(partition);
     ++collected;

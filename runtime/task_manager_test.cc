@@ -168,6 +168,19 @@ TEST_F(TaskManagerTest, ANewOwnerAdoptsTheChangelogWhenItCoversMoreThanItsStore)
   EXPECT_EQ(jobs->size(), 2u);
 }
 
+// An instance got a partition with no state anywhere and read nothing there before it was
+// revoked: where its input began goes to the changelog all the same, so the next owner resumes
+// there (and counts what the log lost since) rather than at the log's end at its own assignment.
+TEST_F(TaskManagerTest, WhereAPartitionsInputBeganReachesTheNextOwnerBeforeAnythingIsRead) {
+  StartBroker();
+  Instance a(base_ / "a", broker_.get());
+  EXPECT_EQ(a.manager->OnAssigned({1}, now, 0), std::vector<std::optional<int64_t>>{std::nullopt});
+  a.router->StartsAt(1, 40);  // the consumer: the log's end when it was assigned
+  a.manager->OnRevoked({1}, now, 0);
+  Instance b(base_ / "b", broker_.get());
+  EXPECT_EQ(b.manager->OnAssigned({1}, now, 0), std::vector<std::optional<int64_t>>{40});
+}
+
 TEST_F(TaskManagerTest, TheLocalStoreWinsWhenTheChangelogIsBehindIt) {
   StartBroker();
   int64_t offset = 0;

@@ -9,8 +9,11 @@
 //  - Jobs are exported in the order they became jobs: the first `max_exported` are exported, the
 //    rest are *over the limit* (counted, not exported). When an exported job is removed, the
 //    over-the-limit job that became a job first takes its place (its series appear at its next
-//    evaluation). Exported series never move from one job to another while both run, so a
-//    dashboard does not flap, and a later flood cannot displace the jobs already exported.
+//    evaluation). Exported series never move from one job to another while both run in this
+//    process and it keeps their partitions, so a dashboard does not flap, and a later flood
+//    cannot displace the jobs already exported. A restart or a rebalance (eager: every
+//    partition is released and assigned again) forgets the order: the jobs are exported again
+//    in the order they are restored and evaluated.
 //  - Ids that never become jobs cost no series: they are counted (candidates()).
 //
 // Owned by DaemonMetrics. Thread-safe (one mutex): the ingest thread evaluates and removes jobs;
