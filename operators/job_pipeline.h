@@ -133,6 +133,9 @@ class JobPipeline {
 
   // Closes steps whose alignment timeout passed. Call periodically even without input.
   JobDelta Tick(TimePoint now);
+  // The job's input could not be read for `by` (a restored state waiting for its partition):
+  // its open steps' alignment timeouts move that much later.
+  void DelayAlignment(Duration by) { aligner_->Delay(by); }
 
   // Messages of the job's partition were lost before they were read (the consumer's position
   // jumped past them): the job's input may be incomplete.

@@ -49,6 +49,10 @@ AlignOutcome StepAligner::Add(const StepSample& sample, TimePoint now,
 
 void StepAligner::Expire(TimePoint now, std::vector<AlignedStep>* closed) { Drain(now, closed); }
 
+void StepAligner::Delay(Duration by) {
+  for (auto& [step, p] : pending_) p.first_seen += by;
+}
+
 void StepAligner::Drain(TimePoint now, std::vector<AlignedStep>* closed) {
   while (!pending_.empty()) {
     const Pending& front = pending_.begin()->second;

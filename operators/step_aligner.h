@@ -54,6 +54,9 @@ class StepAligner {
 
   // Closes the steps whose alignment timeout has passed at `now`, appending them to `closed`.
   void Expire(TimePoint now, std::vector<AlignedStep>* closed);
+  // Moves the alignment timeout of every open step `by` later: time in which the daemon could
+  // not read the missing records (a restored state waiting for its partition) does not count.
+  void Delay(Duration by);
 
   uint32_t world_size() const { return world_size_; }
   size_t pending_steps() const { return pending_.size(); }

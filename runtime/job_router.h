@@ -88,7 +88,10 @@ class JobRouter {
 
   // The state of `partition`'s task covers its input up to `offset` (where consumption
   // resumes), until a message there is consumed.
-  void ResumedAt(int32_t partition, int64_t offset) { TaskOf(partition).set_resumed_at(offset); }
+  // Alignment timeouts of its restored jobs run again from `now` on.
+  void ResumedAt(int32_t partition, int64_t offset, TimePoint now) {
+    TaskOf(partition).ResumeAt(offset, now);
+  }
 
   // Drops the task of `partition`: its jobs leave memory, metrics and snapshots; their stored
   // state stays (another instance owns the partition now). Checkpoint first.

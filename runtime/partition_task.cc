@@ -205,7 +205,8 @@ void PartitionTask::Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput
         sinks_->kernel_snapshots->Update(std::move(snapshot));
     }
     if (job.expired) continue;  // its last diagnosis is frozen
-    Count(job, job.pipeline->Tick(now), wall_now_unix_ns);
+    // Until its partition is read again, a restored job's open steps wait (ResumeAt).
+    if (!restored_unread_since_) Count(job, job.pipeline->Tick(now), wall_now_unix_ns);
     // Silent jobs are re-evaluated every second too: silence is itself a diagnosis (a hang),
     // and alerts pending on a diagnosis fire with time. Only jobs with the steps they are
     // judged on: ids that never became jobs cost nothing while silent.
@@ -325,7 +326,16 @@ absl::Status PartitionTask::Restore(std::vector<job_state::StoredJob> stored, Ti
     spdlog::debug("restored training job '{}': {} aligned steps, {} stored steps", name,
                   s.meta.aligned_steps(), s.steps.size());
   }
+  if (partition_ >= 0 && !stored.empty()) restored_unread_since_ = now;
   return absl::OkStatus();
+}
+
+void PartitionTask::ResumeAt(int64_t offset, TimePoint now) {
+  resumed_at_ = offset;
+  if (!restored_unread_since_) return;
+  const Duration held = now - *restored_unread_since_;
+  for (auto& [name, job] : jobs_) job->pipeline->DelayAlignment(held);
+  restored_unread_since_.reset();
 }
 
 void PartitionTask::Release() {

@@ -103,8 +103,9 @@ class PartitionTask {
   // first records were among them: after a loss before the first read, every job).
   void InputLost(uint64_t messages, int64_t log_end);
   std::optional<int64_t> next_offset() const { return next_offset_; }
-  // The offset a restored state covers, until something is consumed.
-  void set_resumed_at(int64_t offset) { resumed_at_ = offset; }
+  // The offset a restored state covers, until something is consumed. The partition is read
+  // again from `now` on: alignment timeouts, held since the restore, run again (Restore).
+  void ResumeAt(int64_t offset, TimePoint now);
   // The offset the task's state covers: the next one to consume, or where it resumed.
   std::optional<int64_t> covered_offset() const {
     return next_offset_ ? next_offset_ : resumed_at_;
@@ -183,6 +184,10 @@ class PartitionTask {
   AlertTracker alerts_;
   std::optional<int64_t> next_offset_;
   std::optional<int64_t> resumed_at_;
+  // Since a restore, until the partition is read again (ResumeAt): the restored jobs' open
+  // steps wait for records the daemon cannot read yet, so their alignment timeouts are held
+  // (a restart's rejoin took 8-15 s in the soak, longer than the 10-s timeout).
+  std::optional<TimePoint> restored_unread_since_;
   bool offset_unsaved_ = false;
   // Messages lost that jobs first seen before next_offset_ reaches `until` are marked with.
   struct RecentLoss {

@@ -142,7 +142,7 @@ std::optional<int64_t> TaskManager::Assign(int32_t partition, TimePoint now,
       health_->Fail(s);
     }
   }
-  if (local) router_->ResumedAt(partition, *local);
+  if (local) router_->ResumedAt(partition, *local, now);
   return local;
 }
 

@@ -181,6 +181,37 @@ TEST_F(TaskManagerTest, WhereAPartitionsInputBeganReachesTheNextOwnerBeforeAnyth
   EXPECT_EQ(b.manager->OnAssigned({1}, now, 0), std::vector<std::optional<int64_t>>{40});
 }
 
+// A restart's rejoin can take longer than the alignment timeout (10 s): a step restored with a
+// rank missing must wait for that rank's record, which comes once the partition is read again,
+// not close as timed out while nothing could be read.
+TEST_F(TaskManagerTest, ARestoredOpenStepWaitsForItsPartitionToBeReadAgain) {
+  int64_t offset = 0;
+  {
+    Instance a(base_ / "a", nullptr);
+    a.manager->OnAssigned({0}, now, 0);
+    a.router->HandleMessage(EncodedStep("two", 1, /*rank=*/0, /*world=*/2), 0, offset++, now, 0);
+    a.manager->Shutdown(now, 0);  // step 1 open, rank 1 missing
+  }
+  Instance a(base_ / "a", nullptr);
+  const TimePoint restart = now + std::chrono::seconds(100);
+  ASSERT_TRUE(a.manager->RestoreAll(restart, 0).ok());
+  const TimePoint rejoined = restart + std::chrono::seconds(15);
+  a.router->Tick(rejoined - std::chrono::seconds(1), 0);  // waiting for the group
+  EXPECT_EQ(a.manager->OnAssigned({0}, rejoined, 0), std::vector<std::optional<int64_t>>{1});
+  a.router->HandleMessage(EncodedStep("two", 1, /*rank=*/1, /*world=*/2), 0, offset++,
+                          rejoined + std::chrono::seconds(1), 0);
+  a.router->Tick(rejoined + std::chrono::seconds(1), 0);
+  auto snap = a.snapshots.Get();
+  ASSERT_EQ(snap->count("two"), 1u);
+  EXPECT_EQ(snap->at("two")->aligned_steps, 1u);
+  EXPECT_EQ(snap->at("two")->timed_out_steps, 0u) << "closed while its partition was not read";
+  // Once read again, the timeout runs: a step left open closes 10 s later.
+  a.router->HandleMessage(EncodedStep("two", 2, /*rank=*/0, /*world=*/2), 0, offset++,
+                          rejoined + std::chrono::seconds(2), 0);
+  a.router->Tick(rejoined + std::chrono::seconds(13), 0);
+  EXPECT_EQ(a.snapshots.Get()->at("two")->timed_out_steps, 1u);
+}
+
 TEST_F(TaskManagerTest, TheLocalStoreWinsWhenTheChangelogIsBehindIt) {
   StartBroker();
   int64_t offset = 0;
