@@ -49,8 +49,8 @@ struct DaemonConfig {
   // Estimated changes one periodic checkpoint collects on the ingest thread (whole
   // partitions); the rest follows in the next rounds. Default: 16 MiB.
   int checkpoint_budget_mib = 16;
-  // Telemetry read (MiB of message payload) after which a checkpoint is due before
-  // checkpoint_interval has passed: bounds the changes held in memory while reading fast.
+  // While reading a backlog, telemetry read (MiB of message payload) after which a checkpoint
+  // is due before checkpoint_interval has passed: bounds the changes held in memory.
   int checkpoint_input_mib = 8;
   // Compacted topic holding a copy of the state, so partitions can move between instances of
   // one group. Empty (default): none, for a single instance.

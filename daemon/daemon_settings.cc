@@ -90,9 +90,9 @@ std::vector<Setting> BuildSettings() {
           .Details(", at the writer's pace"),
       Declare("checkpoint-input-mib", &D::checkpoint_input_mib)
           .Within(1, 65536)
-          .Help("telemetry read (MiB of messages) after which a checkpoint is written before "
-                "`checkpoint-interval` has passed: bounds the changes held in memory while the "
-                "daemon reads a backlog"),
+          .Help("while the daemon reads a backlog, telemetry read (MiB of messages) after which "
+                "a checkpoint is written before `checkpoint-interval` has passed: bounds the "
+                "changes held in memory"),
       Declare("changelog-topic", &D::changelog_topic)
           .DefaultNote("none")
           .Help("compacted Kafka topic with a copy of the state, so partitions can move between "

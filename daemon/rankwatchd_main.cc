@@ -334,10 +334,12 @@ int Run(const DaemonConfig& config) {
   auto next_tick = Clock::now();
   auto next_checkpoint = Clock::now() + config.checkpoint_interval;
   // Changes wait in memory for the next checkpoint: reading a backlog at a million records a
-  // second, a second of them took ~280 MiB of heap. A checkpoint is also due after this much
-  // input, which a daemon keeping up with its producers seldom reaches within the interval.
+  // second, a second of them took ~280 MiB of heap. While the daemon reads a backlog (the
+  // consumer woke its fetcher since the last checkpoint: the queue was full), a checkpoint is
+  // also due after this much input. A daemon keeping up checkpoints on the interval only.
   const size_t checkpoint_input_bytes = static_cast<size_t>(config.checkpoint_input_mib) << 20;
   size_t input_since_checkpoint = 0;
+  uint64_t wakeups_at_checkpoint = 0;
   int exit_code = 0;
   while (!StopRequested()) {
     if (!(*consumer)->fatal_error().ok()) {
@@ -367,10 +369,13 @@ int Run(const DaemonConfig& config) {
       metrics.fr_analyses->Set(static_cast<double>(fr.analyses));
       next_tick = now + kTick;
     }
-    if (Clock::now() >= next_checkpoint || input_since_checkpoint >= checkpoint_input_bytes) {
+    const uint64_t wakeups = (*consumer)->fetch_wakeups();
+    if (Clock::now() >= next_checkpoint ||
+        (input_since_checkpoint >= checkpoint_input_bytes && wakeups != wakeups_at_checkpoint)) {
       tasks.Checkpoint(Clock::now(), WallNowUnixNs());
       next_checkpoint = Clock::now() + config.checkpoint_interval;
       input_since_checkpoint = 0;
+      wakeups_at_checkpoint = wakeups;
     } else {
       tasks.CatchUp(Clock::now(), WallNowUnixNs());
     }
