@@ -335,11 +335,13 @@ int Run(const DaemonConfig& config) {
   auto next_checkpoint = Clock::now() + config.checkpoint_interval;
   // Changes wait in memory for the next checkpoint: reading a backlog at a million records a
   // second, a second of them took ~280 MiB of heap. While the daemon reads a backlog (the
-  // consumer woke its fetcher since the last checkpoint: the queue was full), a checkpoint is
+  // consumer woke its fetcher, its queue full, within the last kBacklogFor), a checkpoint is
   // also due after this much input. A daemon keeping up checkpoints on the interval only.
   const size_t checkpoint_input_bytes = static_cast<size_t>(config.checkpoint_input_mib) << 20;
+  constexpr auto kBacklogFor = std::chrono::seconds(2);
   size_t input_since_checkpoint = 0;
-  uint64_t wakeups_at_checkpoint = 0;
+  uint64_t wakeups_seen = 0;
+  TimePoint last_wakeup{};
   int exit_code = 0;
   while (!StopRequested()) {
     if (!(*consumer)->fatal_error().ok()) {
@@ -369,13 +371,16 @@ int Run(const DaemonConfig& config) {
       metrics.fr_analyses->Set(static_cast<double>(fr.analyses));
       next_tick = now + kTick;
     }
-    const uint64_t wakeups = (*consumer)->fetch_wakeups();
+    if (const uint64_t wakeups = (*consumer)->fetch_wakeups(); wakeups != wakeups_seen) {
+      wakeups_seen = wakeups;
+      last_wakeup = Clock::now();
+    }
+    const bool backlog = wakeups_seen > 0 && Clock::now() - last_wakeup < kBacklogFor;
     if (Clock::now() >= next_checkpoint ||
-        (input_since_checkpoint >= checkpoint_input_bytes && wakeups != wakeups_at_checkpoint)) {
+        (backlog && input_since_checkpoint >= checkpoint_input_bytes)) {
       tasks.Checkpoint(Clock::now(), WallNowUnixNs());
       next_checkpoint = Clock::now() + config.checkpoint_interval;
       input_since_checkpoint = 0;
-      wakeups_at_checkpoint = wakeups;
     } else {
       tasks.CatchUp(Clock::now(), WallNowUnixNs());
     }
