@@ -38,6 +38,7 @@ PartitionTask::Job& PartitionTask::Insert(const std::string& name,
 }
 
 void PartitionTask::Add(const v1::Batch& batch, TimePoint now, int64_t wall_now_unix_ns) {
+  ReadAgain(now);  // input arrives: whatever the offsets said, the partition is read again
   const v1::SourceIdentity& source = batch.source();
   for (Evidence* evidence : sinks_->evidence) evidence->OnBatch(batch);
   // Events that answer a control request (trace.capture_id) are evidence, not the rank's live
@@ -332,6 +333,10 @@ absl::Status PartitionTask::Restore(std::vector<job_state::StoredJob> stored, Ti
 
 void PartitionTask::ResumeAt(int64_t offset, TimePoint now) {
   resumed_at_ = offset;
+  ReadAgain(now);
+}
+
+void PartitionTask::ReadAgain(TimePoint now) {
   if (!restored_unread_since_) return;
   const Duration held = now - *restored_unread_since_;
   for (auto& [name, job] : jobs_) job->pipeline->DelayAlignment(held);

@@ -171,6 +171,9 @@ class PartitionTask {
   struct Job;
   Job& Insert(const std::string& name, std::unique_ptr<JobPipeline> pipeline, TimePoint now);
   void Count(Job& job, const JobDelta& delta, int64_t wall_now_unix_ns);
+  // The partition is read again after a restore: restored open steps' timeouts run again,
+  // moved later by the time they were held.
+  void ReadAgain(TimePoint now);
   void Expire(TimePoint now, int64_t wall_now_unix_ns, TickOutput* out);
   // Forgets a job in memory and in the sinks (not its stored state).
   void Drop(std::map<std::string, std::unique_ptr<Job>, std::less<>>::iterator it);
