@@ -14,7 +14,7 @@ Baseline in the same run: the simulator alone at full speed into a broker with n
 Prints one JSON line per run and a summary line.
 
 Usage: benchmarks/e2e_throughput.py [--rates 250000,400000,600000] [--runs 3]
-       [--ranks 256] [--seconds 8] [--bin build/bin]
+       [--ranks 256] [--seconds 8] [--bin build/bin] [--fault SPEC ...]
 """
 import argparse
 import json
@@ -28,11 +28,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../
 import harness  # noqa: E402
 
 
-def run_simulate(brokers, job, ranks, steps, rate=None):
+def run_simulate(brokers, job, ranks, steps, rate=None, faults=()):
     args = [os.path.join(harness.BIN, "rankwatch"), "simulate", "--brokers", brokers, "--job", job,
             "--ranks", str(ranks), "--steps", str(steps), "--speed", "max", "--report-collective"]
     if rate:
         args += ["--rate", str(rate)]
+    for f in faults:
+        args += ["--fault", f]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
@@ -43,10 +45,10 @@ def result_of(proc):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def e2e_run(fleet, brokers, daemon, job, ranks, steps, rate, timeout):
+def e2e_run(fleet, brokers, daemon, job, ranks, steps, rate, timeout, faults=()):
     records = ranks * steps
     start = time.monotonic()
-    proc = run_simulate(brokers, job, ranks, steps, rate)
+    proc = run_simulate(brokers, job, ranks, steps, rate, faults)
     produced_at = None
     max_lag = 0.0
     last_change = start
@@ -89,6 +91,9 @@ def main():
     p.add_argument("--partitions", type=int, default=6)
     p.add_argument("--timeout", type=float, default=120)
     p.add_argument("--bin", default=None, help="folder with rankwatch and rankwatchd (default build/bin)")
+    p.add_argument("--fault", action="append", default=[],
+                   help="a `rankwatch simulate --fault` of every measured job (e.g. slow-compute:17:0.5: "
+                        "a straggler, whose alert charges its node in the fleet view)")
     args = p.parse_args()
     if args.bin:
         harness.BIN = args.bin
@@ -112,7 +117,8 @@ def main():
             steps = max(1, int(rate * args.seconds / args.ranks))
             runs = []
             for i in range(args.runs):
-                r = e2e_run(fleet, brokers, daemon, "e2e-%d-%d" % (rate, i), args.ranks, steps, rate, args.timeout)
+                r = e2e_run(fleet, brokers, daemon, "e2e-%d-%d" % (rate, i), args.ranks, steps, rate, args.timeout,
+                            args.fault)
                 r["loss"] = args.ranks * steps - (r.pop("consumed_so_far") - consumed_before)
                 consumed_before += args.ranks * steps - r["loss"]
                 print(json.dumps(r), flush=True)

@@ -83,6 +83,14 @@ struct DaemonConfig {
   // or after this many aligned steps; at most max_exported_jobs jobs get per-job series.
   int64_t job_min_steps = 5;
   int64_t max_exported_jobs = 1'000;
+  // The fleet view of nodes (fleet/node_ledger.h): the topic the instances share it through
+  // (empty: not shared, this instance's jobs only), how long records are kept, and the node
+  // alert: a node culprit of node_alert_jobs jobs (0: no alert) within node_alert_window.
+  std::string nodes_topic = "rankwatch.nodes";
+  Duration node_horizon = std::chrono::hours(24 * 7);
+  Duration node_alert_window = std::chrono::hours(24);
+  int64_t node_alert_jobs = 3;
+  int64_t max_exported_nodes = 50;  // nodes with per-node series at most (the costliest)
   std::string log_level = "info";  // trace, debug, info, warn, error, critical, off
   // Static group membership: the consumer group's group.instance.id. Empty (default): derived
   // from the pod or host name and the state directory (DefaultInstanceId), so that the same

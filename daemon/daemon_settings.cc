@@ -160,6 +160,23 @@ std::vector<Setting> BuildSettings() {
                 "jobs are exported, the others counted in "
                 "`rankwatch_job_ids{state=\"over_limit\"}`")
           .Details(" ([metrics.md](metrics.md#cardinality))"),
+      Declare("nodes-topic", &D::nodes_topic)
+          .Help("Kafka topic through which every instance shares the fleet view of nodes "
+                "(created compacted); `\"\"`: this instance's jobs only")
+          .Details(" ([fleet.md](fleet.md))"),
+      Declare("node-horizon", &D::node_horizon)
+          .Within(std::chrono::minutes(1), hours(24 * 366))
+          .Help("the fleet view keeps a node's charge in a job this long after its last change"),
+      Declare("node-alert-window", &D::node_alert_window)
+          .Within(std::chrono::minutes(1), hours(24 * 366))
+          .Help("the node alert counts the jobs that charged a node within this long"),
+      Declare("node-alert-jobs", &D::node_alert_jobs)
+          .Within(0, 100000)
+          .Help("a node that was the straggler culprit of this many different jobs within "
+                "`node-alert-window` raises the node alert (`drain it`); 0: no node alert"),
+      Declare("max-exported-nodes", &D::max_exported_nodes)
+          .Within(0, 100000)
+          .Help("nodes with per-node metrics at most: those that cost most within the horizon"),
       Declare("alert-subscriber-queue", &D::alert_subscriber_queue)
           .AtLeast(1)
           .Help("alerts a `WatchAlerts` subscriber may fall behind before its stream ends (it "

@@ -27,6 +27,8 @@
 #include "daemon/daemon_command_line.h"
 #include "daemon/daemon_config.h"
 #include "evidence/flight_recorder_inspector.h"
+#include "fleet/node_ledger.h"
+#include "fleet/node_topic.h"
 #include "ingest/kafka_consumer.h"
 #include "kafka/cluster_requests.h"
 #include "kafka/control_request_producer.h"
@@ -152,6 +154,7 @@ int Run(const DaemonConfig& config) {
     broker_options.topic = config.topic;
     broker_options.partitions = config.embedded_partitions;
     broker_options.control_topic = config.control_topic;
+    broker_options.nodes_topic = config.nodes_topic;
     auto started = EmbeddedBroker::Start(broker_options);
     if (!started.ok()) return Fail(started.status());
     broker = std::move(*started);
@@ -243,6 +246,24 @@ int Run(const DaemonConfig& config) {
   evidence.insert(hang != nullptr ? std::find(evidence.begin(), evidence.end(), hang.get()) + 1
                                   : evidence.begin(),
                   flight_recorder.get());
+  // The fleet view of nodes (fleet/): restored from the store, shared through the nodes topic.
+  NodeLedgerOptions ledger_options;
+  ledger_options.horizon = config.node_horizon;
+  ledger_options.alert_window = config.node_alert_window;
+  ledger_options.alert_jobs = static_cast<uint32_t>(config.node_alert_jobs);
+  NodeLedger ledger(ledger_options);
+  if (absl::Status s = ledger.LoadFrom(**store); !s.ok()) return Fail(s);
+  std::unique_ptr<NodeTopic> node_topic;
+  if (!config.nodes_topic.empty()) {
+    auto opened = NodeTopic::Open({brokers, config.nodes_topic, config.kafka, config.topic}, &ledger);
+    if (opened.ok()) {
+      node_topic = std::move(*opened);
+    } else {
+      spdlog::warn("fleet view of nodes: not shared with other instances: {}",
+                   opened.status().message());
+    }
+  }
+  if (node_topic == nullptr) ledger.SetComplete(true);
   GrpcServerOptions grpc_options;
   grpc_options.address = *grpc_address;
   grpc_options.snapshots = &snapshots;
@@ -303,8 +324,8 @@ int Run(const DaemonConfig& config) {
   task_options.pipeline.whatif.analyzer = config.whatif;
   task_options.pipeline.whatif.verdict = config.whatif_verdict;
   task_options.pipeline.memory_window.steps = static_cast<size_t>(config.memory_window_steps);
-  JobRouter router(router_options,
-                   {&metrics, &snapshots, &alert_hub, &kernel_snapshots, std::move(evidence)});
+  JobRouter router(router_options, {&metrics, &snapshots, &alert_hub, &kernel_snapshots,
+                                    std::move(evidence), &ledger});
   TaskManagerOptions manager_options;
   manager_options.checkpoint_max_bytes = static_cast<size_t>(config.checkpoint_budget_mib) << 20;
   TaskManager tasks(config.topic, store->get(), &writer, changelog.get(), &router, &metrics,
@@ -342,6 +363,14 @@ int Run(const DaemonConfig& config) {
   size_t input_since_checkpoint = 0;
   uint64_t wakeups_seen = 0;
   TimePoint last_wakeup{};
+  auto next_fleet = Clock::now();
+  TimePoint assigned_since{};  // since when the consumer holds partitions (none: {})
+  // The telemetry partition count, for the instance that raises a node's alert.
+  const int32_t telemetry_partitions =
+      node_topic != nullptr ? node_topic->telemetry_partitions() : 0;
+  auto owns_node = [&](const std::string& node) {
+    return telemetry_partitions <= 0 || router.Owns(PartitionOfNode(node, telemetry_partitions));
+  };
   int exit_code = 0;
   while (!StopRequested()) {
     if (!(*consumer)->fatal_error().ok()) {
@@ -371,6 +400,38 @@ int Run(const DaemonConfig& config) {
       metrics.fr_analyses->Set(static_cast<double>(fr.analyses));
       next_tick = now + kTick;
     }
+    if (const TimePoint now = Clock::now(); now >= next_fleet) {
+      next_fleet = now + std::chrono::seconds(1);
+      const int64_t wall = WallNowUnixNs();
+      if ((*consumer)->assigned_partitions() == 0) {
+        assigned_since = {};
+      } else if (assigned_since == TimePoint{}) {
+        assigned_since = now;
+      }
+      ledger.Prune(wall);
+      std::vector<v1::NodeRecord> records = ledger.TakeUnpublished();
+      if (node_topic != nullptr) {
+        node_topic->Publish(records);
+        metrics.nodes_topic_published->Set(static_cast<double>(node_topic->published()));
+        metrics.nodes_topic_failed->Set(static_cast<double>(node_topic->failed()));
+        metrics.nodes_topic_read->Set(static_cast<double>(node_topic->read()));
+        metrics.nodes_topic_ignored->Set(static_cast<double>(node_topic->ignored()));
+      }
+      // Node alerts once the view is whole and the partitions held a while (a restart must
+      // neither resolve an alert on a partial view nor drop one as another instance's).
+      if (ledger.complete() && assigned_since != TimePoint{} &&
+          now - assigned_since >= std::chrono::seconds(5)) {
+        Checkpoint state;
+        std::vector<v1::Alert> alerts = ledger.EvaluateAlerts(wall, owns_node, &state);
+        if (!alerts.empty() || !state.empty()) alert_hub.Append(std::move(alerts), std::move(state));
+      }
+      v1::ListNodesRequest top;
+      top.set_limit(static_cast<uint32_t>(config.max_exported_nodes));
+      metrics.PublishNodes(config.max_exported_nodes > 0 ? ledger.ListNodes(top, wall)
+                                                         : v1::ListNodesResponse());
+      metrics.fleet_records->Set(static_cast<double>(ledger.records()));
+      metrics.node_alerts_firing->Set(static_cast<double>(ledger.firing()));
+    }
     if (const uint64_t wakeups = (*consumer)->fetch_wakeups(); wakeups != wakeups_seen) {
       wakeups_seen = wakeups;
       last_wakeup = Clock::now();
@@ -379,6 +440,9 @@ int Run(const DaemonConfig& config) {
     if (Clock::now() >= next_checkpoint ||
         (backlog && input_since_checkpoint >= checkpoint_input_bytes)) {
       tasks.Checkpoint(Clock::now(), WallNowUnixNs());
+      if (Checkpoint nodes = ledger.TakeUnsaved(); !nodes.empty()) {
+        writer.EnqueueNoWait(std::move(nodes), nullptr);
+      }
       next_checkpoint = Clock::now() + config.checkpoint_interval;
       input_since_checkpoint = 0;
     } else {
@@ -388,6 +452,10 @@ int Run(const DaemonConfig& config) {
 
   spdlog::info("stopping");
   tasks.Shutdown(Clock::now(), WallNowUnixNs());
+  if (Checkpoint nodes = ledger.TakeUnsaved(); !nodes.empty()) {
+    writer.EnqueueNoWait(std::move(nodes), nullptr);
+  }
+  (void)writer.Drain();
   (*grpc_server)->SetServing(false);
   (*consumer)->Close();
   (*grpc_server)->Stop();

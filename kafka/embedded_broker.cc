@@ -26,6 +26,9 @@ absl::StatusOr<std::unique_ptr<EmbeddedBroker>> EmbeddedBroker::Start(
   if (e == RD_KAFKA_RESP_ERR_NO_ERROR && !options.control_topic.empty()) {
     e = rd_kafka_mock_topic_create(cluster.get(), options.control_topic.c_str(), 1, 1);
   }
+  if (e == RD_KAFKA_RESP_ERR_NO_ERROR && !options.nodes_topic.empty()) {
+    e = rd_kafka_mock_topic_create(cluster.get(), options.nodes_topic.c_str(), 1, 1);
+  }
   if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
     return absl::InternalError(std::string("create topic ") + options.topic + ": " +
                                rd_kafka_err2str(e));

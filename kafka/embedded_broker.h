@@ -25,6 +25,9 @@ struct EmbeddedBrokerOptions {
   // The control channel's topic (control.proto), one partition; empty: none. Default:
   // rankwatch.control.
   std::string control_topic = "rankwatch.control";
+  // The nodes topic (rankwatchd's fleet view of nodes, fleet/node_topic.h), one partition;
+  // empty: none. Default: rankwatch.nodes.
+  std::string nodes_topic = "rankwatch.nodes";
 };
 
 class EmbeddedBroker {

@@ -1,6 +1,7 @@
 #include "operators/alert_tracker.h"
 
 #include <algorithm>
+#include <charconv>
 #include <set>
 
 namespace rankwatch {
@@ -74,6 +75,67 @@ std::vector<Candidate> CandidatesOf(const JobSnapshot& s) {
     default: break;
   }
   return out;
+}
+
+// The node an alert's subject names: "node:X", or the node of "rank:R" when the job knows it;
+// "" for any other subject (the job, a pipeline stage).
+std::string NodeOfSubject(const JobSnapshot& s, const std::string& subject) {
+  if (subject.starts_with("node:")) return subject.substr(5);
+  if (subject.starts_with("rank:")) {
+    uint32_t rank = 0;
+    const char* begin = subject.data() + 5;
+    const char* end = subject.data() + subject.size();
+    if (std::from_chars(begin, end, rank).ec != std::errc()) return "";
+    return s.NodeOf(rank);
+  }
+  return "";
+}
+
+void AddRank(std::vector<uint32_t>* ranks, uint32_t rank) {
+  auto at = std::lower_bound(ranks->begin(), ranks->end(), rank);
+  if (at != ranks->end() && *at == rank) return;
+  if (ranks->size() >= NodeCharge::kMaxRanks) return;
+  ranks->insert(at, rank);
+}
+
+// The node the job's current straggler verdict names, and what it costs a step.
+struct Named {
+  std::string node;
+  double lost_rank_seconds_per_step = 0;
+  uint64_t since_step = 0;
+};
+
+Named NamedByDiagnosis(const JobSnapshot& s) {
+  Named n;
+  const whatif::WhatIfVerdict* w =
+      s.whatif != nullptr && s.whatif->verdict.verdict != whatif::Verdict::kNone
+          ? &s.whatif->verdict
+          : nullptr;
+  if (w != nullptr) {
+    // A pipeline job's slow worker (or GC pauses) on a rank: its what-if loss over the steps
+    // it analysed.
+    if ((w->verdict == whatif::Verdict::kSlowWorker || w->verdict == whatif::Verdict::kGcPauses) &&
+        !w->ranks.empty() && s.whatif->result.steps > 0) {
+      n.node = s.NodeOf(w->ranks.front());
+      n.lost_rank_seconds_per_step = w->lost_rank_seconds / s.whatif->result.steps;
+    }
+    return n;
+  }
+  const StepDiagnosis& d = s.step;
+  if (d.label != StepLabel::kStraggler && d.label != StepLabel::kInputStraggler &&
+      d.label != StepLabel::kComputeStraggler) {
+    return n;
+  }
+  if (d.scope == CulpritScope::kNode) {
+    n.node = d.culprit_node;
+  } else if (!d.culprit_ranks.empty()) {
+    n.node = s.NodeOf(d.culprit_ranks.front());
+  }
+  if (d.straggler.present) {
+    n.lost_rank_seconds_per_step = d.straggler.lost_rank_seconds_per_step;
+    n.since_step = d.straggler.since_step;
+  }
+  return n;
 }
 
 }  // namespace
@@ -160,7 +222,97 @@ std::vector<AlertEvent> AlertTracker::Evaluate(std::shared_ptr<const JobSnapshot
       ++it;
     }
   }
+  ChargeNodes(*snapshot, seen, now);
+  for (const AlertEvent& e : events) {
+    if (e.kind != AlertKind::kStraggler || e.state != AlertState::kFiring) continue;
+    const std::string node = NodeOfSubject(*snapshot, e.subject);
+    if (node.empty()) continue;
+    NodeCharge& c = charges_[{job, node}];
+    c.training_job = job;
+    c.node = node;
+    ++c.episodes;
+    if (c.first_unix_ns == 0) c.first_unix_ns = now;
+    c.last_unix_ns = now;
+    charges_changed_.insert({job, node});
+  }
   return events;
+}
+
+void AlertTracker::ChargeNodes(const JobSnapshot& s, const std::set<std::string>& seen,
+                               int64_t now) {
+  const std::string& job = s.training_job;
+  // The nodes the job's firing straggler alerts name; those whose condition held this time.
+  std::map<std::string, bool> firing;
+  for (auto it = active_.lower_bound({job, ""}); it != active_.end() && it->first.first == job;
+       ++it) {
+    const AlertEvent& a = it->second.last;
+    if (a.kind != AlertKind::kStraggler || a.state != AlertState::kFiring) continue;
+    const std::string node = NodeOfSubject(s, a.subject);
+    if (node.empty()) continue;
+    const bool held = seen.count(it->first.second) > 0;
+    firing[node] = firing[node] || held;
+    NodeCharge& c = charges_[{job, node}];
+    c.training_job = job;
+    c.node = node;
+    uint32_t rank = 0;
+    if (a.subject.starts_with("rank:") &&
+        std::from_chars(a.subject.data() + 5, a.subject.data() + a.subject.size(), rank).ec ==
+            std::errc()) {
+      AddRank(&c.ranks, rank);
+    } else if (s.step.culprit_node == node) {
+      for (uint32_t r : s.step.culprit_ranks) AddRank(&c.ranks, r);
+    }
+  }
+  const Named named = NamedByDiagnosis(s);
+  for (auto it = charges_.lower_bound({job, ""}); it != charges_.end() && it->first.first == job;
+       ++it) {
+    NodeCharge& c = it->second;
+    const auto f = firing.find(c.node);
+    const bool now_firing = f != firing.end();
+    bool changed = now_firing != c.firing;
+    c.firing = now_firing;
+    if (!s.scheduler.k8s_namespace.empty() && c.k8s_namespace != s.scheduler.k8s_namespace) {
+      c.k8s_namespace = s.scheduler.k8s_namespace;
+      changed = true;
+    }
+    // The window's steps since the last charged one and since the straggler's onset (so a
+    // second episode is charged from its own onset, not for the steps between the episodes).
+    if (s.window_steps > 0 && now_firing && f->second && named.node == c.node &&
+        named.lost_rank_seconds_per_step > 0) {
+      const uint64_t from =
+          std::max({c.charged_through_step + 1, named.since_step, s.window_first_step});
+      if (s.window_last_step >= from) {
+        c.lost_rank_seconds +=
+            named.lost_rank_seconds_per_step * static_cast<double>(s.window_last_step - from + 1);
+        c.charged_through_step = s.window_last_step;
+        changed = true;
+      }
+    }
+    if (changed) {
+      c.last_unix_ns = now;
+      charges_changed_.insert(it->first);
+    }
+  }
+}
+
+std::vector<NodeCharge> AlertTracker::TakeNodeCharges() {
+  std::vector<NodeCharge> out = std::move(forgotten_charges_);
+  forgotten_charges_.clear();
+  out.reserve(out.size() + charges_changed_.size());
+  for (const auto& key : charges_changed_) {
+    if (auto it = charges_.find(key); it != charges_.end()) out.push_back(it->second);
+  }
+  charges_changed_.clear();
+  return out;
+}
+
+std::vector<NodeCharge> AlertTracker::NodeCharges(const std::string& job) const {
+  std::vector<NodeCharge> out;
+  for (auto it = charges_.lower_bound({job, ""}); it != charges_.end() && it->first.first == job;
+       ++it) {
+    out.push_back(it->second);
+  }
+  return out;
 }
 
 std::vector<AlertEvent> AlertTracker::ForgetJob(const std::string& job, int64_t now) {
@@ -169,6 +321,18 @@ std::vector<AlertEvent> AlertTracker::ForgetJob(const std::string& job, int64_t 
     events.push_back(Emit(it->second, AlertState::kResolved, now));
     it = active_.erase(it);
   }
+  // The job's node charges end: those firing stop (the fleet view keeps them, and hears so).
+  for (auto it = charges_.lower_bound({job, ""}); it != charges_.end() && it->first.first == job;
+       ++it) {
+    if (it->second.firing) {
+      it->second.firing = false;
+      it->second.last_unix_ns = now;
+    } else if (charges_changed_.count(it->first) == 0) {
+      continue;
+    }
+    forgotten_charges_.push_back(it->second);
+  }
+  EraseCharges(job);
   evaluated_through_.erase(job);
   replayed_before_.erase(job);
   return events;
@@ -194,6 +358,18 @@ state::v1::AlertTrackerState AlertTracker::ExportJob(const std::string& job) con
     x->set_consecutive(a.consecutive);
     x->set_clean(a.clean);
     x->set_fired(a.last.fired);
+  }
+  for (const NodeCharge& c : NodeCharges(job)) {
+    state::v1::NodeCulpritState* x = out.add_node_culprits();
+    x->set_node(c.node);
+    x->set_episodes(c.episodes);
+    x->set_lost_rank_seconds(c.lost_rank_seconds);
+    x->set_first_unix_ns(c.first_unix_ns);
+    x->set_last_unix_ns(c.last_unix_ns);
+    for (uint32_t r : c.ranks) x->add_ranks(r);
+    x->set_charged_through_step(c.charged_through_step);
+    x->set_firing(c.firing);
+    x->set_k8s_namespace(c.k8s_namespace);
   }
   return out;
 }
@@ -223,12 +399,37 @@ void AlertTracker::RestoreJob(const state::v1::AlertTrackerState& state) {
     a.consecutive = x.consecutive();
     a.clean = x.clean();
   }
+  for (const state::v1::NodeCulpritState& x : state.node_culprits()) {
+    if (x.node().empty()) continue;
+    NodeCharge& c = charges_[{job, x.node()}];
+    c.training_job = job;
+    c.node = x.node();
+    c.episodes = x.episodes();
+    c.lost_rank_seconds = x.lost_rank_seconds();
+    c.first_unix_ns = x.first_unix_ns();
+    c.last_unix_ns = x.last_unix_ns();
+    c.ranks.clear();
+    for (uint32_t r : x.ranks()) AddRank(&c.ranks, r);
+    c.charged_through_step = x.charged_through_step();
+    c.firing = x.firing();
+    c.k8s_namespace = x.k8s_namespace();
+    // Published again: the fleet view may have missed its last change (a crash before it was
+    // published); it keeps the newest of equal records.
+    charges_changed_.insert({job, c.node});
+  }
 }
 
 void AlertTracker::DropJob(const std::string& job) {
   active_.erase(active_.lower_bound({job, ""}), active_.lower_bound({job + '\0', ""}));
   evaluated_through_.erase(job);
   replayed_before_.erase(job);
+  EraseCharges(job);
+}
+
+void AlertTracker::EraseCharges(const std::string& job) {
+  charges_.erase(charges_.lower_bound({job, ""}), charges_.lower_bound({job + '\0', ""}));
+  charges_changed_.erase(charges_changed_.lower_bound({job, ""}),
+                         charges_changed_.lower_bound({job + '\0', ""}));
 }
 
 std::map<AlertKind, int> AlertTracker::Firing(const std::string& job) const {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +56,23 @@ struct AlertEvent {
   std::shared_ptr<const JobSnapshot> evidence;
 };
 
+// What one node cost one job while a straggler alert of the job named it (the node, or one of
+// its ranks): the job's share of the fleet view of nodes (fleet/node_ledger.h). Totals since
+// the job started; they only grow, so a reader may keep the newest and forget the rest.
+struct NodeCharge {
+  std::string training_job;
+  std::string node;
+  uint32_t episodes = 0;      // straggler alerts naming the node that fired
+  double lost_rank_seconds = 0;  // what the job lost to the node while they fired
+  int64_t first_unix_ns = 0;  // the first of them fired
+  int64_t last_unix_ns = 0;   // the newest evaluation that changed this charge
+  std::vector<uint32_t> ranks;  // culprit ranks on the node, ascending, at most kMaxRanks
+  bool firing = false;          // a straggler alert naming the node fires now
+  uint64_t charged_through_step = 0;  // the newest step charged
+  std::string k8s_namespace;          // the job's namespace, when its collectors say
+  static constexpr size_t kMaxRanks = 16;
+};
+
 class AlertTracker {
  public:
   explicit AlertTracker(AlertOptions options = {}, uint64_t next_sequence = 1)
@@ -82,6 +100,15 @@ class AlertTracker {
   state::v1::AlertTrackerState ExportJob(const std::string& training_job) const;
   void RestoreJob(const state::v1::AlertTrackerState& state);
 
+  // The node charges that changed since the previous call (those of forgotten jobs first, then
+  // in (job, node) order). A straggler
+  // alert whose subject is a node, or a rank whose node is known, charges that node: an episode
+  // when it fires, and while it fires and the job's diagnosis still names the node, the steps'
+  // lost rank-seconds (the straggler test's cost per step, or a pipeline job's what-if loss).
+  std::vector<NodeCharge> TakeNodeCharges();
+  // One job's charges (tests, queries).
+  std::vector<NodeCharge> NodeCharges(const std::string& training_job) const;
+
   // Firing alerts of one job, per kind.
   std::map<AlertKind, int> Firing(const std::string& training_job) const;
 
@@ -96,6 +123,10 @@ class AlertTracker {
   };
 
   AlertEvent Emit(Active& a, AlertState state, int64_t at);
+  // Charges the nodes of the job's firing straggler alerts for the evaluation of `snapshot`;
+  // `seen`: the job's alerts ("kind|subject") whose condition held in it.
+  void ChargeNodes(const JobSnapshot& snapshot, const std::set<std::string>& seen, int64_t now);
+  void EraseCharges(const std::string& training_job);
 
   const AlertOptions options_;
   uint64_t next_sequence_;
@@ -105,6 +136,10 @@ class AlertTracker {
   std::map<std::string, uint64_t> evaluated_through_;
   // Per restored job, until an evaluation reaches it: the step evaluated through before.
   std::map<std::string, uint64_t> replayed_before_;
+  // By (job, node).
+  std::map<std::pair<std::string, std::string>, NodeCharge> charges_;
+  std::set<std::pair<std::string, std::string>> charges_changed_;
+  std::vector<NodeCharge> forgotten_charges_;  // of forgotten jobs, until taken
 };
 
 }  // namespace rankwatch

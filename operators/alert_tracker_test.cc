@@ -229,5 +229,117 @@ TEST(AlertTrackerTest, EveryKindFromItsDiagnosis) {
   EXPECT_EQ(t.active(), 0u);
 }
 
+// A straggler on `rank` (node "n<rank / 8>") over a window ending at `last_step`, costing
+// `lost` rank-seconds a step since `since`.
+std::shared_ptr<const JobSnapshot> Costly(const std::string& job, uint32_t rank,
+                                          uint64_t last_step, double lost, uint64_t since = 1) {
+  auto s = std::const_pointer_cast<JobSnapshot>(Straggler(job, rank));
+  auto nodes = std::make_shared<std::vector<std::string>>();
+  for (uint32_t r = 0; r < 16; ++r) nodes->push_back("n" + std::to_string(r / 8));
+  s->rank_nodes = nodes;
+  s->window_steps = static_cast<uint32_t>(std::min<uint64_t>(last_step, 100));
+  s->window_first_step = last_step - s->window_steps + 1;
+  s->window_last_step = last_step;
+  s->step.straggler.present = true;
+  s->step.straggler.rank = rank;
+  s->step.straggler.lost_rank_seconds_per_step = lost;
+  s->step.straggler.since_step = since;
+  s->scheduler.k8s_namespace = "team-a";
+  return s;
+}
+
+std::shared_ptr<const JobSnapshot> HealthyAt(const std::string& job, uint64_t last_step) {
+  auto s = std::const_pointer_cast<JobSnapshot>(Healthy(job));
+  s->rank_nodes = Costly(job, 0, 1, 0)->rank_nodes;
+  s->window_steps = 50;
+  s->window_first_step = last_step - 49;
+  s->window_last_step = last_step;
+  return s;
+}
+
+TEST(AlertTrackerTest, AFiringStragglerChargesItsNodeAnEpisodeAndItsCostPerStep) {
+  AlertTracker t({.fire_after = 3, .resolve_after = 2});
+  t.Evaluate(Costly("j", 9, 10, 2.0), 100);
+  t.Evaluate(Costly("j", 9, 20, 2.0), 101);
+  EXPECT_TRUE(t.TakeNodeCharges().empty());  // pending: no charge
+  t.Evaluate(Costly("j", 9, 30, 2.0, /*since=*/5), 102);  // fires
+  std::vector<NodeCharge> c = t.TakeNodeCharges();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].training_job, "j");
+  EXPECT_EQ(c[0].node, "n1");
+  EXPECT_EQ(c[0].episodes, 1u);
+  EXPECT_EQ(c[0].ranks, std::vector<uint32_t>{9});
+  EXPECT_TRUE(c[0].firing);
+  EXPECT_EQ(c[0].k8s_namespace, "team-a");
+  EXPECT_DOUBLE_EQ(c[0].lost_rank_seconds, 2.0 * 26);  // steps 5..30: its onset on
+  EXPECT_EQ(c[0].first_unix_ns, 102);
+  // Ten more steps at 3 rank-seconds each.
+  t.Evaluate(Costly("j", 9, 40, 3.0), 103);
+  c = t.TakeNodeCharges();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_DOUBLE_EQ(c[0].lost_rank_seconds, 52 + 30);
+  EXPECT_EQ(c[0].last_unix_ns, 103);
+  // Clean, but not yet resolved: the steps are not charged.
+  t.Evaluate(HealthyAt("j", 50), 104);
+  c = t.TakeNodeCharges();
+  EXPECT_TRUE(c.empty());
+  t.Evaluate(HealthyAt("j", 60), 105);  // resolves: the node stops firing
+  c = t.TakeNodeCharges();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].firing);
+  EXPECT_DOUBLE_EQ(c[0].lost_rank_seconds, 82);
+  // A second episode on another rank of the same node: one record, two episodes; the steps
+  // between the episodes are not charged.
+  for (int i = 0; i < 3; ++i) t.Evaluate(Costly("j", 12, 70 + i, 1.0, 70), 106 + i);
+  c = t.TakeNodeCharges();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].episodes, 2u);
+  EXPECT_EQ(c[0].ranks, (std::vector<uint32_t>{9, 12}));
+  EXPECT_DOUBLE_EQ(c[0].lost_rank_seconds, 82 + 3);  // steps 70, 71, 72
+}
+
+TEST(AlertTrackerTest, NodeChargesMoveWithTheJobAndEndWhenItIsForgotten) {
+  AlertTracker before({.fire_after = 1, .resolve_after = 10});
+  before.Evaluate(Costly("j", 2, 10, 1.0, 10), 1);
+  before.TakeNodeCharges();
+  AlertTracker after({.fire_after = 1, .resolve_after = 10});
+  after.RestoreJob(before.ExportJob("j"));
+  ASSERT_EQ(after.NodeCharges("j").size(), 1u);
+  EXPECT_EQ(after.NodeCharges("j")[0].node, "n0");
+  EXPECT_EQ(after.NodeCharges("j")[0].charged_through_step, 10u);
+  // The restored tracker charges from where the other stopped.
+  after.Evaluate(Costly("j", 2, 15, 1.0, 10), 2);
+  std::vector<NodeCharge> c = after.TakeNodeCharges();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_DOUBLE_EQ(c[0].lost_rank_seconds, 1.0 + 5);
+  EXPECT_EQ(c[0].episodes, 1u);  // not fired again
+  after.ForgetJob("j", 3);
+  c = after.TakeNodeCharges();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].firing);
+  EXPECT_EQ(c[0].last_unix_ns, 3);
+  EXPECT_TRUE(after.NodeCharges("j").empty());
+}
+
+TEST(AlertTrackerTest, ANodeScopeStragglerChargesTheNodeWithItsRanks) {
+  AlertTracker t({.fire_after = 1, .resolve_after = 10});
+  auto s = std::const_pointer_cast<JobSnapshot>(Costly("j", 8, 10, 4.0, 10));
+  s->step.scope = CulpritScope::kNode;
+  s->step.culprit_node = "n1";
+  s->step.culprit_ranks = {8, 9, 10};
+  t.Evaluate(s, 1);
+  std::vector<NodeCharge> c = t.TakeNodeCharges();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].node, "n1");
+  EXPECT_EQ(c[0].ranks, (std::vector<uint32_t>{8, 9, 10}));
+  EXPECT_DOUBLE_EQ(c[0].lost_rank_seconds, 4.0);
+}
+
+TEST(AlertTrackerTest, ARankWithoutAKnownNodeChargesNothing) {
+  AlertTracker t({.fire_after = 1, .resolve_after = 10});
+  t.Evaluate(Straggler("j", 3), 1);  // no rank_nodes
+  EXPECT_TRUE(t.TakeNodeCharges().empty());
+}
+
 }  // namespace
 }  // namespace rankwatch

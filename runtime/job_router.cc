@@ -218,6 +218,7 @@ void JobRouter::Tick(TimePoint now, int64_t wall_now_unix_ns) {
     sinks_.snapshots->Update(out.snapshots, out.removed_snapshots);
   }
   for (auto& [partition, task] : tasks_) task->RaiseAlerts(wall_now_unix_ns, &out);
+  if (sinks_.nodes != nullptr && !out.node_charges.empty()) sinks_.nodes->Charge(out.node_charges);
   if (!sinks_.evidence.empty()) {
     EvidenceTick tick;
     tick.now_unix_ns = wall_now_unix_ns;

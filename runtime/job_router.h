@@ -114,6 +114,9 @@ class JobRouter {
   // Ranks summed over the world sizes of the jobs in the table.
   uint64_t ranks() const { return total_ranks_; }
 
+  // Whether this instance owns telemetry partition `partition` now.
+  bool Owns(int32_t partition) const { return tasks_.count(partition) > 0; }
+
  private:
   struct Entry {
     int32_t partition = -1;

@@ -240,6 +240,11 @@ void PartitionTask::RaiseAlerts(int64_t wall_now_unix_ns, TickOutput* out) {
     ToAlerts(alerts_.Evaluate(snapshot, wall_now_unix_ns), name, triggered, out);
   }
   evaluated_.clear();
+  // What the jobs' straggler alerts charged their nodes (kept with the jobs' alert state).
+  for (NodeCharge& c : alerts_.TakeNodeCharges()) {
+    if (auto it = jobs_.find(c.training_job); it != jobs_.end()) it->second->alerts_unsaved = true;
+    out->node_charges.push_back(std::move(c));
+  }
 }
 
 void PartitionTask::ToAlerts(const std::vector<AlertEvent>& events, const std::string& job,

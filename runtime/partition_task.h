@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "evidence/evidence.h"
+#include "fleet/node_ledger.h"
 #include "operators/alert_tracker.h"
 #include "operators/job_pipeline.h"
 #include "operators/kernel/kernel_accumulator.h"
@@ -61,6 +62,8 @@ struct TaskSinks {
   // Every kind of evidence (evidence/evidence.h), in the order they are called: each gets
   // every batch, and a hook after each tick that may add to the tick's alerts. Empty: none.
   std::vector<Evidence*> evidence = {};
+  // The fleet view of nodes: what the jobs' straggler alerts charged their nodes. Null: none.
+  NodeLedger* nodes = nullptr;
 };
 
 // What the tasks' evaluations of one tick produced, published by the router: new snapshots
@@ -71,6 +74,7 @@ struct TickOutput {
   std::vector<std::string> removed_snapshots;  // jobs dropped since the last tick
   std::vector<v1::Alert> alerts;
   Checkpoint alert_states;
+  std::vector<NodeCharge> node_charges;  // for the fleet view of nodes
 };
 
 class PartitionTask {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <array>
+#include <set>
 #include <string>
 
 #include "ingest/batch_decoder.h"
@@ -18,6 +19,7 @@
 #include "operators/job_pipeline.h"
 #include "sinks/job_export_gate.h"
 #include "sinks/kernel_metrics.h"
+#include "rankwatch/v1/service.pb.h"
 #include "sinks/prometheus_registry.h"
 
 namespace rankwatch {
@@ -87,6 +89,19 @@ class DaemonMetrics {
   MetricCell* fr_send_failed;
   MetricCell* fr_analyses;
 
+  // The fleet view of nodes (fleet/node_ledger.h): nodes and (node, job) records it holds, node
+  // alerts firing, and the nodes topic's records published, not delivered, read and ignored.
+  MetricCell* fleet_nodes;
+  MetricCell* fleet_records;
+  MetricCell* node_alerts_firing;
+  MetricCell* nodes_topic_published;
+  MetricCell* nodes_topic_failed;
+  MetricCell* nodes_topic_read;
+  MetricCell* nodes_topic_ignored;
+  // Per-node series of `top` (the costliest nodes): exactly these nodes have them afterwards.
+  // Ingest thread.
+  void PublishNodes(const v1::ListNodesResponse& top);
+
   // Messages of a telemetry partition skipped because the broker no longer had them.
   MetricCell* InputLost(const std::string& topic, int32_t partition);
 
@@ -107,6 +122,10 @@ class DaemonMetrics {
   bool IsJob(const std::string& job) const { return export_gate.IsJob(job); }
 
  private:
+  MetricFamily* node_jobs_;
+  MetricFamily* node_lost_;
+  MetricFamily* node_window_jobs_;
+  std::set<std::string> exported_nodes_;
   void PublishMemory(const JobSnapshot& snapshot);
   void PublishSteps(const JobSnapshot& snapshot);
   void PublishWhatIf(const JobSnapshot& snapshot);
