@@ -91,7 +91,7 @@ struct DaemonConfig {
   Duration node_alert_window = std::chrono::hours(24);
   int64_t node_alert_jobs = 3;
   int64_t max_exported_nodes = 50;  // nodes with per-node series at most (the costliest)
-  std::string log_level = "info";  // trace, debug, info, warn, error, critical, off
+  std::string log_level = "info";   // trace, debug, info, warn, error, critical, off
   // Static group membership: the consumer group's group.instance.id. Empty (default): derived
   // from the pod or host name and the state directory (DefaultInstanceId), so that the same
   // instance restarted on its state keeps its id; "none": a dynamic member. The development

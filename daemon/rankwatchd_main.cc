@@ -255,12 +255,13 @@ int Run(const DaemonConfig& config) {
   if (absl::Status s = ledger.LoadFrom(**store); !s.ok()) return Fail(s);
   std::unique_ptr<NodeTopic> node_topic;
   if (!config.nodes_topic.empty()) {
-    auto opened = NodeTopic::Open({brokers, config.nodes_topic, config.kafka, config.topic}, &ledger);
+    auto opened =
+        NodeTopic::Open({brokers, config.nodes_topic, config.kafka, config.topic}, &ledger);
     if (opened.ok()) {
       node_topic = std::move(*opened);
     } else {
       spdlog::warn("fleet view of nodes: not shared with other instances: {}",
-                   opened.status().message());
+                   std::string(opened.status().message()));
     }
   }
   if (node_topic == nullptr) ledger.SetComplete(true);
@@ -423,7 +424,8 @@ int Run(const DaemonConfig& config) {
           now - assigned_since >= std::chrono::seconds(5)) {
         Checkpoint state;
         std::vector<v1::Alert> alerts = ledger.EvaluateAlerts(wall, owns_node, &state);
-        if (!alerts.empty() || !state.empty()) alert_hub.Append(std::move(alerts), std::move(state));
+        if (!alerts.empty() || !state.empty())
+          alert_hub.Append(std::move(alerts), std::move(state));
       }
       v1::ListNodesRequest top;
       top.set_limit(static_cast<uint32_t>(config.max_exported_nodes));

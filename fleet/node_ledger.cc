@@ -189,8 +189,7 @@ Checkpoint NodeLedger::TakeUnsaved() {
 absl::Status NodeLedger::LoadFrom(const StateStore& store) {
   size_t loaded = 0, damaged = 0;
   absl::Status s = store.ForEach(
-      StateFamily::kMetadata, kNodeRecordKeyPrefix,
-      [&](std::string_view, std::string_view value) {
+      StateFamily::kMetadata, kNodeRecordKeyPrefix, [&](std::string_view, std::string_view value) {
         v1::NodeRecord r;
         if (!r.ParseFromArray(value.data(), static_cast<int>(value.size())) ||
             r.by_job_size() != 1) {
@@ -248,7 +247,8 @@ v1::NodeRecord NodeLedger::SummaryLocked(const std::string& node, const Node& n,
     r.set_jobs(r.jobs() + 1);
     r.set_episodes(r.episodes() + j.episodes());
     r.set_lost_rank_seconds(r.lost_rank_seconds() + j.lost_rank_seconds());
-    if (j.first_unix_ns() > 0 && (r.first_unix_ns() == 0 || j.first_unix_ns() < r.first_unix_ns())) {
+    if (j.first_unix_ns() > 0 &&
+        (r.first_unix_ns() == 0 || j.first_unix_ns() < r.first_unix_ns())) {
       r.set_first_unix_ns(j.first_unix_ns());
     }
     r.set_last_unix_ns(std::max(r.last_unix_ns(), j.last_unix_ns()));
@@ -268,7 +268,8 @@ v1::NodeRecord NodeLedger::SummaryLocked(const std::string& node, const Node& n,
 v1::ListNodesResponse NodeLedger::ListNodes(const v1::ListNodesRequest& request,
                                             int64_t now_unix_ns) const {
   v1::ListNodesResponse out;
-  out.set_horizon_seconds(std::chrono::duration_cast<std::chrono::seconds>(options_.horizon).count());
+  out.set_horizon_seconds(
+      std::chrono::duration_cast<std::chrono::seconds>(options_.horizon).count());
   out.set_alert_window_seconds(
       std::chrono::duration_cast<std::chrono::seconds>(options_.alert_window).count());
   out.set_alert_jobs(options_.alert_jobs);
@@ -318,9 +319,10 @@ v1::Alert NodeLedger::NodeAlert(const v1::NodeRecord& summary, v1::AlertState st
     jobs += j.training_job();
   }
   if (state == v1::ALERT_FIRING) {
-    step->set_note(fmt::format("node {}: culprit of {} jobs in {}, {:.1f} rank-hours lost: drain it",
-                               summary.node(), summary.jobs_in_alert_window(),
-                               Span(options_.alert_window), summary.lost_rank_seconds() / 3600));
+    step->set_note(
+        fmt::format("node {}: culprit of {} jobs in {}, {:.1f} rank-hours lost: drain it",
+                    summary.node(), summary.jobs_in_alert_window(), Span(options_.alert_window),
+                    summary.lost_rank_seconds() / 3600));
     step->set_next_step(fmt::format(
         "Drain {} and check its GPUs, NIC and host before it slows another job; its jobs: {} "
         "(rankwatch nodes --node {})",
@@ -334,8 +336,7 @@ v1::Alert NodeLedger::NodeAlert(const v1::NodeRecord& summary, v1::AlertState st
 }
 
 std::vector<v1::Alert> NodeLedger::EvaluateAlerts(
-    int64_t now_unix_ns, const std::function<bool(const std::string&)>& owns,
-    Checkpoint* state) {
+    int64_t now_unix_ns, const std::function<bool(const std::string&)>& owns, Checkpoint* state) {
   std::vector<v1::Alert> out;
   std::lock_guard lock(mu_);
   for (const auto& [node, n] : nodes_) {

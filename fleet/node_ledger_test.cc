@@ -80,8 +80,8 @@ TEST(NodeLedgerTest, TheNewestRecordOfAJobWinsWhateverTheOrder) {
   const NodeCharge newer = MakeCharge("a", "gpu-1", 80, kT0 + 100, 2);
   const NodeCharge older = MakeCharge("a", "gpu-1", 30, kT0 + 50, 1);
   EXPECT_TRUE(l.Apply(Record(newer)));
-  EXPECT_FALSE(l.Apply(Record(older)));   // late: ignored
-  EXPECT_FALSE(l.Apply(Record(newer)));   // again: nothing changes
+  EXPECT_FALSE(l.Apply(Record(older)));  // late: ignored
+  EXPECT_FALSE(l.Apply(Record(newer)));  // again: nothing changes
   EXPECT_DOUBLE_EQ(Top(l, kT0 + kHour).nodes(0).lost_rank_seconds(), 80);
   EXPECT_EQ(Top(l, kT0 + kHour).nodes(0).episodes(), 2u);
   // Records that are not whole are ignored.
@@ -111,7 +111,8 @@ TEST(NodeLedgerTest, RecordsOlderThanTheHorizonAndBeyondTheBoundGo) {
   o.max_records = 3;
   NodeLedger l(o);
   l.Charge({MakeCharge("a", "gpu-1", 1, kT0), MakeCharge("b", "gpu-2", 1, kT0 + kHour),
-            MakeCharge("c", "gpu-3", 1, kT0 + kHour + 1), MakeCharge("d", "gpu-4", 1, kT0 + kHour + 2)});
+            MakeCharge("c", "gpu-3", 1, kT0 + kHour + 1),
+            MakeCharge("d", "gpu-4", 1, kT0 + kHour + 2)});
   EXPECT_EQ(l.records(), 3u);  // "a", the oldest, went
   EXPECT_EQ(Top(l, kT0 + kHour, "gpu-1").nodes_size(), 0);
   // Not pruned yet, but a query does not count records past the horizon.
@@ -125,14 +126,16 @@ TEST(NodeLedgerTest, TheNodeAlertFiresAtNJobsWithinTheWindowOnTheOwningInstanceO
   o.alert_jobs = 3;
   o.alert_window = std::chrono::hours(24);
   NodeLedger l(o);
-  l.Charge({MakeCharge("a", "gpu-17", 3600 * 20, kT0), MakeCharge("b", "gpu-17", 3600 * 11, kT0 + kHour)});
+  l.Charge({MakeCharge("a", "gpu-17", 3600 * 20, kT0),
+            MakeCharge("b", "gpu-17", 3600 * 11, kT0 + kHour)});
   Checkpoint state;
   EXPECT_TRUE(l.EvaluateAlerts(kT0 + kHour, kOwnsAll, &state).empty());
   EXPECT_TRUE(state.empty());
   l.Charge({MakeCharge("c", "gpu-17", 3600 * 10, kT0 + 2 * kHour)});
   // Another instance owns gpu-17: nothing here.
-  EXPECT_TRUE(
-      l.EvaluateAlerts(kT0 + 2 * kHour, [](const std::string&) { return false; }, &state).empty());
+  EXPECT_TRUE(l.EvaluateAlerts(
+                   kT0 + 2 * kHour, [](const std::string&) { return false; }, &state)
+                  .empty());
   std::vector<v1::Alert> fired = l.EvaluateAlerts(kT0 + 2 * kHour, kOwnsAll, &state);
   ASSERT_EQ(fired.size(), 1u);
   const v1::Alert& a = fired[0];
@@ -160,8 +163,8 @@ TEST(NodeLedgerTest, TheNodeAlertFiresAtNJobsWithinTheWindowOnTheOwningInstanceO
 
 TEST(NodeLedgerTest, AnInstanceThatComesToOwnAFiringNodeNeitherFiresItAgainNorForgetsIt) {
   NodeLedger a({}), b({});
-  const std::vector<NodeCharge> charges = {MakeCharge("x", "n", 1, kT0), MakeCharge("y", "n", 1, kT0),
-                                           MakeCharge("z", "n", 1, kT0)};
+  const std::vector<NodeCharge> charges = {
+      MakeCharge("x", "n", 1, kT0), MakeCharge("y", "n", 1, kT0), MakeCharge("z", "n", 1, kT0)};
   a.Charge(charges);
   ASSERT_EQ(a.EvaluateAlerts(kT0, kOwnsAll, nullptr).size(), 1u);
   // What `a` publishes (its charges, and the alert's transition) reaches `b`.
@@ -188,7 +191,8 @@ TEST(NodeLedgerTest, NoNodeAlertWhenTurnedOff) {
   NodeLedgerOptions o;
   o.alert_jobs = 0;
   NodeLedger l(o);
-  l.Charge({MakeCharge("a", "n", 1, kT0), MakeCharge("b", "n", 1, kT0), MakeCharge("c", "n", 1, kT0)});
+  l.Charge(
+      {MakeCharge("a", "n", 1, kT0), MakeCharge("b", "n", 1, kT0), MakeCharge("c", "n", 1, kT0)});
   EXPECT_TRUE(l.EvaluateAlerts(kT0, kOwnsAll, nullptr).empty());
 }
 

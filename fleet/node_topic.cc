@@ -10,8 +10,6 @@
 namespace rankwatch {
 namespace {
 
-constexpr auto kRequestTimeout = std::chrono::milliseconds(10'000);
-
 KafkaClientConfig ClientConfig(rd_kafka_type_t type, const NodeTopicOptions& options,
                                KafkaProperties defaults) {
   KafkaClientConfig config;
@@ -50,14 +48,15 @@ absl::StatusOr<std::unique_ptr<NodeTopic>> NodeTopic::Open(const NodeTopicOption
   topic->producer_ = std::move(*producer);
   rd_kafka_t* rk = topic->producer_.get();
   // All topics' metadata: asking for one would make some brokers create it with their default.
-  auto count = QueryPartitionCount(rk, options.topic, MetadataScope::kAllTopics, kRequestTimeout);
+  auto count =
+      QueryPartitionCount(rk, options.topic, MetadataScope::kAllTopics, options.request_timeout);
   if (!count.ok()) {
     return absl::UnavailableError("nodes topic: Kafka metadata for " + options.topic + ": " +
                                   std::string(count.status().message()));
   }
   if (*count < 1) {
     absl::Status created = CreateTopic(rk, options.topic, std::max(1, options.partitions),
-                                       {{"cleanup.policy", "compact"}}, kRequestTimeout);
+                                       {{"cleanup.policy", "compact"}}, options.request_timeout);
     if (!created.ok()) {
       return absl::Status(created.code(), "nodes topic: " + std::string(created.message()));
     }
@@ -66,7 +65,7 @@ absl::StatusOr<std::unique_ptr<NodeTopic>> NodeTopic::Open(const NodeTopicOption
   }
   if (!options.telemetry_topic.empty()) {
     auto telemetry = QueryPartitionCount(rk, options.telemetry_topic, MetadataScope::kAllTopics,
-                                         kRequestTimeout);
+                                         options.request_timeout);
     if (telemetry.ok() && *telemetry > 0) topic->telemetry_partitions_ = *telemetry;
   }
   topic->reader_ = std::thread([t = topic.get()] { t->ReadLoop(); });
@@ -84,9 +83,10 @@ void NodeTopic::OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaqu
   if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
     self->published_.fetch_add(1, std::memory_order_relaxed);
   } else if (self->failed_.fetch_add(1, std::memory_order_relaxed) == 0) {
-    spdlog::warn("nodes topic: a record was not delivered ({}); other instances see the node's "
-                 "next change",
-                 rd_kafka_err2str(m->err));
+    spdlog::warn(
+        "nodes topic: a record was not delivered ({}); other instances see the node's "
+        "next change",
+        rd_kafka_err2str(m->err));
   }
 }
 
@@ -99,14 +99,13 @@ void NodeTopic::Publish(const std::vector<v1::NodeRecord>& records) {
     key += '\0';
     if (r.by_job_size() == 1) key += r.by_job(0).training_job();
     const std::string value = r.SerializeAsString();
-    const rd_kafka_resp_err_t e = rd_kafka_producev(
-        rk, RD_KAFKA_V_TOPIC(options_.topic.c_str()),
-        RD_KAFKA_V_KEY(const_cast<char*>(key.data()), key.size()),
-        RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
-        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+    const rd_kafka_resp_err_t e =
+        rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(options_.topic.c_str()),
+                          RD_KAFKA_V_KEY(const_cast<char*>(key.data()), key.size()),
+                          RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+                          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR) failed_.fetch_add(1, std::memory_order_relaxed);
   }
-  rd_kafka_poll(rk, 0);  // delivery reports
 }
 
 void NodeTopic::ReadLoop() {
@@ -123,18 +122,19 @@ void NodeTopic::ReadLoop() {
                                                 {"allow.auto.create.topics", "false"},
                                             }));
   if (!client.ok()) {
-    spdlog::error("nodes topic: reader: {}", client.status().message());
+    spdlog::error("nodes topic: reader: {}", std::string(client.status().message()));
     return;
   }
   rd_kafka_t* rk = client->get();
   // The end of each partition as the reader starts: once reached, the view is complete.
   std::map<int32_t, int64_t> ends;
   while (!stop_) {
-    auto count = QueryPartitionCount(rk, options_.topic, MetadataScope::kAllTopics, kRequestTimeout);
+    auto count = QueryPartitionCount(rk, options_.topic, MetadataScope::kAllTopics,
+                                     options_.request_timeout);
     if (count.ok() && *count > 0) {
       bool all = true;
       for (int32_t p = 0; p < *count && all; ++p) {
-        auto w = QueryWatermarks(rk, options_.topic, p, kRequestTimeout);
+        auto w = QueryWatermarks(rk, options_.topic, p, options_.request_timeout);
         if (!w.ok()) {
           all = false;
         } else {
@@ -143,10 +143,10 @@ void NodeTopic::ReadLoop() {
       }
       if (all) break;
     }
-    spdlog::warn("nodes topic: {} not readable yet; trying again",
-                 options_.topic);
+    spdlog::warn("nodes topic: {} not readable yet; trying again", options_.topic);
     ends.clear();
-    for (int i = 0; i < 20 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int i = 0; i < 20 && !stop_; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (stop_) return;
   KafkaPartitionList tps(rd_kafka_topic_partition_list_new(static_cast<int>(ends.size())));
@@ -166,14 +166,16 @@ void NodeTopic::ReadLoop() {
     behind.erase(it);
     if (behind.empty()) {
       ledger_->SetComplete(true);
-      spdlog::info("nodes topic: {} read to its end ({} records, {:.1f} s): the fleet view of "
-                   "nodes is complete",
-                   options_.topic, read_.load(),
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      spdlog::info(
+          "nodes topic: {} read to its end ({} records, {:.1f} s): the fleet view of "
+          "nodes is complete",
+          options_.topic, read_.load(),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
   };
   if (behind.empty()) ledger_->SetComplete(true);
   while (!stop_) {
+    rd_kafka_poll(producer_.get(), 0);  // the publisher's delivery reports
     const KafkaMessagePtr m(rd_kafka_consumer_poll(rk, 200));
     if (m == nullptr) continue;
     if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {

@@ -7,7 +7,8 @@
 // view in its state store, so a broker that deleted old records (librdkafka's development broker
 // keeps 5 MiB per partition) loses only what no instance had read.
 //
-// Thread-safe: Publish from one thread (the ingest thread); the reader runs on its own thread.
+// Thread-safe: Publish from one thread (the ingest thread); the reader runs on its own thread,
+// and serves the publisher's delivery reports.
 #pragma once
 
 #include <atomic>
@@ -35,6 +36,8 @@ struct NodeTopicOptions {
   // Partitions of the topic when this instance creates it. Default: 1 (a few records a second
   // for a whole fleet).
   int partitions = 1;
+  // Bound on each request to the brokers (metadata, creating the topic). Default: 10 s.
+  std::chrono::milliseconds request_timeout{10'000};
 };
 
 class NodeTopic {

@@ -26,7 +26,8 @@ NodeCharge MakeCharge(const std::string& job, const std::string& node, double lo
   return c;
 }
 
-bool WaitFor(const std::function<bool()>& done, std::chrono::seconds limit = std::chrono::seconds(15)) {
+bool WaitFor(const std::function<bool()>& done,
+             std::chrono::seconds limit = std::chrono::seconds(15)) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < deadline) {
     if (done()) return true;
@@ -122,10 +123,11 @@ TEST_F(NodeTopicTest, RecordsThatAreNotNodeRecordsAreCountedAndIgnored) {
 TEST_F(NodeTopicTest, AMissingTopicThatCannotBeCreatedIsAClearError) {
   // The development broker cannot create topics on request.
   NodeLedger l({});
-  auto t = NodeTopic::Open({broker_->bootstrap(), "no-such-nodes-topic", {}, "telemetry"}, &l);
+  NodeTopicOptions o{broker_->bootstrap(), "no-such-nodes-topic", {}, "telemetry"};
+  o.request_timeout = std::chrono::seconds(2);
+  auto t = NodeTopic::Open(o, &l);
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(std::string(t.status().message()).find("nodes topic"), std::string::npos)
-      << t.status();
+  EXPECT_NE(std::string(t.status().message()).find("nodes topic"), std::string::npos) << t.status();
 }
 
 }  // namespace

@@ -62,12 +62,12 @@ struct AlertEvent {
 struct NodeCharge {
   std::string training_job;
   std::string node;
-  uint32_t episodes = 0;      // straggler alerts naming the node that fired
-  double lost_rank_seconds = 0;  // what the job lost to the node while they fired
-  int64_t first_unix_ns = 0;  // the first of them fired
-  int64_t last_unix_ns = 0;   // the newest evaluation that changed this charge
-  std::vector<uint32_t> ranks;  // culprit ranks on the node, ascending, at most kMaxRanks
-  bool firing = false;          // a straggler alert naming the node fires now
+  uint32_t episodes = 0;              // straggler alerts naming the node that fired
+  double lost_rank_seconds = 0;       // what the job lost to the node while they fired
+  int64_t first_unix_ns = 0;          // the first of them fired
+  int64_t last_unix_ns = 0;           // the newest evaluation that changed this charge
+  std::vector<uint32_t> ranks;        // culprit ranks on the node, ascending, at most kMaxRanks
+  bool firing = false;                // a straggler alert naming the node fires now
   uint64_t charged_through_step = 0;  // the newest step charged
   std::string k8s_namespace;          // the job's namespace, when its collectors say
   static constexpr size_t kMaxRanks = 16;

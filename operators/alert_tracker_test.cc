@@ -231,8 +231,8 @@ TEST(AlertTrackerTest, EveryKindFromItsDiagnosis) {
 
 // A straggler on `rank` (node "n<rank / 8>") over a window ending at `last_step`, costing
 // `lost` rank-seconds a step since `since`.
-std::shared_ptr<const JobSnapshot> Costly(const std::string& job, uint32_t rank,
-                                          uint64_t last_step, double lost, uint64_t since = 1) {
+std::shared_ptr<const JobSnapshot> Costly(const std::string& job, uint32_t rank, uint64_t last_step,
+                                          double lost, uint64_t since = 1) {
   auto s = std::const_pointer_cast<JobSnapshot>(Straggler(job, rank));
   auto nodes = std::make_shared<std::vector<std::string>>();
   for (uint32_t r = 0; r < 16; ++r) nodes->push_back("n" + std::to_string(r / 8));
@@ -261,7 +261,7 @@ TEST(AlertTrackerTest, AFiringStragglerChargesItsNodeAnEpisodeAndItsCostPerStep)
   AlertTracker t({.fire_after = 3, .resolve_after = 2});
   t.Evaluate(Costly("j", 9, 10, 2.0), 100);
   t.Evaluate(Costly("j", 9, 20, 2.0), 101);
-  EXPECT_TRUE(t.TakeNodeCharges().empty());  // pending: no charge
+  EXPECT_TRUE(t.TakeNodeCharges().empty());               // pending: no charge
   t.Evaluate(Costly("j", 9, 30, 2.0, /*since=*/5), 102);  // fires
   std::vector<NodeCharge> c = t.TakeNodeCharges();
   ASSERT_EQ(c.size(), 1u);

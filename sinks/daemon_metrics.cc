@@ -114,10 +114,10 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version,
   alerts_delivered = r->Counter("rankwatch_alerts_delivered_total",
                                 "Alerts handed to WatchAlerts subscribers.", {})
                          ->WithLabels({});
-  fleet_nodes = r->Gauge("rankwatch_fleet_nodes",
-                         "Nodes in the fleet view: culprits of a straggler alert within the horizon.",
-                         {})
-                    ->WithLabels({});
+  fleet_nodes =
+      r->Gauge("rankwatch_fleet_nodes",
+               "Nodes in the fleet view: culprits of a straggler alert within the horizon.", {})
+          ->WithLabels({});
   fleet_records = r->Gauge("rankwatch_fleet_node_records",
                            "(node, job) records the fleet view of nodes holds.", {})
                       ->WithLabels({});
@@ -142,10 +142,9 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version,
                         "Rank-seconds those jobs lost to the node while the alerts fired, within "
                         "the horizon.",
                         {"node"});
-  node_window_jobs_ =
-      r->Gauge("rankwatch_node_culprit_jobs_in_alert_window",
-               "Of those jobs, the ones that charged the node within the node alert's window.",
-               {"node"});
+  node_window_jobs_ = r->Gauge(
+      "rankwatch_node_culprit_jobs_in_alert_window",
+      "Of those jobs, the ones that charged the node within the node alert's window.", {"node"});
   steps_aligned_ = r->Counter("rankwatch_steps_aligned_total",
                               "Steps aligned across the ranks of a job.", {"training_job"});
   steps_timed_out_ =

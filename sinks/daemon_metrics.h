@@ -17,9 +17,9 @@
 #include "ingest/batch_decoder.h"
 #include "operators/alert_tracker.h"
 #include "operators/job_pipeline.h"
+#include "rankwatch/v1/service.pb.h"
 #include "sinks/job_export_gate.h"
 #include "sinks/kernel_metrics.h"
-#include "rankwatch/v1/service.pb.h"
 #include "sinks/prometheus_registry.h"
 
 namespace rankwatch {
