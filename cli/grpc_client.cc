@@ -61,8 +61,12 @@ std::string Explain(const grpc::Status& status, const GrpcClientFlags& f) {
         return "TLS handshake with rankwatchd at " + f.server +
                " failed (wrong CA or certificate, or the server does not use TLS)";
       }
-      if (m.find("shutting down") != std::string::npos)
+      // The daemon's own UNAVAILABLE: shutting down, or a feature turned off there (its
+      // message names rankwatchd's flag); gRPC's connection errors never name rankwatchd.
+      if (m.find("shutting down") != std::string::npos ||
+          m.find("rankwatchd") != std::string::npos) {
         return "rankwatchd at " + f.server + ": " + m;
+      }
       return "cannot reach rankwatchd at " + f.server +
              (f.tls_ca.empty() ? " (if it uses TLS, pass --tls-ca)" : "");
     case grpc::StatusCode::DEADLINE_EXCEEDED:
