@@ -2,8 +2,6 @@
 // nodes (docs/fleet.md) from rankwatchd's ListNodes — the nodes that were culprits of straggler
 // alerts across jobs, by what they cost (lost rank-hours), with the node alert's state; with
 // --node, one node with a line per job it slowed. Printed by cli/nodes_table.h.
-#include <google/protobuf/util/json_util.h>
-
 #include <chrono>
 #include <cstdio>
 
@@ -43,12 +41,7 @@ int RunNodes(const NodesFlags& f) {
     return 1;
   }
   if (f.json) {
-    std::string out;
-    google::protobuf::util::JsonPrintOptions options;
-    options.add_whitespace = true;
-    options.preserve_proto_field_names = true;
-    (void)google::protobuf::util::MessageToJsonString(response, &out, options);
-    std::printf("%s", out.c_str());
+    std::printf("%s", AnswerJson(response).c_str());
     return f.node.empty() || response.nodes_size() > 0 ? 0 : 1;
   }
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(

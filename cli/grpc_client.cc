@@ -1,5 +1,6 @@
 #include "cli/grpc_client.h"
 
+#include <google/protobuf/util/json_util.h>
 #include <grpc/support/log.h>
 
 #include <fstream>
@@ -50,6 +51,15 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const GrpcClientFlags
     ssl.pem_private_key = *key;
   }
   return grpc::CreateCustomChannel(f.server, grpc::SslCredentials(ssl), args);
+}
+
+std::string AnswerJson(const google::protobuf::Message& answer) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(answer, &out, options);
+  return out;
 }
 
 std::string Explain(const grpc::Status& status, const GrpcClientFlags& f) {

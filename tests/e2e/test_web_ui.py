@@ -355,7 +355,7 @@ class NodesPageTest(UiTestCase):
             r = cls.stub.ListNodes(service_pb2.ListNodesRequest(node=name), timeout=5)
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.UNAVAILABLE and "fleet view" in (e.details() or ""):
-                raise AssertionError("ListNodes: " + e.details())
+                raise AssertionError("ListNodes: " + e.details()) from None
             return service_pb2.NodeRecord()
         return r.nodes[0] if r.nodes else service_pb2.NodeRecord()
 
