@@ -57,16 +57,17 @@ void Print(const v1::Alert& a, bool json) {
                                   ? a.evidence().memory().note()
                               : whatif ? w.note()
                                        : a.evidence().step().note();
-    std::printf("#%llu %s %-8s %-4s %-16s %s %s%s%s\n",
-                static_cast<unsigned long long>(a.sequence()), when,
-                Lower(v1::AlertState_Name(a.state()), "ALERT_").c_str(),
-                Lower(v1::Severity_Name(a.severity()), "SEVERITY_").c_str(),
-                Lower(v1::AlertKind_Name(a.kind()), "ALERT_").c_str(), a.training_job().c_str(),
-                a.subject().c_str(),
-                a.cause() != v1::CAUSE_UNSPECIFIED
-                    ? (" (" + Lower(v1::StragglerCause_Name(a.cause()), "CAUSE_") + ")").c_str()
-                    : "",
-                note.empty() ? "" : (": " + note).c_str());
+    // A fleet alert (the node alert) belongs to no job.
+    const std::string job = a.training_job().empty() ? "(fleet)" : a.training_job();
+    std::printf(
+        "#%llu %s %-8s %-4s %-16s %s %s%s%s\n", static_cast<unsigned long long>(a.sequence()), when,
+        Lower(v1::AlertState_Name(a.state()), "ALERT_").c_str(),
+        Lower(v1::Severity_Name(a.severity()), "SEVERITY_").c_str(),
+        Lower(v1::AlertKind_Name(a.kind()), "ALERT_").c_str(), job.c_str(), a.subject().c_str(),
+        a.cause() != v1::CAUSE_UNSPECIFIED
+            ? (" (" + Lower(v1::StragglerCause_Name(a.cause()), "CAUSE_") + ")").c_str()
+            : "",
+        note.empty() ? "" : (": " + note).c_str());
   }
   std::fflush(stdout);
 }
@@ -144,10 +145,11 @@ CommandRunner AddAlertsCommand(CLI::App& app) {
   auto f = std::make_shared<AlertsFlags>();
   CLI::App* cmd = app.add_subcommand("alerts", "print rankwatchd's alerts; --follow streams them");
   AddGrpcClientFlags(cmd, &f->client);
-  cmd->add_option("--job", f->job, "only this training job");
+  cmd->add_option("--job", f->job, "only this training job (leaves out fleet alerts)");
   cmd->add_option("--kind", f->kinds,
                   "only these kinds: straggler, hang, memory_creep, memory_pressure, "
-                  "memory_imbalance, input_bound, wait_heavy");
+                  "memory_imbalance, input_bound, wait_heavy, node_culprit (a node that slowed "
+                  "several jobs: a fleet alert, of no job)");
   cmd->add_option("--min-severity", f->min_severity, "info, warn or crit")->capture_default_str();
   cmd->add_flag("--follow,-f", f->follow, "keep streaming live alerts, resuming after breaks");
   cmd->add_option("--since", f->since, "only alerts after this sequence number")

@@ -1,6 +1,5 @@
 // `rankwatch diagnose --server ADDR --job J [--json]`: asks rankwatchd for a job's diagnosis
 // and prints it the way the TraceML CLI reads: the diagnosis first, then the evidence table.
-#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/diagnose_flight_recorder.h"
+#include "cli/grpc_client.h"
 #include "rankwatch/v1/service.grpc.pb.h"
 
 namespace rankwatch {
@@ -330,12 +330,7 @@ int RunDiagnose(const DiagnoseFlags& f) {
     return 1;
   }
   if (f.json) {
-    std::string out;
-    google::protobuf::util::JsonPrintOptions options;
-    options.add_whitespace = true;
-    options.preserve_proto_field_names = true;
-    (void)google::protobuf::util::MessageToJsonString(d, &out, options);
-    std::printf("%s", out.c_str());
+    std::printf("%s", AnswerJson(d).c_str());
     return 0;
   }
   const v1::Window& w = d.step().window();

@@ -21,5 +21,6 @@ CommandRunner AddCaptureCommand(CLI::App& app);
 CommandRunner AddTimelineCommand(CLI::App& app);
 CommandRunner AddWhatifCommand(CLI::App& app);
 CommandRunner AddFlightRecorderCommand(CLI::App& app);
+CommandRunner AddNodesCommand(CLI::App& app);
 
 }  // namespace rankwatch

@@ -1,5 +1,6 @@
 #include "cli/grpc_client.h"
 
+#include <google/protobuf/util/json_util.h>
 #include <grpc/support/log.h>
 
 #include <fstream>
@@ -52,6 +53,15 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const GrpcClientFlags
   return grpc::CreateCustomChannel(f.server, grpc::SslCredentials(ssl), args);
 }
 
+std::string AnswerJson(const google::protobuf::Message& answer) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(answer, &out, options);
+  return out;
+}
+
 std::string Explain(const grpc::Status& status, const GrpcClientFlags& f) {
   const std::string& m = status.error_message();
   switch (status.error_code()) {
@@ -61,8 +71,12 @@ std::string Explain(const grpc::Status& status, const GrpcClientFlags& f) {
         return "TLS handshake with rankwatchd at " + f.server +
                " failed (wrong CA or certificate, or the server does not use TLS)";
       }
-      if (m.find("shutting down") != std::string::npos)
+      // The daemon's own UNAVAILABLE: shutting down, or a feature turned off there (its
+      // message names rankwatchd's flag); gRPC's connection errors never name rankwatchd.
+      if (m.find("shutting down") != std::string::npos ||
+          m.find("rankwatchd") != std::string::npos) {
         return "rankwatchd at " + f.server + ": " + m;
+      }
       return "cannot reach rankwatchd at " + f.server +
              (f.tls_ca.empty() ? " (if it uses TLS, pass --tls-ca)" : "");
     case grpc::StatusCode::DEADLINE_EXCEEDED:

@@ -1,7 +1,9 @@
 // How the `rankwatch` subcommands reach rankwatchd's gRPC service: the --server and TLS
-// flags, the channel, and gRPC errors turned into one readable line.
+// flags, the channel, gRPC errors turned into one readable line, and answers as --json prints
+// them.
 #pragma once
 
+#include <google/protobuf/message.h>
 #include <grpcpp/grpcpp.h>
 
 #include <CLI/CLI.hpp>
@@ -27,6 +29,10 @@ inline constexpr int kMaxAnswerBytes = 512 << 20;
 
 // A channel to the server; unreadable certificate files are InvalidArgument naming the file.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const GrpcClientFlags& flags);
+
+// `answer` as `--json` prints it: the protobuf JSON mapping with the .proto's field names,
+// indented.
+std::string AnswerJson(const google::protobuf::Message& answer);
 
 // "cannot reach rankwatchd at ADDR", "TLS handshake with ADDR failed (...)", or the server's
 // own message: one line, no gRPC internals.

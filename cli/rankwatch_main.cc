@@ -1,7 +1,7 @@
 // rankwatch: the operator's tool. Subcommands: kafka (local broker), simulate (synthetic
 // fleet), replay (vendor iteration traces), diagnose (a job's diagnosis from rankwatchd), alerts
-// and top (rankwatchd's alerts; a live view of every job), analyze (GPU timeline analyses of Kineto
-// traces). Bad arguments exit with code 2.
+// and top (rankwatchd's alerts; a live view of every job), nodes (the fleet view of nodes),
+// analyze (GPU timeline analyses of Kineto traces). Bad arguments exit with code 2.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
       rankwatch::AddAlertsCommand(app),   rankwatch::AddTopCommand(app),
       rankwatch::AddCaptureCommand(app),  rankwatch::AddTimelineCommand(app),
       rankwatch::AddWhatifCommand(app),   rankwatch::AddFlightRecorderCommand(app),
+      rankwatch::AddNodesCommand(app),
   };
   try {
     app.parse(argc, argv);

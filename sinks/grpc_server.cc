@@ -124,6 +124,11 @@ class RankWatchService final : public v1::RankWatch::Service {
     return Answer(queries_.GetTimeline(*request), response);
   }
 
+  grpc::Status ListNodes(grpc::ServerContext*, const v1::ListNodesRequest* request,
+                         v1::ListNodesResponse* response) override {
+    return Answer(queries_.ListNodes(*request), response);
+  }
+
  private:
   template <typename T>
   static grpc::Status Answer(absl::StatusOr<T> answer, T* response) {
@@ -178,9 +183,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   auto self = std::unique_ptr<GrpcServer>(new GrpcServer());
-  const QuerySources sources{options.snapshots,      options.alerts, options.kernels,
-                             options.captures,       options.hang,   options.state,
-                             options.flight_recorder};
+  const QuerySources sources{options.snapshots,       options.alerts, options.kernels,
+                             options.captures,        options.hang,   options.state,
+                             options.flight_recorder, options.nodes};
   self->service_ = std::make_unique<RankWatchService>(sources, options.alerts, options.captures);
   self->alerts_ = options.alerts;
   grpc::ServerBuilder builder;

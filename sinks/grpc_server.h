@@ -3,7 +3,8 @@
 //
 // RequestCapture asks the CaptureStore (evidence/capture_store.h) for the ranks
 // evidence/capture_ranks.h chooses; GetCapture and ListCaptures read it. GetTimeline reads the
-// job's stored steps from the StateStore (sinks/timeline.h).
+// job's stored steps from the StateStore (sinks/timeline.h). ListNodes asks the NodeView (the
+// fleet view of nodes, docs/fleet.md) as of the wall clock, UNAVAILABLE without one.
 //
 // ListJobs, GetDiagnosis and GetRankDetail answer from the SnapshotStore; WatchAlerts streams
 // the AlertHub's stored alerts after the requested sequence and then live ones. A subscriber
@@ -23,6 +24,7 @@
 #include "evidence/capture_store.h"
 #include "evidence/flight_recorder_inspector.h"
 #include "evidence/hang_inspector.h"
+#include "fleet/node_view.h"
 #include "sinks/alert_hub.h"
 #include "sinks/kernel_snapshot_store.h"
 #include "sinks/listen_address.h"
@@ -52,6 +54,7 @@ struct GrpcServerOptions {
   const StateStore* state = nullptr;             // null: GetTimeline is UNAVAILABLE
   // null: diagnoses carry no Flight Recorder verdict
   const FlightRecorderInspector* flight_recorder = nullptr;
+  const NodeView* nodes = nullptr;  // null: ListNodes is UNAVAILABLE
   GrpcTlsOptions tls;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <future>
 
@@ -345,6 +346,35 @@ absl::StatusOr<std::vector<v1::Alert>> Queries::RecentAlerts(const std::string& 
   std::reverse(out.begin(), out.end());
   if (out.size() > max) out.resize(max);
   return out;
+}
+
+absl::StatusOr<v1::ListNodesResponse> Queries::ListNodes(
+    const v1::ListNodesRequest& request) const {
+  if (s_.nodes == nullptr) {
+    return absl::UnavailableError(
+        "the fleet view of nodes is not enabled in this rankwatchd (see --nodes-topic)");
+  }
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  return s_.nodes->ListNodes(request, now);
+}
+
+absl::StatusOr<v1::ListNodesResponse> Queries::GetNode(const std::string& node) const {
+  v1::ListNodesRequest request;
+  request.set_node(node);
+  auto answer = ListNodes(request);
+  if (!answer.ok() || answer->nodes_size() > 0) return answer;
+  // "7d", "24h", "90m": the horizon as the daemon's flags write it.
+  const int64_t h = answer->horizon_seconds();
+  const std::string horizon = h >= 3 * 86400 && h % 86400 == 0 ? std::to_string(h / 86400) + "d"
+                              : h > 0 && h % 3600 == 0         ? std::to_string(h / 3600) + "h"
+                              : h > 0 && h % 60 == 0           ? std::to_string(h / 60) + "m"
+                                                               : std::to_string(h) + "s";
+  return absl::NotFoundError("no record of node '" + node + "' within the last " + horizon +
+                             (answer->complete() ? ""
+                                                 : " (the daemon is still reading the nodes "
+                                                   "topic: the view is not complete yet)"));
 }
 
 }  // namespace rankwatch

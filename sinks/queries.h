@@ -1,5 +1,6 @@
 // Queries: the read-only answers rankwatchd gives about its jobs — every job's summary, a
-// job's diagnosis, one rank's detail, captures, the cross-rank timeline, a job's alerts — built
+// job's diagnosis, one rank's detail, captures, the cross-rank timeline, a job's alerts, the
+// fleet view of nodes — built
 // once for every front end (the gRPC service, the web UI's JSON API), so that they say the same
 // thing about the same snapshot.
 //
@@ -20,6 +21,7 @@
 #include "evidence/capture_store.h"
 #include "evidence/flight_recorder_inspector.h"
 #include "evidence/hang_inspector.h"
+#include "fleet/node_view.h"
 #include "rankwatch/v1/service.pb.h"
 #include "sinks/alert_hub.h"
 #include "sinks/kernel_snapshot_store.h"
@@ -38,6 +40,7 @@ struct QuerySources {
   const StateStore* state = nullptr;             // timelines
   // The Flight Recorder verdict in a job's diagnosis.
   const FlightRecorderInspector* flight_recorder = nullptr;
+  const NodeView* nodes = nullptr;  // the fleet view of nodes (docs/fleet.md)
 };
 
 // A job's window of steps, rank by rank, as the web UI's heatmap draws it: per step its number
@@ -90,6 +93,12 @@ class Queries {
   absl::StatusOr<JobHeatmap> GetHeatmap(const std::string& job, const std::string& metric,
                                         uint32_t max_rank_steps,
                                         std::optional<uint32_t> rank = std::nullopt) const;
+
+  // The fleet view of nodes as of now (the wall clock): the top nodes by lost rank-seconds, or
+  // one node with its jobs (an unknown one: no node). Unavailable without a NodeView.
+  absl::StatusOr<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest& request) const;
+  // One node's record with its jobs; NotFound when the view holds none within its horizon.
+  absl::StatusOr<v1::ListNodesResponse> GetNode(const std::string& node) const;
 
   const QuerySources& sources() const { return s_; }
 

@@ -215,6 +215,16 @@ void Routes(httplib::Server& s, const Queries* q) {
     const bool events = req.has_param("events") && req.get_param_value("events") == "true";
     Answer(res, q->GetCapture(req.matches[1], events));
   });
+  s.Get(R"(/api/v1/nodes/?)", [q](const httplib::Request& req, httplib::Response& res) {
+    const auto limit = UintParam(req, res, "limit", 0, UINT32_MAX);
+    if (!limit) return;
+    v1::ListNodesRequest request;
+    request.set_limit(static_cast<uint32_t>(*limit));
+    Answer(res, q->ListNodes(request));
+  });
+  s.Get(R"(/api/v1/nodes/(.+))", [q](const httplib::Request& req, httplib::Response& res) {
+    Answer(res, q->GetNode(req.matches[1]));
+  });
   s.Get(R"(/api/v1/.*)", [](const httplib::Request& req, httplib::Response& res) {
     Error(res, 404, "no API resource " + req.path);
   });
@@ -229,6 +239,8 @@ void Routes(httplib::Server& s, const Queries* q) {
   s.Get("/ui", [](const httplib::Request&, httplib::Response& res) { res.set_redirect("/ui/"); });
   s.Get("/ui/", serve_page);
   s.Get(R"(/ui/jobs/(.+))", serve_page);
+  s.Get(R"(/ui/nodes/?)", serve_page);
+  s.Get(R"(/ui/nodes/(.+))", serve_page);
   s.Get(R"(/ui/assets/([A-Za-z0-9_.-]+))", [](const httplib::Request& req, httplib::Response& res) {
     const UiAsset* asset = FindUiAsset(req.matches[1].str());
     if (asset == nullptr) return Error(res, 404, "no UI asset " + req.path);

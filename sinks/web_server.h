@@ -6,20 +6,25 @@
 // strings, enums by name, default values printed) of the same messages the gRPC service sends,
 // built by the same Queries (sinks/queries.h):
 //
-//   GET /api/v1/jobs                              ListJobsResponse
-//   GET /api/v1/jobs/<job>                        Diagnosis
-//   GET /api/v1/jobs/<job>/ranks/<rank>           RankDetail
-//   GET /api/v1/jobs/<job>/alerts[?max=N]         {"alerts": [Alert, ...]}, newest first (N <=
-//   1000, 100) GET /api/v1/jobs/<job>/captures               ListCapturesResponse GET
-//   /api/v1/jobs/<job>/timeline[?first_step=A&last_step=B&max_rank_steps=N]   Timeline GET
-//   /api/v1/jobs/<job>/heatmap[?max_rank_steps=N]   the window's steps, rank by rank, as
-//                                                 compact arrays (below)
-//   GET /api/v1/captures/<id>[?events=true]       GetCaptureResponse
+//   GET /api/v1/jobs                           ListJobsResponse
+//   GET /api/v1/jobs/<job>                     Diagnosis
+//   GET /api/v1/jobs/<job>/ranks/<rank>        RankDetail
+//   GET /api/v1/jobs/<job>/alerts[?max=N]      {"alerts": [Alert, ...]}, newest first
+//                                              (N <= 1000, default 100)
+//   GET /api/v1/jobs/<job>/captures            ListCapturesResponse
+//   GET /api/v1/jobs/<job>/timeline[?first_step=A&last_step=B&max_rank_steps=N]   Timeline
+//   GET /api/v1/jobs/<job>/heatmap[?max_rank_steps=N]   the window's steps, rank by rank,
+//                                              as compact arrays (below)
+//   GET /api/v1/captures/<id>[?events=true]    GetCaptureResponse
+//   GET /api/v1/nodes[?limit=N]                ListNodesResponse: the top nodes (ListNodes)
+//   GET /api/v1/nodes/<node>                   ListNodesResponse: the node with its jobs; 404
+//                                              when the view holds no record of it
 //
-// The UI's pages — /ui/ (every job), /ui/jobs/<job>, /ui/jobs/<job>/ranks/<rank> — are one
-// page compiled into the binary (sinks/ui/), which reads the API; no file or network access
-// beyond this server. Errors: an unknown path or job is 404, a bad parameter 400, a method
-// other than GET or HEAD 405, a feature turned off 503; each with {"error": "..."}.
+// The UI's pages — /ui/ (every job), /ui/jobs/<job>, /ui/jobs/<job>/ranks/<rank>, /ui/nodes/
+// (the fleet view of nodes), /ui/nodes/<node> — are one page compiled into the binary
+// (sinks/ui/), which reads the API; no file or network access beyond this server. Errors: an
+// unknown path, job or node is 404, a bad parameter 400, a method other than GET or HEAD 405, a
+// feature turned off 503; each with {"error": "..."}.
 //
 // Thread-safe. Start once, Stop once (the destructor stops).
 #pragma once

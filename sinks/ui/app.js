@@ -1,6 +1,7 @@
-// rankwatch web UI: one page for /ui/ (every job), /ui/jobs/<job> and /ui/jobs/<job>/ranks/<rank>,
-// drawn from the daemon's JSON API (/api/v1/, the protobuf JSON mapping of what gRPC serves).
-// Read-only; no dependency, no network beyond this server. Polls every 2 s.
+// rankwatch web UI: one page for /ui/ (every job), /ui/jobs/<job>, /ui/jobs/<job>/ranks/<rank>,
+// /ui/nodes/ (the fleet view of nodes) and /ui/nodes/<node>, drawn from the daemon's JSON API
+// (/api/v1/, the protobuf JSON mapping of what gRPC serves). Read-only; no dependency, no
+// network beyond this server. Polls every 2 s.
 "use strict";
 
 const REFRESH_MS = 2000;
@@ -37,6 +38,9 @@ async function api(path) {
 function jobPath(job) { return "jobs/" + encodeURIComponent(job); }
 function jobUrl(job) { return "/ui/jobs/" + encodeURIComponent(job); }
 function rankUrl(job, rank) { return jobUrl(job) + "/ranks/" + rank; }
+function nodeUrl(node) { return "/ui/nodes/" + encodeURIComponent(node); }
+// A link to the node's record in the fleet view of nodes.
+function nodeLink(node, attrs) { return el("a", Object.assign({href: nodeUrl(node), class: "node-link", text: node}, attrs || {})); }
 
 // Enum names without their prefix, lower case: STEP_COMPUTE_STRAGGLER -> compute_straggler.
 function label(value, prefix) {
@@ -78,6 +82,8 @@ function route() {
   let m;
   if ((m = path.match(/^\/ui\/jobs\/(.+)\/ranks\/(\d+)\/?$/))) return rankPage(decodeURIComponent(m[1]), Number(m[2]));
   if ((m = path.match(/^\/ui\/jobs\/(.+?)\/?$/))) return jobPage(decodeURIComponent(m[1]));
+  if ((m = path.match(/^\/ui\/nodes\/(.+?)\/?$/))) return nodePage(decodeURIComponent(m[1]));
+  if (/^\/ui\/nodes\/?$/.test(path)) return nodesPage();
   return fleetPage();
 }
 
@@ -148,6 +154,119 @@ async function fleetPage() {
   schedule(fleetPage, REFRESH_MS);
 }
 
+// --- nodes ---------------------------------------------------------------------------------
+// The fleet view of nodes (docs/fleet.md): the nodes that were culprits of straggler alerts
+// across jobs, by the rank-seconds they cost, and one node's record with the jobs it slowed.
+
+// Rank-seconds as rank-hours, small costs kept visible (as `rankwatch nodes` prints them).
+function rankHours(seconds) {
+  const s = Number(seconds || 0);
+  if (s <= 0) return "0";
+  const h = s / 3600;
+  if (h < 0.0005) return "<0.001";
+  return h.toFixed(h >= 100 ? 0 : h >= 10 ? 1 : h >= 1 ? 2 : 3);
+}
+// A span of seconds as the daemon's flags write it: 7d, 24h, 90m, 45s.
+function span(seconds) {
+  const s = Number(seconds || 0);
+  if (s >= 3 * 86400 && s % 86400 === 0) return s / 86400 + "d";
+  if (s > 0 && s % 3600 === 0) return s / 3600 + "h";
+  if (s > 0 && s % 60 === 0) return s / 60 + "m";
+  return s + "s";
+}
+// A time (unix nanoseconds, a string in the JSON mapping) as "3 h ago", the date on hover.
+function ago(ns) {
+  const ms = Number(ns || 0) / 1e6;
+  if (!ms) return el("span", {text: "—"});
+  const s = Math.floor((Date.now() - ms) / 1000);
+  const text = s < 1 ? "now" : s < 60 ? s + " s ago" : s < 3600 ? Math.floor(s / 60) + " min ago"
+    : s < 86400 ? Math.floor(s / 3600) + " h ago" : Math.floor(s / 86400) + " d ago";
+  return el("span", {text, title: new Date(ms).toLocaleString()});
+}
+function alertBadge(firing) {
+  return firing ? el("span", {class: "badge sev-CRIT", text: "firing"}) : el("span", {class: "muted", text: "—"});
+}
+// The node alert's rule and whether the view has read every instance's records yet.
+function nodeRule(data) {
+  return "The node alert fires for a node that was the culprit of " + data.alertJobs + " jobs within " + span(data.alertWindowSeconds) +
+    "; records are kept " + span(data.horizonSeconds) + "." +
+    (data.complete ? "" : " The daemon is still reading the nodes topic: the view is not complete yet.");
+}
+
+async function nodesPage() {
+  setCrumbs(el("a", {href: "/ui/nodes/", text: "nodes"}));
+  document.title = "rankwatch — nodes";
+  let data;
+  try {
+    data = await api("nodes");
+  } catch (e) {
+    app.replaceChildren(el("h1", {text: "Nodes"}), el("p", {class: "error", id: "nodes-error", text: e.message}));
+    setStatus("", false);
+    return schedule(nodesPage, REFRESH_MS);
+  }
+  const nodes = data.nodes || [];
+  const total = data.nodesTotal || 0;
+  const head = el("tr", {}, [["node"], ["jobs", 1], ["jobs in " + span(data.alertWindowSeconds), 1], ["episodes", 1],
+    ["lost rank-hours", 1], ["first seen"], ["last seen"], ["node alert"]].map(([t, num]) => el("th", {class: num ? "num" : "", text: t})));
+  const rows = nodes.map(n => el("tr", {"data-node": n.node},
+    el("td", {}, nodeLink(n.node)),
+    el("td", {class: "num jobs", text: n.jobs}),
+    el("td", {class: "num jobs-in-window", text: n.jobsInAlertWindow}),
+    el("td", {class: "num episodes", text: n.episodes}),
+    el("td", {class: "num lost", title: Number(n.lostRankSeconds).toFixed(1) + " rank-s", text: rankHours(n.lostRankSeconds)}),
+    el("td", {}, ago(n.firstUnixNs)),
+    el("td", {}, ago(n.lastUnixNs)),
+    el("td", {class: "alert"}, alertBadge(n.alertFiring))));
+  app.replaceChildren(
+    el("h1", {text: total + (total === 1 ? " culprit node" : " culprit nodes") + " within " + span(data.horizonSeconds) +
+      (nodes.length < total ? " (the top " + nodes.length + " by lost rank-hours)" : "")}),
+    el("p", {class: "muted", id: "nodes-rule", text: nodeRule(data)}),
+    nodes.length ? el("table", {id: "nodes"}, el("thead", {}, head), el("tbody", {}, rows))
+                 : el("p", {class: "muted", id: "nodes-empty", text: "No node has been the culprit of a straggler alert."}));
+  setStatus("updated " + new Date().toLocaleTimeString());
+  schedule(nodesPage, REFRESH_MS);
+}
+
+async function nodePage(node) {
+  setCrumbs(el("a", {href: "/ui/nodes/", text: "nodes"}), nodeLink(node));
+  document.title = "rankwatch — node " + node;
+  let data;
+  try {
+    data = await api("nodes/" + encodeURIComponent(node));
+  } catch (e) {
+    app.replaceChildren(el("h1", {text: "node " + node}), el("p", {class: "error", id: "node-error", text: e.message}));
+    setStatus("", false);
+    return schedule(() => nodePage(node), REFRESH_MS);
+  }
+  const r = data.nodes[0];
+  const jobs = r.byJob || [];
+  app.replaceChildren(
+    el("h1", {}, "node " + r.node + " ", alertBadge(r.alertFiring)),
+    el("dl", {class: "kv", id: "node-summary"},
+      el("dt", {text: "culprit in"}), el("dd", {id: "node-jobs-count", text: r.jobs + (r.jobs === 1 ? " job" : " jobs") + ", " + r.episodes + (r.episodes === 1 ? " episode" : " episodes")}),
+      el("dt", {text: "lost"}), el("dd", {id: "node-lost", text: rankHours(r.lostRankSeconds) + " rank-hours (" + Number(r.lostRankSeconds).toFixed(1) + " rank-s) while its straggler alerts fired"}),
+      el("dt", {text: "first seen"}), el("dd", {}, ago(r.firstUnixNs)),
+      el("dt", {text: "last seen"}), el("dd", {}, ago(r.lastUnixNs)),
+      el("dt", {text: "node alert"}), el("dd", {id: "node-alert", text: (r.alertFiring ? "firing: " : "not firing: ") + r.jobsInAlertWindow + " of " + data.alertJobs + " jobs within " + span(data.alertWindowSeconds)})),
+    el("p", {class: "muted", text: nodeRule(data)}),
+    el("h2", {text: "Jobs it slowed (newest first)"}),
+    jobs.length ? el("table", {id: "node-jobs"},
+      el("thead", {}, el("tr", {}, [["job"], ["namespace"], ["culprit ranks"], ["episodes", 1], ["lost rank-hours", 1], ["first seen"], ["last seen"], ["straggler alert"]]
+        .map(([t, num]) => el("th", {class: num ? "num" : "", text: t})))),
+      el("tbody", {}, jobs.map(j => el("tr", {"data-job": j.trainingJob},
+        el("td", {}, el("a", {href: jobUrl(j.trainingJob), class: "job-link", text: j.trainingJob})),
+        el("td", {text: j.namespace || "—"}),
+        el("td", {}, (j.ranks || []).flatMap((k, i) => [i ? ", " : "", el("a", {href: rankUrl(j.trainingJob, k), text: String(k)})])),
+        el("td", {class: "num", text: j.episodes}),
+        el("td", {class: "num lost", title: Number(j.lostRankSeconds).toFixed(1) + " rank-s", text: rankHours(j.lostRankSeconds)}),
+        el("td", {}, ago(j.firstUnixNs)),
+        el("td", {}, ago(j.lastUnixNs)),
+        el("td", {class: "alert"}, alertBadge(j.firing))))))
+      : el("p", {class: "muted", text: "No job within the horizon."}));
+  setStatus("updated " + new Date().toLocaleTimeString());
+  schedule(() => nodePage(node), REFRESH_MS);
+}
+
 // --- job -----------------------------------------------------------------------------------
 // The heatmap shows own time by default (the daemon's choice when the job's blocked time is
 // known): under data-parallel synchronisation every rank's step time is the same, and the rank
@@ -198,7 +317,7 @@ function stepCard(d) {
     el("h2", {}, "Step time: ", el("span", {id: "step-label", text: label(s.label, "STEP_")}), " ", badge(s.severity)),
     el("dl", {class: "kv"},
       el("dt", {text: "culprit"}), el("dd", {id: "culprit"}, culprits.length ? culprits.flatMap((c, i) => [i ? ", " : "", c]) : "—",
-        s.culpritNode ? " on node " + s.culpritNode : ""),
+        s.culpritNode ? [" on node ", nodeLink(s.culpritNode, {id: "culprit-node", title: "the node's record across jobs"})] : ""),
       el("dt", {text: "phase"}), el("dd", {text: label(s.culpritPhase, "PHASE_")}),
       el("dt", {text: "note"}), el("dd", {text: s.note || "—"}),
       el("dt", {text: "next step"}), el("dd", {text: s.nextStep || "—"}),
@@ -553,7 +672,8 @@ function alertTable(alerts) {
     el("tbody", {}, alerts.map(a => el("tr", {},
       el("td", {text: new Date(Number(a.atUnixNs) / 1e6).toLocaleTimeString()}),
       el("td", {text: label(a.kind, "ALERT_")}),
-      el("td", {text: a.subject}),
+      // A node's subject ("node:gpu-3") links to the node's record.
+      el("td", {}, String(a.subject || "").startsWith("node:") ? nodeLink(a.subject.slice(5), {text: a.subject}) : a.subject),
       el("td", {text: label(a.state, "ALERT_")}),
       el("td", {}, badge(a.severity)),
       el("td", {text: alertNote(a) || "—"})))));
@@ -678,7 +798,7 @@ async function rankPage(job, rank) {
   app.replaceChildren(
     el("h1", {text: job + " — rank " + rank}),
     el("dl", {class: "kv"},
-      el("dt", {text: "node"}), el("dd", {text: r.node || "—"}),
+      el("dt", {text: "node"}), el("dd", {id: "rank-node"}, r.node ? nodeLink(r.node) : "—"),
       el("dt", {text: "pod"}), el("dd", {text: r.pod || "—"}),
       el("dt", {text: "window"}), el("dd", {text: r.windowSteps + " steps to step " + r.lastStep}),
       el("dt", {text: "memory peaks"}), el("dd", {text: "allocated " + bytes(r.peakAllocatedBytes) + ", reserved " + bytes(r.peakReservedBytes)})),

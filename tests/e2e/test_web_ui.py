@@ -11,6 +11,13 @@ is 30 % slower in compute and whose memory creeps. Then:
   window, and a replayed real Kineto trace's rank its GPU timeline. A screenshot of each page goes
   to build/test-artifacts/web_ui/;
 - the API and the UI are read-only, and unknown paths and bad parameters are clear 4xx errors.
+
+The fleet view of nodes (issue #38), in another daemon: three 16-rank jobs one after another,
+each with another rank of node-1 slow (9, 10, 14; 8 ranks a node). node-1's record shows the 3
+jobs, their ranks and their summed cost, and the node alert fires; the JSON API answers as
+ListNodes does; `rankwatch nodes` and `rankwatch alerts` print it; in Chromium the Nodes page
+lists node-1 with 3 jobs, a nonzero cost and the alert firing, its page links to the three jobs,
+and a job page's culprit links to node-1's record (screenshots nodes.png, node.png).
 """
 import json
 import math
@@ -23,6 +30,7 @@ import unittest
 import urllib.error
 import urllib.request
 
+import grpc
 from google.protobuf import json_format
 
 from harness import BIN, DaemonTestCase, wait_until
@@ -53,28 +61,29 @@ def get(url, method="GET", data=None):
         return e.code, json.loads(e.read())
 
 
-PIPELINE_JOB = "ui-pipeline"
+def chromium(workdir):
+    """A headless Chromium driven by Debian's chromium-driver, its profile in `workdir`."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--window-size=1400,1800",
+                 "--user-data-dir=" + os.path.join(workdir, "chromium")):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
 
 
-class WebUiTest(DaemonTestCase):
+class UiTestCase(DaemonTestCase):
+    """A daemon with its UI (`cls.ui`), and its JSON API compared with its gRPC answers."""
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
         cls.ui = "http://" + cls.daemon.endpoints["ui"]
-        cls.fleet.simulate(cls.brokers, "--job", JOB, "--ranks", "64", "--ranks-per-node", "8", "--steps", "400",
-                           "--step-ms", "20", "--speed", "max", "--sync", "ddp", "--report-collective",
-                           "--fault", "slow-compute:%d:0.3" % CULPRIT, "--fault", "memory-leak:all:64")
-        # A pipeline job (issue #34): its last stage holds 30 % more work.
-        cls.fleet.simulate(cls.brokers, "--job", PIPELINE_JOB, "--parallel", "dp=2,pp=4,tp=1", "--steps", "30",
-                           "--step-ms", "40", "--speed", "max", "--fault", "stage-imbalance:stage=3,factor=1.3")
-
-        def diagnosed():
-            try:
-                d = cls.stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job=JOB), timeout=5)
-            except Exception:  # noqa: BLE001 - NOT_FOUND until the first records
-                return False
-            return d.aligned_steps == 400 and list(d.step.culprit_ranks) == [CULPRIT] and d.memory.trend_points
-        wait_until(diagnosed, 60, "the job diagnosed with its culprit and memory trend")
 
     def api(self, path):
         status, body = get(self.ui + "/api/v1/" + path)
@@ -93,6 +102,29 @@ class WebUiTest(DaemonTestCase):
                 self.assertEqual(parsed, before, path)
                 return body
         self.fail("the snapshot kept changing while %s was compared" % path)
+
+
+PIPELINE_JOB = "ui-pipeline"
+
+
+class WebUiTest(UiTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.fleet.simulate(cls.brokers, "--job", JOB, "--ranks", "64", "--ranks-per-node", "8", "--steps", "400",
+                           "--step-ms", "20", "--speed", "max", "--sync", "ddp", "--report-collective",
+                           "--fault", "slow-compute:%d:0.3" % CULPRIT, "--fault", "memory-leak:all:64")
+        # A pipeline job (issue #34): its last stage holds 30 % more work.
+        cls.fleet.simulate(cls.brokers, "--job", PIPELINE_JOB, "--parallel", "dp=2,pp=4,tp=1", "--steps", "30",
+                           "--step-ms", "40", "--speed", "max", "--fault", "stage-imbalance:stage=3,factor=1.3")
+
+        def diagnosed():
+            try:
+                d = cls.stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job=JOB), timeout=5)
+            except Exception:  # noqa: BLE001 - NOT_FOUND until the first records
+                return False
+            return d.aligned_steps == 400 and list(d.step.culprit_ranks) == [CULPRIT] and d.memory.trend_points
+        wait_until(diagnosed, 60, "the job diagnosed with its culprit and memory trend")
 
     def test_the_json_api_answers_as_grpc_does(self):
         quoted = urllib.request.quote(JOB, safe="")
@@ -184,19 +216,9 @@ class WebUiTest(DaemonTestCase):
 
     @unittest.skipUnless(browser_available(), "needs chromium, chromium-driver and python3-selenium")
     def test_what_a_person_sees_in_chromium(self):
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
         from selenium.webdriver.common.by import By
 
-        os.makedirs(ARTIFACTS, exist_ok=True)
-        options = webdriver.ChromeOptions()
-        options.binary_location = shutil.which("chromium")
-        for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                     "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                     "--disable-sync", "--window-size=1400,1800",
-                     "--user-data-dir=" + os.path.join(self.fleet.workdir, "chromium")):
-            options.add_argument(flag)
-        driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+        driver = chromium(self.fleet.workdir)
         try:
             # The fleet page: the job, its diagnosis and culprit.
             driver.get(self.ui + "/ui/")
@@ -275,6 +297,184 @@ class WebUiTest(DaemonTestCase):
                        "S over time")
             self.assertNotIn("null", driver.find_element(By.ID, "app").text)
             driver.save_screenshot(os.path.join(ARTIFACTS, "job-pipeline.png"))
+        finally:
+            driver.quit()
+
+
+NODE = "node-1"
+NODE_JOBS = [("fleet-a", 9), ("fleet-b", 10), ("fleet-c", 14)]  # ranks 8-15 are node-1's
+
+
+def run_cli(*args):
+    return subprocess.run([os.path.join(BIN, "rankwatch")] + list(args), capture_output=True, text=True,
+                          timeout=30, stdin=subprocess.DEVNULL)
+
+
+def click(driver, css):
+    """Clicks the element `css` selects, again if the page redrew it in between (every 2 s)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    def once():
+        try:
+            found = driver.find_elements(By.CSS_SELECTOR, css)
+            if found:
+                found[0].click()
+                return True
+        except StaleElementReferenceException:
+            pass
+        return False
+    wait_until(once, 20, "to click " + css)
+
+
+class NodesPageTest(UiTestCase):
+    """The fleet view of nodes: three jobs one after another, each slowed by another rank of node-1.
+    A job is finished after 15 s without input (its diagnosis frozen) rather than diagnosed as hung
+    after 30 s while the next ones run."""
+    daemon_args = ("--window-steps", "20", "--job-ttl", "15s")
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        try:
+            for job, rank in NODE_JOBS:
+                cls.fleet.simulate(cls.brokers, "--job", job, "--ranks", "16", "--ranks-per-node", "8", "--steps",
+                                   "600", "--step-ms", "10", "--speed", "realtime", "--report-collective",
+                                   "--fault", "slow-compute:%d:0.5" % rank)
+                wait_until(lambda: job in [j.training_job for j in cls.node().by_job], 30,
+                           "node-1 charged with " + job)
+            wait_until(lambda: cls.node().alert_firing, 30, "the node alert for node-1")
+        except BaseException:
+            cls.fleet.close()  # tearDownClass does not run after a failed setUpClass
+            raise
+
+    @classmethod
+    def node(cls, name=NODE):
+        """The node's record with its jobs; an empty one while the view holds none."""
+        try:
+            r = cls.stub.ListNodes(service_pb2.ListNodesRequest(node=name), timeout=5)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.UNAVAILABLE and "fleet view" in (e.details() or ""):
+                raise AssertionError("ListNodes: " + e.details()) from None
+            return service_pb2.NodeRecord()
+        return r.nodes[0] if r.nodes else service_pb2.NodeRecord()
+
+    def test_node_1_holds_the_three_jobs_their_cost_and_the_node_alert(self):
+        r = self.node()
+        self.assertEqual(r.node, NODE)
+        self.assertEqual(r.jobs, 3)
+        self.assertEqual(sorted(j.training_job for j in r.by_job), [job for job, _ in NODE_JOBS])
+        for j in r.by_job:
+            rank = dict(NODE_JOBS)[j.training_job]
+            self.assertIn(rank, j.ranks, j)
+            self.assertGreaterEqual(j.episodes, 1, j)
+            self.assertGreater(j.lost_rank_seconds, 0, j)
+            # What the job lost to node-1 is part of what it lost to stragglers.
+            d = self.stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job=j.training_job), timeout=5)
+            self.assertLessEqual(j.lost_rank_seconds, d.lost_time.total_straggler_rank_seconds * 1.05 + 1e-6,
+                                 j.training_job)
+            self.assertGreater(j.first_unix_ns, 0)
+            self.assertGreaterEqual(j.last_unix_ns, j.first_unix_ns)
+        lasts = [j.last_unix_ns for j in r.by_job]
+        self.assertEqual(lasts, sorted(lasts, reverse=True), "newest first")
+        self.assertAlmostEqual(r.lost_rank_seconds, sum(j.lost_rank_seconds for j in r.by_job), delta=1e-6)
+        self.assertEqual(r.episodes, sum(j.episodes for j in r.by_job))
+        self.assertEqual(r.jobs_in_alert_window, 3)
+        self.assertTrue(r.alert_firing)
+        # The top nodes: node-1 first, without its jobs.
+        top = self.stub.ListNodes(service_pb2.ListNodesRequest(limit=5), timeout=5)
+        self.assertEqual(top.nodes[0].node, NODE)
+        self.assertEqual(len(top.nodes[0].by_job), 0)
+        self.assertEqual(top.alert_jobs, 3)
+
+    def test_the_json_api_answers_as_list_nodes_does(self):
+        self.same(lambda: self.stub.ListNodes(service_pb2.ListNodesRequest(), timeout=5), "nodes",
+                  service_pb2.ListNodesResponse)
+        one = self.same(lambda: self.stub.ListNodes(service_pb2.ListNodesRequest(node=NODE), timeout=5),
+                        "nodes/" + NODE, service_pb2.ListNodesResponse)
+        self.assertEqual(one["nodes"][0]["jobs"], 3)
+        status, body = get(self.ui + "/api/v1/nodes/node-99")
+        self.assertEqual(status, 404, body)
+        self.assertIn("no record of node 'node-99'", body["error"])
+        status, body = get(self.ui + "/api/v1/nodes?limit=x")
+        self.assertEqual(status, 400, body)
+
+    def test_the_cli_prints_the_nodes_and_the_node_alert(self):
+        server = self.daemon.endpoints["grpc"]
+        out = run_cli("nodes", "--server", server)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        rows = [line.split() for line in out.stdout.splitlines() if line.startswith(NODE + " ")]
+        self.assertEqual(len(rows), 1, out.stdout)
+        self.assertEqual(rows[0][1:3], ["3", "3"], out.stdout)  # jobs, jobs within the alert window
+        self.assertNotEqual(rows[0][4], "0", out.stdout)        # lost rank-hours
+        self.assertEqual(rows[0][-1], "firing", out.stdout)
+
+        out = run_cli("nodes", "--server", server, "--node", NODE)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertTrue(out.stdout.startswith("node node-1: culprit in 3 jobs"), out.stdout)
+        for job, rank in NODE_JOBS:
+            line = [line.split() for line in out.stdout.splitlines() if line.startswith(job + " ")]
+            self.assertEqual(len(line), 1, out.stdout)
+            self.assertIn(str(rank), line[0][2].split(","), out.stdout)
+
+        out = run_cli("nodes", "--server", server, "--node", "node-99")
+        self.assertEqual(out.returncode, 1, out.stdout)
+        self.assertIn("no record of node 'node-99'", out.stderr)
+
+        out = run_cli("nodes", "--server", server, "--json")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        parsed = json_format.Parse(out.stdout, service_pb2.ListNodesResponse())
+        self.assertEqual(parsed.nodes[0].node, NODE)
+
+        # The node alert, a fleet alert of no job, in the alert log.
+        out = run_cli("alerts", "--server", server, "--kind", "node_culprit")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        firing = [line for line in out.stdout.splitlines() if " firing " in line]
+        self.assertEqual(len(firing), 1, out.stdout)
+        self.assertIn(" node_culprit", firing[0])
+        self.assertIn(" (fleet) node:node-1", firing[0])
+
+    @unittest.skipUnless(browser_available(), "needs chromium, chromium-driver and python3-selenium")
+    def test_the_nodes_page_in_chromium(self):
+        from selenium.webdriver.common.by import By
+
+        driver = chromium(self.fleet.workdir)
+        # Read in one script: the page redraws itself every 2 s.
+        row_of = ("const r = document.querySelector('#nodes tbody tr[data-node=\"' + arguments[0] + '\"]');"
+                  "return r && {first: r.parentNode.firstChild === r, jobs: r.querySelector('.jobs').textContent,"
+                  " lost: r.querySelector('.lost').textContent, alert: r.querySelector('.alert').textContent,"
+                  " href: r.querySelector('a.node-link').getAttribute('href')};")
+        jobs_of = ("return Array.from(document.querySelectorAll('#node-jobs tbody tr')).map(r =>"
+                   " [r.dataset.job, r.querySelector('a.job-link').getAttribute('href')]);")
+        try:
+            # The Nodes page: node-1 first, with its 3 jobs, a cost and the node alert firing.
+            driver.get(self.ui + "/ui/nodes/")
+            row = wait_until(lambda: driver.execute_script(row_of, NODE), 20, "node-1 on the Nodes page")
+            self.assertTrue(row["first"], row)
+            self.assertEqual(row["jobs"], "3")
+            self.assertNotIn(row["lost"], ("0", ""))
+            self.assertEqual(row["alert"], "firing")
+            self.assertEqual(row["href"], "/ui/nodes/node-1")
+            driver.save_screenshot(os.path.join(ARTIFACTS, "nodes.png"))
+
+            # Its record: the three jobs, each linking to its job's page.
+            click(driver, '#nodes tr[data-node="node-1"] a.node-link')
+            jobs = wait_until(lambda: driver.execute_script(jobs_of), 20, "node-1's jobs")
+            self.assertEqual(sorted(jobs), [[job, "/ui/jobs/" + job] for job, _ in NODE_JOBS])
+            self.assertIn("3 jobs", driver.find_element(By.ID, "node-jobs-count").text)
+            self.assertTrue(driver.find_element(By.ID, "node-alert").text.startswith("firing"))
+            self.assertNotIn("null", driver.find_element(By.ID, "app").text)
+            driver.save_screenshot(os.path.join(ARTIFACTS, "node.png"))
+
+            # A job's page: its culprit's node links to the node's record.
+            driver.get(self.ui + "/ui/jobs/" + NODE_JOBS[0][0])
+            link = wait_until(lambda: driver.execute_script(
+                "const a = document.getElementById('culprit-node');"
+                "return a && [a.textContent, a.getAttribute('href')];"), 20, "the culprit's node on the job page")
+            self.assertEqual(link, [NODE, "/ui/nodes/node-1"])
+            click(driver, "#culprit-node")
+            wait_until(lambda: driver.current_url.endswith("/ui/nodes/node-1") and driver.execute_script(jobs_of), 20,
+                       "node-1's page from the job's culprit")
         finally:
             driver.quit()
 
