@@ -47,9 +47,9 @@ CommandLine ReadCommandLine(int argc, const char* const* argv, const std::string
   for (size_t i = 0; i < settings.size(); ++i) {
     const Setting& s = settings[i];
     if (s.file_only()) continue;
-    options[i] = s.is_list ? app.add_option(s.flag(), lists[i], PlainText(s.help))
-                                 ->allow_extra_args(false)
-                           : app.add_option(s.flag(), texts[i], PlainText(s.help));
+    options[i] =
+        s.is_list ? app.add_option(s.flag(), lists[i], PlainText(s.help))->allow_extra_args(false)
+                  : app.add_option(s.flag(), texts[i], PlainText(s.help));
     options[i]->type_name(s.value_name)->default_str(s.DefaultText());
   }
   app.set_version_flag("--version", version);

@@ -79,14 +79,14 @@ struct DaemonConfig {
   int alert_subscriber_queue = 1024;  // alerts a WatchAlerts subscriber may lag behind
   // Outbound alerts (docs/alerting.md): Alertmanager push (sinks/alertmanager_push.h) and the
   // action policy (sinks/alert_actions.h). Files hold the secrets; none: no authentication.
-  std::vector<std::string> alertmanager;  // Alertmanager URLs; none: no push
-  std::string alertmanager_ca;            // PEM CA of https Alertmanagers; none: the system's
+  std::vector<std::string> alertmanager;       // Alertmanager URLs; none: no push
+  std::string alertmanager_ca;                 // PEM CA of https Alertmanagers; none: the system's
   std::string alertmanager_basic_auth_file;    // "user:password"
   std::string alertmanager_bearer_token_file;  // a token
   Duration alertmanager_resend_interval = std::chrono::minutes(1);
-  std::string ui_external_url;  // the web UI's URL for links; none: derived from ui_listen
-  std::string alert_runbook_url;  // runbook_url template ({alertname}, {kind}, {training_job})
-  std::vector<std::string> action;          // the action policy's rules, KIND[:SEVERITY]=ACTION
+  std::string ui_external_url;      // the web UI's URL for links; none: derived from ui_listen
+  std::string alert_runbook_url;    // runbook_url template ({alertname}, {kind}, {training_job})
+  std::vector<std::string> action;  // the action policy's rules, KIND[:SEVERITY]=ACTION
   std::vector<std::string> action_webhook;  // webhook URLs of `webhook` actions
   std::string action_secret_file;           // the HMAC key of the webhook signatures
   std::string action_ca;                    // PEM CA of https webhooks; none: the system's

@@ -490,7 +490,8 @@ absl::Status CheckDaemonConfig(const DaemonConfig& c) {
     return absl::InvalidArgumentError("a webhook action needs action-webhook (or action-dry-run)");
   }
   if (!c.action_webhook.empty() && c.action_secret_file.empty() && !c.action_dry_run) {
-    return absl::InvalidArgumentError("action-webhook needs action-secret-file (the signature's key)");
+    return absl::InvalidArgumentError(
+        "action-webhook needs action-secret-file (the signature's key)");
   }
   return absl::OkStatus();
 }

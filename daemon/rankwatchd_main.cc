@@ -189,9 +189,10 @@ absl::StatusOr<Outbound> StartOutbound(const DaemonConfig& config, const AlertHu
     o.http.ca_file = config.action_ca;
     o.presentation = presentation;
     // Without hang stacks there is nothing to wait for.
-    o.evidence_wait = hang_stacks ? std::chrono::duration_cast<std::chrono::milliseconds>(
-                                        config.action_evidence_wait)
-                                  : std::chrono::milliseconds(0);
+    o.evidence_wait =
+        hang_stacks
+            ? std::chrono::duration_cast<std::chrono::milliseconds>(config.action_evidence_wait)
+            : std::chrono::milliseconds(0);
     auto actions = AlertActions::Create(o, hub, store, persist, registry);
     if (!actions.ok()) return actions.status();
     out.actions = std::move(*actions);

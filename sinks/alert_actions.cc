@@ -146,11 +146,11 @@ absl::StatusOr<std::unique_ptr<AlertActions>> AlertActions::Create(
       "Actions of the action policy by alert kind and outcome (delivered, failed, dry_run, "
       "cancelled)",
       {"kind", "outcome"});
-  a->calls_failed_ = registry
-                         ->Counter("rankwatch_alert_action_calls_failed_total",
-                                   "Webhook calls of actions that failed (retried with backoff)",
-                                   {})
-                         ->WithLabels({});
+  a->calls_failed_ =
+      registry
+          ->Counter("rankwatch_alert_action_calls_failed_total",
+                    "Webhook calls of actions that failed (retried with backoff)", {})
+          ->WithLabels({});
   a->pending_ = registry
                     ->Gauge("rankwatch_alert_actions_pending",
                             "Actions waiting for their evidence or retrying", {})
@@ -297,9 +297,9 @@ bool AlertActions::Deliver(Work& w, SteadyTime now, int64_t now_unix_ns) {
   const std::string& id = w.record.alert_id();
   if (w.body.empty()) w.body = ActionPayload(*w.alert, w.record, options_.presentation);
   w.record.set_with_stacks(HasStacks(*w.alert));
-  const std::string stacks =
-      w.alert->kind() != v1::ALERT_HANG ? "" : HasStacks(*w.alert) ? ", with its stacks"
-                                                                   : ", without stacks";
+  const std::string stacks = w.alert->kind() != v1::ALERT_HANG ? ""
+                             : HasStacks(*w.alert)             ? ", with its stacks"
+                                                               : ", without stacks";
   if (options_.dry_run) {
     std::string urls;
     for (const std::string& u : options_.webhooks) urls += (urls.empty() ? "" : ", ") + u;
@@ -360,9 +360,11 @@ void AlertActions::RunOnce(SteadyTime now, int64_t now_unix_ns) {
     const uint64_t last = hub_->last_sequence();
     if (cursor_ >= last) break;
     const uint64_t upto = std::min<uint64_t>(last, cursor_ + 256);
-    std::vector<uint64_t> changed;
+    std::vector<std::shared_ptr<const v1::Alert>> batch;  // read first: Backlog holds the hub
     hub_->Backlog(cursor_, upto + 1, {},
-                  [&](std::shared_ptr<const v1::Alert> a) { Apply(a, now, &changed); });
+                  [&](std::shared_ptr<const v1::Alert> a) { batch.push_back(std::move(a)); });
+    std::vector<uint64_t> changed;
+    for (const auto& a : batch) Apply(a, now, &changed);
     cursor_ = upto;
     Checkpoint c;
     outbound_state::PutActionCursor(cursor_, &c);

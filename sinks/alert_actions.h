@@ -56,9 +56,9 @@ namespace rankwatch {
 // ACTION `observe` or `webhook`.
 struct ActionRule {
   enum class Action { kObserve, kWebhook };
-  std::string text;                                          // as configured
-  v1::AlertKind kind = v1::ALERT_KIND_UNSPECIFIED;           // unspecified: any kind
-  v1::Severity min_severity = v1::SEVERITY_UNSPECIFIED;      // unspecified: any severity
+  std::string text;                                      // as configured
+  v1::AlertKind kind = v1::ALERT_KIND_UNSPECIFIED;       // unspecified: any kind
+  v1::Severity min_severity = v1::SEVERITY_UNSPECIFIED;  // unspecified: any severity
   Action action = Action::kObserve;
   bool Matches(const v1::Alert& alert) const;
 };
@@ -74,7 +74,7 @@ struct AlertActionsOptions {
   // A hang alert without its stacks waits this long for its re-publication with them. 0: acts
   // at once. Default: 30 s (the stacks' answer deadline is 10 s).
   std::chrono::milliseconds evidence_wait{30'000};
-  int max_attempts = 8;  // rounds of calls before an action fails for good
+  int max_attempts = 8;                           // rounds of calls before an action fails for good
   std::chrono::milliseconds first_backoff{1000};  // doubled after each failed round ...
   std::chrono::milliseconds max_backoff{60'000};  // ... up to this
   std::chrono::milliseconds poll{100};            // how often the log is read
@@ -109,11 +109,11 @@ class AlertActions {
  private:
   struct Work {
     state::v1::ActionRecord record;
-    std::shared_ptr<const v1::Alert> alert;  // the newest publication of the firing
+    std::shared_ptr<const v1::Alert> alert;                // the newest publication of the firing
     std::chrono::steady_clock::time_point ready_at{};      // when it may be sent
     std::chrono::steady_clock::time_point next_attempt{};  // after a failed round
-    std::vector<bool> answered;  // per webhook: answered 2xx
-    std::string body;            // fixed at the first call: retries send the same bytes
+    std::vector<bool> answered;                            // per webhook: answered 2xx
+    std::string body;  // fixed at the first call: retries send the same bytes
     int rounds = 0;
     bool done() const { return record.outcome() != state::v1::ActionRecord::PENDING; }
   };
@@ -131,7 +131,7 @@ class AlertActions {
   const AlertHub* const hub_;
   const Persist persist_;
   std::unique_ptr<HttpTransport> transport_;
-  uint64_t cursor_ = 0;                  // the action thread only
+  uint64_t cursor_ = 0;                   // the action thread only
   std::map<std::string, uint64_t> open_;  // firing alert id -> its firing sequence
   mutable std::mutex mu_;                 // guards work_ against records()
   std::map<uint64_t, Work> work_;         // acted firings not resolved, by firing sequence

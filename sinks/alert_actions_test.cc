@@ -96,9 +96,9 @@ class AlertActionsTest : public ::testing::Test {
                                      const StateStore* store = nullptr,
                                      AlertActions::Persist persist = nullptr) {
     registries_.push_back(std::make_unique<PrometheusRegistry>());
-    auto a = AlertActions::Create(std::move(o), hub, store, std::move(persist),
-                                  registries_.back().get(),
-                                  std::make_unique<FakeHttpTransport>(calls_));
+    auto a =
+        AlertActions::Create(std::move(o), hub, store, std::move(persist), registries_.back().get(),
+                             std::make_unique<FakeHttpTransport>(calls_));
     EXPECT_TRUE(a.ok()) << a.status();
     return a.ok() ? std::move(*a) : nullptr;
   }
@@ -142,8 +142,9 @@ TEST_F(AlertActionsTest, OneSignedCallPerFiringNotPerPublication) {
   ASSERT_EQ(records.size(), 1u);  // the first one resolved
   EXPECT_EQ(records[0].outcome(), Record::DELIVERED);
   EXPECT_EQ(records[0].firing_sequence(), 6u);
-  EXPECT_NE(Render().find("rankwatch_alert_actions_total{kind=\"straggler\",outcome=\"delivered\"} 2"),
-            std::string::npos)
+  EXPECT_NE(
+      Render().find("rankwatch_alert_actions_total{kind=\"straggler\",outcome=\"delivered\"} 2"),
+      std::string::npos)
       << Render();
 }
 

@@ -24,7 +24,8 @@ std::string PercentEncode(std::string_view text) {
 }
 
 void ReplaceAll(std::string* text, std::string_view from, const std::string& to) {
-  for (size_t at = text->find(from); at != std::string::npos; at = text->find(from, at + to.size())) {
+  for (size_t at = text->find(from); at != std::string::npos;
+       at = text->find(from, at + to.size())) {
     text->replace(at, from.size(), to);
   }
 }
@@ -62,7 +63,8 @@ std::string_view AlertKindLabel(v1::AlertKind kind) {
 v1::AlertKind AlertKindOfLabel(std::string_view label) {
   for (int k = v1::AlertKind_MIN; k <= v1::AlertKind_MAX; ++k) {
     if (!v1::AlertKind_IsValid(k) || k == v1::ALERT_KIND_UNSPECIFIED) continue;
-    if (AlertKindLabel(static_cast<v1::AlertKind>(k)) == label) return static_cast<v1::AlertKind>(k);
+    if (AlertKindLabel(static_cast<v1::AlertKind>(k)) == label)
+      return static_cast<v1::AlertKind>(k);
   }
   return v1::ALERT_KIND_UNSPECIFIED;
 }
@@ -100,8 +102,8 @@ PresentedAlert Present(const v1::Alert& alert, const AlertPresentationOptions& o
   labels.emplace_back("alertname", name);
   labels.emplace_back("severity", std::string(SeverityLabel(alert.severity())));
   labels.emplace_back("category", alert.kind() == v1::ALERT_NODE_CULPRIT ? "fleet"
-                                  : IsMemoryKind(alert.kind())         ? "memory"
-                                                                       : "step");
+                                  : IsMemoryKind(alert.kind())           ? "memory"
+                                                                         : "step");
   if (!alert.training_job().empty()) labels.emplace_back("training_job", alert.training_job());
   std::string_view scope = ScopeLabel(alert.scope());
   const std::string& subject = alert.subject();
@@ -126,7 +128,8 @@ PresentedAlert Present(const v1::Alert& alert, const AlertPresentationOptions& o
     scope = "job";
   }
   if (!scope.empty()) labels.emplace_back("scope", std::string(scope));
-  if (!d.scheduler().namespace_().empty()) labels.emplace_back("namespace", d.scheduler().namespace_());
+  if (!d.scheduler().namespace_().empty())
+    labels.emplace_back("namespace", d.scheduler().namespace_());
   std::sort(labels.begin(), labels.end());
 
   // The note and next step of the diagnosis that raised it.

@@ -66,23 +66,23 @@ AlertmanagerPush::AlertmanagerPush(AlertmanagerPushOptions options, const AlertH
     : options_(std::move(options)), hub_(hub), persist_(std::move(persist)) {}
 
 absl::StatusOr<std::unique_ptr<AlertmanagerPush>> AlertmanagerPush::Create(
-    AlertmanagerPushOptions options, const AlertHub* hub, const StateStore* store,
-    Persist persist, PrometheusRegistry* registry, TransportFactory transports) {
+    AlertmanagerPushOptions options, const AlertHub* hub, const StateStore* store, Persist persist,
+    PrometheusRegistry* registry, TransportFactory transports) {
   auto push = std::unique_ptr<AlertmanagerPush>(
       new AlertmanagerPush(std::move(options), hub, std::move(persist)));
   MetricFamily* sent = registry->Counter(
       "rankwatch_alertmanager_alerts_sent_total",
       "Alerts delivered to an Alertmanager (each re-send of a firing alert counts)", {"target"});
-  MetricFamily* failed = registry->Counter("rankwatch_alertmanager_posts_failed_total",
-                                           "POSTs to an Alertmanager that failed (retried)",
-                                           {"target"});
+  MetricFamily* failed =
+      registry->Counter("rankwatch_alertmanager_posts_failed_total",
+                        "POSTs to an Alertmanager that failed (retried)", {"target"});
   MetricFamily* dropped = registry->Counter(
       "rankwatch_alertmanager_alerts_dropped_total",
       "Alerts an Alertmanager refused (HTTP 400) or that left the alert log before delivery",
       {"target"});
-  MetricFamily* pending = registry->Gauge(
-      "rankwatch_alertmanager_pending_alerts",
-      "Alerts of the alert log not delivered to an Alertmanager yet", {"target"});
+  MetricFamily* pending =
+      registry->Gauge("rankwatch_alertmanager_pending_alerts",
+                      "Alerts of the alert log not delivered to an Alertmanager yet", {"target"});
   MetricFamily* firing = registry->Gauge("rankwatch_alertmanager_firing_alerts",
                                          "Firing alerts an Alertmanager is re-sent", {"target"});
   Checkpoint initial;
@@ -206,8 +206,8 @@ bool AlertmanagerPush::Post(Target& t, const std::vector<PushedAlert>& alerts, S
     return true;
   }
   t.failed->Add(1);
-  t.backoff = std::min(options_.max_backoff,
-                       std::max(std::chrono::milliseconds(1000), t.backoff * 2));
+  t.backoff =
+      std::min(options_.max_backoff, std::max(std::chrono::milliseconds(1000), t.backoff * 2));
   t.retry_at = now + t.backoff;
   if (!t.failing) {
     spdlog::warn("alertmanager {}: {}; retrying (the alerts wait in the alert log)", t.url,
@@ -296,9 +296,9 @@ bool AlertmanagerPush::Resend(Target& t, SteadyTime now, int64_t now_unix_ns) {
   for (size_t from = 0; from < send.size(); from += options_.max_batch * 4) {
     const size_t to = std::min(send.size(), from + options_.max_batch * 4);
     bool rejected = false;
-    if (!Post(t, {send.begin() + static_cast<std::ptrdiff_t>(from),
-                  send.begin() + static_cast<std::ptrdiff_t>(to)},
-              now, &rejected)) {
+    const std::vector<PushedAlert> chunk(send.begin() + static_cast<std::ptrdiff_t>(from),
+                                         send.begin() + static_cast<std::ptrdiff_t>(to));
+    if (!Post(t, chunk, now, &rejected)) {
       return false;
     }
   }

@@ -50,7 +50,7 @@ struct AlertmanagerPushOptions {
   std::chrono::milliseconds resend_interval{60'000};
   // A firing alert's endsAt: this many resend intervals after it was sent. Default: 4.
   int lifetime_intervals = 4;
-  size_t max_batch = 64;  // alerts of the log a POST carries at most
+  size_t max_batch = 64;                          // alerts of the log a POST carries at most
   std::chrono::milliseconds max_backoff{30'000};  // between retries of a failing target
   std::chrono::milliseconds poll{100};            // how often a target looks for new alerts
 };

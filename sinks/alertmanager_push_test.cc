@@ -81,8 +81,8 @@ TEST(AlertPresentationTest, AFleetAlertHasANodeAndNoJob) {
                                  {"severity", "critical"}}));
   EXPECT_EQ(p.generator_url, "http://rw:8466/ui/nodes/gpu-3");
   // No note: a summary all the same.
-  EXPECT_EQ(p.annotations[1], (std::pair<std::string, std::string>{"summary",
-                                                                   "node_culprit on node:gpu-3"}));
+  EXPECT_EQ(p.annotations[1],
+            (std::pair<std::string, std::string>{"summary", "node_culprit on node:gpu-3"}));
   // A straggler of node scope is the rules' RankwatchNodeStraggler; a job's name is escaped.
   v1::Alert n = Straggler("a b/c", 1, v1::ALERT_FIRING, 1);
   n.set_subject("node:node-1");
@@ -93,7 +93,8 @@ TEST(AlertPresentationTest, AFleetAlertHasANodeAndNoJob) {
 
 TEST(AlertmanagerBodyTest, IsAlertmanagersJson) {
   auto a = std::make_shared<v1::Alert>(Straggler("llm", 2, v1::ALERT_FIRING, 100));
-  const std::string body = AlertmanagerBody({{a, 100 * kSecond, 340 * kSecond}}, {.ui_url = "http://rw"});
+  const std::string body =
+      AlertmanagerBody({{a, 100 * kSecond, 340 * kSecond}}, {.ui_url = "http://rw"});
   EXPECT_EQ(body.front(), '[');
   EXPECT_NE(body.find("\"labels\":{\"alertname\":\"RankwatchStraggler\","), std::string::npos)
       << body;
@@ -214,8 +215,9 @@ TEST_F(AlertmanagerPushTest, AnOutageLosesNothing) {
 TEST_F(AlertmanagerPushTest, AlertsTheDaemonNoLongerTracksAreEndedAndFleetAlertsKept) {
   AlertHub hub(nullptr, nullptr, {}, {});
   auto push = Make(&hub);
-  hub.Append({Straggler("gone", 1, v1::ALERT_FIRING, 990), NodeCulprit("gpu-3", v1::ALERT_FIRING, 995)},
-             {});
+  hub.Append(
+      {Straggler("gone", 1, v1::ALERT_FIRING, 990), NodeCulprit("gpu-3", v1::ALERT_FIRING, 995)},
+      {});
   push->RunOnce(t0_, unix0_);
   ASSERT_EQ(calls_->Take().size(), 1u);
   hub.SetFiring("gone", {});  // the job was removed without resolving
@@ -223,8 +225,7 @@ TEST_F(AlertmanagerPushTest, AlertsTheDaemonNoLongerTracksAreEndedAndFleetAlerts
   auto calls = calls_->Take();
   ASSERT_EQ(calls.size(), 1u);
   // The job's alert ends now; the node's (no job) goes on.
-  EXPECT_NE(calls[0].body.find("\"endsAt\":\"" + Rfc3339(unix0_ + 61 * kSecond)),
-            std::string::npos)
+  EXPECT_NE(calls[0].body.find("\"endsAt\":\"" + Rfc3339(unix0_ + 61 * kSecond)), std::string::npos)
       << calls[0].body;
   EXPECT_NE(calls[0].body.find("\"node\":\"gpu-3\""), std::string::npos);
   EXPECT_EQ(push->status()[0].firing, 1u);

@@ -23,7 +23,8 @@ absl::StatusOr<HttpUrl> ParseHttpUrl(std::string_view url) {
   out.scheme = std::string(url.substr(0, colon));
   for (char& ch : out.scheme) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (out.scheme != "http" && out.scheme != "https") {
-    return absl::InvalidArgumentError("'" + std::string(url) + "': the scheme must be http or https");
+    return absl::InvalidArgumentError("'" + std::string(url) +
+                                      "': the scheme must be http or https");
   }
   std::string_view rest = url.substr(colon + 3);
   const size_t slash = rest.find('/');

@@ -58,9 +58,9 @@ class HttpTransport {
 };
 
 struct OutboundHttpOptions {
-  std::string ca_file;            // PEM CA for https servers; empty: the system's CAs
-  std::string basic_auth_file;    // "user:password" on one line; empty: none
-  std::string bearer_token_file;  // a token on one line; empty: none
+  std::string ca_file;                      // PEM CA for https servers; empty: the system's CAs
+  std::string basic_auth_file;              // "user:password" on one line; empty: none
+  std::string bearer_token_file;            // a token on one line; empty: none
   std::chrono::milliseconds timeout{3000};  // to connect, and to read and write each time
 };
 

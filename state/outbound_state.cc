@@ -49,17 +49,15 @@ absl::StatusOr<StoredPush> ReadPush(const StateStore& store, const std::string& 
   out.cursor = *cursor;
   const std::string prefix = PushKey(target, 'f');
   absl::Status bad;
-  absl::Status s = store.ForEach(StateFamily::kMetadata, prefix,
-                                 [&](std::string_view key, std::string_view value) {
-                                   state::v1::PushFiring f;
-                                   if (!f.ParseFromArray(value.data(),
-                                                         static_cast<int>(value.size()))) {
-                                     bad = absl::DataLossError(
-                                         "unreadable firing alert of Alertmanager " + target);
-                                     return;
-                                   }
-                                   out.firing[std::string(key.substr(prefix.size()))] = f;
-                                 });
+  absl::Status s = store.ForEach(
+      StateFamily::kMetadata, prefix, [&](std::string_view key, std::string_view value) {
+        state::v1::PushFiring f;
+        if (!f.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+          bad = absl::DataLossError("unreadable firing alert of Alertmanager " + target);
+          return;
+        }
+        out.firing[std::string(key.substr(prefix.size()))] = f;
+      });
   if (!s.ok()) return s;
   if (!bad.ok()) return bad;
   return out;
@@ -87,8 +85,7 @@ void PutActionCursor(uint64_t sequence, Checkpoint* out) {
 }
 
 void PutAction(const state::v1::ActionRecord& record, Checkpoint* out) {
-  out->Put(StateFamily::kMetadata, ActionKey(record.firing_sequence()),
-           record.SerializeAsString());
+  out->Put(StateFamily::kMetadata, ActionKey(record.firing_sequence()), record.SerializeAsString());
 }
 
 void TrimActions(uint64_t first_kept, Checkpoint* out) {
@@ -98,19 +95,18 @@ void TrimActions(uint64_t first_kept, Checkpoint* out) {
 absl::Status ScanActions(const StateStore& store, uint64_t from,
                          const std::function<bool(state::v1::ActionRecord&&)>& fn) {
   absl::Status bad;
-  absl::Status s = store.Scan(StateFamily::kMetadata, ActionKey(from),
-                              [&](std::string_view key, std::string_view value) {
-                                if (key.substr(0, kActionPrefix.size()) != kActionPrefix) {
-                                  return false;
-                                }
-                                state::v1::ActionRecord r;
-                                if (!r.ParseFromArray(value.data(),
-                                                      static_cast<int>(value.size()))) {
-                                  bad = absl::DataLossError("unreadable action record");
-                                  return false;
-                                }
-                                return fn(std::move(r));
-                              });
+  absl::Status s = store.Scan(
+      StateFamily::kMetadata, ActionKey(from), [&](std::string_view key, std::string_view value) {
+        if (key.substr(0, kActionPrefix.size()) != kActionPrefix) {
+          return false;
+        }
+        state::v1::ActionRecord r;
+        if (!r.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+          bad = absl::DataLossError("unreadable action record");
+          return false;
+        }
+        return fn(std::move(r));
+      });
   return s.ok() ? bad : s;
 }
 
