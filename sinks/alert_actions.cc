@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <deque>
+#include <iterator>
 
 #include "sinks/json_string.h"
 #include "state/outbound_state.h"
@@ -127,6 +129,34 @@ std::string ActionPayload(const v1::Alert& alert, const Record& record,
   out += ",\"alert\":" + (alert_json.empty() ? std::string("{}") : alert_json);
   out += '}';
   return out;
+}
+
+absl::StatusOr<std::vector<v1::AlertAction>> StoredActions(const StateStore& store,
+                                                           const std::string& training_job,
+                                                           size_t max) {
+  std::deque<v1::AlertAction> out;
+  const std::string prefix = training_job + "|";
+  absl::Status s = outbound_state::ScanActions(store, 0, [&](Record&& r) {
+    if (!training_job.empty() && r.alert_id().rfind(prefix, 0) != 0) return true;
+    v1::AlertAction a;
+    a.set_alert_id(r.alert_id());
+    a.set_firing_sequence(r.firing_sequence());
+    a.set_sent_sequence(r.sent_sequence());
+    a.set_rule(r.rule());
+    a.set_outcome(std::string(OutcomeLabel(r.outcome())));
+    a.set_rounds(r.attempts());
+    a.set_fired_unix_ns(r.fired_unix_ns());
+    a.set_done_unix_ns(r.done_unix_ns());
+    a.set_detail(r.detail());
+    a.set_with_stacks(r.with_stacks());
+    a.set_resolved(r.resolved());
+    out.push_back(std::move(a));
+    if (out.size() > max) out.pop_front();
+    return true;
+  });
+  if (!s.ok()) return s;
+  return std::vector<v1::AlertAction>(std::make_move_iterator(out.begin()),
+                                      std::make_move_iterator(out.end()));
 }
 
 AlertActions::AlertActions(AlertActionsOptions options, const AlertHub* hub, Persist persist)

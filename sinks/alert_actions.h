@@ -87,6 +87,12 @@ struct AlertActionsOptions {
 std::string ActionPayload(const v1::Alert& alert, const state::v1::ActionRecord& record,
                           const AlertPresentationOptions& presentation);
 
+// The stored records as the gRPC service answers them (ListActions): of `training_job` (the
+// first part of the alert id; "" every job), by firing sequence, the newest `max` at most.
+absl::StatusOr<std::vector<v1::AlertAction>> StoredActions(const StateStore& store,
+                                                           const std::string& training_job,
+                                                           size_t max);
+
 class AlertActions {
  public:
   using Persist = std::function<void(Checkpoint)>;

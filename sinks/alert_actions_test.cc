@@ -286,6 +286,18 @@ TEST_F(AlertActionsStoreTest, ARestartActsOnceAndFinishesWhatWasPending) {
   EXPECT_EQ(calls[0].Header("X-Rankwatch-Delivery"), "h|hang|job@3");
   EXPECT_NE(calls[0].body.find("\"hang_stacks\":true"), std::string::npos);
   for (const Record& r : actions->records()) EXPECT_EQ(r.outcome(), Record::DELIVERED);
+  // As ListActions answers: by job, from the store.
+  actions->Stop();
+  ASSERT_TRUE(writer_->Drain().ok());
+  auto stored = StoredActions(*store_, "h", 10);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_EQ((*stored)[0].alert_id(), "h|hang|job");
+  EXPECT_EQ((*stored)[0].outcome(), "delivered");
+  EXPECT_EQ((*stored)[0].sent_sequence(), 5u);
+  EXPECT_TRUE((*stored)[0].with_stacks());
+  EXPECT_EQ(StoredActions(*store_, "", 1)->size(), 1u);  // the newest only
+  EXPECT_EQ(StoredActions(*store_, "", 10)->size(), 2u);
 }
 
 }  // namespace

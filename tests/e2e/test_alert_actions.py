@@ -9,12 +9,13 @@ responder answers the daemon's stacks request):
 - `--action-dry-run`: nothing is called; the daemon logs what it would have done.
 """
 import os
+import subprocess
 import sys
 import tempfile
 import time
 import unittest
 
-from harness import Fleet, metric, parse_metrics, scrape, wait_until
+from harness import BIN, Fleet, metric, parse_metrics, scrape, wait_until
 from webhook_receiver import Receiver
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -84,6 +85,14 @@ class AlertActionsTest(unittest.TestCase):
         samples = parse_metrics(scrape(daemon))
         self.assertEqual(metric(samples, "rankwatch_alert_actions_total", kind="hang", outcome="delivered"), 1)
         self.assertIn("webhook delivered, with its stacks", daemon.stderr() + daemon.stdout())
+        # The record, over gRPC.
+        out = subprocess.run([os.path.join(BIN, "rankwatch"), "alerts", "--actions", "--server",
+                              daemon.endpoints["grpc"], "--job", "hung"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.strip().splitlines()
+        self.assertEqual(len(lines), 1, out.stdout)
+        self.assertIn("delivered hung|hang|job (rule hang:critical=webhook, 1 round, with stacks)", lines[0])
 
     def test_dry_run_calls_nothing_and_logs_the_action(self):
         receiver = Receiver()
