@@ -11,7 +11,6 @@ responder answers the daemon's stacks request):
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
