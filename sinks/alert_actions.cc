@@ -16,12 +16,6 @@ namespace {
 using SteadyTime = std::chrono::steady_clock::time_point;
 using Record = state::v1::ActionRecord;
 
-int64_t WallNowUnixNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string_view OutcomeLabel(Record::Outcome outcome) {
   switch (outcome) {
     case Record::PENDING: return "pending";
@@ -31,15 +25,6 @@ std::string_view OutcomeLabel(Record::Outcome outcome) {
     case Record::CANCELLED: return "cancelled";
     default: return "unknown";
   }
-}
-
-void AppendObject(const LabelList& pairs, std::string* out) {
-  *out += '{';
-  for (size_t i = 0; i < pairs.size(); ++i) {
-    if (i > 0) *out += ',';
-    *out += JsonString(pairs[i].first) + ':' + JsonString(pairs[i].second);
-  }
-  *out += '}';
 }
 
 bool HasStacks(const v1::Alert& alert) {
@@ -118,9 +103,9 @@ std::string ActionPayload(const v1::Alert& alert, const Record& record,
   out += ",\"subject\":" + JsonString(alert.subject());
   out += ",\"fired_at\":" + JsonString(Rfc3339(record.fired_unix_ns()));
   out += ",\"labels\":";
-  AppendObject(shown.labels, &out);
+  AppendJsonObject(shown.labels, &out);
   out += ",\"annotations\":";
-  AppendObject(shown.annotations, &out);
+  AppendJsonObject(shown.annotations, &out);
   out += ",\"generator_url\":" + JsonString(shown.generator_url);
   // A hang alert's stacks: whether they came within the wait (they are in alert.evidence).
   if (alert.kind() == v1::ALERT_HANG) {
@@ -230,25 +215,11 @@ absl::StatusOr<std::unique_ptr<AlertActions>> AlertActions::Create(
 AlertActions::~AlertActions() { Stop(); }
 
 void AlertActions::Start() {
-  thread_ = std::thread([this] {
-    std::unique_lock<std::mutex> lock(stop_mu_);
-    while (!stop_) {
-      lock.unlock();
-      RunOnce(std::chrono::steady_clock::now(), WallNowUnixNs());
-      lock.lock();
-      stop_cv_.wait_for(lock, options_.poll, [this] { return stop_; });
-    }
-  });
+  loop_.Start(options_.poll,
+              [this](SteadyTime now, int64_t now_unix_ns) { RunOnce(now, now_unix_ns); });
 }
 
-void AlertActions::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(stop_mu_);
-    stop_ = true;
-  }
-  stop_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+void AlertActions::Stop() { loop_.Stop(); }
 
 std::vector<Record> AlertActions::records() const {
   std::lock_guard<std::mutex> lock(mu_);

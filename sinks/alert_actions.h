@@ -28,7 +28,6 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -36,7 +35,6 @@
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -144,10 +142,7 @@ class AlertActions {
   MetricFamily* outcomes_ = nullptr;      // {kind, outcome}
   MetricCell* calls_failed_ = nullptr;
   MetricCell* pending_ = nullptr;
-  std::thread thread_;
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;  // guarded by stop_mu_
+  DeliveryLoop loop_;
 };
 
 }  // namespace rankwatch

@@ -1,13 +1,10 @@
 #include "sinks/alert_actions.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 
-#include "sinks/fake_http_transport.h"
-#include "state/checkpoint_writer.h"
+#include "sinks/outbound_test_support.h"
 
 namespace rankwatch {
 namespace {
@@ -224,46 +221,12 @@ TEST_F(AlertActionsTest, DryRunCallsNothingAndAResolvedAlertCancelsItsAction) {
 
 class AlertActionsStoreTest : public AlertActionsTest {
  protected:
-  void SetUp() override {
-    AlertActionsTest::SetUp();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("alert-actions-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    Open();
-  }
-  void TearDown() override {
-    hub_.reset();
-    writer_.reset();
-    store_.reset();
-    std::filesystem::remove_all(dir_);
-    AlertActionsTest::TearDown();
-  }
-  void Open() {
-    hub_.reset();
-    writer_.reset();
-    store_.reset();
-    auto s = StateStore::Open({dir_});
-    ASSERT_TRUE(s.ok()) << s.status();
-    store_ = std::move(*s);
-    writer_ = std::make_unique<CheckpointWriter>(store_.get(), CheckpointWriterOptions{}, nullptr,
-                                                 nullptr);
-    hub_ = std::make_unique<AlertHub>(store_.get(), writer_.get(), AlertHubOptions{},
-                                      AlertHubMetrics{});
-  }
   std::unique_ptr<AlertActions> MakeStored() {
-    return Make(Options({"*=webhook"}), hub_.get(), store_.get(),
-                [w = writer_.get()](Checkpoint c) { w->EnqueueNoWait(std::move(c), nullptr); });
+    return Make(Options({"*=webhook"}), stored_.hub(), stored_.store(), stored_.Persist());
   }
-  void Append(std::vector<v1::Alert> alerts) {
-    hub_->Append(std::move(alerts), {});
-    ASSERT_TRUE(hub_->Flush().ok());
-  }
+  void Append(std::vector<v1::Alert> alerts) { stored_.Append(std::move(alerts)); }
 
-  std::filesystem::path dir_;
-  std::unique_ptr<StateStore> store_;
-  std::unique_ptr<CheckpointWriter> writer_;
-  std::unique_ptr<AlertHub> hub_;
+  StoredAlertHub stored_{"alert-actions-test"};
 };
 
 TEST_F(AlertActionsStoreTest, ARestartActsOnceAndFinishesWhatWasPending) {
@@ -275,8 +238,8 @@ TEST_F(AlertActionsStoreTest, ARestartActsOnceAndFinishesWhatWasPending) {
   actions->RunOnce(t0_, unix0_);
   ASSERT_EQ(calls_->Take().size(), 1u);  // the straggler; the hang waits for its stacks
   actions.reset();
-  ASSERT_TRUE(writer_->Drain().ok());
-  Open();  // the daemon restarts
+  stored_.Drain();
+  stored_.Reopen();  // the daemon restarts
   actions = MakeStored();
   ASSERT_EQ(actions->records().size(), 2u);
   Append({s, WithStacks(hang)});  // both published again
@@ -288,16 +251,16 @@ TEST_F(AlertActionsStoreTest, ARestartActsOnceAndFinishesWhatWasPending) {
   for (const Record& r : actions->records()) EXPECT_EQ(r.outcome(), Record::DELIVERED);
   // As ListActions answers: by job, from the store.
   actions->Stop();
-  ASSERT_TRUE(writer_->Drain().ok());
-  auto stored = StoredActions(*store_, "h", 10);
+  stored_.Drain();
+  auto stored = StoredActions(*stored_.store(), "h", 10);
   ASSERT_TRUE(stored.ok()) << stored.status();
   ASSERT_EQ(stored->size(), 1u);
   EXPECT_EQ((*stored)[0].alert_id(), "h|hang|job");
   EXPECT_EQ((*stored)[0].outcome(), "delivered");
   EXPECT_EQ((*stored)[0].sent_sequence(), 5u);
   EXPECT_TRUE((*stored)[0].with_stacks());
-  EXPECT_EQ(StoredActions(*store_, "", 1)->size(), 1u);  // the newest only
-  EXPECT_EQ(StoredActions(*store_, "", 10)->size(), 2u);
+  EXPECT_EQ(StoredActions(*stored_.store(), "", 1)->size(), 1u);  // the newest only
+  EXPECT_EQ(StoredActions(*stored_.store(), "", 10)->size(), 2u);
 }
 
 }  // namespace

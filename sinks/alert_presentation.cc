@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cstdio>
 
+#include "sinks/json_string.h"
+
 namespace rankwatch {
 namespace {
 
@@ -172,6 +174,17 @@ PresentedAlert Present(const v1::Alert& alert, const AlertPresentationOptions& o
     }
   }
   return out;
+}
+
+void AppendJsonObject(const LabelList& pairs, std::string* out) {
+  *out += '{';
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    if (i > 0) *out += ',';
+    *out += JsonString(pairs[i].first);
+    *out += ':';
+    *out += JsonString(pairs[i].second);
+  }
+  *out += '}';
 }
 
 }  // namespace rankwatch

@@ -44,4 +44,7 @@ std::string AlertName(const v1::Alert& alert);
 
 PresentedAlert Present(const v1::Alert& alert, const AlertPresentationOptions& options);
 
+// Appends `pairs` as a JSON object of strings ({"alertname":"...",...}).
+void AppendJsonObject(const LabelList& pairs, std::string* out);
+
 }  // namespace rankwatch

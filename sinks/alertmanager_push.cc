@@ -13,23 +13,6 @@ namespace {
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
-int64_t WallNowUnixNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-void AppendObject(const LabelList& pairs, std::string* out) {
-  *out += '{';
-  for (size_t i = 0; i < pairs.size(); ++i) {
-    if (i > 0) *out += ',';
-    *out += JsonString(pairs[i].first);
-    *out += ':';
-    *out += JsonString(pairs[i].second);
-  }
-  *out += '}';
-}
-
 // The alert as the store or the ring has it: the newest publication with this sequence.
 std::shared_ptr<const v1::Alert> AlertAt(const AlertHub& hub, uint64_t sequence) {
   std::shared_ptr<const v1::Alert> found;
@@ -49,9 +32,9 @@ std::string AlertmanagerBody(const std::vector<PushedAlert>& alerts,
     const PresentedAlert shown = Present(*p.alert, presentation);
     if (i > 0) out += ',';
     out += "{\"labels\":";
-    AppendObject(shown.labels, &out);
+    AppendJsonObject(shown.labels, &out);
     out += ",\"annotations\":";
-    AppendObject(shown.annotations, &out);
+    AppendJsonObject(shown.annotations, &out);
     out += ",\"startsAt\":" + JsonString(Rfc3339(p.starts_unix_ns));
     out += ",\"endsAt\":" + JsonString(Rfc3339(p.ends_unix_ns));
     if (!shown.generator_url.empty()) out += ",\"generatorURL\":" + JsonString(shown.generator_url);
@@ -135,27 +118,13 @@ AlertmanagerPush::~AlertmanagerPush() { Stop(); }
 void AlertmanagerPush::Start() {
   for (auto& target : targets_) {
     Target* t = target.get();
-    t->thread = std::thread([this, t] {
-      std::unique_lock<std::mutex> lock(stop_mu_);
-      while (!stop_) {
-        lock.unlock();
-        Run(*t, std::chrono::steady_clock::now(), WallNowUnixNs());
-        lock.lock();
-        stop_cv_.wait_for(lock, options_.poll, [this] { return stop_; });
-      }
-    });
+    t->loop.Start(options_.poll,
+                  [this, t](SteadyTime now, int64_t now_unix_ns) { Run(*t, now, now_unix_ns); });
   }
 }
 
 void AlertmanagerPush::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(stop_mu_);
-    stop_ = true;
-  }
-  stop_cv_.notify_all();
-  for (auto& t : targets_) {
-    if (t->thread.joinable()) t->thread.join();
-  }
+  for (auto& t : targets_) t->loop.Stop();
 }
 
 void AlertmanagerPush::RunOnce(SteadyTime now, int64_t now_unix_ns) {

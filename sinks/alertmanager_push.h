@@ -20,16 +20,13 @@
 // Thread-safety: RunOnce is for tests that do not Start(); status() from any thread.
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -114,7 +111,7 @@ class AlertmanagerPush {
     MetricCell* dropped = nullptr;  // alerts refused (HTTP 400) or gone from the log
     MetricCell* pending = nullptr;  // alerts of the log not delivered yet
     MetricCell* firing_gauge = nullptr;
-    std::thread thread;
+    DeliveryLoop loop;
   };
 
   AlertmanagerPush(AlertmanagerPushOptions options, const AlertHub* hub, Persist persist);
@@ -132,9 +129,6 @@ class AlertmanagerPush {
   const AlertHub* const hub_;
   const Persist persist_;
   std::vector<std::unique_ptr<Target>> targets_;
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;  // guarded by stop_mu_
 };
 
 }  // namespace rankwatch

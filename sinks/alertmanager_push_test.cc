@@ -1,12 +1,8 @@
 #include "sinks/alertmanager_push.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
-
-#include "sinks/fake_http_transport.h"
-#include "state/checkpoint_writer.h"
+#include "sinks/outbound_test_support.h"
 
 namespace rankwatch {
 namespace {
@@ -245,44 +241,12 @@ TEST_F(AlertmanagerPushTest, ARefusedBatchIsDroppedNotRetried) {
 // Restarts: the cursor and the firing set come back from the store.
 class AlertmanagerPushStoreTest : public AlertmanagerPushTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("am-push-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    Open();
-  }
-  void TearDown() override {
-    hub_.reset();
-    writer_.reset();
-    store_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-  void Open() {
-    hub_.reset();
-    writer_.reset();
-    store_.reset();
-    auto s = StateStore::Open({dir_});
-    ASSERT_TRUE(s.ok()) << s.status();
-    store_ = std::move(*s);
-    writer_ = std::make_unique<CheckpointWriter>(store_.get(), CheckpointWriterOptions{}, nullptr,
-                                                 nullptr);
-    hub_ = std::make_unique<AlertHub>(store_.get(), writer_.get(), AlertHubOptions{},
-                                      AlertHubMetrics{});
-  }
   std::unique_ptr<AlertmanagerPush> MakeStored() {
-    return Make(hub_.get(), store_.get(),
-                [w = writer_.get()](Checkpoint c) { w->EnqueueNoWait(std::move(c), nullptr); });
+    return Make(stored_.hub(), stored_.store(), stored_.Persist());
   }
-  void Append(std::vector<v1::Alert> alerts) {
-    hub_->Append(std::move(alerts), {});
-    ASSERT_TRUE(hub_->Flush().ok());
-  }
+  void Append(std::vector<v1::Alert> alerts) { stored_.Append(std::move(alerts)); }
 
-  std::filesystem::path dir_;
-  std::unique_ptr<StateStore> store_;
-  std::unique_ptr<CheckpointWriter> writer_;
-  std::unique_ptr<AlertHub> hub_;
+  StoredAlertHub stored_{"am-push-test"};
 };
 
 TEST_F(AlertmanagerPushStoreTest, ARestartResendsWhatWasNotDeliveredAndTheFiringSet) {
@@ -297,10 +261,10 @@ TEST_F(AlertmanagerPushStoreTest, ARestartResendsWhatWasNotDeliveredAndTheFiring
   push->RunOnce(t0_ + seconds(1), unix0_ + kSecond);
   ASSERT_EQ(calls_->Take().size(), 1u);
   push.reset();
-  ASSERT_TRUE(writer_->Drain().ok());
-  Open();  // the daemon restarts; its jobs' firing alerts are restored
-  hub_->SetFiring("a", {"a|straggler|rank:1"});
-  hub_->SetFiring("b", {"b|straggler|rank:2"});
+  stored_.Drain();
+  stored_.Reopen();  // the daemon restarts; its jobs' firing alerts are restored
+  stored_.hub()->SetFiring("a", {"a|straggler|rank:1"});
+  stored_.hub()->SetFiring("b", {"b|straggler|rank:2"});
   calls_->Answer(200);
   push = MakeStored();
   EXPECT_EQ(push->status()[0].cursor, 2u);

@@ -116,6 +116,30 @@ std::string Rfc3339(int64_t unix_ns) {
   return buf;
 }
 
+void DeliveryLoop::Start(std::chrono::milliseconds period, Round round) {
+  thread_ = std::thread([this, period, round = std::move(round)] {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      round(std::chrono::steady_clock::now(),
+            std::chrono::duration_cast<std::chrono::nanoseconds>(
+                std::chrono::system_clock::now().time_since_epoch())
+                .count());
+      lock.lock();
+      cv_.wait_for(lock, period, [this] { return stop_; });
+    }
+  });
+}
+
+void DeliveryLoop::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
 namespace {
 
 class HttplibTransport : public HttpTransport {

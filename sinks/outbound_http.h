@@ -10,9 +10,14 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -76,5 +81,21 @@ std::string HmacSha256Hex(std::string_view key, std::string_view data);
 
 // RFC 3339 UTC with milliseconds: "2026-11-27T14:03:05.123Z".
 std::string Rfc3339(int64_t unix_ns);
+
+// A delivery thread: calls `round(now, wall clock in Unix ns)` every `period` until Stop(),
+// which waits for the round in progress. Start once. Thread-safe.
+class DeliveryLoop {
+ public:
+  using Round = std::function<void(std::chrono::steady_clock::time_point, int64_t)>;
+  ~DeliveryLoop() { Stop(); }
+  void Start(std::chrono::milliseconds period, Round round);
+  void Stop();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // guarded by mu_
+  std::thread thread_;
+};
 
 }  // namespace rankwatch
