@@ -79,10 +79,11 @@ class Alertmanager:
         self.proc.terminate()
         self.proc.wait(10)
 
-    def alerts(self):
-        """Alertmanager's active alerts, by training job."""
+    def stragglers(self):
+        """Alertmanager's active straggler alerts, by training job."""
         with urllib.request.urlopen(self.url + "/api/v2/alerts?active=true", timeout=5) as r:
-            return {a["labels"].get("training_job"): a for a in json.load(r)}
+            return {a["labels"].get("training_job"): a for a in json.load(r)
+                    if a["labels"]["alertname"] == "RankwatchStraggler"}
 
 
 def parse_time(text):
@@ -90,11 +91,13 @@ def parse_time(text):
 
 
 def notified(receiver, job, status):
-    """The alerts of `job` the receiver was notified with `status` ("firing", "resolved")."""
+    """The straggler alerts of `job` the receiver was notified with `status` ("firing",
+    "resolved")."""
     found = []
     for post in receiver.received():
         for a in (post["json"] or {}).get("alerts", []):
-            if a["labels"].get("training_job") == job and a["status"] == status:
+            if (a["labels"].get("training_job") == job and a["status"] == status
+                    and a["labels"]["alertname"] == "RankwatchStraggler"):
                 found.append(a)
     return found
 
@@ -134,7 +137,7 @@ class AlertmanagerPushTest(unittest.TestCase):
         simulate(self.fleet, "am1", brokers, 2000, "slow-compute:5:0.4:100-1600")
 
         # It reaches Alertmanager with what rankwatch knows, and its receiver.
-        alert = wait_until(lambda: self.am.alerts().get("am1"), 20, "the straggler in Alertmanager")
+        alert = wait_until(lambda: self.am.stragglers().get("am1"), 20, "the straggler in Alertmanager")
         labels = alert["labels"]
         self.assertEqual(labels["alertname"], "RankwatchStraggler")
         self.assertEqual(labels["rank"], "5")
@@ -149,7 +152,7 @@ class AlertmanagerPushTest(unittest.TestCase):
         # Active while it fires: re-sent every 2 s, its endsAt (8 s ahead) moves on.
         first_end = parse_time(alert["endsAt"])
         time.sleep(9)
-        alert = self.am.alerts().get("am1")
+        alert = self.am.stragglers().get("am1")
         self.assertIsNotNone(alert, "the straggler expired in Alertmanager while it fires")
         self.assertEqual(alert["status"]["state"], "active")
         self.assertGreater(parse_time(alert["endsAt"]), first_end + datetime.timedelta(seconds=5))
@@ -176,7 +179,7 @@ class AlertmanagerPushTest(unittest.TestCase):
         self.assertEqual(len(stored), 1)
         at = datetime.datetime.fromtimestamp(stored[0].at_unix_ns / 1e9, datetime.timezone.utc)
         self.assertLess(abs(parse_time(resolved["endsAt"]) - at), datetime.timedelta(milliseconds=2))
-        active = self.am.alerts()
+        active = self.am.stragglers()
         self.assertNotIn("am1", active)
         self.assertEqual(active["am2"]["labels"]["rank"], "2")
         samples = parse_metrics(scrape(daemon))
