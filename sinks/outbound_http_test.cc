@@ -4,6 +4,7 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -150,6 +151,38 @@ TEST_F(HttplibTransportTest, NoServerIsAnErrorWithoutStatus) {
   EXPECT_EQ(r.status, 0);
   EXPECT_FALSE(r.error.empty());
   EXPECT_TRUE(r.retryable());
+}
+
+// https: the server's certificate is checked against the CA file, or the system's CAs.
+TEST(HttpsTransportTest, VerifiesTheServerAgainstTheCaFile) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("outbound-https-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string cert = (dir / "cert.pem").string();
+  const std::string key = (dir / "key.pem").string();
+  const std::string command =
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+      "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout " +
+      key + " -out " + cert + " 2>/dev/null";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  httplib::SSLServer server(cert.c_str(), key.c_str());
+  ASSERT_TRUE(server.is_valid());
+  server.Post("/hook", [](const httplib::Request&, httplib::Response& res) { res.status = 204; });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  std::thread thread([&] { server.listen_after_bind(); });
+  while (!server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const std::string url = "https://127.0.0.1:" + std::to_string(port) + "/hook";
+
+  OutboundHttpOptions trusted;
+  trusted.ca_file = cert;
+  HttpResult r = MakeHttpTransport(trusted)->Post(url, "{}", {});
+  EXPECT_EQ(r.status, 204) << r.Describe();
+  r = MakeHttpTransport({})->Post(url, "{}", {});  // a self-signed certificate
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.error.find("not trusted by the system's CAs"), std::string::npos) << r.error;
+  server.stop();
+  thread.join();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
