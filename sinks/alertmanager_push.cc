@@ -105,6 +105,7 @@ absl::StatusOr<std::unique_ptr<AlertmanagerPush>> AlertmanagerPush::Create(
       t->firing[id] = {std::move(alert), f.starts_unix_ns()};
     }
     t->firing_gauge->Set(static_cast<double>(t->firing.size()));
+    t->resend_now = !t->firing.empty();  // the Alertmanager may have forgotten them meanwhile
     spdlog::info("alertmanager {}: alerts after sequence {}, {} firing", url, t->cursor,
                  t->firing.size());
     push->targets_.push_back(std::move(t));
@@ -148,7 +149,8 @@ int64_t AlertmanagerPush::Lifetime() const {
 void AlertmanagerPush::Run(Target& t, SteadyTime now, int64_t now_unix_ns) {
   if (now < t.retry_at) return;
   if (!SendLog(t, now, now_unix_ns)) return;
-  if (now >= t.next_resend) Resend(t, now, now_unix_ns);
+  if (!t.next_resend) t.next_resend = now + options_.resend_interval;
+  if (t.resend_now || now >= *t.next_resend) Resend(t, now, now_unix_ns);
 }
 
 bool AlertmanagerPush::Post(Target& t, const std::vector<PushedAlert>& alerts, SteadyTime now,
@@ -169,7 +171,7 @@ bool AlertmanagerPush::Post(Target& t, const std::vector<PushedAlert>& alerts, S
       spdlog::info("alertmanager {}: delivering again", t.url);
       std::lock_guard<std::mutex> lock(t.mu);
       t.failing = false;
-      t.next_resend = now;  // it may have restarted, forgetting every alert: all of them again
+      t.resend_now = true;  // it may have restarted, forgetting every alert: all of them again
     }
     t.backoff = std::chrono::milliseconds(0);
     return true;
@@ -272,6 +274,7 @@ bool AlertmanagerPush::Resend(Target& t, SteadyTime now, int64_t now_unix_ns) {
     }
   }
   t.next_resend = now + options_.resend_interval;
+  t.resend_now = false;
   if (!ended.empty()) {
     Checkpoint c;
     std::lock_guard<std::mutex> lock(t.mu);

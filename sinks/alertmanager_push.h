@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -104,7 +105,9 @@ class AlertmanagerPush {
     std::map<std::string, Firing> firing;
     bool failing = false;
     std::chrono::steady_clock::time_point retry_at{};
-    std::chrono::steady_clock::time_point next_resend{};  // the epoch: at once
+    // The next resend of the firing set: one interval after the first round, then after each.
+    std::optional<std::chrono::steady_clock::time_point> next_resend;
+    bool resend_now = false;  // at start with a stored firing set, and after a failure
     std::chrono::milliseconds backoff{0};
     MetricCell* sent = nullptr;     // alerts delivered (each resend counts)
     MetricCell* failed = nullptr;   // POSTs that failed

@@ -69,7 +69,7 @@ TEST(AlertPresentationTest, LabelsAndAnnotationsOfARankStraggler) {
 
 TEST(AlertPresentationTest, AFleetAlertHasANodeAndNoJob) {
   const v1::Alert a = NodeCulprit("gpu-3", v1::ALERT_FIRING, 100);
-  const PresentedAlert p = Present(a, {.ui_url = "http://rw:8466"});
+  const PresentedAlert p = Present(a, {.ui_url = "http://rw:8466", .runbook_url = ""});
   EXPECT_EQ(p.labels, (LabelList{{"alertname", "RankwatchNodeCulprit"},
                                  {"category", "fleet"},
                                  {"node", "gpu-3"},
@@ -84,13 +84,15 @@ TEST(AlertPresentationTest, AFleetAlertHasANodeAndNoJob) {
   n.set_subject("node:node-1");
   n.set_scope(v1::SCOPE_NODE);
   EXPECT_EQ(AlertName(n), "RankwatchNodeStraggler");
-  EXPECT_EQ(Present(n, {.ui_url = "http://rw"}).generator_url, "http://rw/ui/jobs/a%20b%2Fc");
+  EXPECT_EQ(Present(n, {.ui_url = "http://rw", .runbook_url = ""}).generator_url,
+            "http://rw/ui/jobs/a%20b%2Fc");
 }
 
 TEST(AlertmanagerBodyTest, IsAlertmanagersJson) {
   auto a = std::make_shared<v1::Alert>(Straggler("llm", 2, v1::ALERT_FIRING, 100));
   const std::string body =
-      AlertmanagerBody({{a, 100 * kSecond, 340 * kSecond}}, {.ui_url = "http://rw"});
+      AlertmanagerBody({{a, 100 * kSecond, 340 * kSecond}},
+                                            {.ui_url = "http://rw", .runbook_url = ""});
   EXPECT_EQ(body.front(), '[');
   EXPECT_NE(body.find("\"labels\":{\"alertname\":\"RankwatchStraggler\","), std::string::npos)
       << body;
@@ -233,7 +235,7 @@ TEST_F(AlertmanagerPushTest, ARefusedBatchIsDroppedNotRetried) {
   calls_->Answer(400);
   hub.Append({Straggler("a", 1, v1::ALERT_FIRING, 990)}, {});
   push->RunOnce(t0_, unix0_);
-  EXPECT_EQ(calls_->Take().size(), 2u);  // the log, then the firing set once
+  EXPECT_EQ(calls_->Take().size(), 1u);  // and not again
   EXPECT_EQ(push->status()[0].cursor, 1u);
   EXPECT_FALSE(push->status()[0].failing);
 }

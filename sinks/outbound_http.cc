@@ -110,7 +110,7 @@ std::string Rfc3339(int64_t unix_ns) {
   const int millis = static_cast<int>((unix_ns % 1'000'000'000) / 1'000'000);
   std::tm tm{};
   gmtime_r(&seconds, &tm);
-  char buf[40];
+  char buf[64];
   std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
   return buf;

@@ -81,7 +81,9 @@ class StoredAlertHub {
   // A daemon restart: everything closed, then opened again on the same store.
   void Reopen() {
     Close();
-    auto s = StateStore::Open({dir_});
+    StateStoreOptions options;
+    options.dir = dir_;
+    auto s = StateStore::Open(options);
     ASSERT_TRUE(s.ok()) << s.status();
     store_ = std::move(*s);
     writer_ = std::make_unique<CheckpointWriter>(store_.get(), CheckpointWriterOptions{}, nullptr,
