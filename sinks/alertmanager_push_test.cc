@@ -90,8 +90,7 @@ TEST(AlertPresentationTest, AFleetAlertHasANodeAndNoJob) {
 
 TEST(AlertmanagerBodyTest, IsAlertmanagersJson) {
   auto a = std::make_shared<v1::Alert>(Straggler("llm", 2, v1::ALERT_FIRING, 100));
-  const std::string body =
-      AlertmanagerBody({{a, 100 * kSecond, 340 * kSecond}},
+  const std::string body = AlertmanagerBody({{a, 100 * kSecond, 340 * kSecond}},
                                             {.ui_url = "http://rw", .runbook_url = ""});
   EXPECT_EQ(body.front(), '[');
   EXPECT_NE(body.find("\"labels\":{\"alertname\":\"RankwatchStraggler\","), std::string::npos)
