@@ -192,7 +192,7 @@ std::vector<Setting> BuildSettings() {
           .Within(std::chrono::seconds(1), hours(1))
           .Help("a firing alert is sent again this often, with `endsAt` 4 intervals ahead"),
       Declare("ui-external-url", &D::ui_external_url)
-          .DefaultNote("from `ui-listen`")
+          .DefaultNote("from ui-listen")
           .Help("the web UI's URL as its users reach it: pushed alerts and webhooks link to the "
                 "job's page (`generatorURL`)"),
       Declare("alert-runbook-url", &D::alert_runbook_url)
