@@ -6,7 +6,7 @@ responder answers the daemon's stacks request):
   hang alert, made once its stacks came and carrying them; the receiver that holds the daemon's
   secret verifies the signature, the one with another secret detects the mismatch; the outcome
   is counted in the metrics and logged;
-- `--action-dry-run`: nothing is called; the daemon logs what it would have done.
+- `--action-dry-run true`: nothing is called; the daemon logs what it would have done.
 """
 import os
 import subprocess
@@ -96,7 +96,7 @@ class AlertActionsTest(unittest.TestCase):
     def test_dry_run_calls_nothing_and_logs_the_action(self):
         receiver = Receiver()
         self.addCleanup(receiver.close)
-        daemon = self.daemon("--action-webhook", receiver.url, "--action-dry-run")
+        daemon = self.daemon("--action-webhook", receiver.url, "--action-dry-run", "true")
         self.start_job("dry")
         wait_until(lambda: "action (dry run) for dry|hang|job" in daemon.stderr() + daemon.stdout(), 45,
                    "the dry run's log line")
