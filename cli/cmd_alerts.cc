@@ -1,7 +1,8 @@
 // `rankwatch alerts --server ADDR [--job J] [--follow] [--since SEQ] [--json]`: prints the
 // alerts rankwatchd stored after sequence SEQ; with --follow keeps streaming live ones and,
 // when the stream breaks (daemon restart, too slow a reader), resumes after the last alert it
-// printed, so each alert is printed exactly once, in order.
+// printed, so each alert is printed exactly once, in order. `--actions`: what the action policy
+// did for each firing instead (ListActions; docs/alerting.md).
 #include <google/protobuf/util/json_util.h>
 
 #include <atomic>
@@ -26,12 +27,60 @@ struct AlertsFlags {
   bool follow = false;
   uint64_t since = 0;
   bool json = false;
+  bool actions = false;
 };
 
 std::string Lower(std::string s, const std::string& prefix) {
   if (s.rfind(prefix, 0) == 0) s = s.substr(prefix.size());
   for (char& c : s) c = static_cast<char>(std::tolower(c));
   return s;
+}
+
+std::string Utc(int64_t unix_ns) {
+  char when[32];
+  const std::time_t t = static_cast<std::time_t>(unix_ns / 1'000'000'000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return when;
+}
+
+// One line per action: "#412 2026-11-27T14:03:05Z delivered llm|hang|job (rule
+// hang:critical=webhook, 1 round, with stacks): delivered".
+int RunActions(const AlertsFlags& f) {
+  auto channel = OpenChannel(f.client);
+  if (!channel.ok()) {
+    std::fprintf(stderr, "rankwatch alerts: %s\n", std::string(channel.status().message()).c_str());
+    return 2;
+  }
+  auto stub = v1::RankWatch::NewStub(*channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::ListActionsRequest request;
+  request.set_training_job(f.job);
+  v1::ListActionsResponse response;
+  const grpc::Status status = stub->ListActions(&ctx, request, &response);
+  if (!status.ok()) {
+    std::fprintf(stderr, "rankwatch alerts: %s\n", Explain(status, f.client).c_str());
+    return 1;
+  }
+  for (const v1::AlertAction& a : response.actions()) {
+    if (f.json) {
+      std::string out;
+      google::protobuf::util::JsonPrintOptions options;
+      options.preserve_proto_field_names = true;
+      (void)google::protobuf::util::MessageToJsonString(a, &out, options);
+      std::printf("%s\n", out.c_str());
+      continue;
+    }
+    std::printf("#%llu %s %-9s %s (rule %s, %u round%s%s%s): %s\n",
+                static_cast<unsigned long long>(a.firing_sequence()),
+                Utc(a.fired_unix_ns()).c_str(), a.outcome().c_str(), a.alert_id().c_str(),
+                a.rule().c_str(), a.rounds(), a.rounds() == 1 ? "" : "s",
+                a.with_stacks() ? ", with stacks" : "", a.resolved() ? ", resolved" : "",
+                a.detail().c_str());
+  }
+  return 0;
 }
 
 void Print(const v1::Alert& a, bool json) {
@@ -42,11 +91,7 @@ void Print(const v1::Alert& a, bool json) {
     (void)google::protobuf::util::MessageToJsonString(a, &out, options);
     std::printf("%s\n", out.c_str());
   } else {
-    char when[32];
-    const std::time_t t = static_cast<std::time_t>(a.at_unix_ns() / 1'000'000'000);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    const std::string when = Utc(a.at_unix_ns());
     // A pipeline job's straggler alert comes from its what-if verdict.
     const v1::WhatIf& w = a.evidence().whatif();
     const bool whatif = a.kind() == v1::ALERT_STRAGGLER && a.evidence().has_whatif() &&
@@ -60,7 +105,7 @@ void Print(const v1::Alert& a, bool json) {
     // A fleet alert (the node alert) belongs to no job.
     const std::string job = a.training_job().empty() ? "(fleet)" : a.training_job();
     std::printf(
-        "#%llu %s %-8s %-4s %-16s %s %s%s%s\n", static_cast<unsigned long long>(a.sequence()), when,
+        "#%llu %s %-8s %-4s %-16s %s %s%s%s\n", static_cast<unsigned long long>(a.sequence()), when.c_str(),
         Lower(v1::AlertState_Name(a.state()), "ALERT_").c_str(),
         Lower(v1::Severity_Name(a.severity()), "SEVERITY_").c_str(),
         Lower(v1::AlertKind_Name(a.kind()), "ALERT_").c_str(), job.c_str(), a.subject().c_str(),
@@ -155,7 +200,12 @@ CommandRunner AddAlertsCommand(CLI::App& app) {
   cmd->add_option("--since", f->since, "only alerts after this sequence number")
       ->capture_default_str();
   cmd->add_flag("--json", f->json, "one JSON object per alert (protobuf JSON mapping)");
-  return [cmd, f]() -> int { return cmd->parsed() ? RunAlerts(*f) : -1; };
+  cmd->add_flag("--actions", f->actions,
+                "what the action policy did for each firing (webhook calls, their outcome)");
+  return [cmd, f]() -> int {
+    if (!cmd->parsed()) return -1;
+    return f->actions ? RunActions(*f) : RunAlerts(*f);
+  };
 }
 
 }  // namespace rankwatch

@@ -42,13 +42,15 @@ CommandLine ReadCommandLine(int argc, const char* const* argv, const std::string
                "print the flag table of docs/operating.md (markdown) and exit");
   // The flags' text, parsed by the table once the file is read.
   std::vector<std::string> texts(settings.size());
+  std::vector<std::vector<std::string>> lists(settings.size());  // a repeated list flag's items
   std::vector<CLI::Option*> options(settings.size(), nullptr);
   for (size_t i = 0; i < settings.size(); ++i) {
     const Setting& s = settings[i];
     if (s.file_only()) continue;
-    options[i] = app.add_option(s.flag(), texts[i], PlainText(s.help))
-                     ->type_name(s.value_name)
-                     ->default_str(s.DefaultText());
+    options[i] =
+        s.is_list ? app.add_option(s.flag(), lists[i], PlainText(s.help))->allow_extra_args(false)
+                  : app.add_option(s.flag(), texts[i], PlainText(s.help));
+    options[i]->type_name(s.value_name)->default_str(s.DefaultText());
   }
   app.set_version_flag("--version", version);
   try {
@@ -74,6 +76,10 @@ CommandLine ReadCommandLine(int argc, const char* const* argv, const std::string
   }
   for (size_t i = 0; i < settings.size(); ++i) {
     if (options[i] == nullptr || options[i]->count() == 0) continue;
+    if (settings[i].is_list) {  // the flag's items replace the file's
+      texts[i].clear();
+      for (const std::string& item : lists[i]) texts[i] += (texts[i].empty() ? "" : ",") + item;
+    }
     if (absl::Status s = settings[i].set(texts[i], &result.config); !s.ok()) {
       result.exit_code = BadArgument(err, settings[i].flag() + ": " + std::string(s.message()));
       return result;

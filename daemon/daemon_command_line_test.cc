@@ -44,6 +44,28 @@ void ExpectOneLineNaming(const Outcome& o, const std::string& what) {
   EXPECT_NE(o.err.find(what), std::string::npos) << "'" << what << "' not in: " << o.err;
 }
 
+TEST(DaemonCommandLineTest, ListsRepeatTheFlagOrTakeAYamlListAndFlagsReplaceTheFilesList) {
+  const std::string path = WriteTemp("lists.yaml",
+                                     "alertmanager:\n"
+                                     "  - http://am-1:9093\n"
+                                     "  - http://am-2:9093\n"
+                                     "action: hang:critical=webhook\n"
+                                     "action-dry-run: true\n");
+  Outcome o = Read({"--config", path});
+  ASSERT_EQ(o.line.exit_code, -1) << o.err;
+  EXPECT_EQ(o.line.config.alertmanager,
+            (std::vector<std::string>{"http://am-1:9093", "http://am-2:9093"}));
+  EXPECT_EQ(o.line.config.action, (std::vector<std::string>{"hang:critical=webhook"}));
+  o = Read({"--config", path, "--alertmanager", "http://a:1", "--alertmanager=http://b:2"});
+  ASSERT_EQ(o.line.exit_code, -1) << o.err;
+  EXPECT_EQ(o.line.config.alertmanager, (std::vector<std::string>{"http://a:1", "http://b:2"}));
+  ExpectOneLineNaming(Read({"--alertmanager", "http://a:1", "--alertmanager", "gopher://b"}),
+                      "--alertmanager");
+  ExpectOneLineNaming(
+      Read({"--config", WriteTemp("badlist.yaml", "action:\n  - hang=webhook,x\n")}),
+      "a list item may not hold a comma");
+}
+
 TEST(DaemonCommandLineTest, TheFileIsReadFirstAndFlagsWinOverIt) {
   const std::string path = WriteTemp("cli.yaml",
                                      "window-steps: 5\n"

@@ -42,6 +42,20 @@ absl::StatusOr<std::string> ScalarText(const YAML::Node& node) {
   return absl::InvalidArgumentError("must be a single value, not a map or a list");
 }
 
+// A YAML list's items as a list setting's text: joined with commas.
+absl::StatusOr<std::string> ListText(const YAML::Node& node) {
+  std::string text;
+  for (const auto& item : node) {
+    auto one = ScalarText(item);
+    if (!one.ok()) return one.status();
+    if (one->find(',') != std::string::npos) {
+      return absl::InvalidArgumentError("a list item may not hold a comma: '" + *one + "'");
+    }
+    text += (text.empty() ? "" : ",") + *one;
+  }
+  return text;
+}
+
 absl::StatusOr<std::string> KeyText(const YAML::Node& node) {
   if (node.IsScalar()) return node.Scalar();
   return absl::InvalidArgumentError("a key that is not a name (a map or a list)");
@@ -64,7 +78,7 @@ absl::Status Apply(const std::string& key, const YAML::Node& node, DaemonConfig*
     }
     return absl::OkStatus();
   }
-  auto text = ScalarText(node);
+  auto text = setting->is_list && node.IsSequence() ? ListText(node) : ScalarText(node);
   absl::Status s = text.ok() ? setting->set(*text, config) : text.status();
   if (!s.ok()) return absl::InvalidArgumentError("key '" + key + "': " + std::string(s.message()));
   return absl::OkStatus();

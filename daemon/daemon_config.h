@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -76,6 +77,22 @@ struct DaemonConfig {
   std::string grpc_tls_key;
   std::string grpc_tls_client_ca;
   int alert_subscriber_queue = 1024;  // alerts a WatchAlerts subscriber may lag behind
+  // Outbound alerts (docs/alerting.md): Alertmanager push (sinks/alertmanager_push.h) and the
+  // action policy (sinks/alert_actions.h). Files hold the secrets; none: no authentication.
+  std::vector<std::string> alertmanager;       // Alertmanager URLs; none: no push
+  std::string alertmanager_ca;                 // PEM CA of https Alertmanagers; none: the system's
+  std::string alertmanager_basic_auth_file;    // "user:password"
+  std::string alertmanager_bearer_token_file;  // a token
+  Duration alertmanager_resend_interval = std::chrono::minutes(1);
+  std::string ui_external_url;      // the web UI's URL for links; none: derived from ui_listen
+  std::string alert_runbook_url;    // runbook_url template ({alertname}, {kind}, {training_job})
+  std::vector<std::string> action;  // the action policy's rules, KIND[:SEVERITY]=ACTION
+  std::vector<std::string> action_webhook;  // webhook URLs of `webhook` actions
+  std::string action_secret_file;           // the HMAC key of the webhook signatures
+  std::string action_ca;                    // PEM CA of https webhooks; none: the system's
+  bool action_dry_run = false;              // log the actions, call nothing
+  // A hang alert's action waits this long for the alert's re-publication with its stacks.
+  Duration action_evidence_wait = std::chrono::seconds(30);
   // The job table's bounds (runtime/job_router.h): jobs, and ranks over all jobs.
   int64_t max_jobs = 10'000;
   int64_t max_ranks = 1 << 20;

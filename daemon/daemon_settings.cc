@@ -8,6 +8,8 @@
 #include <cstring>
 
 #include "daemon/consumer_group.h"
+#include "sinks/alert_actions.h"
+#include "sinks/outbound_http.h"
 
 namespace rankwatch {
 namespace {
@@ -44,6 +46,10 @@ absl::Status InstanceId(const std::string& id) {
   return absl::InvalidArgumentError("'" + id +
                                     "' is not a Kafka instance id ([a-zA-Z0-9._-], at most 249)");
 }
+
+absl::Status HttpUrlItem(const std::string& url) { return ParseHttpUrl(url).status(); }
+
+absl::Status ActionRuleItem(const std::string& rule) { return ParseActionRule(rule).status(); }
 
 std::vector<Setting> BuildSettings() {
   using D = DaemonConfig;
@@ -181,6 +187,60 @@ std::vector<Setting> BuildSettings() {
           .AtLeast(1)
           .Help("alerts a `WatchAlerts` subscriber may fall behind before its stream ends (it "
                 "can resume)"),
+      // Outbound alerts (docs/alerting.md).
+      Declare("alertmanager", &D::alertmanager)
+          .Require(HttpUrlItem)
+          .DefaultNote("none")
+          .Help("Alertmanager URLs (`http(s)://host:port`; repeat the flag or list them) to push "
+                "every alert to (`POST /api/v2/alerts`), re-sent while it fires, ended when it "
+                "resolves; an outage loses nothing")
+          .Details(" ([alerting.md](alerting.md#alertmanager-push))"),
+      Declare("alertmanager-ca", &D::alertmanager_ca)
+          .Require(ReadableFile)
+          .DefaultNote("system CAs")
+          .Help("PEM CA that https Alertmanagers' certificates must chain to"),
+      Declare("alertmanager-basic-auth-file", &D::alertmanager_basic_auth_file)
+          .Require(ReadableFile)
+          .Help("file holding `user:password` for the Alertmanagers (basic authentication)"),
+      Declare("alertmanager-bearer-token-file", &D::alertmanager_bearer_token_file)
+          .Require(ReadableFile)
+          .Help("file holding a bearer token for the Alertmanagers"),
+      Declare("alertmanager-resend-interval", &D::alertmanager_resend_interval)
+          .Within(std::chrono::seconds(1), hours(1))
+          .Help("a firing alert is sent again this often, with `endsAt` 4 intervals ahead"),
+      Declare("ui-external-url", &D::ui_external_url)
+          .DefaultNote("from ui-listen")
+          .Help("the web UI's URL as its users reach it: pushed alerts and webhooks link to the "
+                "job's page (`generatorURL`)"),
+      Declare("alert-runbook-url", &D::alert_runbook_url)
+          .DefaultNote("none")
+          .Help("`runbook_url` of pushed alerts and webhooks; `{alertname}`, `{kind}` and "
+                "`{training_job}` are replaced"),
+      Declare("action", &D::action)
+          .Require(ActionRuleItem)
+          .DefaultNote("observe")
+          .Help("action policy rules `KIND[:SEVERITY]=ACTION`, ACTION `observe` or `webhook` "
+                "(repeatable; the first match decides; KIND `*` for any, SEVERITY the least), "
+                "e.g. `hang:critical=webhook`")
+          .Details(" ([alerting.md](alerting.md#actions))"),
+      Declare("action-webhook", &D::action_webhook)
+          .Require(HttpUrlItem)
+          .DefaultNote("none")
+          .Help("webhook URLs that `webhook` actions POST the alert and its evidence to, once "
+                "per firing, signed, retried with backoff"),
+      Declare("action-secret-file", &D::action_secret_file)
+          .Require(ReadableFile)
+          .Help("file holding the shared secret: `X-Rankwatch-Signature` is `sha256=` and the "
+                "HMAC-SHA256 of the body with it, in hex"),
+      Declare("action-ca", &D::action_ca)
+          .Require(ReadableFile)
+          .DefaultNote("system CAs")
+          .Help("PEM CA that https webhooks' certificates must chain to"),
+      Declare("action-dry-run", &D::action_dry_run)
+          .Help("actions are logged (and recorded), nothing is called"),
+      Declare("action-evidence-wait", &D::action_evidence_wait)
+          .Within(seconds(0), std::chrono::minutes(10))
+          .Help("a hang alert's action waits this long for its hang stacks, then goes without"),
       Declare("grpc-tls-cert", &D::grpc_tls_cert)
           .Require(ReadableFile)
           .Help("PEM certificate chain: gRPC and the web UI over TLS (with `--grpc-tls-key`)"),
@@ -433,6 +493,22 @@ absl::Status CheckDaemonConfig(const DaemonConfig& c) {
   }
   if (!c.grpc_tls_client_ca.empty() && c.grpc_tls_cert.empty()) {
     return absl::InvalidArgumentError("grpc-tls-client-ca needs grpc-tls-cert and grpc-tls-key");
+  }
+  if (!c.alertmanager_basic_auth_file.empty() && !c.alertmanager_bearer_token_file.empty()) {
+    return absl::InvalidArgumentError(
+        "alertmanager-basic-auth-file and alertmanager-bearer-token-file: set one or neither");
+  }
+  bool webhook_rule = false;
+  for (const std::string& text : c.action) {
+    auto rule = ParseActionRule(text);
+    webhook_rule |= rule.ok() && rule->action == ActionRule::Action::kWebhook;
+  }
+  if (webhook_rule && c.action_webhook.empty() && !c.action_dry_run) {
+    return absl::InvalidArgumentError("a webhook action needs action-webhook (or action-dry-run)");
+  }
+  if (!c.action_webhook.empty() && c.action_secret_file.empty() && !c.action_dry_run) {
+    return absl::InvalidArgumentError(
+        "action-webhook needs action-secret-file (the signature's key)");
   }
   return absl::OkStatus();
 }

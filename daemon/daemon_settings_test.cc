@@ -48,6 +48,19 @@ const std::map<std::string, std::string>& Samples() {
       {"node-alert-jobs", "4"},
       {"max-exported-nodes", "7"},
       {"alert-subscriber-queue", "16"},
+      {"alertmanager", "http://am-1:9093,https://am-2:9093/prefix"},
+      {"alertmanager-ca", "/dev/null"},
+      {"alertmanager-basic-auth-file", "/dev/null"},
+      {"alertmanager-bearer-token-file", "/dev/zero"},
+      {"alertmanager-resend-interval", "30s"},
+      {"ui-external-url", "https://rankwatch.example.com"},
+      {"alert-runbook-url", "https://runbooks.example.com/{alertname}"},
+      {"action", "hang:critical=webhook,*=observe"},
+      {"action-webhook", "http://hooks:8080/rankwatch"},
+      {"action-secret-file", "/dev/null"},
+      {"action-ca", "/dev/null"},
+      {"action-dry-run", "true"},
+      {"action-evidence-wait", "10s"},
       {"grpc-tls-cert", "/dev/null"},
       {"grpc-tls-key", "/dev/zero"},
       {"grpc-tls-client-ca", "/proc/self/status"},
@@ -173,6 +186,11 @@ TEST(DaemonSettingsTest, TheTypedFieldsGetTheParsedValues) {
   EXPECT_FALSE(c.memory_diagnosis.trend);
   ASSERT_TRUE(FindDaemonSetting("step-diagnosis.onset-steps")->set("12", &c).ok());
   EXPECT_EQ(c.step_diagnosis.onset_steps, 12u);
+  // Lists: comma-separated items, spaces around them dropped.
+  ASSERT_TRUE(FindDaemonSetting("alertmanager")->set(" http://a:1 , http://b:2,", &c).ok());
+  EXPECT_EQ(c.alertmanager, (std::vector<std::string>{"http://a:1", "http://b:2"}));
+  EXPECT_TRUE(FindDaemonSetting("alertmanager")->is_list);
+  EXPECT_FALSE(FindDaemonSetting("alertmanager-ca")->is_list);
 }
 
 TEST(DaemonSettingsTest, BadValuesAreRejectedWithWhatIsWrongAndLeaveTheConfigAlone) {
@@ -212,6 +230,15 @@ TEST(DaemonSettingsTest, BadValuesAreRejectedWithWhatIsWrongAndLeaveTheConfigAlo
       {"step-diagnosis.input-share-warn", "1.5", "must be within 0..1"},
       {"step-diagnosis.min-steps", "-1", "out of range"},
       {"memory-diagnosis.trend-noise", "4x", "not a number"},
+      {"alertmanager", "http://am:9093,ftp://am", "the scheme must be http or https"},
+      {"alertmanager", "http://admin:pw@am:9093", "credentials go in a file"},
+      {"alertmanager-resend-interval", "0s", "must be within 1s..1h"},
+      {"alertmanager-bearer-token-file", "/nonexistent/token", "cannot read"},
+      {"action", "hang=restart", "unknown action 'restart'"},
+      {"action", "oom:critical=webhook", "unknown alert kind 'oom'"},
+      {"action", "hang:urgent=webhook", "unknown severity 'urgent'"},
+      {"action-webhook", "hooks:8080", "is not an http(s):// URL"},
+      {"action-evidence-wait", "11m", "must be within 0s..10m"},
   };
   for (const auto& [key, text, message] : cases) {
     const Setting* s = FindDaemonSetting(key);
@@ -236,6 +263,25 @@ TEST(DaemonSettingsTest, SettingsThatGoTogetherAreCheckedTogether) {
   c = DaemonConfig{};
   c.grpc_tls_client_ca = "/dev/null";
   EXPECT_FALSE(CheckDaemonConfig(c).ok());
+  // Alertmanager: one kind of credentials.
+  c = DaemonConfig{};
+  c.alertmanager_basic_auth_file = c.alertmanager_bearer_token_file = "/dev/null";
+  EXPECT_FALSE(CheckDaemonConfig(c).ok());
+  // A webhook action needs a webhook, and a webhook the secret (but for a dry run).
+  c = DaemonConfig{};
+  c.action = {"straggler=observe"};
+  EXPECT_TRUE(CheckDaemonConfig(c).ok());
+  c.action = {"hang=webhook"};
+  s = CheckDaemonConfig(c);
+  EXPECT_NE(s.message().find("action-webhook"), std::string::npos) << s;
+  c.action_webhook = {"http://hooks/"};
+  s = CheckDaemonConfig(c);
+  EXPECT_NE(s.message().find("action-secret-file"), std::string::npos) << s;
+  c.action_dry_run = true;
+  EXPECT_TRUE(CheckDaemonConfig(c).ok());
+  c.action_dry_run = false;
+  c.action_secret_file = "/dev/null";
+  EXPECT_TRUE(CheckDaemonConfig(c).ok());
 }
 
 TEST(DaemonSettingsTest, DurationsPrintInTheirLargestWholeUnit) {

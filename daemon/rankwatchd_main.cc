@@ -36,6 +36,8 @@
 #include "runtime/job_router.h"
 #include "runtime/state_health.h"
 #include "runtime/task_manager.h"
+#include "sinks/alert_actions.h"
+#include "sinks/alertmanager_push.h"
 #include "sinks/grpc_server.h"
 #include "sinks/metrics_http_server.h"
 #include "sinks/web_server.h"
@@ -133,6 +135,72 @@ KafkaConsumerOptions ConsumerOptions(const DaemonConfig& config, const std::stri
     if (t == topic) router->InputLost(partition, static_cast<uint64_t>(got - expected), log_end);
   };
   return consumer_options;
+}
+
+// How pushed alerts and webhooks show alerts: links to the web UI at its external URL (by
+// default the UI's own address, with the host's name for a wildcard one) and the runbooks.
+AlertPresentationOptions Presentation(const DaemonConfig& config, const WebServer* web_server) {
+  AlertPresentationOptions p;
+  p.runbook_url = config.alert_runbook_url;
+  p.ui_url = config.ui_external_url;
+  if (p.ui_url.empty() && web_server != nullptr) {
+    const ListenAddress& at = web_server->address();
+    const bool wildcard = at.host.empty() || at.host == "0.0.0.0" || at.host == "::";
+    const std::string host = wildcard ? HostName() : at.host;
+    p.ui_url = std::string(web_server->tls() ? "https://" : "http://") +
+               (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+               std::to_string(at.port);
+  }
+  return p;
+}
+
+// The outbound paths of the alert log (docs/alerting.md): the Alertmanager push and the action
+// policy, each on threads of its own; their state goes through the checkpoint writer.
+struct Outbound {
+  std::unique_ptr<AlertmanagerPush> alertmanager;
+  std::unique_ptr<AlertActions> actions;
+};
+absl::StatusOr<Outbound> StartOutbound(const DaemonConfig& config, const AlertHub* hub,
+                                       const StateStore* store, CheckpointWriter* writer,
+                                       PrometheusRegistry* registry, const WebServer* web_server,
+                                       bool hang_stacks) {
+  Outbound out;
+  const AlertPresentationOptions presentation = Presentation(config, web_server);
+  auto persist = [writer](Checkpoint c) { writer->EnqueueNoWait(std::move(c), nullptr); };
+  if (!config.alertmanager.empty()) {
+    AlertmanagerPushOptions o;
+    o.urls = config.alertmanager;
+    o.http.ca_file = config.alertmanager_ca;
+    o.http.basic_auth_file = config.alertmanager_basic_auth_file;
+    o.http.bearer_token_file = config.alertmanager_bearer_token_file;
+    o.presentation = presentation;
+    o.resend_interval =
+        std::chrono::duration_cast<std::chrono::milliseconds>(config.alertmanager_resend_interval);
+    o.max_backoff = std::min(o.max_backoff, o.resend_interval);
+    auto push = AlertmanagerPush::Create(o, hub, store, persist, registry);
+    if (!push.ok()) return push.status();
+    out.alertmanager = std::move(*push);
+    out.alertmanager->Start();
+  }
+  if (!config.action.empty()) {
+    AlertActionsOptions o;
+    for (const std::string& text : config.action) o.rules.push_back(*ParseActionRule(text));
+    o.webhooks = config.action_webhook;
+    o.secret_file = config.action_secret_file;
+    o.dry_run = config.action_dry_run;
+    o.http.ca_file = config.action_ca;
+    o.presentation = presentation;
+    // Without hang stacks there is nothing to wait for.
+    o.evidence_wait =
+        hang_stacks
+            ? std::chrono::duration_cast<std::chrono::milliseconds>(config.action_evidence_wait)
+            : std::chrono::milliseconds(0);
+    auto actions = AlertActions::Create(o, hub, store, persist, registry);
+    if (!actions.ok()) return actions.status();
+    out.actions = std::move(*actions);
+    out.actions->Start();
+  }
+  return out;
 }
 
 // Runs the daemon with settings the settings table has checked; returns the exit code.
@@ -265,6 +333,9 @@ int Run(const DaemonConfig& config) {
     }
   }
   if (node_topic == nullptr) ledger.SetComplete(true);
+  // The node alerts firing are tracked like a job's firing alerts, under the empty job (the
+  // Alertmanager push re-sends only what the hub tracks).
+  alert_hub.SetFiring("", ledger.FiringAlertIds());
   GrpcServerOptions grpc_options;
   grpc_options.address = *grpc_address;
   grpc_options.snapshots = &snapshots;
@@ -275,6 +346,7 @@ int Run(const DaemonConfig& config) {
   grpc_options.flight_recorder = flight_recorder.get();
   grpc_options.state = store->get();
   grpc_options.tls = {config.grpc_tls_cert, config.grpc_tls_key, config.grpc_tls_client_ca};
+  grpc_options.nodes = &ledger;
   auto grpc_server = GrpcServer::Start(grpc_options);
   if (!grpc_server.ok()) return Fail(grpc_server.status());
   grpc_for_health = grpc_server->get();
@@ -283,8 +355,8 @@ int Run(const DaemonConfig& config) {
   if (ui_address) {
     WebServerOptions web_options;
     web_options.address = *ui_address;
-    web_options.sources = {&snapshots, &alert_hub,   &kernel_snapshots,    captures.get(),
-                           hang.get(), store->get(), flight_recorder.get()};
+    web_options.sources = {&snapshots,  &alert_hub,   &kernel_snapshots,      captures.get(),
+                           hang.get(), store->get(), flight_recorder.get(), &ledger};
     web_options.tls = {config.grpc_tls_cert, config.grpc_tls_key, config.grpc_tls_client_ca};
     auto started = WebServer::Start(web_options);
     if (!started.ok()) return Fail(started.status());
@@ -337,6 +409,10 @@ int Run(const DaemonConfig& config) {
                                            "; remove --state-dir to start clean)"));
   }
   router.Tick(Clock::now(), WallNowUnixNs());
+  // After the restore: the restored jobs' firing alerts are the hub's again.
+  auto outbound = StartOutbound(config, &alert_hub, store->get(), &writer, &registry,
+                                web_server.get(), hang != nullptr);
+  if (!outbound.ok()) return Fail(outbound.status());
 
   const bool development_broker =
       broker != nullptr || IsDevelopmentBroker(brokers, config.kafka, std::chrono::seconds(10));
@@ -433,6 +509,8 @@ int Run(const DaemonConfig& config) {
                                                          : v1::ListNodesResponse());
       metrics.fleet_records->Set(static_cast<double>(ledger.records()));
       metrics.node_alerts_firing->Set(static_cast<double>(ledger.firing()));
+      // Another instance may have resolved (or raised) a node alert: the nodes topic says so.
+      alert_hub.SetFiring("", ledger.FiringAlertIds());
     }
     if (const uint64_t wakeups = (*consumer)->fetch_wakeups(); wakeups != wakeups_seen) {
       wakeups_seen = wakeups;

@@ -1,5 +1,6 @@
 #include "daemon/setting.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -69,6 +70,31 @@ std::string SettingValue<Duration>::Format(Duration value) {
     return std::to_string(value / milliseconds(1)) + "ms";
   }
   return SettingValue<double>::Format(duration<double>(value).count());
+}
+
+absl::StatusOr<std::vector<std::string>> SettingValue<std::vector<std::string>>::Parse(
+    std::string_view text) {
+  std::vector<std::string> items;
+  size_t from = 0;
+  while (from <= text.size()) {
+    const size_t comma = std::min(text.find(',', from), text.size());
+    std::string_view item = text.substr(from, comma - from);
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.front()))) {
+      item.remove_prefix(1);
+    }
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.back()))) {
+      item.remove_suffix(1);
+    }
+    if (!item.empty()) items.emplace_back(item);
+    from = comma + 1;
+  }
+  return items;
+}
+
+std::string SettingValue<std::vector<std::string>>::Format(const std::vector<std::string>& value) {
+  std::string out;
+  for (const std::string& item : value) out += (out.empty() ? "" : ",") + item;
+  return out;
 }
 
 absl::StatusOr<ListenAddress> SettingValue<ListenAddress>::Parse(std::string_view text) {

@@ -41,6 +41,9 @@ struct Setting {
   std::string details;       // markdown the docs add after `help`; may be empty
   std::string default_note;  // said instead of the default value where set, e.g. "embedded"
   bool is_map = false;       // a map of names to text (`kafka:`): file only, set by `set_entry`
+  // A list (SettingValue<std::vector<std::string>>): the flag may be repeated and the file's key
+  // may be a YAML list; `set` and `get` take the items joined with commas.
+  bool is_list = false;
 
   // Parses and checks `text` and stores it in `config`. On an error `config` is unchanged and
   // the message says what is wrong with the value; the caller says where it came from.
@@ -123,6 +126,15 @@ struct SettingValue<ListenAddress> {
   static std::string Format(const ListenAddress& value);
 };
 
+// Lists: items separated by commas ("" is none; spaces around items are dropped). The flag is
+// repeatable and the file's key takes a YAML list (Setting::is_list).
+template <>
+struct SettingValue<std::vector<std::string>> {
+  static constexpr std::string_view kName = "LIST";
+  static absl::StatusOr<std::vector<std::string>> Parse(std::string_view text);
+  static std::string Format(const std::vector<std::string>& value);
+};
+
 // Optional values: "" is none.
 template <typename T>
 struct SettingValue<std::optional<T>> {
@@ -146,6 +158,11 @@ struct CheckedValue {
 template <typename T>
 struct CheckedValue<std::optional<T>> {
   using type = T;
+};
+// ... and for a list each item.
+template <>
+struct CheckedValue<std::vector<std::string>> {
+  using type = std::string;
 };
 
 // A row being declared; converts to a Setting. `Access` returns the field given a DaemonConfig
@@ -201,6 +218,7 @@ class SettingDeclaration {
     s.help = help_;
     s.details = details_;
     s.default_note = default_note_;
+    s.is_list = std::is_same_v<T, std::vector<std::string>>;
     s.set = [access = access_, checks = checks_](std::string_view text,
                                                  DaemonConfig* config) -> absl::Status {
       auto parsed = SettingValue<T>::Parse(text);
@@ -209,6 +227,10 @@ class SettingDeclaration {
         absl::Status s = absl::OkStatus();
         if constexpr (std::is_same_v<T, Value>) {
           s = check(*parsed);
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          for (const std::string& item : *parsed) {
+            if (s = check(item); !s.ok()) break;
+          }
         } else if (parsed->has_value()) {
           s = check(**parsed);
         }

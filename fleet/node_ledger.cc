@@ -392,6 +392,15 @@ size_t NodeLedger::firing() const {
   return FiringLocked();
 }
 
+std::vector<std::string> NodeLedger::FiringAlertIds() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [node, mark] : alerts_) {
+    if (mark.firing) out.push_back(std::string(kNodeAlertIdPrefix) + node);
+  }
+  return out;
+}
+
 size_t NodeLedger::FiringLocked() const {
   size_t n = 0;
   for (const auto& [node, mark] : alerts_) n += mark.firing ? 1 : 0;

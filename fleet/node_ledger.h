@@ -105,6 +105,8 @@ class NodeLedger : public NodeView {
   const NodeLedgerOptions& options() const { return options_; }
   size_t records() const;
   size_t firing() const;  // node alerts firing
+  // Ids of the node alerts firing (whichever instance raised them).
+  std::vector<std::string> FiringAlertIds() const;
 
  private:
   struct Node {

@@ -151,6 +151,8 @@ TEST(NodeLedgerTest, TheNodeAlertFiresAtNJobsWithinTheWindowOnTheOwningInstanceO
   EXPECT_FALSE(state.empty());
   EXPECT_TRUE(Top(l, kT0 + 2 * kHour).nodes(0).alert_firing());
   EXPECT_EQ(l.firing(), 1u);
+  EXPECT_EQ(l.FiringAlertIds(), std::vector<std::string>{a.id()});
+  EXPECT_EQ(a.id(), "fleet|node_culprit|node:gpu-17");
   // Firing once: later evaluations say nothing while it holds.
   EXPECT_TRUE(l.EvaluateAlerts(kT0 + 3 * kHour, kOwnsAll, nullptr).empty());
   // "a" leaves the window 24 h after its last charge: 2 jobs, resolved.

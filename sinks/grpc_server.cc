@@ -10,6 +10,7 @@
 
 #include "evidence/capture_ranks.h"
 #include "rankwatch/v1/service.grpc.pb.h"
+#include "sinks/alert_actions.h"
 #include "sinks/diagnosis_proto.h"
 #include "sinks/queries.h"
 #include "sinks/status_codes.h"
@@ -23,7 +24,11 @@ constexpr char kStateServiceName[] = "rankwatch.state";
 class RankWatchService final : public v1::RankWatch::Service {
  public:
   RankWatchService(const QuerySources& sources, AlertHub* alerts, CaptureStore* captures)
-      : queries_(sources), snapshots_(sources.snapshots), alerts_(alerts), captures_(captures) {}
+      : queries_(sources),
+        snapshots_(sources.snapshots),
+        state_(sources.state),
+        alerts_(alerts),
+        captures_(captures) {}
 
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
                         v1::ListJobsResponse* response) override {
@@ -109,6 +114,15 @@ class RankWatchService final : public v1::RankWatch::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status ListActions(grpc::ServerContext*, const v1::ListActionsRequest* request,
+                           v1::ListActionsResponse* response) override {
+    if (state_ == nullptr) return {grpc::StatusCode::UNAVAILABLE, "no state store"};
+    auto actions = StoredActions(*state_, request->training_job(), 1000);
+    if (!actions.ok()) return ToGrpc(actions.status());
+    for (v1::AlertAction& a : *actions) *response->add_actions() = std::move(a);
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetCapture(grpc::ServerContext*, const v1::GetCaptureRequest* request,
                           v1::GetCaptureResponse* response) override {
     return Answer(queries_.GetCapture(request->id(), request->with_events()), response);
@@ -139,6 +153,7 @@ class RankWatchService final : public v1::RankWatch::Service {
 
   const Queries queries_;
   const SnapshotStore* snapshots_;
+  const StateStore* state_;  // the action records (ListActions)
   AlertHub* alerts_;
   CaptureStore* captures_;
 };

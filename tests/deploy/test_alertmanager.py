@@ -37,6 +37,12 @@ class AmtoolTest(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout.strip(), receiver, severity)
 
+    def test_pushed_node_alerts_go_to_the_oncall_grouped_by_node(self):
+        r = self.amtool("config", "routes", "test", "--config.file=" + CONFIG, "--verify.receivers=oncall-pager",
+                        "alertname=RankwatchNodeCulprit", "node=gpu-3", "severity=warning")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stdout.strip(), "oncall-pager")
+
 
 @unittest.skipUnless(ALERTMANAGER, "Alertmanager not installed (Debian package prometheus-alertmanager)")
 class InhibitionTest(unittest.TestCase):

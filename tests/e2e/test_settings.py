@@ -59,6 +59,8 @@ class BadSettingsTest(unittest.TestCase):
             (["--grpc-tls-cert", "/nonexistent/cert.pem", "--grpc-tls-key", "/nonexistent/key.pem"],
              "--grpc-tls-cert"),
             (["--window-steps", "many"], "--window-steps"),
+            (["--alertmanager", "http://admin:pw@am:9093"], "--alertmanager"),
+            (["--action", "hang:critical=restart"], "--action"),
         ]
         for args, name in cases:
             with self.subTest(args=args):
@@ -72,6 +74,7 @@ class BadSettingsTest(unittest.TestCase):
             ("step-diagnosis:\n  node-fraction: 2\n", "config %s: key 'step-diagnosis.node-fraction'" % path),
             ("alert-subscriber-queue: 0\n", "config %s: key 'alert-subscriber-queue'" % path),
             ("grpc-tls-cert: /dev/null\n", "grpc-tls-key"),  # checked once the file and flags are read
+            ("action:\n  - hang=webhook\n", "action-webhook"),  # a webhook action, no webhook
         ]
         for config, name in cases:
             with self.subTest(config=config):
