@@ -58,7 +58,7 @@ class PrometheusRulesTest(unittest.TestCase):
         for a in alerts:
             self.assertIn(a["labels"]["severity"], ("critical", "warning", "info"), a["alert"])
             self.assertIn(a["labels"]["scope"], ("rank", "node", "job", "daemon"), a["alert"])
-            self.assertIn(a["labels"]["category"], ("step", "memory", "pipeline"), a["alert"])
+            self.assertIn(a["labels"]["category"], ("step", "memory", "fleet", "pipeline"), a["alert"])
             self.assertTrue(a["annotations"]["summary"], a["alert"])
 
 
