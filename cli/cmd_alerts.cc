@@ -105,8 +105,8 @@ void Print(const v1::Alert& a, bool json) {
     // A fleet alert (the node alert) belongs to no job.
     const std::string job = a.training_job().empty() ? "(fleet)" : a.training_job();
     std::printf(
-        "#%llu %s %-8s %-4s %-16s %s %s%s%s\n", static_cast<unsigned long long>(a.sequence()), when.c_str(),
-        Lower(v1::AlertState_Name(a.state()), "ALERT_").c_str(),
+        "#%llu %s %-8s %-4s %-16s %s %s%s%s\n", static_cast<unsigned long long>(a.sequence()),
+        when.c_str(), Lower(v1::AlertState_Name(a.state()), "ALERT_").c_str(),
         Lower(v1::Severity_Name(a.severity()), "SEVERITY_").c_str(),
         Lower(v1::AlertKind_Name(a.kind()), "ALERT_").c_str(), job.c_str(), a.subject().c_str(),
         a.cause() != v1::CAUSE_UNSPECIFIED

@@ -355,7 +355,7 @@ int Run(const DaemonConfig& config) {
   if (ui_address) {
     WebServerOptions web_options;
     web_options.address = *ui_address;
-    web_options.sources = {&snapshots,  &alert_hub,   &kernel_snapshots,      captures.get(),
+    web_options.sources = {&snapshots, &alert_hub,   &kernel_snapshots,     captures.get(),
                            hang.get(), store->get(), flight_recorder.get(), &ledger};
     web_options.tls = {config.grpc_tls_cert, config.grpc_tls_key, config.grpc_tls_client_ca};
     auto started = WebServer::Start(web_options);
