@@ -504,9 +504,10 @@ int Run(const DaemonConfig& config) {
           alert_hub.Append(std::move(alerts), std::move(state));
       }
       v1::ListNodesRequest top;
-      top.set_limit(static_cast<uint32_t>(config.max_exported_nodes));
-      metrics.PublishNodes(config.max_exported_nodes > 0 ? ledger.ListNodes(top, wall)
-                                                         : v1::ListNodesResponse());
+      top.set_limit(static_cast<uint32_t>(std::max<int64_t>(1, config.max_exported_nodes)));
+      v1::ListNodesResponse costliest = ledger.ListNodes(top, wall);
+      if (config.max_exported_nodes == 0) costliest.clear_nodes();  // the count only
+      metrics.PublishNodes(costliest);
       metrics.fleet_records->Set(static_cast<double>(ledger.records()));
       metrics.node_alerts_firing->Set(static_cast<double>(ledger.firing()));
       // Another instance may have resolved (or raised) a node alert: the nodes topic says so.
@@ -532,6 +533,8 @@ int Run(const DaemonConfig& config) {
 
   spdlog::info("stopping");
   tasks.Shutdown(Clock::now(), WallNowUnixNs());
+  // The last charges reach the other instances (NodeTopic's destructor waits for delivery).
+  if (node_topic != nullptr) node_topic->Publish(ledger.TakeUnpublished());
   if (Checkpoint nodes = ledger.TakeUnsaved(); !nodes.empty()) {
     writer.EnqueueNoWait(std::move(nodes), nullptr);
   }

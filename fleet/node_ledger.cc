@@ -207,7 +207,9 @@ absl::Status NodeLedger::LoadFrom(const StateStore& store) {
   if (alerts->has_value()) {
     state::v1::NodeAlertsState state;
     if (state.ParseFromString(**alerts)) {
-      for (const auto& m : state.marks()) MarkLocked(m.node(), m.firing(), m.at_unix_ns(), false);
+      // Published again: a transition this instance raised may not have reached the topic
+      // before it stopped (the topic keeps the newest of equal marks).
+      for (const auto& m : state.marks()) MarkLocked(m.node(), m.firing(), m.at_unix_ns(), true);
     }
   }
   if (loaded > 0) {

@@ -236,9 +236,13 @@ TEST_F(NodeLedgerStoreTest, ARestartedLedgerHasEveryRecordAndDoesNotFireAgain) {
   EXPECT_EQ(after.records(), 5u);
   EXPECT_TRUE(after.EvaluateAlerts(kT0 + 1, kOwnsAll, nullptr).empty());  // still firing
   EXPECT_EQ(after.firing(), 1u);
-  // Loaded records are not stored again, and not published (they are not this run's charges).
+  // Loaded records are not stored again, nor published (the jobs' trackers publish their own
+  // charges again); the node alert's transition is published again.
   EXPECT_TRUE(after.TakeUnsaved().empty());
-  EXPECT_TRUE(after.TakeUnpublished().empty());
+  const std::vector<v1::NodeRecord> again = after.TakeUnpublished();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].by_job_size(), 0);
+  EXPECT_TRUE(again[0].alert_firing());
 }
 
 TEST_F(NodeLedgerStoreTest, ForgottenRecordsAreDeletedFromTheStore) {

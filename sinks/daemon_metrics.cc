@@ -123,7 +123,7 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version,
                       ->WithLabels({});
   node_alerts_firing =
       r->Gauge("rankwatch_node_alerts_firing",
-               "Node alerts (a node culprit of several jobs) this instance has firing.", {})
+               "Node alerts (a node culprit of several jobs) firing, whichever instance raised them.", {})
           ->WithLabels({});
   MetricFamily* topic_records = r->Counter(
       "rankwatch_nodes_topic_records_total",
