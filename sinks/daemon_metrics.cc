@@ -122,8 +122,10 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version,
                            "(node, job) records the fleet view of nodes holds.", {})
                       ->WithLabels({});
   node_alerts_firing =
-      r->Gauge("rankwatch_node_alerts_firing",
-               "Node alerts (a node culprit of several jobs) firing, whichever instance raised them.", {})
+      r->Gauge(
+           "rankwatch_node_alerts_firing",
+           "Node alerts (a node culprit of several jobs) firing, whichever instance raised them.",
+           {})
           ->WithLabels({});
   MetricFamily* topic_records = r->Counter(
       "rankwatch_nodes_topic_records_total",
