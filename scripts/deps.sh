@@ -14,7 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   kcat prometheus prometheus-alertmanager curl
   python3 python3-grpcio python3-protobuf python3-confluent-kafka python3-yaml
-  python3-dev pybind11-dev python3-numpy python3-torch
+  python3-dev pybind11-dev python3-numpy
   python3-venv python3-build python3-setuptools python3-wheel
   chromium chromium-driver python3-selenium
 )

@@ -51,7 +51,7 @@ configure_and_build() {
   touch "$dir/.cmake/api/v1/query/codemodel-v2"  # lets ctest_targets.py map tests to targets
   local lock=()
   [[ -n "${BUILD_LOCK:-}" ]] && lock=(flock "$BUILD_LOCK")
-  "${lock[@]}" cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "${lock[@]}" cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release \
     -DRANKWATCH_SANITIZE="$sanitizers" >/dev/null
   local targets=""
   if [[ "$what" != all ]]; then

@@ -5,6 +5,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -32,10 +33,23 @@ DIAGNOSED_JOB_ARGS = ("--device-ms", "12", "--width", "64", "--input-ms", "6")
 STEADY_MALLOC = "glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824"
 
 
+def torch_version(python=sys.executable):
+    """The torch version `python` imports (without a local suffix such as +cpu), or None."""
+    r = subprocess.run([python, "-c", "import torch, torch.distributed; print(torch.__version__)"],
+                       capture_output=True, text=True)
+    return r.stdout.strip().split("+")[0] if r.returncode == 0 else None
+
+
 def torch_available():
-    r = subprocess.run(["/usr/bin/python3", "-c", "import torch, torch.distributed"],
-                       capture_output=True)
-    return r.returncode == 0
+    """Whether this interpreter has torch. Where ctest set RANKWATCH_TORCH_VERSION (the version
+    scripts/venv.sh pins), any other version, or none, fails the test module at import: a test
+    of a real job never skips itself on the machines the project tests on."""
+    version, expected = torch_version(), os.environ.get("RANKWATCH_TORCH_VERSION")
+    if expected and version != expected:
+        raise RuntimeError("these tests run on torch %s; %s has %s: run scripts/venv.sh (or "
+                           "scripts/test.sh) to make the test environment"
+                           % (expected, sys.executable, version or "no torch"))
+    return version is not None
 
 
 def free_port():
@@ -74,7 +88,7 @@ class TorchJob:
             out = open(os.path.join(workdir, "%s-rank%d.out" % (job.replace("/", "_"), rank)), "w+")
             err = open(os.path.join(workdir, "%s-rank%d.err" % (job.replace("/", "_"), rank)), "w+")
             self.files.append((out, err))
-            cmd = [python or "/usr/bin/python3", script] + identity + ["--steps", str(steps)] + list(args)
+            cmd = [python or sys.executable, script] + identity + ["--steps", str(steps)] + list(args)
             self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, env=env,
                                                stdin=subprocess.DEVNULL))
         self.started = time.time()
