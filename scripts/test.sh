@@ -31,6 +31,7 @@ for a in "$@"; do
 done
 
 scripts/deps.sh
+scripts/venv.sh >/dev/null  # .venv: the tests' Python with torch 2.13.0 (tests/requirements.txt)
 
 if [[ -z "$SANITIZE" ]]; then
   [[ $E2E == 1 ]] && { echo "--e2e goes with --sanitize=address,undefined" >&2; exit 2; }

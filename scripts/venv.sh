@@ -2,7 +2,7 @@
 # Makes the Python environment the tests, the demo and the benchmarks run PyTorch jobs in: a
 # virtual environment on Debian's /usr/bin/python3 (the interpreter the `rankwatch` extension is
 # built for) with --system-site-packages, so that Debian's grpcio, protobuf, confluent-kafka,
-# selenium, numpy and yaml stay visible, and PyTorch pinned to TORCH_VERSION from PyPI (a CPU
+# selenium, numpy and yaml stay visible, and what tests/requirements.txt pins: PyTorch (a CPU
 # wheel: on this project's machines pip takes it from the local wheel folder in seconds; an
 # unpinned `torch` would download a CUDA build of several GB). Idempotent and non-interactive:
 # it prints the interpreter's path and does nothing more when the environment already has the
@@ -14,7 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${RANKWATCH_VENV:-$PWD/.venv}
-TORCH_VERSION=2.13.0
+REQUIREMENTS=$PWD/tests/requirements.txt
+TORCH_VERSION=$(sed -n 's/^torch==//p' "$REQUIREMENTS")
 
 has_torch() {
   "$VENV/bin/python" - "$TORCH_VERSION" <<'EOF' 2>/dev/null
@@ -34,7 +35,7 @@ if ! has_torch; then
   # The wheel folder of this project's machines (pip's own configuration names it too).
   [[ -d /opt/wheels ]] && find_links=(--find-links /opt/wheels)
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${find_links[@]}" \
-    "torch==$TORCH_VERSION"
+    -r "$REQUIREMENTS"
   has_torch || { echo "venv: torch $TORCH_VERSION did not install into $VENV" >&2; exit 1; }
 fi
 echo "$VENV/bin/python"

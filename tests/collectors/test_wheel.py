@@ -1,15 +1,17 @@
 """The wheel (build/dist/rankwatch-<version>-cp311-cp311-linux_x86_64.whl, CMake target
 rankwatch_wheel) installs with pip into a new virtualenv made with `python3 -m venv
---system-site-packages` (so that Debian's torch is visible), imports from there — not from the
-build folder — declares its version and schema version, and runs the example DDP job, which
-rankwatchd diagnoses. pip runs offline (--no-index): the wheel has no dependencies to fetch."""
+--system-site-packages` (Debian's Python, as the extension is built for) beside PyTorch of the
+tests' version, imports from there — not from the build folder — declares its version and schema
+version, and runs the example DDP job, which rankwatchd diagnoses. The wheel itself installs
+offline (--no-index): it has no dependencies to fetch."""
 import glob
 import os
 import subprocess
+import time
 import unittest
 
 from harness import Fleet, metric, parse_metrics, scrape, wait_until
-from torch_job import DIAGNOSED_JOB_ARGS, TorchJob, torch_available
+from torch_job import DIAGNOSED_JOB_ARGS, TorchJob, torch_available, torch_version
 
 BUILD = os.path.dirname(os.environ.get("RANKWATCH_PYTHON_DIR", ""))
 STEPS = 30
@@ -37,6 +39,14 @@ class WheelTest(unittest.TestCase):
                        timeout=120)
         python = os.path.join(venv, "bin", "python")
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RANKWATCH_PYTHON_DIR")}
+        # A user's environment: PyTorch of the version the tests use (pip takes the CPU wheel
+        # from the machine's wheel folder), then rankwatch's wheel.
+        torch_pin = "torch==" + (os.environ.get("RANKWATCH_TORCH_VERSION") or torch_version())
+        started = time.monotonic()
+        r = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", torch_pin],
+                           capture_output=True, text=True, timeout=600, env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        print("%s installed in %.0f s" % (torch_pin, time.monotonic() - started))
         r = subprocess.run([python, "-m", "pip", "install", "--no-index", "--no-deps", found[0]],
                            capture_output=True, text=True, timeout=300, env=env)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)

@@ -1,6 +1,6 @@
 """`rankwatch.init()` with no arguments on real 4-rank PyTorch DDP jobs (gloo on CPU,
 collectors/python/examples/ddp_example.py, which passes no job id or brokers): started by
-Debian's `torchrun`, by hand with the variables Slurm's srun sets, and with the Kubernetes
+PyTorch's own `torchrun` (torch.distributed.run of the test environment's torch), by hand with the variables Slurm's srun sets, and with the Kubernetes
 downward-API variables a Kubeflow PyTorchJob's pods get. Only $RANKWATCH_BROKERS says where
 Kafka is. Each job must be diagnosed under the id the scheduler gives it, and the diagnosis must
 say where its culprit runs (pod and node where given) — in gRPC, `rankwatch diagnose` and the
@@ -8,14 +8,15 @@ say where its culprit runs (pod and node where given) — in gRPC, `rankwatch di
 import os
 import re
 import subprocess
+import sys
 import unittest
 
 from harness import BIN, DaemonTestCase, metric, parse_metrics, scrape, wait_until
 from rankwatch.v1 import service_pb2
 from torch_job import DIAGNOSED_JOB_ARGS, EXAMPLE, PYTHON_DIR, STEADY_MALLOC, TorchJob, torch_available
 
-# Debian's torchrun with its Python 3.11 start-up bug fixed (see torchrun.py).
-TORCHRUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchrun.py")
+# PyTorch's torchrun: the console script is `python -m torch.distributed.run`.
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 STEPS = int(os.environ.get("RANKWATCH_TEST_STEPS", "60"))
 SLOW_INPUT = ("--fault-slow-input-ms", "30")
 STRAGGLERS = ("STEP_STRAGGLER", "STEP_INPUT_STRAGGLER")
@@ -42,16 +43,12 @@ class ZeroConfigTest(DaemonTestCase):
 
     def test_torchrun(self):
         """torchrun --standalone: the job is named after the rendezvous' run id."""
-        # Debian's own torchrun fails at start (the bug torchrun.py fixes): shown, then worked around.
-        broken = subprocess.run(["torchrun", "--standalone", "--nproc_per_node", "1", "-m", "json.tool", "--help"],
-                                capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-        print("Debian's torchrun: exit %d, %s" % (broken.returncode, (broken.stderr.strip().splitlines() or [""])[-1]))
         env = dict(os.environ, RANKWATCH_BROKERS=self.brokers, PYTHONPATH=PYTHON_DIR, OMP_NUM_THREADS="1",
                    GLIBC_TUNABLES=STEADY_MALLOC)
         for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "RANKWATCH_JOB", "MASTER_ADDR", "MASTER_PORT"):
             env.pop(name, None)
         # The ranks inherit torchrun's stderr: each logs its one line there.
-        r = subprocess.run(["/usr/bin/python3", TORCHRUN, "--standalone", "--nproc_per_node", "4", EXAMPLE, "--steps", str(STEPS),
+        r = subprocess.run([*TORCHRUN, "--standalone", "--nproc_per_node", "4", EXAMPLE, "--steps", str(STEPS),
                             *DIAGNOSED_JOB_ARGS],
                            capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
         self.assertEqual(r.returncode, 0, r.stderr[-4000:])
