@@ -97,7 +97,7 @@ class _Step:
         if c._native.control_pending() or c._captures.busy:
             c._captures.before_step(self._step)
         if c._layout_pending:
-            c._detect_layout()  # Megatron initialised after init(): its layout, once
+            c._detect_layout()  # Megatron initialised after init(), a DeviceMesh made after it
         c._native.begin_step(self._step)
         c._training_ident = _get_ident()  # the thread a stacks answer marks as training
         c._in_step = True
@@ -184,10 +184,12 @@ class Collector:
         self._gc = _hooks.watch_gc(self._native) if watch_gc else None
         self._attach(self._gc)
         self._layout_pending = False
-        self.layout_source = "argument" if given is not None else ""  # or "megatron"
+        self.layout_source = "argument" if given is not None else ""  # or "megatron", "device_mesh"
+        self._megatron_looks = 2  # at init() and at the first step
+        self._mesh_watch = _layout.MeshWatch()
         if given is None:
+            self._layout_pending = True
             self._detect_layout()
-            self._layout_pending = self.layout_source == ""
 
     # --- scopes ---------------------------------------------------------------------------
     def step(self, step: int | None = None) -> Scope:
@@ -244,29 +246,56 @@ class Collector:
 
     @property
     def layout(self) -> _layout.Layout | None:
-        """The rank's layout (set_layout, init's layout=, or Megatron's), or None (flat data
-        parallelism)."""
+        """The rank's layout (set_layout, init's layout=, Megatron's, or that of the DeviceMesh
+        the script made), or None (flat data parallelism). layout_source says which:
+        "argument", "megatron", "device_mesh", or ""."""
         d = self._native.layout
         return None if d is None else _layout.Layout(**d)
 
     def _detect_layout(self) -> None:
-        """Megatron-core's layout, when the script imported parallel_state and initialised model
-        parallelism; tried at init() and once more at the first step."""
-        self._layout_pending = False
+        """The layout nobody gave: Megatron-core's, when the script imported parallel_state and
+        initialised model parallelism (looked for at init() and at the first step), else that
+        of the DeviceMesh the script made (rankwatch.layout.MeshWatch: at init() and at every
+        step boundary until found; a search only when a mesh may have appeared)."""
+        if self._megatron_looks:
+            self._megatron_looks -= 1
+            if self._detect_megatron():
+                self._layout_pending = False
+                return
+        for mesh, found in self._mesh_watch.look():
+            if isinstance(found, ValueError):
+                self._mesh_watch.rejected(mesh)
+                _log.log(logging.INFO if getattr(mesh, "ndim", 0) == 1 else logging.WARNING,
+                         "rankwatch: no parallel layout from %r: %s", mesh, found)
+                continue
+            try:
+                self._native.set_layout(**found.as_dict())
+            except ValueError as e:
+                self._mesh_watch.rejected(mesh)
+                _log.warning("rankwatch: the parallel layout of %r, %s, does not fit: %s", mesh, found, e)
+                continue
+            self._layout_pending = False
+            self.layout_source = "device_mesh"
+            _log.info("rankwatch: parallel layout from %r: %s", mesh, found)
+            return
+        self._layout_pending = self._megatron_looks > 0 or self._mesh_watch.scans < self._mesh_watch.MAX_SCANS
+
+    def _detect_megatron(self) -> bool:
         try:
             found = _layout.Layout.from_megatron()
         except ValueError as e:  # a rank outside its size: Megatron's state is half made
             _log.warning("rankwatch: Megatron's parallel layout is not usable: %s", e)
-            return
+            return False
         if found is None:
-            return
+            return False
         try:
             self._native.set_layout(**found.as_dict())
         except ValueError as e:
             _log.warning("rankwatch: Megatron's parallel layout %s does not fit: %s", found, e)
-            return
+            return False
         self.layout_source = "megatron"
         _log.info("rankwatch: parallel layout from Megatron-core: %s", found)
+        return True
 
     def record_memory(self, peak_allocated: int, peak_reserved: int = 0, capacity: int = 0) -> None:
         """Records the open step's memory peaks (bytes; 0 = unknown), replacing the probe's."""
@@ -350,7 +379,8 @@ class Collector:
         rankwatchd the job trains with "fsdp" and shards its parameters (so forward waits for
         other ranks too), and times as the collective phase the time this process is blocked
         in the all-gathers and reduce-scatters FSDP issues (torch.distributed's
-        all_gather_into_tensor, reduce_scatter_tensor and their older _base names, wrapped
+        all_gather_single, reduce_scatter_single (FSDP2 in torch 2.13), all_gather_into_tensor,
+        reduce_scatter_tensor and their older _base names, wrapped
         process-wide; an asynchronous call is timed in its handle's wait()). On GPUs with
         NCCL these calls return once the collective is queued on a stream, so the collective
         phase shows only what the host waited for. Combine with instrument_module(model) for
@@ -545,7 +575,9 @@ def init(job: str | None = None, brokers: str | None = None, rank: int | None = 
     layout: where the rank sits in a pipeline / tensor / data parallel layout, a rankwatch.Layout
     or a torch DeviceMesh with dims named dp, pp, tp, cp, ep; without it, Megatron-core's
     parallel_state when the script imported it and initialised model parallelism (at init() or
-    by the first step), else none (flat data parallelism).
+    by the first step), else the DeviceMesh the script made with init_device_mesh, before
+    init() or later (looked for at each step boundary until found), else none (flat data
+    parallelism).
     watch_gc: every garbage collection is a GC pause of its step (gc.callbacks; gc_ns, gc_count
     and, from 1 ms, an op); default True, or $RANKWATCH_WATCH_GC=0 turns it off.
     enabled: False (or $RANKWATCH_DISABLE=1) returns a NullCollector. options: collector

@@ -2,16 +2,19 @@
 tensor-, context- and expert-parallel ranks (the wire's ParallelLayout). rankwatchd's what-if
 analysis needs it to tell a slow worker from an unbalanced pipeline (docs/whatif.md).
 
-Three sources, in rankwatch.init()'s order: the `layout=` argument (a Layout, or a torch
+Four sources, in rankwatch.init()'s order: the `layout=` argument (a Layout, or a torch
 DeviceMesh whose dims are named "dp", "pp", "tp", "cp", "ep"; torchtitan's "dp_replicate" and
 "dp_shard" together make the data-parallel dim); else Megatron-core's parallel_state when the
-training script imported it and initialised model parallelism; else none (flat data
+training script imported it and initialised model parallelism; else the DeviceMesh the script
+made (init_device_mesh), found by MeshWatch without being told; else none (flat data
 parallelism).
 """
 from __future__ import annotations
 
 import dataclasses
+import gc
 import sys
+import weakref
 from typing import Any, Protocol, cast
 
 
@@ -142,3 +145,104 @@ def resolve(layout: object) -> Layout:
         return Layout.from_mesh(cast(DeviceMeshLike, layout))
     raise TypeError("rankwatch: layout= takes a rankwatch.Layout or a torch DeviceMesh, not %s"
                     % type(layout).__name__)
+
+
+class MeshWatch:
+    """Finds the torch DeviceMesh the training script made (init_device_mesh, DeviceMesh(...),
+    DeviceMesh.from_group) with nothing said to rankwatch. torch keeps no registry of the meshes
+    it made, so look() searches Python's heap (gc.get_objects(), 50-75 ms with torch loaded)
+    for DeviceMesh objects, and only when a mesh may have appeared since the last look: once
+    torch.distributed is initialised, and again whenever c10d's count of process groups moved
+    (every mesh but a 1-D one over all ranks makes groups). Between those, a look is a dict
+    lookup and two attribute reads, cheap enough for every step boundary. At most MAX_SCANS
+    searches.
+
+    Of the meshes found, only root meshes (not the slices and flattenings of another) that hold
+    this rank count; the one with the most dims whose layout the caller accepts wins. A mesh
+    whose dims are unnamed or named otherwise, or whose sizes do not make the world, is passed
+    over with one log line (rejected())."""
+
+    MAX_SCANS = 16
+
+    def __init__(self) -> None:
+        self._epoch: int | None = None  # the group count at the last search
+        self._judged: weakref.WeakSet[Any] = weakref.WeakSet()  # meshes already said no to
+        self._types: dict[type, bool] = {}  # type -> is a DeviceMesh (subclasses too)
+        self.scans = 0
+
+    def look(self) -> list[tuple[Any, Layout | ValueError]]:
+        """The root meshes holding this rank not yet judged, most dims first, each with its
+        Layout or the ValueError that says why it has none; [] when no mesh can have appeared
+        since the last look (no search made)."""
+        epoch = _mesh_epoch()
+        if epoch is None or epoch == self._epoch or self.scans >= self.MAX_SCANS:
+            return []
+        self._epoch = epoch
+        self.scans += 1
+        mesh_class = getattr(sys.modules.get("torch.distributed.device_mesh"), "DeviceMesh", None)
+        if not isinstance(mesh_class, type):
+            return []
+        found: list[Any] = []
+        types = self._types
+        for obj in gc.get_objects():
+            t = type(obj)
+            is_mesh = types.get(t)
+            if is_mesh is None:
+                # __mro__, not isinstance: DeviceMesh's metaclass (torch's opaque types) warns
+                # on some objects an isinstance check meets.
+                is_mesh = types[t] = mesh_class in t.__mro__
+            if is_mesh and _is_root(obj) and obj not in found:
+                found.append(obj)
+        ranked: list[tuple[int, Any, Layout | ValueError]] = []
+        for mesh in found:
+            try:
+                if mesh in self._judged or mesh.get_coordinate() is None:
+                    continue  # said no to before, or this rank is not in it
+                ndim = int(mesh.ndim)
+            except Exception:  # pylint: disable=broad-except  # a mesh half made or torn down
+                continue
+            result: Layout | ValueError
+            try:
+                result = Layout.from_mesh(cast(DeviceMeshLike, mesh))
+            except ValueError as e:
+                result = e
+            ranked.append((ndim, mesh, result))
+        ranked.sort(key=lambda r: -r[0])
+        return [(mesh, result) for _, mesh, result in ranked]
+
+    def rejected(self, mesh: Any) -> None:
+        """`mesh` gives no layout: not offered again."""
+        try:
+            self._judged.add(mesh)
+        except TypeError:  # not weakly referenceable: offered again at the next search
+            pass
+
+
+def _mesh_epoch() -> int | None:
+    """None when no DeviceMesh can exist yet (torch.distributed not imported or not
+    initialised); else c10d's count of process groups made, which moves whenever a mesh makes
+    its groups (-1 where this torch has no such count: one search)."""
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    if c10d is None:
+        return None
+    try:
+        if not c10d.is_initialized():
+            return None
+    except Exception:  # pylint: disable=broad-except
+        return None
+    count = getattr(getattr(c10d, "_world", None), "group_count", None)
+    return count if isinstance(count, int) else -1
+
+
+def _is_root(mesh: Any) -> bool:
+    """Whether `mesh` is a root mesh, not a slice (mesh["tp"]) or flattening of another: torch
+    >= 2.6 links those to their root (_get_root_mesh()), older torch in _mesh_resources."""
+    try:
+        get_root = getattr(mesh, "_get_root_mesh", None)
+        if callable(get_root):
+            return get_root() is mesh
+        env = getattr(sys.modules.get("torch.distributed.device_mesh"), "_mesh_resources", None)
+        mapping = getattr(env, "child_to_root_mapping", None)
+        return not isinstance(mapping, dict) or mapping.get(mesh, mesh) is mesh
+    except Exception:  # pylint: disable=broad-except
+        return False

@@ -226,9 +226,11 @@ def register_timed_allreduce(native: _native.Collector, ddp_model: Any, gate: Ga
 
 
 # The torch.distributed functions sharded data parallelism (FSDP 1 and 2, torch 1.13 to 2.x)
-# calls for its all-gathers and reduce-scatters; each is wrapped where it exists.
-SHARDED_COLLECTIVES = ("all_gather_into_tensor", "_all_gather_base", "reduce_scatter_tensor",
-                       "_reduce_scatter_base")
+# calls for its all-gathers and reduce-scatters; each is wrapped where it exists. torch 2.13's
+# FSDP2 (fully_shard) calls all_gather_single and reduce_scatter_single, which the older names
+# now call in turn (a nested call is timed once).
+SHARDED_COLLECTIVES = ("all_gather_single", "all_gather_into_tensor", "_all_gather_base",
+                       "reduce_scatter_single", "reduce_scatter_tensor", "_reduce_scatter_base")
 
 
 class _TimedWork:
