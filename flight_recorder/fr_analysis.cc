@@ -238,6 +238,7 @@ struct Group {
   std::set<std::string> names;
   std::map<uint32_t, Member> members;
   bool any_p2p = false, any_collective = false;
+  bool inferred = false;  // not in pg_config: members are the ranks whose dumps name it
 };
 
 bool AllDigits(const std::string& s) {
@@ -303,6 +304,7 @@ Built BuildGroups(const std::vector<RankDump>& dumps, uint32_t world_size) {
   b.state.assign(world_size, DumpState::kMissing);
   CanonicalRanks canonical;
   absl::flat_hash_map<std::pair<std::string, const void*>, Group*> index;
+  absl::flat_hash_map<std::string, Group*> inferred;  // groups without pg_config, by name
   for (const RankDump& rd : dumps) {
     if (rd.rank >= world_size) continue;
     b.state[rd.rank] = rd.state;
@@ -316,6 +318,7 @@ Built BuildGroups(const std::vector<RankDump>& dumps, uint32_t world_size) {
     }
     std::map<std::string, Group*> local;  // this rank's name -> group
     for (const FrGroup& g : d.groups) {
+      if (g.ranks.empty()) continue;  // gloo's placeholder (below)
       const FrRanks& ranks = canonical.Get(g.ranks);
       Group*& slot = index[{g.desc, ranks.id()}];
       if (slot == nullptr) {
@@ -336,6 +339,29 @@ Built BuildGroups(const std::vector<RankDump>& dumps, uint32_t world_size) {
         m.completed = st->second->last_completed;
       }
     }
+    // Groups the entries name that pg_config does not describe: torch (2.13) records no
+    // pg_config for gloo groups (one entry, name "" and no ranks, for all of them). Their names
+    // are the job's (torch numbers groups in creation order, on every rank alike), so they are
+    // matched across ranks by name; their members are the ranks whose dumps name them.
+    for (const FrEntry& e : d.entries) {
+      if (e.pg_name.empty() || local.count(e.pg_name)) continue;
+      Group*& slot = inferred[e.pg_name];
+      if (slot == nullptr) {
+        slot = &b.groups.emplace_back();
+        slot->desc = e.pg_desc;
+        slot->inferred = true;
+      }
+      slot->names.insert(e.pg_name);
+      local[e.pg_name] = slot;
+      Member& m = slot->members[rd.rank];
+      m.known = true;
+      auto st = status_by_name.find(e.pg_name);
+      if (st != status_by_name.end()) {
+        m.has_status = true;
+        m.enqueued = st->second->last_enqueued;
+        m.completed = st->second->last_completed;
+      }
+    }
     for (const FrEntry& e : d.entries) {
       auto it = local.find(e.pg_name);
       if (it == local.end()) continue;
@@ -345,6 +371,12 @@ Built BuildGroups(const std::vector<RankDump>& dumps, uint32_t world_size) {
       mit->second.entries.push_back(&e);
       (IsP2p(e) ? grp.any_p2p : grp.any_collective) = true;
     }
+  }
+  for (Group& g : b.groups) {
+    if (!g.inferred) continue;
+    std::vector<uint32_t> ranks;
+    for (const auto& [rank, m] : g.members) ranks.push_back(rank);  // sorted (a map)
+    g.ranks = FrRanks(std::move(ranks));
   }
   // Progress from the entries where pg_status said nothing.
   for (Group& g : b.groups) {
@@ -390,6 +422,8 @@ int64_t When(const FrOp& op) {
 struct Analysis {
   uint32_t world = 0;
   std::vector<std::set<uint32_t>> waits;  // rank -> ranks it waits for
+  // rank -> mismatched ranks it waits for in a collective (kept out of the cycle search)
+  std::map<uint32_t, std::set<uint32_t>> mismatch_waits;
   std::map<uint32_t, FrCulprit> not_completing;
   std::map<uint32_t, FrCulprit> mismatched;
   // Per missing rank: where it is missing (the earliest frontier wins).
@@ -430,14 +464,6 @@ void AnalyzeCollectives(const Group& g, Analysis* a, FrGroupReport* r) {
         }
         break;
       }
-  int64_t max_completed = -1, min_completed = std::numeric_limits<int64_t>::max();
-  for (const auto& [rank, m] : g.members)
-    if (m.known && m.completed >= 0) {
-      max_completed = std::max(max_completed, m.completed);
-      min_completed = std::min(min_completed, m.completed);
-    }
-  r->completed_everywhere =
-      min_completed == std::numeric_limits<int64_t>::max() ? -1 : min_completed;
   // Counters compare across members only in a group of collectives (pg_status counts the last
   // work of either kind).
   const bool counters = !g.any_p2p;
@@ -448,62 +474,23 @@ void AnalyzeCollectives(const Group& g, Analysis* a, FrGroupReport* r) {
         (counters && m.has_status && m.enqueued > m.completed))
       pending_members.push_back(rank);
 
-  if (counters && max_completed >= 0) {
-    for (const auto& [rank, m] : g.members) {
-      if (!m.known || m.completed < 0 || m.completed >= max_completed) continue;
-      r->not_completing.push_back(rank);
-      // The first collective its peers completed and it did not.
-      const FrEntry* first = nullptr;
-      for (const FrEntry* e : m.entries)
-        if (!IsP2p(*e) && e->collective_seq_id == m.completed + 1) first = e;
-      for (const auto& [peer, pm] : g.members)
-        for (const FrEntry* e : pm.entries)
-          if (!first && !IsP2p(*e) && e->collective_seq_id == m.completed + 1) first = e;
-      FrOp op = first ? MakeOp(*first, g.ranks) : FrOp{};
-      if (!first) {
-        op.name = "collective";
-        op.seq = m.completed + 1;
-      }
-      Blame(&a->not_completing, rank, FrCulprit::Reason::kNotCompleting, g, op, &m);
-      for (uint32_t w : pending_members)
-        if (w != rank) a->waits[w].insert(rank);
-    }
-  }
-  if (!frontier) return;
-  const int64_t f = frontier->collective_seq_id;
-  r->frontier = MakeOp(*frontier, g.ranks);
-  // The earliest creation of the frontier among the members that have it.
+  // The members' records of the frontier; the ones that differ from the majority's.
+  const int64_t f = frontier ? frontier->collective_seq_id : -1;
   std::map<uint32_t, const FrEntry*> at_f;
-  for (const auto& [rank, m] : g.members)
-    for (const FrEntry* e : m.entries)
-      if (!IsP2p(*e) && e->collective_seq_id == f) {
-        at_f[rank] = e;
-        if (e->time_created_ns >= 0 &&
-            (r->frontier.time_created_ns < 0 || e->time_created_ns < r->frontier.time_created_ns))
-          r->frontier.time_created_ns = e->time_created_ns;
-        break;
-      }
-  // Missing: members that never enqueued the frontier.
-  for (uint32_t rank : g.ranks) {
-    auto it = g.members.find(rank);
-    if (it == g.members.end() || !it->second.known) {
-      r->no_dump.push_back(rank);
-      continue;
-    }
-    const Member& m = it->second;
-    if (at_f.count(rank)) continue;
-    int64_t enq = -1;
-    for (const FrEntry* e : m.entries)
-      if (!IsP2p(*e)) enq = std::max(enq, e->collective_seq_id);
-    if (counters && m.has_status) enq = std::max(enq, m.enqueued);
-    if (enq < 0 && !m.has_status && m.entries.empty()) {
-      r->no_dump.push_back(rank);  // the dump says nothing of its progress in the group
-      continue;
-    }
-    if (enq >= f) continue;  // enqueued (and evicted from, or not kept in, the dump)
-    r->missing.push_back(rank);
+  std::set<uint32_t> mismatched;
+  if (frontier) {
+    r->frontier = MakeOp(*frontier, g.ranks);
+    // The earliest creation of the frontier among the members that have it.
+    for (const auto& [rank, m] : g.members)
+      for (const FrEntry* e : m.entries)
+        if (!IsP2p(*e) && e->collective_seq_id == f) {
+          at_f[rank] = e;
+          if (e->time_created_ns >= 0 &&
+              (r->frontier.time_created_ns < 0 || e->time_created_ns < r->frontier.time_created_ns))
+            r->frontier.time_created_ns = e->time_created_ns;
+          break;
+        }
   }
-  // Mismatch: members whose frontier differs from the majority's.
   if (at_f.size() > 1) {
     std::map<std::string, std::vector<uint32_t>> by_sig;
     const FrEntry* ref = nullptr;
@@ -536,16 +523,75 @@ void AnalyzeCollectives(const Group& g, Analysis* a, FrGroupReport* r) {
                                       })->first);
       r->mismatches.push_back(mm);
     }
-    for (const FrMismatch& mm : r->mismatches) {
-      auto it = g.members.find(mm.rank);
-      Blame(&a->mismatched, mm.rank, FrCulprit::Reason::kMismatch, g, r->frontier,
-            it == g.members.end() ? nullptr : &it->second);
+    for (const FrMismatch& mm : r->mismatches) mismatched.insert(mm.rank);
+  }
+
+  // Not completing: a member whose peers completed collectives it never saw complete. A
+  // mismatched member's completions do not count: gloo returns at once from a collective that
+  // moves no data (a rank's empty tensor) and leaves its peers waiting in it.
+  int64_t max_completed = -1, min_completed = std::numeric_limits<int64_t>::max();
+  for (const auto& [rank, m] : g.members)
+    if (m.known && m.completed >= 0) {
+      if (!mismatched.count(rank)) max_completed = std::max(max_completed, m.completed);
+      min_completed = std::min(min_completed, m.completed);
+    }
+  r->completed_everywhere =
+      min_completed == std::numeric_limits<int64_t>::max() ? -1 : min_completed;
+  if (counters && max_completed >= 0) {
+    for (const auto& [rank, m] : g.members) {
+      if (!m.known || m.completed < 0 || m.completed >= max_completed) continue;
+      r->not_completing.push_back(rank);
+      // The first collective its peers completed and it did not.
+      const FrEntry* first = nullptr;
+      for (const FrEntry* e : m.entries)
+        if (!IsP2p(*e) && e->collective_seq_id == m.completed + 1) first = e;
+      for (const auto& [peer, pm] : g.members)
+        for (const FrEntry* e : pm.entries)
+          if (!first && !IsP2p(*e) && e->collective_seq_id == m.completed + 1) first = e;
+      FrOp op = first ? MakeOp(*first, g.ranks) : FrOp{};
+      if (!first) {
+        op.name = "collective";
+        op.seq = m.completed + 1;
+      }
+      Blame(&a->not_completing, rank, FrCulprit::Reason::kNotCompleting, g, op, &m);
+      for (uint32_t w : pending_members)
+        if (w != rank) a->waits[w].insert(rank);
     }
   }
-  // Waits: the members that enqueued the frontier wait for the missing ones.
-  for (uint32_t w : pending_members)
+  if (!frontier) return;
+  // Missing: members that never enqueued the frontier.
+  for (uint32_t rank : g.ranks) {
+    auto it = g.members.find(rank);
+    if (it == g.members.end() || !it->second.known) {
+      r->no_dump.push_back(rank);
+      continue;
+    }
+    const Member& m = it->second;
+    if (at_f.count(rank)) continue;
+    int64_t enq = -1;
+    for (const FrEntry* e : m.entries)
+      if (!IsP2p(*e)) enq = std::max(enq, e->collective_seq_id);
+    if (counters && m.has_status) enq = std::max(enq, m.enqueued);
+    if (enq < 0 && !m.has_status && m.entries.empty()) {
+      r->no_dump.push_back(rank);  // the dump says nothing of its progress in the group
+      continue;
+    }
+    if (enq >= f) continue;  // enqueued (and evicted from, or not kept in, the dump)
+    r->missing.push_back(rank);
+  }
+  for (uint32_t rank : mismatched) {
+    auto it = g.members.find(rank);
+    Blame(&a->mismatched, rank, FrCulprit::Reason::kMismatch, g, r->frontier,
+          it == g.members.end() ? nullptr : &it->second);
+  }
+  // Waits: the members that enqueued the frontier wait for the missing ones, and the others
+  // for the mismatched ones (these are named; the ones waiting for them are not sinks).
+  for (uint32_t w : pending_members) {
     for (uint32_t m : r->missing)
       if (w != m) a->waits[w].insert(m);
+    if (!mismatched.count(w))
+      for (uint32_t m : mismatched) a->mismatch_waits[w].insert(m);
+  }
   for (uint32_t m : r->missing) {
     auto it = g.members.find(m);
     Blame(&a->missing, m, FrCulprit::Reason::kMissing, g, r->frontier, &it->second);
@@ -731,6 +777,9 @@ FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
   std::vector<std::vector<uint32_t>> waiters(world);
   for (uint32_t r = 0; r < world; ++r)
     for (uint32_t w : a.waits[r]) waiters[w].push_back(r);
+  for (const auto& [r, ms] : a.mismatch_waits)
+    for (uint32_t w : ms)
+      if (r < world && w < world) waiters[w].push_back(r);
   auto blocked_by = [&](uint32_t culprit) {
     std::vector<char> seen(world, 0);
     std::vector<uint32_t> todo{culprit};
@@ -756,6 +805,7 @@ FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
     const bool cycle = comp_size[c] > 1;
     if (!cycle && !comp_entered[c]) continue;  // nobody waits for it
     if (culprits.count(r)) continue;
+    if (a.mismatch_waits.count(r)) continue;  // waits for a mismatched rank, named above
     FrCulprit cu;
     auto it = a.missing.find(r);
     if (it != a.missing.end()) cu = it->second;
@@ -806,7 +856,10 @@ FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
   for (uint32_t r = 0; r < world; ++r) {
     v.ranks[r].rank = r;
     v.ranks[r].dump = b.state[r];
-    v.ranks[r].waits_for.assign(a.waits[r].begin(), a.waits[r].end());
+    std::set<uint32_t> waits_for = a.waits[r];
+    auto mw = a.mismatch_waits.find(r);
+    if (mw != a.mismatch_waits.end()) waits_for.insert(mw->second.begin(), mw->second.end());
+    v.ranks[r].waits_for.assign(waits_for.begin(), waits_for.end());
   }
   for (const RankDump& rd : dumps)
     if (rd.rank < world) v.ranks[rd.rank].error = rd.error;

@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "flight_recorder/safe_pickle.h"
 
@@ -558,6 +559,11 @@ class DumpWalker {
       const std::string_view op = OpWord(e->profiling_name);
       e->is_p2p = op == "send" || op == "recv";
     }
+    // Gloo's work has no events: torch (2.13) writes every gloo entry as "scheduled", done or
+    // not, and marks the finished ones `retired`. A retired gloo entry is a completed one.
+    if (e->retired && e->state == FrState::kScheduled &&
+        absl::StartsWith(e->profiling_name, "gloo:"))
+      e->state = FrState::kCompleted;
     return absl::OkStatus();
   }
 
