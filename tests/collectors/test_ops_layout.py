@@ -1,12 +1,17 @@
 """The `rankwatch` package's pipeline-parallel telemetry (issue #34), read back from a real
 `rankwatch kafka`: the rank's parallel layout (given, from Megatron-core's parallel_state, from a
 torch DeviceMesh), op scopes, GC pauses from gc.callbacks, and the ops the instrumentation
-helpers record. Neither Megatron-core nor DeviceMesh exists in Debian's torch 1.13: they are
-STAND-INS here (a fake `megatron.core.parallel_state` package written to a temporary folder on
-sys.path; a fake mesh object with DeviceMesh's mesh_dim_names, get_local_rank(dim), size(dim))
-with the real APIs' names and signatures. One process, no torch needed."""
+helpers record. One process.
+
+The DeviceMeshes are real (torch 2.x's init_device_mesh over a 1-process gloo group, so every
+dim has size 1; tests/collectors/test_device_mesh.py reads a real 2 x 2 mesh's coordinates in a
+4-rank job). Megatron-core is a STAND-IN (a fake `megatron.core.parallel_state` package written
+to a temporary folder on sys.path, with the real module's getter names and signatures):
+megatron-core is not installed in the test environment (it is not in tests/requirements.txt,
+and its parallel_state needs CUDA to initialise model parallelism)."""
 import gc
 import os
+import socket
 import sys
 import tempfile
 import textwrap
@@ -66,18 +71,10 @@ MEGATRON_STAND_IN = textwrap.dedent('''
 ''')
 
 
-class FakeDeviceMesh:
-    """STAND-IN for torch.distributed.device_mesh.DeviceMesh: the three members rankwatch reads."""
-
-    def __init__(self, names, shape, coordinate):
-        self.mesh_dim_names = names
-        self._shape, self._coordinate = shape, coordinate
-
-    def get_local_rank(self, mesh_dim):
-        return self._coordinate[mesh_dim]
-
-    def size(self, mesh_dim):
-        return self._shape[mesh_dim]
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def op_name(op_type):
@@ -172,20 +169,6 @@ class OpsLayoutTest(unittest.TestCase):
             rw, _ = self.collector()  # 8 ranks in Megatron, 16 in the job
         self.assertIsNone(rw.layout)
         self.assertIn("does not fit", logs.output[0])
-
-    def test_a_device_mesh_gives_the_layout(self):
-        mesh = FakeDeviceMesh(("pp", "dp", "tp"), (2, 4, 2), (1, 2, 1))
-        rw, _ = self.collector(layout=mesh)
-        self.assertEqual(rw.layout, rankwatch.Layout(data_rank=2, data_size=4, pipeline_rank=1,
-                                                     pipeline_size=2, tensor_rank=1, tensor_size=2))
-        # torchtitan's hybrid sharding: replicas x shards make the data dim.
-        titan = FakeDeviceMesh(("pp", "dp_replicate", "dp_shard", "tp"), (2, 2, 2, 2), (0, 1, 1, 0))
-        layout = rankwatch.Layout.from_mesh(titan)
-        self.assertEqual((layout.data_rank, layout.data_size), (3, 4))
-        with self.assertRaisesRegex(ValueError, "'replicate' is none of dp, pp, tp, cp, ep"):
-            rankwatch.Layout.from_mesh(FakeDeviceMesh(("replicate", "shard"), (2, 8), (0, 0)))
-        with self.assertRaisesRegex(ValueError, "no dim names"):
-            rankwatch.Layout.from_mesh(FakeDeviceMesh(None, (16,), (5,)))
 
     def test_op_scopes_are_the_steps_ops(self):
         rw, job = self.collector()
@@ -299,6 +282,105 @@ class OpsLayoutTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             rw.op("backward_send")
         self.assertIsNone(rw.layout)
+
+
+class RealDeviceMeshTest(unittest.TestCase):
+    """Real torch DeviceMeshes in this one process: a gloo group of 1 rank (made and destroyed
+    by each test), meshes of shape (1,), (1, 1), (1, 1, 1)."""
+
+    @classmethod
+    def setUpClass(cls):
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        cls.dist, cls.init_device_mesh = dist, staticmethod(init_device_mesh)
+        cls.fleet = Fleet()
+        cls.brokers = cls.fleet.start_broker(partitions=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.fleet.close()
+
+    def start_group(self):
+        self.dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % free_port(), rank=0, world_size=1)
+
+        def stop():
+            self.dist.destroy_process_group()
+            gc.collect()  # the meshes go with their group: none is found by the next test
+        self.addCleanup(stop)
+
+    def mesh(self, shape, names):
+        return self.init_device_mesh("cpu", shape, mesh_dim_names=names)
+
+    def collector(self, **kwargs):
+        job = "mesh-%s" % uuid.uuid4().hex[:8]
+        rw = rankwatch.init(job=job, brokers=self.brokers, rank=0, world_size=1, flush_interval_ms=50, **kwargs)
+        self.addCleanup(rw.close)
+        return rw, job
+
+    def test_a_device_mesh_given_is_the_layout(self):
+        self.start_group()
+        mesh = self.mesh((1, 1, 1), ("pp", "dp", "tp"))
+        self.assertEqual(rankwatch.Layout.from_mesh(mesh), rankwatch.Layout())
+        rw, job = self.collector(layout=mesh)
+        self.assertEqual((rw.layout, rw.layout_source), (rankwatch.Layout(), "argument"))
+        with self.assertRaisesRegex(ValueError, "'replicate' is none of dp, pp, tp, cp, ep"):
+            rankwatch.Layout.from_mesh(self.mesh((1, 1), ("replicate", "shard")))
+        with self.assertRaisesRegex(ValueError, "no dim names"):
+            rankwatch.Layout.from_mesh(self.mesh((1,), None))
+        with self.assertRaisesRegex(ValueError, "both a 'dp' dim and dp_shard"):
+            rankwatch.Layout.from_mesh(self.mesh((1, 1), ("dp", "dp_shard")))
+
+    def test_a_mesh_made_before_init_is_found_with_no_configuration(self):
+        self.start_group()
+        mesh = self.mesh((1, 1), ("dp", "tp"))
+        mesh["tp"]  # a slice is no root mesh: not a candidate of its own
+        rw, job = self.collector()
+        self.assertEqual((rw.layout, rw.layout_source), (rankwatch.Layout(), "device_mesh"))
+        with rw.step():
+            pass
+        self.assertTrue(rw.flush(timeout_s=10))
+        rw.close()
+        batches = read_batches(self.brokers, job)
+        self.assertTrue(batches)
+        self.assertTrue(all(b.source.HasField("layout") for b in batches))
+
+    def test_a_mesh_made_after_init_is_found_at_the_next_step(self):
+        rw, job = self.collector()  # torch.distributed not initialised: nothing to look for
+        with rw.step():
+            pass
+        self.assertEqual((rw.layout, rw.layout_source, rw._mesh_watch.scans), (None, "", 0))
+        self.start_group()
+        mesh = self.mesh((1,), ("tp",))
+        self.assertIsNone(rw.layout)  # until a step boundary
+        with rw.step():
+            pass
+        self.assertEqual((rw.layout, rw.layout_source), (rankwatch.Layout(), "device_mesh"))
+        self.assertFalse(rw._layout_pending)  # found: no more looking
+        del mesh
+
+    def test_a_mesh_rankwatch_cannot_read_leaves_no_layout_with_one_log_line(self):
+        self.start_group()
+        mesh = self.mesh((1, 1), ("replicate", "shard"))
+        with self.assertLogs("rankwatch", "INFO") as logs:
+            rw, job = self.collector()
+            for _ in range(3):
+                with rw.step():
+                    pass
+        said = [line for line in logs.output if "layout" in line]
+        self.assertEqual(len(said), 1, logs.output)
+        self.assertIn("WARNING:rankwatch:rankwatch: no parallel layout from DeviceMesh((replicate=1, shard=1)", said[0])
+        self.assertIn("'replicate' is none of dp, pp, tp, cp, ep", said[0])
+        self.assertEqual((rw.layout, rw.layout_source), (None, ""))
+        # A mesh that does not make the world (1 rank here, 16 said): no layout, one line.
+        ok = self.mesh((1,), ("dp",))
+        with self.assertLogs("rankwatch", "WARNING") as logs:
+            rw3 = rankwatch.init(job="mesh-big", brokers=self.brokers, rank=0, world_size=16)
+            self.addCleanup(rw3.close)
+        said = [line for line in logs.output if "DeviceMesh((dp=1)" in line]
+        self.assertEqual(len(said), 1, logs.output)
+        self.assertIn("does not fit", said[0])
+        self.assertIsNone(rw3.layout)
+        del mesh, ok
 
 
 if __name__ == "__main__":
