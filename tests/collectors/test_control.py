@@ -6,7 +6,7 @@ and ships its operator events tagged with the request id, then DONE; malformed, 
 expired requests are refused and counted, and requests for other jobs or ranks are not
 answered at all. A Flight Recorder request is answered from the collector's own thread: REFUSED
 "unsupported" where torch has no dump function (Debian's torch 1.13), else the dump written to
-the job's TORCH_NCCL_DEBUG_INFO_TEMP_FILE prefix and DONE."""
+the job's TORCH_NCCL_DEBUG_INFO_TEMP_FILE prefix (TORCH_FR_DUMP_TEMP_FILE where set) and DONE."""
 import os
 import time
 import unittest
@@ -178,7 +178,7 @@ class ControlChannelTest(unittest.TestCase):
         wait_until(lambda: rw.stats()["control"]["reading"], 30, "the control listener reading")
         c10d = torch._C._distributed_c10d
         # No step runs: the training thread may be stuck, the request must not wait for it.
-        if not hasattr(c10d, "_dump_nccl_trace"):  # Debian's torch 1.13
+        if not any(hasattr(c10d, n) for n in ("_dump_fr_trace", "_dump_nccl_trace")):  # torch 1.13
             self.send(job, fr_request(job, "fr-unsupported"))
             r = self.final_reply(job, "fr-unsupported")
             self.assertEqual(r.state, control_pb2.CONTROL_REFUSED)
@@ -187,10 +187,11 @@ class ControlChannelTest(unittest.TestCase):
             self.assertFalse(os.path.exists(prefix + "1"))
         # A torch that has it: its bytes become the rank's dump file, then DONE.
         dump = b"\x80\x02}q\x00(X\x07\x00\x00\x00versionq\x01X\x03\x00\x00\x002.9q\x02u."
-        original = getattr(c10d, "_dump_nccl_trace", None)
-        c10d._dump_nccl_trace = lambda: dump
-        self.addCleanup(lambda: delattr(c10d, "_dump_nccl_trace") if original is None
-                        else setattr(c10d, "_dump_nccl_trace", original))
+        # (_dump_fr_trace, the one the collector prefers: torch 2.x, every backend.)
+        original = getattr(c10d, "_dump_fr_trace", None)
+        c10d._dump_fr_trace = lambda: dump
+        self.addCleanup(lambda: delattr(c10d, "_dump_fr_trace") if original is None
+                        else setattr(c10d, "_dump_fr_trace", original))
         self.send(job, fr_request(job, "fr-done"))
         r = self.final_reply(job, "fr-done")
         self.assertEqual(r.state, control_pb2.CONTROL_DONE, r.reason)

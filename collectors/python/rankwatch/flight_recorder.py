@@ -6,10 +6,12 @@ dump path publishes it and the daemon can name the rank that holds the job acros
 groups. The request reaches the collector's "rw:stacks" thread (it must not wait for the training
 thread, which is stuck), which answers here:
 
-* torch exposes ``torch._C._distributed_c10d._dump_nccl_trace`` (newer torch, NCCL builds): its
-  bytes (the pickle the NCCL watchdog writes on a timeout) go to
-  ``${TORCH_NCCL_DEBUG_INFO_TEMP_FILE}${rank}`` (PyTorch's default prefix /tmp/nccl_trace_rank_),
-  written under a temporary name and renamed, so the agent never reads half a dump; DONE.
+* torch exposes ``torch._C._distributed_c10d._dump_fr_trace`` (torch 2.x, every backend: gloo's
+  collectives are recorded too when TORCH_FR_BUFFER_SIZE is set) or, in NCCL builds,
+  ``_dump_nccl_trace``: its bytes (the pickle PyTorch's watchdog writes on a timeout) go to
+  ``${TORCH_FR_DUMP_TEMP_FILE}${rank}`` (older torch: ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``;
+  PyTorch's default prefix /tmp/nccl_trace_rank_), written under a temporary name and renamed,
+  so the agent never reads half a dump; DONE.
 * otherwise (Debian's torch 1.13, builds without NCCL): REFUSED, reason "unsupported: ...".
 * writing fails: FAILED with the error.
 """
@@ -23,7 +25,11 @@ if TYPE_CHECKING:
     from rankwatch import _native
     from rankwatch._native import ControlRequest
 
-DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"  # PyTorch's TORCH_NCCL_DEBUG_INFO_TEMP_FILE default
+DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"  # PyTorch's default dump prefix
+# The dump prefix variables, PyTorch's current name first.
+PREFIX_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+# torch's dump functions, preferred first: every backend's recorder, then NCCL's.
+DUMP_FUNCTIONS = ("_dump_fr_trace", "_dump_nccl_trace")
 
 
 def dump_function() -> Callable[[], Any] | None:
@@ -32,13 +38,21 @@ def dump_function() -> Callable[[], Any] | None:
     if torch is None:
         return None
     c10d = getattr(getattr(torch, "_C", None), "_distributed_c10d", None)
-    fn = getattr(c10d, "_dump_nccl_trace", None)
-    return fn if callable(fn) else None
+    for name in DUMP_FUNCTIONS:
+        fn = getattr(c10d, name, None)
+        if callable(fn):
+            found: Callable[[], Any] = fn
+            return found
+    return None
 
 
 def dump_path(rank: int) -> str:
-    """Where PyTorch writes rank `rank`'s dump: the job's TORCH_NCCL_DEBUG_INFO_TEMP_FILE + rank."""
-    return os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", DEFAULT_PREFIX) + str(rank)
+    """Where PyTorch writes rank `rank`'s dump: the job's dump prefix + rank."""
+    for name in PREFIX_VARIABLES:
+        prefix = os.environ.get(name)
+        if prefix:
+            return prefix + str(rank)
+    return DEFAULT_PREFIX + str(rank)
 
 
 def write_dump(data: bytes, path: str) -> None:
@@ -64,7 +78,7 @@ def answer(native: _native.Collector, request: ControlRequest, rank: int) -> Non
         version = getattr(torch, "__version__", None) if torch is not None else None
         native.reply_control(request["id"], "refused",
                              "unsupported: %s has no Flight Recorder dump "
-                             "(torch._C._distributed_c10d._dump_nccl_trace)"
+                             "(torch._C._distributed_c10d._dump_fr_trace)"
                              % ("torch " + str(version) if version else "this process"))
         return
     path = dump_path(rank)
@@ -73,7 +87,7 @@ def answer(native: _native.Collector, request: ControlRequest, rank: int) -> Non
         if isinstance(data, str):
             data = data.encode()
         if not isinstance(data, (bytes, bytearray)):
-            raise TypeError("_dump_nccl_trace returned %s, not bytes" % type(data).__name__)
+            raise TypeError("the Flight Recorder dump is %s, not bytes" % type(data).__name__)
         write_dump(bytes(data), path)
     except Exception as e:  # noqa: BLE001 - answered, never raised into the process
         native.reply_control(request["id"], "failed", "flight recorder: %s" % e)
