@@ -17,7 +17,7 @@ Pipeline-parallel jobs also say where each rank sits and time the ops of each st
 rankwatchd's what-if analysis (docs/whatif.md):
 
     rw = rankwatch.init(layout=rankwatch.Layout(data_rank=d, data_size=2, pipeline_rank=s,
-                                                pipeline_size=4))   # or a DeviceMesh; Megatron: automatic
+                                                pipeline_size=4))   # or a DeviceMesh; else found
     with rw.step():
         for i, x in enumerate(microbatches):
             with rw.op("forward-recv", microbatch=i): ...
