@@ -2,13 +2,14 @@
 configuration. 4-rank gloo jobs on CPU (tests/collectors/mesh_job.py) make their mesh with
 torch's init_device_mesh and call rankwatch.init() with no layout, publishing to a real
 `rankwatch kafka`; the batches read back must carry each rank's coordinates as the mesh says.
+rankwatchd, reading the same topic, sees the pp x tp job's layout in its what-if analysis.
 Also a real FSDP2 job (fully_shard over a 2-rank mesh): rankwatch's hooks record its forward,
 backward, optimizer and collective phases."""
 import os
 import unittest
 import uuid
 
-from harness import Fleet
+from harness import Fleet, metric, parse_metrics, scrape, wait_until
 from step_records import read_batches, steps_by_rank
 from torch_job import TorchJob, torch_available
 
@@ -26,8 +27,17 @@ def layout_fields(layout):
 class DeviceMeshJobTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        import grpc
+        from rankwatch.v1 import service_pb2, service_pb2_grpc
+        cls.service_pb2 = service_pb2
         cls.fleet = Fleet()
-        cls.brokers = cls.fleet.start_broker(partitions=1)
+        try:
+            cls.brokers = cls.fleet.start_broker(partitions=1)
+            cls.daemon = cls.fleet.start_daemon(cls.brokers)
+        except BaseException:
+            cls.fleet.close()
+            raise
+        cls.stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(cls.daemon.endpoints["grpc"]))
 
     @classmethod
     def tearDownClass(cls):
@@ -78,11 +88,27 @@ class DeviceMeshJobTest(unittest.TestCase):
         self.assertEqual({rank: len(s) for rank, s in steps.items()}, {0: 6, 1: 6, 2: 6, 3: 6})
 
     def test_a_pp_tp_mesh_made_after_init_is_found_at_a_step_boundary(self):
-        job, ranks, batches = self.run_job("--shape", "2,2", "--names", "pp,tp", "--mesh-after-init")
+        job, ranks, batches = self.run_job("--shape", "2,2", "--names", "pp,tp", "--mesh-after-init", steps=8)
         expected = {r["rank"]: dict(pipeline_rank=r["mesh"]["pp"][0], pipeline_size=2,
                                     tensor_rank=r["mesh"]["tp"][0], tensor_size=2, data_size=1)
                     for r in ranks}
         self.assert_layouts(ranks, batches, expected, found_at_init=False)
+        # rankwatchd read the layout: its what-if analysis has the job's 1 x 2 x 2 shape, and
+        # a worker (data rank, stage) is the ranks the mesh puts at that stage.
+        wait_until(lambda: metric(parse_metrics(scrape(self.daemon)), "rankwatch_steps_aligned_total",
+                                  training_job=job) == 8, 60, "%s: every step aligned" % job)
+        whatif = wait_until(lambda: self.whatif(job), 30, "%s: a what-if analysis" % job)
+        print("rankwatchd: what-if %s, data x pipeline x tensor = %d x %d x %d, workers %s" % (
+            whatif.verdict, whatif.data_parallel_size, whatif.pipeline_size, whatif.tensor_parallel_size,
+            [(w.data_rank, w.stage, list(w.ranks)) for w in whatif.slowdown_by_worker]))
+        self.assertEqual((whatif.data_parallel_size, whatif.pipeline_size, whatif.tensor_parallel_size), (1, 2, 2))
+        self.assertTrue(whatif.slowdown_by_worker)
+        for w in whatif.slowdown_by_worker:
+            self.assertEqual(sorted(w.ranks), sorted(r["rank"] for r in ranks if r["mesh"]["pp"][0] == w.stage))
+
+    def whatif(self, job):
+        d = self.stub.GetDiagnosis(self.service_pb2.GetDiagnosisRequest(training_job=job), timeout=10)
+        return d.whatif if d.HasField("whatif") and d.whatif.slowdown_by_worker else None
 
     def test_torchtitans_dp_replicate_dp_shard_make_the_data_dim(self):
         # torchtitan's hybrid sharding: replicas x shards, data rank = replica * shards + shard.
