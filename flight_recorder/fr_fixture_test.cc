@@ -84,6 +84,60 @@ TEST(FrFixtures, GpuErrorSecondNamesTheRanksWithTheFailedGpus) {
   ExpectFaultRanksNamed(kFixtures / "nvrx-gpu_error_2nd");
 }
 
+// Real dumps of a hung 4-rank gloo job of torch 2.13 (gloo-torch2.13/README.md): no pg_config
+// for its groups (world, A = [0-2], B = [1-3]), every entry "scheduled", the finished ones
+// retired, no send or recv recorded. Exactly the faulty rank is named.
+FrVerdict GlooCase(const char* name) {
+  auto dumps = LoadDumps({kFixtures / "gloo-torch2.13" / name});
+  EXPECT_TRUE(dumps.ok()) << dumps.status();
+  if (!dumps.ok()) return {};
+  EXPECT_EQ(dumps->size(), 4u);
+  FrVerdict v = AnalyzeFlightRecorder(*dumps);
+  EXPECT_EQ(v.read, (std::vector<uint32_t>{0, 1, 2, 3}));
+  EXPECT_TRUE(v.hang_found);
+  return v;
+}
+
+TEST(FrFixtures, GlooRankMissingFromASubgroupAllReduce) {
+  const FrVerdict v = GlooCase("missing");
+  ASSERT_EQ(v.culprits.size(), 1u) << VerdictText(v, {});
+  const FrCulprit& c = v.culprits[0];
+  EXPECT_EQ(c.rank, 3u);
+  EXPECT_EQ(c.reason, FrCulprit::Reason::kMissing);
+  EXPECT_EQ(c.group_ranks, (std::vector<uint32_t>{1, 2, 3}));
+  EXPECT_EQ(c.op.name, "all_reduce");
+  EXPECT_EQ(c.op.seq, 26);
+  EXPECT_EQ(c.waiting, (std::vector<uint32_t>{0, 1, 2}));
+  EXPECT_EQ(c.blocked, 3u);
+}
+
+TEST(FrFixtures, GlooRankCallingASubgroupAllReduceWithAnEmptyTensor) {
+  // Rank 2's all_reduce of B returned at once (gloo moves no data for an empty tensor): it
+  // completed #26, its peers did not. That is its mismatch, not their GPUs failing.
+  const FrVerdict v = GlooCase("size");
+  ASSERT_EQ(v.culprits.size(), 1u) << VerdictText(v, {});
+  const FrCulprit& c = v.culprits[0];
+  EXPECT_EQ(c.rank, 2u);
+  EXPECT_EQ(c.reason, FrCulprit::Reason::kMismatch);
+  EXPECT_EQ(c.group_ranks, (std::vector<uint32_t>{1, 2, 3}));
+  EXPECT_EQ(c.op.seq, 26);
+  EXPECT_EQ(c.waiting, (std::vector<uint32_t>{1, 3}));
+  EXPECT_EQ(c.blocked, 3u);
+  for (const FrGroupReport& g : v.groups) EXPECT_TRUE(g.not_completing.empty()) << g.desc;
+}
+
+TEST(FrFixtures, GlooRankStuckInASend) {
+  // The send is not in the dumps: rank 1 is missing from the world all_reduce the others wait in.
+  const FrVerdict v = GlooCase("p2p");
+  ASSERT_EQ(v.culprits.size(), 1u) << VerdictText(v, {});
+  const FrCulprit& c = v.culprits[0];
+  EXPECT_EQ(c.rank, 1u);
+  EXPECT_EQ(c.reason, FrCulprit::Reason::kMissing);
+  EXPECT_EQ(c.group_ranks, (std::vector<uint32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(c.op.seq, 26);
+  EXPECT_EQ(c.waiting, (std::vector<uint32_t>{0, 2, 3}));
+}
+
 TEST(FrFixtures, ExtraSetsFromTheSameSource) {
   const char* extra = std::getenv("RANKWATCH_FR_EXTRA");
   if (!extra || !*extra) GTEST_SKIP() << "RANKWATCH_FR_EXTRA not set (folders of more dump sets)";
