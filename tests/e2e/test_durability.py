@@ -101,8 +101,10 @@ class DurabilityTest(unittest.TestCase):
         first.stop(signal.SIGKILL)
         started = time.monotonic()
         second = self.fleet.start_daemon(brokers, extra=["--instance-id", "rw-test-0"], state_dir=state)
-        restored = aligned_steps(second)  # served from the local store at once
-        self.assertGreater(restored, 10)
+        # Served from the local store at once: the steps of the last checkpoint before the kill
+        # (the killed daemon had aligned more than 10; its last checkpoint may hold fewer).
+        restored = aligned_steps(second)
+        self.assertGreater(restored, 0, "nothing restored from the state directory")
         wait_until(lambda: aligned_steps(second) > restored, 60, "new steps after the restart")
         seconds = time.monotonic() - started
         print("restart to live diagnoses: %.1f s" % seconds)
