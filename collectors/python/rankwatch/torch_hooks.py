@@ -228,8 +228,10 @@ def register_timed_allreduce(native: _native.Collector, ddp_model: Any, gate: Ga
 # The torch.distributed functions sharded data parallelism (FSDP 1 and 2, torch 1.13 to 2.x)
 # calls for its all-gathers and reduce-scatters; each is wrapped where it exists. torch 2.13's
 # FSDP2 (fully_shard) calls all_gather_single and reduce_scatter_single, which the older names
-# now call in turn (a nested call is timed once).
-SHARDED_COLLECTIVES = ("all_gather_single", "all_gather_into_tensor", "_all_gather_base",
+# now call in turn (a nested call is timed once). FSDP1 (FullyShardedDataParallel) all-gathers
+# CPU parameters with the list form, all_gather (torch 2.13's _flat_param.py): without it a CPU
+# FSDP1 job's all-gathers, where a rank waits for a late peer, went untimed.
+SHARDED_COLLECTIVES = ("all_gather_single", "all_gather_into_tensor", "_all_gather_base", "all_gather",
                        "reduce_scatter_single", "reduce_scatter_tensor", "_reduce_scatter_base")
 
 
@@ -252,6 +254,42 @@ class _TimedWork:
         return getattr(self._work, name)
 
 
+# The methods of torch.distributed's Work that a _TimedWork subclassing it hands to the real
+# handle (the base class's own would answer for an empty Work); wait() is timed.
+_WORK_METHODS = ("is_completed", "is_success", "exception", "source_rank", "_source_rank", "result",
+                 "synchronize", "block_current_stream", "get_future", "get_future_result",
+                 "_get_duration", "_get_op_type", "boxed")
+
+
+def _timed_work_type(work_type: Any) -> Any:
+    """_TimedWork as a subclass of torch.distributed's Work where it can be one: FSDP2 waits on
+    an asynchronous all-gather's handle only if it is a Work (torch 2.13's
+    foreach_all_gather_copy_out: `if isinstance(all_gather_work, dist.distributed_c10d.Work):
+    all_gather_work.wait()`), so a plain wrapper made a job with async unshards (FSDP2's
+    unshard(async_op=True), _set_unshard_async_op) read its parameters before they arrived
+    (its loss went NaN). Where Work cannot be subclassed, the plain _TimedWork."""
+    if not isinstance(work_type, type):
+        return _TimedWork
+
+    def init(self: Any, work: Any, add_phase: Callable[[int, int, int], None]) -> None:
+        work_type.__init__(self)
+        self._work, self._add_phase = work, add_phase
+
+    def delegate(name: str) -> Callable[..., Any]:
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return getattr(self._work, name)(*args, **kwargs)
+        method.__name__ = name
+        return method
+
+    namespace: dict[str, Any] = {"__init__": init, "wait": _TimedWork.wait, "__getattr__": _TimedWork.__getattr__,
+                                 "__doc__": _TimedWork.__doc__}
+    namespace.update((name, delegate(name)) for name in _WORK_METHODS if hasattr(work_type, name))
+    try:
+        return type("_TimedWork", (work_type,), namespace)
+    except TypeError:  # a final class
+        return _TimedWork
+
+
 def instrument_collectives(native: _native.Collector,
                           names: Iterable[str] = SHARDED_COLLECTIVES) -> Attachment:
     """Wraps the torch.distributed functions `names` (those that exist, in torch.distributed
@@ -264,6 +302,7 @@ def instrument_collectives(native: _native.Collector,
     from torch.distributed import distributed_c10d
     modules: list[ModuleType] = [m for m in (dist, distributed_c10d)]
     add_phase = native.add_phase
+    timed_work = _timed_work_type(getattr(distributed_c10d, "Work", None))
     inside = threading.local()
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -279,7 +318,7 @@ def instrument_collectives(native: _native.Collector,
             if work is None:  # synchronous: it returned when the collective completed
                 add_phase(_COLLECTIVE, t0, now_ns())
                 return None
-            return _TimedWork(work, add_phase)
+            return timed_work(work, add_phase)
         timed.__wrapped__ = fn  # type: ignore[attr-defined]  # as functools.wraps sets it
         timed.__name__ = getattr(fn, "__name__", "collective")
         timed.__doc__ = getattr(fn, "__doc__", None)
