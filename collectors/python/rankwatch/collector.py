@@ -379,7 +379,8 @@ class Collector:
         rankwatchd the job trains with "fsdp" and shards its parameters (so forward waits for
         other ranks too), and times as the collective phase the time this process is blocked
         in the all-gathers and reduce-scatters FSDP issues (torch.distributed's
-        all_gather_single, reduce_scatter_single (FSDP2 in torch 2.13), all_gather_into_tensor,
+        all_gather_single, reduce_scatter_single (FSDP1 and FSDP2 in torch 2.13), all_gather
+        (FSDP1's all-gather of CPU parameters), all_gather_into_tensor,
         reduce_scatter_tensor and their older _base names, wrapped
         process-wide; an asynchronous call is timed in its handle's wait()). On GPUs with
         NCCL these calls return once the collective is queued on a stream, so the collective
