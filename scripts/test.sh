@@ -33,12 +33,6 @@ done
 scripts/deps.sh
 scripts/venv.sh >/dev/null  # .venv: the tests' Python with torch 2.13.0 (tests/requirements.txt)
 
-if [[ -z "$SANITIZE" ]]; then
-  [[ $E2E == 1 ]] && { echo "--e2e goes with --sanitize=address,undefined" >&2; exit 2; }
-  scripts/build.sh
-  cd "${BUILD_DIR:-build}"
-  exec ctest --output-on-failure -j2 "${ARGS[@]}"
-fi
 
 # Runtime options of each sanitizer. LSan (detect_leaks=1) runs at the exit of each ASan process.
 ASAN_RUNTIME="detect_leaks=1:halt_on_error=1:abort_on_error=0:print_summary=1"
@@ -73,6 +67,15 @@ run_ctest() {
   echo "== $dir: ctest $* took $((SECONDS - start)) s (exit $rc)"
   return $rc
 }
+
+if [[ -z "$SANITIZE" ]]; then
+  [[ $E2E == 1 ]] && { echo "--e2e goes with --sanitize=address,undefined" >&2; exit 2; }
+  start=$SECONDS
+  scripts/build.sh
+  echo "== ${BUILD_DIR:-build}: built in $((SECONDS - start)) s"
+  run_ctest "${BUILD_DIR:-build}" "${ARGS[@]}"
+  exit
+fi
 
 asan() {
   local dir=build-asan
