@@ -186,6 +186,7 @@ CollectorIdentity Collector::identity() const {
 Collector::~Collector() { (void)Close(false, std::chrono::seconds(2)); }
 
 void Collector::BeginStep(uint64_t step, uint64_t now_ns) {
+  steps_started_.store(true, std::memory_order_relaxed);
   step_ = step;
   step_begin_ns_ =
       std::min(now_ns, earliest_begin_ns_.exchange(UINT64_MAX, std::memory_order_relaxed));
@@ -225,11 +226,18 @@ void Collector::AddPhase(StepPhase phase, uint64_t begin_ns, uint64_t end_ns) {
   const int i = static_cast<int>(phase);
   phase_ns_[i].fetch_add(end_ns > begin_ns ? end_ns - begin_ns : 0, std::memory_order_relaxed);
   phase_mask_.fetch_or(1u << i, std::memory_order_relaxed);
+  steps_started_.store(true, std::memory_order_relaxed);
   AtomicMin(earliest_begin_ns_, begin_ns);
 }
 
 void Collector::AddOp(v1::OpType type, uint32_t microbatch, uint32_t chunk, uint64_t begin_ns,
                       uint64_t end_ns) {
+  steps_started_.store(true, std::memory_order_relaxed);
+  AddStepOp(type, microbatch, chunk, begin_ns, end_ns);
+}
+
+void Collector::AddStepOp(v1::OpType type, uint32_t microbatch, uint32_t chunk, uint64_t begin_ns,
+                          uint64_t end_ns) {
   if (ops_in_step_.fetch_add(1, std::memory_order_relaxed) >= options_.max_ops_per_step) {
     ops_over_limit_.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -247,11 +255,16 @@ void Collector::AddOp(v1::OpType type, uint32_t microbatch, uint32_t chunk, uint
 }
 
 void Collector::AddGcPause(uint64_t begin_ns, uint64_t end_ns) {
+  gc_pauses_.fetch_add(1, std::memory_order_relaxed);
+  if (!steps_started_.load(std::memory_order_relaxed)) {
+    // The set-up's collections (before anything of step 0): no step's time.
+    gc_pauses_before_first_step_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   const uint64_t ns = end_ns > begin_ns ? end_ns - begin_ns : 0;
   gc_ns_.fetch_add(ns, std::memory_order_relaxed);
   gc_count_.fetch_add(1, std::memory_order_relaxed);
-  gc_pauses_.fetch_add(1, std::memory_order_relaxed);
-  if (ns >= options_.gc_op_min_ns) AddOp(v1::OP_GC, 0, 0, begin_ns, end_ns);
+  if (ns >= options_.gc_op_min_ns) AddStepOp(v1::OP_GC, 0, 0, begin_ns, end_ns);
 }
 
 void Collector::RecordCollectives(uint64_t entered) {
@@ -665,6 +678,7 @@ CollectorStats Collector::stats() const {
   s.ops_dropped =
       ops_over_limit_.load(std::memory_order_relaxed) + ops_lost_.load(std::memory_order_relaxed);
   s.gc_pauses = gc_pauses_.load(std::memory_order_relaxed);
+  s.gc_pauses_before_first_step = gc_pauses_before_first_step_.load(std::memory_order_relaxed);
   return s;
 }
 

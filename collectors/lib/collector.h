@@ -18,6 +18,9 @@
 // rest dropped and counted). The sender writes them into the step's record, offsets in
 // microseconds from the step's start (collectors/lib/step_ops.h). AddGcPause accounts a
 // garbage-collection pause: gc_ns and gc_count of the step, and an OP_GC op when it is long.
+// Pauses before the first step's first phase, op or BeginStep (the job's set-up: importing
+// torch 2.x and building DDP collect for seconds) belong to no step: counted in
+// gc_pauses_before_first_step, they neither start step 0 early nor add to its gc_ns.
 //
 // Control channel: with options.control_topic set, a ControlListener (its own thread and
 // librdkafka consumer) reads the daemon's requests for this rank; the training loop polls
@@ -167,6 +170,7 @@ struct CollectorStats {
   uint64_t ops_recorded = 0;        // ops taken into their step (within max_ops_per_step)
   uint64_t ops_dropped = 0;         // over max_ops_per_step, or lost with their step
   uint64_t gc_pauses = 0;           // AddGcPause calls
+  uint64_t gc_pauses_before_first_step = 0;  // of those, in no step (see AddGcPause)
 };
 
 class Collector {
@@ -264,6 +268,9 @@ class Collector {
   // Moves the ops of step `generation` from the op ring into `out` (cleared first), dropping
   // (and counting) those of older steps. Sender thread only.
   void TakeOps(uint64_t generation, std::vector<StepOp>* out);
+  // AddOp without marking the steps started (AddGcPause's ops).
+  void AddStepOp(v1::OpType type, uint32_t microbatch, uint32_t chunk, uint64_t begin_ns,
+                 uint64_t end_ns);
 
   const CollectorIdentity identity_;  // its training_strategy, sharded and layout: as created
   const CollectorOptions options_;
@@ -283,6 +290,9 @@ class Collector {
   std::atomic<uint64_t> gc_ns_{0};
   std::atomic<uint32_t> gc_count_{0};
   std::atomic<uint64_t> gc_pauses_{0};
+  std::atomic<uint64_t> gc_pauses_before_first_step_{0};
+  // Set by the first BeginStep, AddPhase or AddOp: GC pauses before it are the set-up's.
+  std::atomic<bool> steps_started_{false};
   // Ops: the open step's generation (steps ended so far) and its ops so far.
   std::atomic<uint64_t> op_generation_{0};
   std::atomic<uint32_t> ops_in_step_{0};

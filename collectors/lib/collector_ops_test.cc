@@ -72,6 +72,9 @@ TEST(CollectorOpsTest, OpsLayoutAndGcPausesShipInTheirSteps) {
   ASSERT_TRUE(c.ok()) << c.status();
   Collector& rw = **c;
   const uint64_t t0 = 1000 * kMs;
+  // The set-up's collections, before anything of step 0: no step's time.
+  rw.AddGcPause(t0 - 900 * kMs, t0 - 500 * kMs);
+  rw.AddGcPause(t0 - 100 * kMs, t0 - 90 * kMs);
   rw.AddOp(v1::OP_DATA_LOADING, 0, 0, t0, t0 + kMs);  // before the step opens: it starts it
   rw.BeginStep(0, t0 + kMs);
   rw.AddOp(v1::OP_FORWARD_COMPUTE, 0, 0, t0 + kMs, t0 + 3 * kMs);
@@ -92,13 +95,14 @@ TEST(CollectorOpsTest, OpsLayoutAndGcPausesShipInTheirSteps) {
   const CollectorStats stats = rw.stats();
   EXPECT_EQ(stats.ops_recorded, 5u);
   EXPECT_EQ(stats.ops_dropped, 0u);
-  EXPECT_EQ(stats.gc_pauses, 2u);
+  EXPECT_EQ(stats.gc_pauses, 4u);
+  EXPECT_EQ(stats.gc_pauses_before_first_step, 2u);
 
   const std::vector<v1::Batch> batches = kafka.ReadAll(std::chrono::milliseconds(700));
   const std::vector<v1::StepRecord> steps = Steps(batches);
   ASSERT_EQ(steps.size(), 3u);
   const v1::StepRecord& s = steps[0];
-  EXPECT_EQ(s.step_time_ns(), 10 * kMs);  // from the data-loading op
+  EXPECT_EQ(s.step_time_ns(), 10 * kMs);  // from the data-loading op, not the set-up's GC
   EXPECT_EQ(s.gc_ns(), 2 * kMs + 10 * kUs);
   EXPECT_EQ(s.gc_count(), 2u);
   EXPECT_EQ(s.ops_origin_unix_ns(), s.end_unix_ns() - static_cast<int64_t>(s.step_time_ns()));

@@ -466,6 +466,7 @@ PYBIND11_MODULE(_native, m) {
              d["ops_recorded"] = s.ops_recorded;
              d["ops_dropped"] = s.ops_dropped;
              d["gc_pauses"] = s.gc_pauses;
+             d["gc_pauses_before_first_step"] = s.gc_pauses_before_first_step;
              py::dict control;
              control["reading"] = s.control.reading;
              control["messages"] = s.control.messages;

@@ -223,13 +223,16 @@ class PipelineJobTest(DaemonTestCase):
         # Each full collection visits the ~100k objects the process tracks: 50-140 ms measured
         # on a ~40 ms step, a quarter to a half of rank 2's time.
         self.assertGreater(statistics.median(pauses), 0.5 * statistics.median(steps))
-        # The collector recorded the pauses (gc.callbacks) on rank 2, next to none elsewhere.
+        # The collector recorded the pauses (gc.callbacks) on rank 2, and much less elsewhere:
+        # torch 2.x's import leaves ~170k objects tracked, so the interpreter's own automatic
+        # full collections also take ~120 ms, a few times a run on every rank (0.39 x rank 2's
+        # total in one run; next to none under torch 1.13).
         gc_ms = {rank: sum(s.gc_ns for s in by_step.values()) / 1e6
                  for rank, by_step in steps_by_rank(read_batches(self.brokers, job)).items()}
         print("GC recorded by the collector, ms over the run: %s" % {k: round(v, 1) for k, v in gc_ms.items()})
         self.assertGreater(gc_ms[2], 0.8 * sum(pauses))
         for rank in (0, 1, 3):
-            self.assertLess(gc_ms[rank], 0.2 * gc_ms[2], rank)
+            self.assertLess(gc_ms[rank], 0.5 * gc_ms[2], rank)
         d = self.diagnosis(job)
         print("diagnosis: %s, culprit ranks %s, cause %s, scores: own %.3f compute %.3f input %.3f; GC: rank "
               "%d %.1f ms a step, median %.1f ms\nnote: %s" % (
