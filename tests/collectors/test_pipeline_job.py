@@ -172,7 +172,10 @@ class PipelineJobTest(DaemonTestCase):
         d, ranks, facts = self.run_pipeline("pp-last-stage", "--fault-last-stage-layers-factor", "1.5")
         self.assertEqual([r["layers"] for r in ranks], [4, 4, 6, 6])
         for dp in range(DP):
-            self.assertGreater(facts[(dp, 1)]["compute_cpu"], 1.2 * facts[(dp, 0)]["compute_cpu"], dp)
+            # The host's share of a layer (dispatch) is a few hundred microseconds of CPU on
+            # torch 2.13, partly per step rather than per layer: 1.5x the layers took
+            # 1.17-1.19x the CPU time (1.2x and more on torch 1.13); the device time, 1.5x.
+            self.assertGreater(facts[(dp, 1)]["compute_cpu"], 1.1 * facts[(dp, 0)]["compute_cpu"], dp)
             self.assertGreater(facts[(dp, 1)]["compute"], 1.3 * facts[(dp, 0)]["compute"], dp)
         self.assert_verdict(d, "stage_imbalance", stage=1)
 
@@ -190,11 +193,14 @@ class PipelineJobTest(DaemonTestCase):
         # CPU time and in wall time (8 to 40 tokens a sequence, 48 the two together).
         clear = [k for k in range(SKIP, STEPS) if max(seq[0][k], seq[1][k]) >= 1.5 * min(seq[0][k], seq[1][k])]
         self.assertGreater(len(clear), STEPS // 4)
+        # CPU time is noisier: a step's ~4 ms of host CPU on torch 2.13 differs little with the
+        # length, and the interpreter's own full collections (~120 ms, a few a run) land in
+        # random steps: 18-19 of 22 clear steps agreed in CPU time (0.9 on torch 1.13).
         for s in range(PP):
-            for kind in ("compute_cpu_seconds", "compute_seconds"):
+            for kind, share in (("compute_cpu_seconds", 0.75), ("compute_seconds", 0.9)):
                 t = [by_coord[(dp, s)][kind] for dp in range(DP)]
                 agree = sum((seq[0][k] > seq[1][k]) == (t[0][k] > t[1][k]) for k in clear)
-                self.assertGreaterEqual(agree, 0.9 * len(clear), "stage %d %s: %d of %d steps" % (
+                self.assertGreaterEqual(agree, share * len(clear), "stage %d %s: %d of %d steps" % (
                     s, kind, agree, len(clear)))
         self.assert_verdict(d, "sequence_imbalance")
 
