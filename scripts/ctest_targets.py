@@ -42,7 +42,8 @@ def artifacts(build_dir):
 def test_commands(build_dir):
     """Maps each test's name to its command, from the CTestTestfile.cmake files."""
     out = {}
-    pattern = re.compile(r'^add_test\(\[=\[(.+?)\]=\] (.*)\)$')
+    # CMake 3.x writes add_test([=[NAME]=] "ARG" ...), CMake 4 add_test("NAME" "ARG" ...).
+    pattern = re.compile(r'^add_test\((?:\[=\[(.+?)\]=\]|"((?:[^"\\]|\\.)*)") (.*)\)$')
     for root, _, files in os.walk(build_dir):
         if "CTestTestfile.cmake" not in files:
             continue
@@ -50,8 +51,8 @@ def test_commands(build_dir):
             for line in f:
                 m = pattern.match(line.strip())
                 if m:
-                    out[m.group(1)] = [a.replace('\\"', '"')
-                                       for a in re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(2))]
+                    out[m.group(1) or m.group(2)] = [a.replace('\\"', '"')
+                                                     for a in re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(3))]
     return out
 
 

@@ -7,7 +7,7 @@ through real `rankwatch kafka` and `rankwatchd` processes (issue #17, acceptance
   culprit's excess, with its time on both ranks; the raw traces load as Kineto JSON; the job's
   diagnosis carries the comparison and `rankwatch timeline` marks the capture on both tracks; the
   alert raised after it (the straggler alert's resolution when the finished job is removed,
-  --job-ttl 30s --job-retention 5s) carries it as evidence, the alert that triggered it does not;
+  --job-ttl 15s --job-retention 5s) carries it as evidence, the alert that triggered it does not;
 * a balanced job is never captured;
 * `rankwatch capture --ranks R --wait S` captures a named rank of a running job on demand.
 
@@ -39,8 +39,8 @@ class CaptureTest(unittest.TestCase):
     def setUpClass(cls):
         cls.fleet = Fleet()
         cls.brokers = cls.fleet.start_broker()
-        # A finished job is removed 30 + 5 s after its last input: its firing alerts resolve then.
-        cls.daemon = cls.fleet.start_daemon(cls.brokers, extra=["--capture-steps", "5", "--job-ttl", "30s",
+        # A finished job is removed 15 + 5 s after its last input: its firing alerts resolve then.
+        cls.daemon = cls.fleet.start_daemon(cls.brokers, extra=["--capture-steps", "5", "--job-ttl", "15s",
                                                                 "--job-retention", "5s"])
         cls.server = cls.daemon.endpoints["grpc"]
         cls.stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(cls.server))
@@ -199,7 +199,9 @@ class CaptureOutageTest(unittest.TestCase):
         server = daemon.endpoints["grpc"]
         stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(server))
         job = "capture-outage"
-        run = TorchJob(fleet.workdir, job, brokers, 1500, *DIAGNOSED_JOB_ARGS)
+        # ~3 s to 30 aligned steps, a 12-s outage, then over 5 s of steps after it: 700 steps
+        # of ~35 ms.
+        run = TorchJob(fleet.workdir, job, brokers, 700, *DIAGNOSED_JOB_ARGS)
         wait_until(lambda: (metric(parse_metrics(scrape(daemon)), "rankwatch_steps_aligned_total",
                                    training_job=job) or 0) >= 30, 120, "30 aligned steps")
         os.kill(broker.pid, signal.SIGSTOP)
