@@ -9,6 +9,9 @@
 #   scripts/test.sh --sanitize=thread [CTEST ARGS]
 #                                       build-tsan/: the unit tests under TSan
 #   scripts/test.sh --sanitize=all      the matrix: ASan+UBSan unit and e2e, then TSan unit
+#   scripts/test.sh --sanitize=... --build-only
+#                                       only the sanitizer build (.ci/run builds build-asan/ at
+#                                       idle priority while build/'s tests run)
 #
 # A sanitizer run builds only what its tests need (scripts/ctest_targets.py; everything with
 # --e2e). BUILD_LOCK=FILE: builds run under `flock FILE` (a machine shared by several builds).
@@ -21,11 +24,13 @@ ROOT=$PWD
 
 SANITIZE=""
 E2E=0
+BUILD_ONLY=0
 ARGS=()
 for a in "$@"; do
   case "$a" in
     --sanitize=*) SANITIZE=${a#--sanitize=} ;;
     --e2e) E2E=1 ;;
+    --build-only) BUILD_ONLY=1 ;;
     *) ARGS+=("$a") ;;
   esac
 done
@@ -73,6 +78,7 @@ if [[ -z "$SANITIZE" ]]; then
   start=$SECONDS
   scripts/build.sh
   echo "== ${BUILD_DIR:-build}: built in $((SECONDS - start)) s"
+  [[ $BUILD_ONLY == 1 ]] && exit 0
   run_ctest "${BUILD_DIR:-build}" "${ARGS[@]}"
   exit
 fi
@@ -80,6 +86,7 @@ fi
 asan() {
   local dir=build-asan
   configure_and_build "$dir" address,undefined "$([[ $E2E == 1 ]] && echo all || echo unit)"
+  [[ $BUILD_ONLY == 1 ]] && return 0
   ASAN_OPTIONS=$ASAN_RUNTIME UBSAN_OPTIONS=$UBSAN_RUNTIME run_ctest "$dir" -L unit "${ARGS[@]}"
   [[ $E2E == 1 ]] || return 0
   # The e2e tests start rankwatchd, rankwatch and rankwatch-agent built with ASan+UBSan. The
@@ -101,6 +108,7 @@ asan() {
 tsan() {
   local dir=build-tsan
   configure_and_build "$dir" thread unit
+  [[ $BUILD_ONLY == 1 ]] && return 0
   TSAN_OPTIONS=$TSAN_RUNTIME run_ctest "$dir" -L unit "${ARGS[@]}"
 }
 
