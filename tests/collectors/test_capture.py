@@ -33,7 +33,7 @@ MATMUL_RANK = 2
 MATMUL_SIZE = "512"
 
 
-@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+@unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
 class CaptureTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -182,7 +182,7 @@ class CaptureTest(unittest.TestCase):
             run.wait(timeout=400)
 
 
-@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+@unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
 class CaptureOutageTest(unittest.TestCase):
     """Acceptance 2: the broker hangs (SIGSTOP) while a capture is requested. The request
     expires at its deadline with a status naming the ranks that did not answer; nothing is

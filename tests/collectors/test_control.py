@@ -39,7 +39,7 @@ def fr_request(job, rid, deadline_s=60.0):
     return r.SerializeToString()
 
 
-@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+@unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
 class ControlChannelTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -24,7 +24,7 @@ SLOW_MS = "10"
 STRAGGLER_LABELS = ("STEP_STRAGGLER", "STEP_INPUT_STRAGGLER", "STEP_COMPUTE_STRAGGLER")
 
 
-@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+@unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
 class CulpritTest(DaemonTestCase):
 
     def run_job(self, job, *args):

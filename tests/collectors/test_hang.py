@@ -28,7 +28,7 @@ HANG_JOB = os.path.join(HERE, "hang_job.py")
 HANG_AT = 40
 
 
-@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+@unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
 class HangStacksTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -144,7 +144,7 @@ class DaemonTest(unittest.TestCase):
         return d, ranks, watch
 
 
-@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+@unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
 class MemoryTrendTest(DaemonTest):
     def test_slow_leak_is_creep_at_its_true_rate(self):
         d, ranks, watch = self.run_job("trend-leak", "--fault-leak-mib-per-step", "0.5")
@@ -176,7 +176,7 @@ class MemoryTrendTest(DaemonTest):
         self.assertFalse(d.trend_steady, d.note)
 
 
-@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+@unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
 class MemoryPerRankTest(DaemonTest):
     def test_one_rank_leak_is_creep_on_that_rank_at_its_rate(self):
         name = "rank-leak"

@@ -49,7 +49,7 @@ def collector_cpu_seconds(pid):
     return total
 
 
-@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+@unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
 class BrokerOutageTest(unittest.TestCase):
     def test_training_goes_on_memory_stays_bounded_and_diagnosis_resumes(self):
         fleet = Fleet()

@@ -15,7 +15,7 @@ from patterns import describe, judge, run_case
 from torch_job import torch_available
 
 
-@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+@unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
 class PatternsTest(DaemonTestCase):
 
     def check(self, case):

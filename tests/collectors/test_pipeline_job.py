@@ -61,7 +61,7 @@ def median_after_warmup(values):
     return statistics.median(values[SKIP:])
 
 
-@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+@unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
 class PipelineJobTest(DaemonTestCase):
 
     def run_pipeline(self, job, *args):

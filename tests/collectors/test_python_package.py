@@ -9,7 +9,7 @@ from harness import Fleet
 from torch_job import torch_available
 
 
-@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+@unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
 class PauseTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

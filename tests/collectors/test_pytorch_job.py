@@ -13,7 +13,7 @@ from torch_job import DIAGNOSED_JOB_ARGS, TorchJob, torch_available
 STEPS = int(os.environ.get("RANKWATCH_TEST_STEPS", "40"))
 
 
-@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+@unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
 class PyTorchJobTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -40,7 +40,7 @@ DELAY_MS = 80
 DELAY_STEPS = (3, 5, 7)  # rank 1 sleeps before the forward of these steps
 
 
-@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+@unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
 class TrainingStrategyTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -21,7 +21,7 @@ def wheels():
     return sorted(glob.glob(os.path.join(BUILD, "dist", "rankwatch-*-cp311-*.whl")))
 
 
-@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+@unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
 class WheelTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -22,7 +22,7 @@ SLOW_INPUT = ("--fault-slow-input-ms", "30")
 STRAGGLERS = ("STEP_STRAGGLER", "STEP_INPUT_STRAGGLER")
 
 
-@unittest.skipUnless(torch_available(), "python3-torch is not installed")
+@unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
 class ZeroConfigTest(DaemonTestCase):
 
     def aligned(self, job):

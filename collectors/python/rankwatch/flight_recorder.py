@@ -12,7 +12,7 @@ thread, which is stuck), which answers here:
   ``${TORCH_FR_DUMP_TEMP_FILE}${rank}`` (older torch: ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``;
   PyTorch's default prefix /tmp/nccl_trace_rank_), written under a temporary name and renamed,
   so the agent never reads half a dump; DONE.
-* otherwise (Debian's torch 1.13, builds without NCCL): REFUSED, reason "unsupported: ...".
+* otherwise (a torch with neither, such as 1.x): REFUSED, reason "unsupported: ...".
 * writing fails: FAILED with the error.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """PyTorch instrumentation on top of the native collector: dataloader fetches, a module's
 forward and backward, optimizer.step, DDP's gradient synchronisation, the all-gathers and
-reduce-scatters of sharded data parallelism (FSDP), and Python's garbage collections. Works with
-torch >= 1.13 (Debian 12's python3-torch): only long-standing hook APIs are used.
+reduce-scatters of sharded data parallelism (FSDP), and Python's garbage collections. Tested
+with torch 2.13 (tests/requirements.txt); the hooks are long-standing APIs of torch 2.x.
 
 Where a helper knows which op of the step it times, it records that op too (the what-if
 analysis's vocabulary, rw.op): a dataloader fetch is a data-loading op, optimizer.step an
