@@ -136,6 +136,9 @@ std::vector<OpComparison> CompareCaptures(const CaptureProfile& culprit,
     if (culprit.ops.count(key) == 0) add(key, nullptr, &r);
   }
   std::sort(rows.begin(), rows.end(), [](const OpComparison& a, const OpComparison& b) {
+    // A collective's self time is mostly waiting for the peers: after the rank's own work.
+    const bool ca = a.phase == CapturePhase::kCollective, cb = b.phase == CapturePhase::kCollective;
+    if (ca != cb) return cb;
     if (a.excess_seconds_per_step != b.excess_seconds_per_step) {
       return a.excess_seconds_per_step > b.excess_seconds_per_step;
     }

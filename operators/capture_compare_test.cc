@@ -102,6 +102,35 @@ TEST(CaptureCompareTest, AnExtraMatrixMultiplyInForwardLeadsTheCulpritsExcess) {
   EXPECT_LE(rows.size(), 5u);
 }
 
+TEST(CaptureCompareTest, CollectivesComeAfterTheRanksOwnWork) {
+  // The profiled culprit also spends 900 us a step in a gloo allreduce the reference does not
+  // wait in (its peers' progress, the profiler's overhead): more than its extra matrix product.
+  std::vector<CapturedEvent> culprit_events = Steps(3, 400);
+  for (int s = 0; s < 3; ++s) {
+    const int64_t end_of_step_us = s * 10'000 + 100 + 400 + 125;
+    culprit_events.push_back(
+        CapturedEvent{"gloo:all_reduce", "cpu_op", end_of_step_us * kUs, 900 * kUs, 7, 100 + s});
+  }
+  const std::vector<OpComparison> rows =
+      CompareCaptures(BuildCaptureProfile(culprit_events), BuildCaptureProfile(Steps(3, 0)), 20);
+  ASSERT_GE(rows.size(), 2u);
+  EXPECT_EQ(rows[0].name, "aten::mm");
+  EXPECT_EQ(rows[0].phase, CapturePhase::kForward);
+  bool seen_collective = false, seen_wait = false;
+  for (const OpComparison& r : rows) {
+    if (r.phase == CapturePhase::kCollective) {
+      seen_collective = true;
+      if (r.name == "gloo:all_reduce") {
+        seen_wait = true;
+        EXPECT_NEAR(r.excess_seconds_per_step, 900e-6, 1e-9);
+      }
+    } else {
+      EXPECT_FALSE(seen_collective) << r.name << " after a collective";
+    }
+  }
+  EXPECT_TRUE(seen_wait);
+}
+
 TEST(CaptureCompareTest, NothingToCompareWithoutSteps) {
   const CaptureProfile empty = BuildCaptureProfile({});
   EXPECT_EQ(empty.steps, 0u);
