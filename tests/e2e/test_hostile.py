@@ -341,6 +341,10 @@ class JobIdFloodTest(Base):
         label = '{training_job="real",diagnosis="compute_straggler"}'
         wait_until(lambda: self.value(self.text(), "rankwatch_step_diagnosis", label) == 1, 60,
                    "the real job diagnosed as a compute straggler")
+        # Every step aligned: the diagnosis can come before the last steps are read (282 of 300
+        # once, with the flood's tail still in the queue).
+        wait_until(lambda: self.value(self.text(), "rankwatch_steps_aligned_total", '{training_job="real"}') == 300,
+                   60, "the real job's 300 steps aligned")
         text = self.text()
         print("final scrape %.1f s after the one at 30,000 ids" % (time.monotonic() - full_at))
         self.assertEqual(self.value(text, "rankwatch_steps_aligned_total",
