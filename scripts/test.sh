@@ -38,7 +38,6 @@ done
 scripts/deps.sh
 scripts/venv.sh >/dev/null  # .venv: the tests' Python with torch 2.13.0 (tests/requirements.txt)
 
-
 # Runtime options of each sanitizer. LSan (detect_leaks=1) runs at the exit of each ASan process.
 ASAN_RUNTIME="detect_leaks=1:halt_on_error=1:abort_on_error=0:print_summary=1"
 UBSAN_RUNTIME="print_stacktrace=1:halt_on_error=1"
