@@ -317,6 +317,17 @@ Built BuildGroups(const std::vector<RankDump>& dumps, uint32_t world_size) {
       if (it != uid_name.end()) status_by_name[it->second] = &s;
     }
     std::map<std::string, Group*> local;  // this rank's name -> group
+    // This rank as a member of `grp` (named `name` here), with its counters when it has them.
+    auto join = [&](Group& grp, const std::string& name) {
+      Member& m = grp.members[rd.rank];
+      m.known = true;
+      auto st = status_by_name.find(name);
+      if (st != status_by_name.end()) {
+        m.has_status = true;
+        m.enqueued = st->second->last_enqueued;
+        m.completed = st->second->last_completed;
+      }
+    };
     for (const FrGroup& g : d.groups) {
       if (g.ranks.empty()) continue;  // gloo's placeholder (below)
       const FrRanks& ranks = canonical.Get(g.ranks);
@@ -330,14 +341,7 @@ Built BuildGroups(const std::vector<RankDump>& dumps, uint32_t world_size) {
       grp.names.insert(g.name);
       local[g.name] = &grp;
       if (!std::binary_search(ranks.begin(), ranks.end(), rd.rank)) continue;
-      Member& m = grp.members[rd.rank];
-      m.known = true;
-      auto st = status_by_name.find(g.name);
-      if (st != status_by_name.end()) {
-        m.has_status = true;
-        m.enqueued = st->second->last_enqueued;
-        m.completed = st->second->last_completed;
-      }
+      join(grp, g.name);
     }
     // Groups the entries name that pg_config does not describe: torch (2.13) records no
     // pg_config for gloo groups (one entry, name "" and no ranks, for all of them). Their names
@@ -353,14 +357,7 @@ Built BuildGroups(const std::vector<RankDump>& dumps, uint32_t world_size) {
       }
       slot->names.insert(e.pg_name);
       local[e.pg_name] = slot;
-      Member& m = slot->members[rd.rank];
-      m.known = true;
-      auto st = status_by_name.find(e.pg_name);
-      if (st != status_by_name.end()) {
-        m.has_status = true;
-        m.enqueued = st->second->last_enqueued;
-        m.completed = st->second->last_completed;
-      }
+      join(*slot, e.pg_name);
     }
     for (const FrEntry& e : d.entries) {
       auto it = local.find(e.pg_name);
