@@ -10,7 +10,8 @@ uint32_t Size(uint32_t s) { return s == 0 ? 1 : s; }
 
 }  // namespace
 
-StepAssembler::StepAssembler(AssemblerOptions options) : options_(std::move(options)) {}
+StepAssembler::StepAssembler(AssemblerOptions options)
+    : options_(std::move(options)), hold_(options_.verdict.hold_steps) {}
 StepAssembler::~StepAssembler() = default;
 
 bool StepAssembler::Accepts(const v1::ParallelLayout& l) const {
@@ -131,7 +132,10 @@ void StepAssembler::Evaluate() {
   auto s = std::make_shared<WhatIfSnapshot>();
   s->layout = layout_;
   if (analyzer_->steps() > 0) s->result = analyzer_->Window();
-  s->verdict = JudgeWhatIf(s->result, layout_, worker_ranks_, *stats_, options_.verdict);
+  // Judged with the held verdict's exit thresholds, then held (hysteresis, minimum duration).
+  s->verdict = hold_.Update(
+      JudgeWhatIf(s->result, layout_, worker_ranks_, *stats_, options_.verdict, hold_.held()),
+      analysed_);
   s->worker_ranks = worker_ranks_;
   s->analysed_steps = analysed_;
   s->skipped_steps = skipped_;

@@ -80,6 +80,7 @@ class StepAssembler {
   Layout layout_;
   std::unique_ptr<Analyzer> analyzer_;
   std::unique_ptr<OpStats> stats_;
+  VerdictHold hold_;  // the verdict shown, steadied (hysteresis, hold_steps)
   std::vector<std::vector<uint32_t>> worker_ranks_;
   std::map<uint64_t, Pending> pending_;
   uint64_t analysed_ = 0;

@@ -61,10 +61,14 @@ void OpStats::Add(const StepOps& step) {
   Step s;
   s.stage_compute_us.assign(layout_.pp, 0.0);
   s.worker_gc_us.assign(layout_.workers(), 0.0);
+  s.worker_compute_us.assign(layout_.workers(), 0.0);
   for (uint32_t w = 0; w < step.workers.size() && w < layout_.workers(); ++w) {
     const uint32_t stage = w / layout_.dp;
     for (const Op& op : step.workers[w]) {
-      if (IsCompute(op.kind)) s.stage_compute_us[stage] += op.duration_us / layout_.dp;
+      if (IsCompute(op.kind)) {
+        s.stage_compute_us[stage] += op.duration_us / layout_.dp;
+        s.worker_compute_us[w] += op.duration_us;
+      }
       if (op.kind == OpKind::kGc) s.worker_gc_us[w] += op.duration_us;
     }
   }
@@ -90,17 +94,76 @@ std::vector<double> OpStats::WorkerGcUs() const {
   return out;
 }
 
+std::vector<double> OpStats::WorkerComputeUs() const {
+  std::vector<double> out(layout_.workers(), 0.0);
+  for (const Step& s : steps_) {
+    for (uint32_t i = 0; i < out.size(); ++i) out[i] += s.worker_compute_us[i];
+  }
+  for (double& v : out) v /= std::max<size_t>(1, steps_.size());
+  return out;
+}
+
+bool SameFinding(const WhatIfVerdict& a, const WhatIfVerdict& b) {
+  return a.verdict == b.verdict && a.data_rank == b.data_rank && a.stage == b.stage &&
+         a.op_group == b.op_group;
+}
+
+const WhatIfVerdict& VerdictHold::Update(WhatIfVerdict judged, uint64_t analysed_steps) {
+  if (judged.verdict == Verdict::kNone) {  // no what-if now (a new world size, no steps)
+    has_held_ = false;
+    held_ = std::move(judged);
+    candidate_ = WhatIfVerdict{};
+    return held_;
+  }
+  if (!has_held_ || SameFinding(judged, held_)) {
+    has_held_ = true;
+    held_ = std::move(judged);
+    candidate_ = WhatIfVerdict{};
+    return held_;
+  }
+  if (candidate_.verdict == Verdict::kNone || !SameFinding(judged, candidate_)) {
+    candidate_since_ = analysed_steps;
+  }
+  if (analysed_steps >= candidate_since_ + hold_steps_) {
+    held_ = std::move(judged);
+    candidate_ = WhatIfVerdict{};
+    return held_;
+  }
+  candidate_ = std::move(judged);
+  // The held finding stays, with the window as it is now.
+  held_.slowdown = candidate_.slowdown;
+  held_.lost_rank_seconds = candidate_.lost_rank_seconds;
+  return held_;
+}
+
+void VerdictHold::Restore(const WhatIfVerdict* held, const WhatIfVerdict& candidate,
+                          uint64_t candidate_since) {
+  has_held_ = held != nullptr;
+  held_ = held != nullptr ? *held : WhatIfVerdict{};
+  candidate_ = candidate;
+  candidate_since_ = candidate_since;
+}
+
 WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
                           const std::vector<std::vector<uint32_t>>& worker_ranks,
-                          const OpStats& stats, const VerdictOptions& o) {
+                          const OpStats& stats, const VerdictOptions& o,
+                          const WhatIfVerdict* held) {
   WhatIfVerdict v;
   if (r.steps < o.min_steps || r.ideal_us <= 0) return v;
+  // The held verdict's exit thresholds keep it (hysteresis); any other needs the entry ones.
+  const Verdict held_kind = held != nullptr ? held->verdict : Verdict::kNone;
+  const bool held_finding = held_kind != Verdict::kNone && held_kind != Verdict::kBalanced;
+  // The share of S - 1 a group must explain for `kind` (and, for op groups, `group`).
+  auto share_for = [&](Verdict kind, std::string_view group = {}) {
+    const bool keeps = kind == held_kind && (group.empty() || group == held->op_group);
+    return keeps ? std::min(o.keep_share, o.explain_share) : o.explain_share;
+  };
   v.slowdown = r.slowdown;
   const uint32_t world = std::max<uint32_t>(1, layout.workers() * std::max<uint32_t>(1, layout.tp));
   v.lost_rank_seconds = std::max(0.0, r.actual_us - r.ideal_us) * 1e-6 * r.steps * world;
   const double excess = r.slowdown - 1;
   const double lost_ms = std::max(0.0, r.actual_us - r.ideal_us) / 1e3;
-  if (r.slowdown < o.warn_slowdown) {
+  if (r.slowdown < (held_finding ? std::min(o.exit_slowdown, o.warn_slowdown) : o.warn_slowdown)) {
     v.verdict = Verdict::kBalanced;
     v.note = fmt::format(
         "steps take {:.1f} ms, {:.1f}% above a run where every op took its typical time: "
@@ -108,7 +171,10 @@ WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
         r.actual_us / 1e3, excess * 100);
     return v;
   }
-  v.severity = r.slowdown >= o.crit_slowdown ? Severity::kCrit : Severity::kWarn;
+  const bool crit = r.slowdown >= o.crit_slowdown ||
+                    (held != nullptr && held->severity == Severity::kCrit &&
+                     r.slowdown >= std::min(o.crit_exit_slowdown, o.crit_slowdown));
+  v.severity = crit ? Severity::kCrit : Severity::kWarn;
   const double need = o.explain_share * excess;
   const Decomposition& d = r.decomposition;
   auto ranks_of = [&](uint32_t worker) {
@@ -122,7 +188,8 @@ WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
   // 1. One op group explains it: GC pauses or a kind of communication.
   if (!d.by_op_group.empty()) {
     const auto& [group, s] = d.by_op_group.front();
-    if (s - 1 >= need && group == OpGroupName(OpKind::kGc)) {
+    if (s - 1 >= share_for(Verdict::kGcPauses, group) * excess &&
+        group == OpGroupName(OpKind::kGc)) {
       const std::vector<double> gc = stats.WorkerGcUs();
       const uint32_t w = gc.empty() ? 0 : static_cast<uint32_t>(ArgMax(gc));
       v.verdict = Verdict::kGcPauses;
@@ -142,7 +209,8 @@ WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
           "gc.collect() at the same step on every rank";
       return v;
     }
-    if (s - 1 >= need && IsCommunicationGroup(group)) {
+    if (s - 1 >= share_for(Verdict::kSlowCommunication, group) * excess &&
+        IsCommunicationGroup(group)) {
       v.verdict = Verdict::kSlowCommunication;
       v.op_group = group;
       v.explained = (s - 1) / excess;
@@ -169,7 +237,54 @@ WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
   const size_t dp_explaining = CountExplaining(d.by_dp_rank, need);
   const size_t stage_explaining = CountExplaining(d.by_stage, need);
 
-  // The slowest replica of each step: does it move, and is it alone? Sequence imbalance makes
+  // 3. A stage that explains S and holds more compute than the stages' mean on every replica:
+  // a badly cut pipeline, whichever replica is slowest in each step (with few replicas, noise
+  // decides that). Checked before sequence imbalance: the decomposition by stage decides.
+  const std::vector<double> compute = stats.StageComputeUs();
+  double total = 0;
+  for (double c : compute) total += c;
+  const double mean = total / std::max<size_t>(1, compute.size());
+  const double mine = stage_top < compute.size() ? compute[stage_top] : 0;
+  const std::vector<double> worker_compute = stats.WorkerComputeUs();
+  bool heavier_on_every_replica = layout.pp > 1;
+  for (uint32_t dp = 0; dp < layout.dp && heavier_on_every_replica; ++dp) {
+    double replica_total = 0;
+    for (uint32_t st = 0; st < layout.pp; ++st) {
+      const uint32_t w = st * layout.dp + dp;
+      replica_total += w < worker_compute.size() ? worker_compute[w] : 0;
+    }
+    const uint32_t w = static_cast<uint32_t>(stage_top) * layout.dp + dp;
+    const double replica_mine = w < worker_compute.size() ? worker_compute[w] : 0;
+    heavier_on_every_replica = replica_mine >= (1 + o.min_stage_excess) * replica_total / layout.pp;
+  }
+  const bool keeps_stage =
+      held_kind == Verdict::kStageImbalance && held->stage == static_cast<int32_t>(stage_top);
+  const double stage_need = keeps_stage ? share_for(Verdict::kStageImbalance) * excess : need;
+  if (d.by_stage[stage_top] - 1 >= stage_need && heavier_on_every_replica) {
+    v.verdict = Verdict::kStageImbalance;
+    v.stage = static_cast<int32_t>(stage_top);
+    v.explained = (d.by_stage[stage_top] - 1) / excess;
+    v.move_fraction = mine > 0 ? std::max(0.0, (mine - mean) / mine) : 0;
+    for (uint32_t w = static_cast<uint32_t>(stage_top) * layout.dp;
+         w < (stage_top + 1) * layout.dp && w < worker_ranks.size(); ++w) {
+      v.ranks.insert(v.ranks.end(), worker_ranks[w].begin(), worker_ranks[w].end());
+    }
+    std::sort(v.ranks.begin(), v.ranks.end());
+    v.note = fmt::format(
+        "{}; pipeline stage {} holds more work than the others on every replica: its compute "
+        "is {:.0f}% above the stages' mean; with only its times measured S = {:.3f}, and "
+        "typical times on it alone take back {:.0f}% of the loss (M_S)",
+        head, stage_top, mean > 0 ? (mine / mean - 1) * 100 : 0.0, d.by_stage[stage_top],
+        std::min(1.0, r.m_s) * 100);
+    v.next_step = fmt::format(
+        "repartition the pipeline: move about {:.0f}% of stage {}'s layers (or its loss / "
+        "embedding work) to other stages (Megatron: --decoder-first/last-pipeline-num-layers, "
+        "or uneven --num-layers-per-virtual-pipeline-stage)",
+        v.move_fraction * 100, stage_top);
+    return v;
+  }
+
+  // 4. The slowest replica of each step: does it move, and is it alone? Sequence imbalance makes
   // one replica (or a few) slow in a step, a different one the next; a long stage makes every
   // replica slow in every step; a slow worker the same replica in every step.
   std::map<size_t, uint32_t> slowest_counts;
@@ -209,37 +324,14 @@ WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
     return v;
   }
 
-  const std::vector<double> compute = stats.StageComputeUs();
-  double total = 0;
-  for (double c : compute) total += c;
-  const double mean = total / std::max<size_t>(1, compute.size());
-  const double mine = stage_top < compute.size() ? compute[stage_top] : 0;
-  if (stage_explaining >= 1 && (dp_explaining >= 2 || layout.dp == 1) && layout.pp > 1 &&
-      mine >= (1 + o.min_stage_excess) * mean) {
-    v.verdict = Verdict::kStageImbalance;
-    v.stage = static_cast<int32_t>(stage_top);
-    v.explained = (d.by_stage[stage_top] - 1) / excess;
-    v.move_fraction = mine > 0 ? std::max(0.0, (mine - mean) / mine) : 0;
-    for (uint32_t w = static_cast<uint32_t>(stage_top) * layout.dp;
-         w < (stage_top + 1) * layout.dp && w < worker_ranks.size(); ++w) {
-      v.ranks.insert(v.ranks.end(), worker_ranks[w].begin(), worker_ranks[w].end());
-    }
-    std::sort(v.ranks.begin(), v.ranks.end());
-    v.note = fmt::format(
-        "{}; pipeline stage {} holds more work than the others on every replica: its compute "
-        "is {:.0f}% above the stages' mean; with only its times measured S = {:.3f}, and "
-        "typical times on it alone take back {:.0f}% of the loss (M_S)",
-        head, stage_top, mean > 0 ? (mine / mean - 1) * 100 : 0.0, d.by_stage[stage_top],
-        std::min(1.0, r.m_s) * 100);
-    v.next_step = fmt::format(
-        "repartition the pipeline: move about {:.0f}% of stage {}'s layers (or its loss / "
-        "embedding work) to other stages (Megatron: --decoder-first/last-pipeline-num-layers, "
-        "or uneven --num-layers-per-virtual-pipeline-stage)",
-        v.move_fraction * 100, stage_top);
-    return v;
-  }
-
-  if (dp_explaining == 1 && stage_explaining >= 1) {
+  // 5. One replica and one stage: one worker. A held slow worker stays while it explains
+  // keep_share on both decompositions and no other replica explains the entry share.
+  const bool keeps_worker = held_kind == Verdict::kSlowWorker &&
+                            held->data_rank == static_cast<int32_t>(dp_top) &&
+                            held->stage == static_cast<int32_t>(stage_top);
+  const double worker_need = keeps_worker ? share_for(Verdict::kSlowWorker) * excess : need;
+  if (d.by_dp_rank[dp_top] - 1 >= worker_need && d.by_stage[stage_top] - 1 >= worker_need &&
+      dp_explaining <= 1 && (stage_explaining >= 1 || keeps_worker)) {
     const uint32_t w = static_cast<uint32_t>(stage_top * layout.dp + dp_top);
     v.verdict = Verdict::kSlowWorker;
     v.data_rank = static_cast<int32_t>(dp_top);

@@ -72,6 +72,9 @@ def parse_args():
                    help="that worker's forward and backward compute, in FLOPs, times this")
     f.add_argument("--fault-last-stage-layers-factor", type=float, default=1.0,
                    help="the last stage holds this many times --layers (a badly cut pipeline)")
+    f.add_argument("--fault-heavy-stage", type=int, default=None, metavar="STAGE",
+                   help="the stage that holds --fault-last-stage-layers-factor times the layers "
+                        "(default: the last)")
     f.add_argument("--fault-random-seq-len", action="store_true",
                    help="each step the global batch's tokens split unevenly across the replicas: "
                         "each replica's sequence length is drawn between (1 - spread) and (1 + "
@@ -364,8 +367,10 @@ class Faults:
         self.random_seq_len = args.fault_random_seq_len
 
     def stage_layers(self, layers):
-        """--fault-last-stage-layers-factor: the last stage holds more layers than the others."""
-        if self.stage == self.stages - 1:
+        """--fault-last-stage-layers-factor: the last stage (or --fault-heavy-stage) holds more
+        layers than the others."""
+        heavy = self.stages - 1 if self.args.fault_heavy_stage is None else self.args.fault_heavy_stage
+        if self.stage == heavy:
             return round(layers * self.args.fault_last_stage_layers_factor)
         return layers
 
