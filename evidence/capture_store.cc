@@ -340,6 +340,26 @@ void CaptureStore::Expire(int64_t now_unix_ns) {
   }
 }
 
+std::vector<uint32_t> CaptureStore::BusyRanks(const std::string& job, int64_t now_unix_ns) const {
+  std::vector<uint32_t> busy;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, e] : captures_) {
+    const v1::Capture& c = e.capture;
+    if (c.training_job() != job || Finished(c.state()) || now_unix_ns > e.finish_by_unix_ns) {
+      continue;
+    }
+    for (const v1::CaptureRank& r : c.ranks()) {
+      const v1::ControlState st = r.state();
+      if (st == v1::CONTROL_STATE_UNSPECIFIED || st == v1::CONTROL_ACCEPTED) {
+        busy.push_back(r.rank());
+      }
+    }
+  }
+  std::sort(busy.begin(), busy.end());
+  busy.erase(std::unique(busy.begin(), busy.end()), busy.end());
+  return busy;
+}
+
 void CaptureStore::MakeRoom() {
   // The oldest finished captures go first; running ones stay.
   for (auto it = order_.begin(); captures_.size() >= options_.max_captures && it != order_.end();) {

@@ -80,6 +80,10 @@ class CaptureStore : public Evidence {
   void OnAlert(const v1::Alert& alert, const JobSnapshot* snapshot, int64_t now_unix_ns);
   // Captures past their deadline expire.
   void Expire(int64_t now_unix_ns);
+  // The ranks of `job` a running capture asked that have not given their last word (DONE,
+  // REFUSED or FAILED) and whose capture has not expired: profiling and uploading, their steps
+  // and telemetry may lag.
+  std::vector<uint32_t> BusyRanks(const std::string& job, int64_t now_unix_ns) const override;
 
   // A capture; with `traces`, each rank's events too.
   std::optional<v1::Capture> Get(const std::string& id,

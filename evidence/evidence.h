@@ -48,6 +48,17 @@ class Evidence {
   // that arrived after them (same id and state). Kinds are called in the order they were
   // registered; each sees the alerts the ones before it appended.
   virtual void OnTick(const EvidenceTick& tick, std::vector<v1::Alert>* alerts) = 0;
+
+  // The ranks of `job` that serve a request of this kind at `now_unix_ns` in a way that may
+  // delay their steps or their telemetry (a capture: profiling, then uploading its trace),
+  // ascending. The hang diagnosis does not count their silence while they do (the runtime asks
+  // before each evaluation of the job). Bounded in time by the request's own expiry. Default:
+  // none (a kind whose answers never hold up the training thread).
+  virtual std::vector<uint32_t> BusyRanks(const std::string& job, int64_t now_unix_ns) const {
+    (void)job;
+    (void)now_unix_ns;
+    return {};
+  }
 };
 
 }  // namespace rankwatch
