@@ -102,6 +102,13 @@ struct FrGroupReport {
   std::vector<uint32_t> not_completing;
   std::vector<FrMismatch> mismatches;
   std::vector<uint32_t> no_dump;  // members without a usable dump
+  // kWaiting, kUndecided: members that are culprits elsewhere (mismatched or not completing)
+  // and have the frontier pending: their stream is stuck, so they hold it; the others wait for
+  // them.
+  std::vector<uint32_t> held_by;
+  // Point-to-point: peers that posted no counterpart while they wait in a collective (they
+  // are blocked there, not missing; the rank that waits for them waits for what holds them).
+  std::vector<uint32_t> blocked;
   // Per member: last enqueued and completed sequence id (-1 unknown).
   std::map<uint32_t, std::pair<int64_t, int64_t>> progress;
 };

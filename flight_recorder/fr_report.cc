@@ -107,7 +107,9 @@ std::string VerdictText(const FrVerdict& v, const ReportOptions& options) {
       for (const FrMismatch& m : g.mismatches)
         who += fmt::format("rank {} {} {} vs {} ", m.rank, MismatchKindName(m.kind), m.found,
                            m.expected);
-      if (!g.no_dump.empty()) who += "no dump " + RankRanges(g.no_dump);
+      if (!g.no_dump.empty()) who += "no dump " + RankRanges(g.no_dump) + " ";
+      if (!g.held_by.empty()) who += "held by " + RankRanges(g.held_by) + " ";
+      if (!g.blocked.empty()) who += "peer blocked in a collective " + RankRanges(g.blocked);
       out += fmt::format("{:<48} {:<15} {:<28} {}\n", Cut(GroupText(g.desc, g.ranks), 48),
                          GroupStateName(g.state), Cut(OpText(g.frontier), 28), who);
     }
@@ -158,10 +160,10 @@ std::string VerdictJson(const FrVerdict& v) {
     groups += fmt::format(
         "{}{{\"group\":{},\"ranks\":{},\"names\":{},\"state\":{},\"frontier\":{},"
         "\"completed_everywhere\":{},\"missing\":{},\"not_completing\":{},\"mismatches\":{},"
-        "\"no_dump\":{}}}",
+        "\"no_dump\":{},\"held_by\":{},\"blocked\":{}}}",
         i ? "," : "", Str(g.desc), Ranks(g.ranks), names, Str(GroupStateName(g.state)),
         OpJson(g.frontier), g.completed_everywhere, Ranks(g.missing), Ranks(g.not_completing), mism,
-        Ranks(g.no_dump));
+        Ranks(g.no_dump), Ranks(g.held_by), Ranks(g.blocked));
   }
   groups += "]";
   std::string ranks = "[";
