@@ -435,7 +435,21 @@ std::vector<Setting> BuildSettings() {
       Declare("whatif.min-stage-excess", &D::whatif_verdict, &WhatIfVerdict::min_stage_excess)
           .AtLeast(0.0)
           .Help("`stage_imbalance`: the stage's compute is at least this share above the stages' "
-                "mean"),
+                "mean on every replica"),
+      Declare("whatif.exit-slowdown", &D::whatif_verdict, &WhatIfVerdict::exit_slowdown)
+          .AtLeast(1.0)
+          .Help("a held finding ends only below this S (hysteresis: it begins at warn-slowdown)"),
+      Declare("whatif.crit-exit-slowdown", &D::whatif_verdict,
+              &WhatIfVerdict::crit_exit_slowdown)
+          .AtLeast(1.0)
+          .Help("a held critical verdict becomes a warning only below this S"),
+      Declare("whatif.keep-share", &D::whatif_verdict, &WhatIfVerdict::keep_share)
+          .Within(0.0, 1.0)
+          .Help("the held verdict's group keeps explaining while it brings back this share of "
+                "S − 1 (a new one needs explain-share)"),
+      Declare("whatif.hold-steps", &D::whatif_verdict, &WhatIfVerdict::hold_steps)
+          .Help("a verdict naming another finding replaces the shown one after this many "
+                "consecutive analysed steps (0: at once)"),
   };
 }
 

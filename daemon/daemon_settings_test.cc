@@ -115,6 +115,10 @@ const std::map<std::string, std::string>& Samples() {
       {"whatif.explain-share", "0.6"},
       {"whatif.moving-max-share", "0.7"},
       {"whatif.min-stage-excess", "0.1"},
+      {"whatif.exit-slowdown", "1.02"},
+      {"whatif.crit-exit-slowdown", "1.12"},
+      {"whatif.keep-share", "0.3"},
+      {"whatif.hold-steps", "24"},
   };
   return *samples;
 }
