@@ -439,8 +439,7 @@ std::vector<Setting> BuildSettings() {
       Declare("whatif.exit-slowdown", &D::whatif_verdict, &WhatIfVerdict::exit_slowdown)
           .AtLeast(1.0)
           .Help("a held finding ends only below this S (hysteresis: it begins at warn-slowdown)"),
-      Declare("whatif.crit-exit-slowdown", &D::whatif_verdict,
-              &WhatIfVerdict::crit_exit_slowdown)
+      Declare("whatif.crit-exit-slowdown", &D::whatif_verdict, &WhatIfVerdict::crit_exit_slowdown)
           .AtLeast(1.0)
           .Help("a held critical verdict becomes a warning only below this S"),
       Declare("whatif.keep-share", &D::whatif_verdict, &WhatIfVerdict::keep_share)
