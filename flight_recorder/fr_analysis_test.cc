@@ -207,6 +207,151 @@ TEST(FrAnalysis, AMissingDumpLeavesTheGroupUndecidedAndNamesNoHealthyRank) {
   EXPECT_NE(v.undecided[0].find("3 left no usable record"), std::string::npos) << v.undecided[0];
 }
 
+// Issue #47: the waits that pass through a collective a culprit holds, and through a peer
+// blocked in a collective. Ranks 1-3 form a tensor group, ranks 3-4 an expert group, rank 0
+// sends to rank 4 (a pipeline peer) which never posted the receive.
+Job HeldJob() {
+  Job job(5);
+  job.Group("5", 5, "TENSOR_MODEL_PARALLEL_GROUP", {1, 2, 3}, 11, 10);
+  job.Group("7", 7, "EXPERT_MODEL_PARALLEL_GROUP", {3, 4}, 20, 19);
+  job.Group("9", 9, "PIPELINE_MODEL_PARALLEL_GROUP", {0, 4}, 50, 49);
+  job.Counters(4, 9, 49, 49);
+  for (uint32_t r : {1u, 2u, 3u}) job.Pending(r, "5", 5, "all_reduce", 11);
+  for (uint32_t r : {3u, 4u}) job.Pending(r, "7", 7, "all_to_all", 20);
+  job.Pending(0, "9", 9, "send 0->1", 50, /*p2p=*/true);
+  return job;
+}
+
+const FrGroupReport* GroupOf(const FrVerdict& v, const std::string& desc) {
+  for (const FrGroupReport& g : v.groups)
+    if (g.desc == desc) return &g;
+  return nullptr;
+}
+
+TEST(FrAnalysis, RanksBlockedInACollectiveAMismatchedRankHoldsWaitForIt) {
+  Job job = HeldJob();
+  job.dumps()[3].dump.entries[0].input_sizes = {{4, 4}};  // rank 3's all_reduce #11: 4 x 4
+  const FrVerdict v = job.Analyze();
+  // Rank 4 waits in the expert all_to_all that rank 3 (stuck in its mismatched all_reduce)
+  // holds: it is not the end of rank 0's send, rank 3 is.
+  ASSERT_EQ(Culprits(v), (std::vector<uint32_t>{3})) << v.summary;
+  const FrCulprit& c = v.culprits[0];
+  EXPECT_EQ(c.reason, FrCulprit::Reason::kMismatch);
+  EXPECT_EQ(c.group_desc, "TENSOR_MODEL_PARALLEL_GROUP");
+  EXPECT_EQ(c.waiting, (std::vector<uint32_t>{1, 2, 4}));
+  EXPECT_EQ(c.blocked, 4u);
+  EXPECT_EQ(v.ranks[4].waits_for, (std::vector<uint32_t>{3}));
+  EXPECT_EQ(v.ranks[0].waits_for, (std::vector<uint32_t>{4}));
+  const FrGroupReport* ep = GroupOf(v, "EXPERT_MODEL_PARALLEL_GROUP");
+  ASSERT_NE(ep, nullptr);
+  EXPECT_EQ(ep->state, FrGroupReport::State::kWaiting);
+  EXPECT_EQ(ep->held_by, (std::vector<uint32_t>{3}));
+  const FrGroupReport* pp = GroupOf(v, "PIPELINE_MODEL_PARALLEL_GROUP");
+  ASSERT_NE(pp, nullptr);
+  EXPECT_EQ(pp->state, FrGroupReport::State::kWaiting);
+  EXPECT_TRUE(pp->missing.empty());
+  EXPECT_EQ(pp->blocked, (std::vector<uint32_t>{4}));
+  EXPECT_NE(v.summary.find("rank 3 holds the job"), std::string::npos) << v.summary;
+}
+
+TEST(FrAnalysis, RanksBlockedInACollectiveANotCompletingRankHoldsWaitForIt) {
+  Job job = HeldJob();
+  // Rank 1 completed tensor-parallel collectives #11-#12 that rank 3 never saw complete.
+  for (uint32_t r : {1u, 2u, 3u}) job.dumps()[r].dump.entries[0].collective_seq_id = 13;
+  job.Counters(1, 5, 13, 12);
+  job.Counters(2, 5, 13, 12);
+  job.Counters(3, 5, 13, 10);
+  const FrVerdict v = job.Analyze();
+  ASSERT_EQ(Culprits(v), (std::vector<uint32_t>{3})) << v.summary;
+  EXPECT_EQ(v.culprits[0].reason, FrCulprit::Reason::kNotCompleting);
+  EXPECT_EQ(v.culprits[0].waiting, (std::vector<uint32_t>{1, 2, 4}));
+  EXPECT_EQ(v.culprits[0].blocked, 4u);
+  EXPECT_EQ(v.ranks[4].waits_for, (std::vector<uint32_t>{3}));
+}
+
+TEST(FrAnalysis, ASendsPeerBlockedInACollectiveEveryMemberEnqueuedIsNotNamed) {
+  // Nobody is at fault in the dumps: rank 4 waits in an all_to_all both members enqueued.
+  Job job = HeldJob();
+  const FrVerdict v = job.Analyze();
+  EXPECT_TRUE(v.hang_found);
+  EXPECT_TRUE(v.culprits.empty()) << v.summary;
+  for (const FrGroupReport& g : v.groups) {
+    EXPECT_EQ(g.state, FrGroupReport::State::kWaiting) << g.desc;
+    EXPECT_TRUE(g.held_by.empty()) << g.desc;
+  }
+  ASSERT_EQ(v.undecided.size(), 1u);
+  EXPECT_NE(v.undecided[0].find("inside NCCL"), std::string::npos);
+  EXPECT_NE(v.undecided[0].find("peers blocked in those collectives"), std::string::npos);
+  EXPECT_EQ(v.ranks[0].waits_for, (std::vector<uint32_t>{4}));
+}
+
+TEST(FrAnalysis, APeerThatPostedNothingAndWaitsNowhereIsMissing) {
+  Job job = HeldJob();
+  job.dumps()[4].dump.entries.clear();  // rank 4 enqueued nothing more (its counters say so)
+  job.Counters(4, 7, 19, 19);
+  job.Counters(3, 7, 20, 19);
+  const FrVerdict v = job.Analyze();
+  ASSERT_EQ(Culprits(v), (std::vector<uint32_t>{4})) << v.summary;
+  EXPECT_EQ(v.culprits[0].reason, FrCulprit::Reason::kMissing);
+  // The collective it is missing from comes before the send it never received.
+  EXPECT_EQ(v.culprits[0].group_desc, "EXPERT_MODEL_PARALLEL_GROUP");
+  EXPECT_EQ(v.culprits[0].waiting, (std::vector<uint32_t>{0, 3}));
+}
+
+TEST(FrAnalysis, WaitingOnAnUndecidedGroupBlamesNoOne) {
+  // Rank 3 left no dump: the expert group's all_to_all is undecided; rank 4, blocked in it, is
+  // not the end of rank 0's send, and rank 3 is not named either.
+  Job job = HeldJob();
+  job.Lose(3);
+  const FrVerdict v = job.Analyze();
+  EXPECT_TRUE(v.culprits.empty()) << v.summary;
+  EXPECT_EQ(v.missing, (std::vector<uint32_t>{3}));
+  const FrGroupReport* ep = GroupOf(v, "EXPERT_MODEL_PARALLEL_GROUP");
+  ASSERT_NE(ep, nullptr);
+  EXPECT_EQ(ep->state, FrGroupReport::State::kUndecided);
+  EXPECT_EQ(ep->no_dump, (std::vector<uint32_t>{3}));
+  const FrGroupReport* pp = GroupOf(v, "PIPELINE_MODEL_PARALLEL_GROUP");
+  ASSERT_NE(pp, nullptr);
+  EXPECT_EQ(pp->blocked, (std::vector<uint32_t>{4}));
+  EXPECT_EQ(v.summary.rfind("undecided: rank 3 left no usable record of 2 pending groups", 0), 0u)
+      << v.summary;
+  EXPECT_FALSE(v.undecided.empty());
+}
+
+TEST(FrAnalysis, ARankMissingFromOneGroupWhileWaitingInAnUndecidedOneIsNotNamed) {
+  Job job(3);
+  job.Group("1", 1, "A", {0, 1}, 5, 4);
+  job.Group("2", 2, "B", {1, 2}, 9, 8);
+  job.Counters(1, 1, 4, 4);  // rank 1 never enqueued A #5: it waits in B #9
+  job.Pending(0, "1", 1, "all_reduce", 5);
+  job.Pending(1, "2", 2, "all_reduce", 9);
+  job.Lose(2);  // and B's state depends on rank 2, which left no dump
+  const FrVerdict v = job.Analyze();
+  EXPECT_TRUE(v.culprits.empty()) << v.summary;
+  EXPECT_EQ(v.ranks[0].waits_for, (std::vector<uint32_t>{1}));
+  bool said = false;
+  for (const std::string& u : v.undecided)
+    said = said || u.find(
+                       "rank 1 is missing from A [0,1] all_reduce #5 but waits in B [1,2] "
+                       "all_reduce #9, which is undecided") != std::string::npos;
+  EXPECT_TRUE(said) << ::testing::PrintToString(v.undecided);
+}
+
+TEST(FrAnalysis, ARankTheDumpsProveMissingIsNamedBesideAMissingDump) {
+  Job job(3);
+  job.Group("5", 5, "TP", {0, 1, 2}, 11, 10);
+  job.Counters(1, 5, 10, 10);  // rank 1 never enqueued #11
+  job.Pending(0, "5", 5, "all_reduce", 11);
+  job.Empty(1);
+  job.Lose(2);
+  const FrVerdict v = job.Analyze();
+  ASSERT_EQ(Culprits(v), (std::vector<uint32_t>{1})) << v.summary;
+  EXPECT_EQ(v.culprits[0].reason, FrCulprit::Reason::kMissing);
+  ASSERT_EQ(v.groups.size(), 1u);
+  EXPECT_EQ(v.groups[0].no_dump, (std::vector<uint32_t>{2}));
+  EXPECT_FALSE(v.undecided.empty());
+}
+
 TEST(FrAnalysis, CountersOfAnEmptyDumpAreMappedByCreationOrder) {
   // Rank 1's dump has no entries: its counters are keyed by uid ("4"), its groups by name
   // ("35"); the numeric names and ids both follow creation order.

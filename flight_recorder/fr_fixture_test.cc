@@ -5,6 +5,9 @@
 //    given in RANKWATCH_FR_EXTRA (colon-separated folders); they are held to the same rule.
 //  - tests/fixtures/flight-recorder/pytorch-cases/*: PyTorch's test_fr_analysis scenarios as
 //    dumps, with the collectives its analyzer reports (expected.json).
+//  - tests/fixtures/flight-recorder/derived/faults/*: nvrx-lock_gil_1st with its two faulty ranks
+//    healed and one fault of another kind put in (make_fault_sets.py, fault.json): exactly the
+//    faulty rank is named, or nobody and undecided when a dump is missing (issue #47).
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
@@ -80,8 +83,52 @@ TEST(FrFixtures, LockGilFirstNamesTheRanksWhosePythonThreadsHeldTheGil) {
   }
 }
 
+TEST(FrFixtures, LockGilFirstVerdictIsUnchanged) {
+  // Issue #47 changed who waits for whom; this set's verdict stays what it was.
+  const FrVerdict v = AnalyzeFlightRecorder(*LoadDumps({kFixtures / "nvrx-lock_gil_1st"}));
+  ASSERT_EQ(v.culprits.size(), 2u) << VerdictText(v, {});
+  EXPECT_EQ(v.culprits[0].rank, 9u);
+  EXPECT_EQ(v.culprits[0].waiting, (std::vector<uint32_t>{1, 8, 10, 11, 12, 13, 15}));
+  EXPECT_EQ(v.culprits[1].rank, 14u);
+  EXPECT_EQ(v.culprits[1].waiting, (std::vector<uint32_t>{6, 8, 10, 11, 12, 13, 15}));
+  EXPECT_TRUE(v.undecided.empty());
+  // Stage 1's sends wait for 9 and 14 (missing from them) and for the other stage-1 ranks,
+  // blocked in the all_to_all that 9 and 14 never enqueued.
+  for (const FrGroupReport& g : v.groups) {
+    if (g.desc != "PIPELINE_MODEL_PARALLEL_GROUP") continue;
+    const uint32_t peer = g.ranks[1];
+    if (peer == 9 || peer == 14) {
+      EXPECT_EQ(g.missing, std::vector<uint32_t>{peer});
+    } else {
+      EXPECT_TRUE(g.missing.empty()) << GroupText(g.desc, g.ranks);
+      EXPECT_EQ(g.blocked, std::vector<uint32_t>{peer});
+    }
+  }
+}
+
 TEST(FrFixtures, GpuErrorSecondNamesTheRanksWithTheFailedGpus) {
-  ExpectFaultRanksNamed(kFixtures / "nvrx-gpu_error_2nd");
+  const fs::path set = kFixtures / "nvrx-gpu_error_2nd";
+  ExpectFaultRanksNamed(set);
+  const FrVerdict v = AnalyzeFlightRecorder(*LoadDumps({set}));
+  ASSERT_EQ(v.culprits.size(), 2u);
+  // Each enqueued everything its tensor-parallel peers did and stopped seeing completions at
+  // #87748, where its peers completed up to #87760.
+  for (const FrCulprit& c : v.culprits) {
+    EXPECT_EQ(c.reason, FrCulprit::Reason::kNotCompleting);
+    EXPECT_EQ(c.group_desc, "TENSOR_MODEL_PARALLEL_GROUP");
+    EXPECT_EQ(c.op.name, "_all_gather_base");
+    EXPECT_EQ(c.op.seq, 87749);
+    EXPECT_EQ(c.rank_last_enqueued, 87760);
+    EXPECT_EQ(c.rank_last_completed, 87748);
+    EXPECT_EQ(c.blocked, 7u);
+  }
+  EXPECT_EQ(v.culprits[0].rank, 9u);
+  EXPECT_EQ(v.culprits[0].group_ranks, (std::vector<uint32_t>{8, 9, 10, 11}));
+  EXPECT_EQ(v.culprits[0].waiting, (std::vector<uint32_t>{8, 10, 11, 12, 13, 14, 15}));
+  EXPECT_EQ(v.culprits[1].rank, 14u);
+  EXPECT_EQ(v.culprits[1].group_ranks, (std::vector<uint32_t>{12, 13, 14, 15}));
+  EXPECT_EQ(v.culprits[1].waiting, (std::vector<uint32_t>{8, 9, 10, 11, 12, 13, 15}));
+  EXPECT_TRUE(v.undecided.empty());
 }
 
 // Real dumps of a hung 4-rank gloo job of torch 2.13 (gloo-torch2.13/README.md): no pg_config
@@ -136,6 +183,163 @@ TEST(FrFixtures, GlooRankStuckInASend) {
   EXPECT_EQ(c.group_ranks, (std::vector<uint32_t>{0, 1, 2, 3}));
   EXPECT_EQ(c.op.seq, 26);
   EXPECT_EQ(c.waiting, (std::vector<uint32_t>{0, 2, 3}));
+}
+
+// Derived sets (derived/faults/, make_fault_sets.py): the real job with its faulty ranks
+// healed, one fault put in. `faulty` is asserted against the set's own fault.json.
+struct Derived {
+  FrVerdict v;
+  std::vector<uint32_t> faulty;  // fault.json's
+};
+
+Derived DerivedSet(const char* name) {
+  Derived d;
+  const fs::path set = kFixtures / "derived" / "faults" / name;
+  auto dumps = LoadDumps({set});
+  EXPECT_TRUE(dumps.ok()) << dumps.status();
+  if (!dumps.ok()) return d;
+  FrAnalysisOptions o;
+  o.world_size = 16;  // a set with a dump removed still is a 16-rank job
+  d.v = AnalyzeFlightRecorder(*dumps, o);
+  simdjson::dom::parser parser;
+  simdjson::dom::element fault = parser.load((set / "fault.json").string());
+  for (simdjson::dom::element r : fault["faulty"].get_array())
+    d.faulty.push_back(static_cast<uint32_t>(int64_t(r)));
+  EXPECT_TRUE(d.v.hang_found);
+  return d;
+}
+
+std::vector<uint32_t> Named(const FrVerdict& v) {
+  std::vector<uint32_t> out;
+  for (const FrCulprit& c : v.culprits) out.push_back(c.rank);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+const FrGroupReport* Group(const FrVerdict& v, const std::string& desc, uint32_t member) {
+  for (const FrGroupReport& g : v.groups)
+    if (g.desc == desc && std::binary_search(g.ranks.begin(), g.ranks.end(), member)) return &g;
+  return nullptr;
+}
+
+// Stage 0 (ranks 0-7) sends to stage 1, which never posted the receives: each stage-1 peer
+// waits in a collective, so it is blocked there, not missing from the send.
+void ExpectStageOneBlockedNotMissing(const FrVerdict& v) {
+  for (const FrGroupReport& g : v.groups) {
+    if (g.desc != "PIPELINE_MODEL_PARALLEL_GROUP") continue;
+    SCOPED_TRACE(GroupText(g.desc, g.ranks));
+    EXPECT_TRUE(g.missing.empty());
+    if (g.no_dump.empty()) {
+      EXPECT_EQ(g.blocked, std::vector<uint32_t>{g.ranks[1]});
+    }
+  }
+  // A peer without a dump is undecided, not waited for.
+  for (uint32_t r = 0; r < 8; ++r)
+    if (v.ranks[r + 8].dump == DumpState::kRead) {
+      EXPECT_EQ(v.ranks[r].waits_for, std::vector<uint32_t>{r + 8});
+    } else {
+      EXPECT_TRUE(v.ranks[r].waits_for.empty());
+    }
+}
+
+TEST(FrDerivedSets, HealedNamesNoOne) {
+  const Derived d = DerivedSet("healed");
+  EXPECT_TRUE(d.faulty.empty());
+  EXPECT_EQ(Named(d.v), d.faulty) << VerdictText(d.v, {});
+  for (const FrGroupReport& g : d.v.groups) {
+    EXPECT_EQ(g.state, FrGroupReport::State::kWaiting) << GroupText(g.desc, g.ranks);
+    EXPECT_TRUE(g.held_by.empty());
+  }
+  ExpectStageOneBlockedNotMissing(d.v);
+  ASSERT_EQ(d.v.undecided.size(), 1u);
+  EXPECT_NE(d.v.undecided[0].find("inside NCCL"), std::string::npos);
+}
+
+TEST(FrDerivedSets, SizeMismatchInATensorParallelGroupNamesExactlyThatRank) {
+  const Derived d = DerivedSet("tp_size_10");
+  ASSERT_EQ(d.faulty, std::vector<uint32_t>{10});
+  ASSERT_EQ(Named(d.v), d.faulty) << VerdictText(d.v, {});
+  const FrCulprit& c = d.v.culprits[0];
+  EXPECT_EQ(c.reason, FrCulprit::Reason::kMismatch);
+  EXPECT_EQ(c.group_desc, "TENSOR_MODEL_PARALLEL_GROUP");
+  EXPECT_EQ(c.group_ranks, (std::vector<uint32_t>{8, 9, 10, 11}));
+  EXPECT_EQ(c.op.name, "_reduce_scatter_base");
+  EXPECT_EQ(c.op.seq, 88684);
+  // Its tensor-parallel peers wait for it in the mismatched collective; every stage-1 rank in
+  // the collectives it holds (it enqueued them, its stream is stuck); rank 2 in its send to it.
+  EXPECT_EQ(c.waiting, (std::vector<uint32_t>{2, 8, 9, 11, 12, 13, 14, 15}));
+  EXPECT_EQ(c.blocked, 15u);
+  const FrGroupReport* tp = Group(d.v, "TENSOR_MODEL_PARALLEL_GROUP", 10);
+  ASSERT_NE(tp, nullptr);
+  EXPECT_EQ(tp->state, FrGroupReport::State::kMismatch);
+  ASSERT_EQ(tp->mismatches.size(), 1u);
+  EXPECT_EQ(tp->mismatches[0].rank, 10u);
+  EXPECT_EQ(tp->mismatches[0].kind, MismatchKind::kSize);
+  const FrGroupReport* ep = Group(d.v, "EXPERT_MODEL_PARALLEL_GROUP", 10);
+  ASSERT_NE(ep, nullptr);
+  EXPECT_EQ(ep->held_by, std::vector<uint32_t>{10});
+  for (uint32_t r : {12u, 13u, 14u, 15u})
+    EXPECT_EQ(d.v.ranks[r].waits_for, std::vector<uint32_t>{10});
+  ExpectStageOneBlockedNotMissing(d.v);
+  EXPECT_TRUE(d.v.undecided.empty());
+}
+
+TEST(FrDerivedSets, SizeMismatchInADataParallelGroupNamesExactlyThatRank) {
+  const Derived d = DerivedSet("dp_size_12");
+  ASSERT_EQ(d.faulty, std::vector<uint32_t>{12});
+  ASSERT_EQ(Named(d.v), d.faulty) << VerdictText(d.v, {});
+  const FrCulprit& c = d.v.culprits[0];
+  EXPECT_EQ(c.reason, FrCulprit::Reason::kMismatch);
+  EXPECT_EQ(c.group_desc, "TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP");
+  EXPECT_EQ(c.group_ranks, (std::vector<uint32_t>{8, 9, 10, 11, 12, 13, 14, 15}));
+  EXPECT_EQ(c.op.name, "all_reduce");
+  EXPECT_EQ(c.op.seq, 15118);
+  EXPECT_EQ(c.blocked, 15u);
+  const FrGroupReport* tp = Group(d.v, "TENSOR_MODEL_PARALLEL_GROUP", 12);
+  ASSERT_NE(tp, nullptr);
+  EXPECT_EQ(tp->held_by, std::vector<uint32_t>{12});
+  ExpectStageOneBlockedNotMissing(d.v);
+}
+
+TEST(FrDerivedSets, AMissingDumpNamesNobodyAndIsUndecided) {
+  const Derived d = DerivedSet("no_dump_9");
+  EXPECT_TRUE(d.faulty.empty());
+  EXPECT_EQ(Named(d.v), d.faulty) << VerdictText(d.v, {});
+  EXPECT_EQ(d.v.missing, std::vector<uint32_t>{9});
+  EXPECT_EQ(d.v.summary.rfind("undecided: rank 9 left no usable record of 5 pending groups", 0), 0u)
+      << d.v.summary;
+  // Every group of rank 9 with something pending is undecided; no group names a rank.
+  size_t undecided = 0;
+  for (const FrGroupReport& g : d.v.groups) {
+    EXPECT_TRUE(g.missing.empty()) << GroupText(g.desc, g.ranks);
+    EXPECT_TRUE(g.held_by.empty());
+    const bool has9 = std::binary_search(g.ranks.begin(), g.ranks.end(), 9u);
+    EXPECT_EQ(g.state == FrGroupReport::State::kUndecided, has9) << GroupText(g.desc, g.ranks);
+    if (has9) {
+      EXPECT_EQ(g.no_dump, std::vector<uint32_t>{9});
+    }
+    undecided += has9;
+  }
+  EXPECT_EQ(undecided, 5u);
+  EXPECT_EQ(d.v.undecided.size(), 5u);
+  ExpectStageOneBlockedNotMissing(d.v);
+}
+
+TEST(FrDerivedSets, ARankThatNeverCompletesNamesExactlyThatRank) {
+  const Derived d = DerivedSet("not_completing_11");
+  ASSERT_EQ(d.faulty, std::vector<uint32_t>{11});
+  ASSERT_EQ(Named(d.v), d.faulty) << VerdictText(d.v, {});
+  const FrCulprit& c = d.v.culprits[0];
+  EXPECT_EQ(c.reason, FrCulprit::Reason::kNotCompleting);
+  EXPECT_EQ(c.group_desc, "TENSOR_MODEL_PARALLEL_GROUP");
+  EXPECT_EQ(c.group_ranks, (std::vector<uint32_t>{8, 9, 10, 11}));
+  EXPECT_EQ(c.op.seq, 88682);
+  EXPECT_EQ(c.rank_last_completed, 88681);
+  EXPECT_EQ(c.blocked, 15u);
+  const FrGroupReport* ep = Group(d.v, "EXPERT_MODEL_PARALLEL_GROUP", 11);
+  ASSERT_NE(ep, nullptr);
+  EXPECT_EQ(ep->held_by, std::vector<uint32_t>{11});
+  ExpectStageOneBlockedNotMissing(d.v);
 }
 
 TEST(FrFixtures, ExtraSetsFromTheSameSource) {
