@@ -4,7 +4,15 @@
 
 #include <algorithm>
 
+#include "wire/schema.h"
+
 namespace rankwatch {
+
+static_assert(kDefaultKafkaMaxMessageBytes == kDefaultMaxMessageBytes,
+              "the producer's default message size is the wire's");
+static_assert(kKafkaRecordOverheadBytes + BatchLimits{}.max_job_id_bytes <
+                  kKafkaMessageOverheadBytes,
+              "a batch within MaxBatchPayloadBytes fits its message with any job id as its key");
 
 absl::StatusOr<std::unique_ptr<BatchPublisher>> BatchPublisher::Create(
     const PublisherOptions& options) {
@@ -21,8 +29,13 @@ absl::StatusOr<std::unique_ptr<BatchPublisher>> BatchPublisher::Connect(
   return publisher;
 }
 
-absl::Status BatchPublisher::Publish(std::string_view training_job, std::string_view batch) {
-  absl::Status s = producer_->Publish(training_job, batch);
+size_t BatchPublisher::max_batch_bytes() const {
+  return MaxBatchPayloadBytes(producer_->max_message_bytes());
+}
+
+absl::Status BatchPublisher::Publish(std::string_view training_job, std::string_view batch,
+                                     uint64_t records) {
+  absl::Status s = producer_->Publish(training_job, batch, records);
   if (s.ok() && !warn_as_.empty() && producer_->development_broker()) {
     CheckDevelopmentBrokerRate(batch.size());
   }

@@ -5,6 +5,12 @@
 // what is particular to telemetry: the telemetry topic by default, and a warning when a tool
 // offers the development broker more than it keeps.
 //
+// Message size: every collector keeps its batches within max_batch_bytes(), what a message of
+// `max_message_bytes` (librdkafka's message.max.bytes; default 1,000,000, a broker's and a
+// topic's default too) holds once the key and Kafka's record overhead are paid
+// (wire/schema.h). A batch over it is refused with OutOfRange and counted (oversized()): it
+// never fits, so the caller drops it (counting its records) rather than retry it.
+//
 // Thread-safe: as KafkaProducer; the rate warning's window is guarded by a mutex.
 #pragma once
 
@@ -52,7 +58,9 @@ class BatchPublisher {
 
   // Enqueues one batch of `training_job` (the payload is copied). With kBlock, waits while the
   // local queue is full; with kDropNewest, returns ResourceExhausted and counts a drop.
-  absl::Status Publish(std::string_view training_job, std::string_view batch);
+  // OutOfRange, counted in oversized(), when it is larger than max_message_bytes allows.
+  // `records`: the records it carries, summed into failed_records() if its delivery fails.
+  absl::Status Publish(std::string_view training_job, std::string_view batch, uint64_t records = 0);
 
   // Fetches the topic's metadata from the brokers, so that the first batches do not wait for
   // the connection. Unavailable (naming the brokers) when none answers within `timeout`.
@@ -70,6 +78,14 @@ class BatchPublisher {
   uint64_t delivered() const { return producer_->delivered(); }
   uint64_t failed() const { return producer_->failed(); }
   uint64_t dropped() const { return producer_->dropped(); }
+  // Batches refused as too large, by the producer or the broker (KafkaProducer::oversized).
+  uint64_t oversized() const { return producer_->oversized(); }
+  // The records of batches whose delivery failed.
+  uint64_t failed_records() const { return producer_->failed_records(); }
+  // The `message.max.bytes` in effect, and the serialized bytes a batch may have within it
+  // (MaxBatchPayloadBytes: the key and Kafka's overhead paid, at most the wire's 4 MiB).
+  size_t max_message_bytes() const { return producer_->max_message_bytes(); }
+  size_t max_batch_bytes() const;
   // Whether the brokers are the development broker (known after WaitUntilConnected).
   bool development_broker() const { return producer_->development_broker(); }
 

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
+
 #include "kafka/client_factory.h"
 #include "kafka/cluster_requests.h"
 
@@ -21,6 +23,7 @@ absl::StatusOr<std::unique_ptr<KafkaProducer>> KafkaProducer::Create(
       {"compression.codec", options.compression},
       {"linger.ms", std::to_string(options.linger_ms)},
       {"queue.buffering.max.messages", std::to_string(options.queue_max_messages)},
+      {"message.max.bytes", std::to_string(options.max_message_bytes)},
   };
   config.overrides = options.properties;
   config.opaque = producer.get();
@@ -28,6 +31,13 @@ absl::StatusOr<std::unique_ptr<KafkaProducer>> KafkaProducer::Create(
   auto client = NewKafkaClient(config);
   if (!client.ok()) return client.status();
   producer->client_ = std::move(*client);
+  // The limit in effect: a property may have overridden the option.
+  char value[32];
+  size_t size = sizeof(value);
+  if (rd_kafka_conf_get(rd_kafka_conf(producer->client_.get()), "message.max.bytes", value,
+                        &size) == RD_KAFKA_CONF_OK) {
+    producer->max_message_bytes_ = std::strtoull(value, nullptr, 10);
+  }
   return producer;
 }
 
@@ -44,22 +54,44 @@ void KafkaProducer::OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* o
     return;
   }
   self->failed_.fetch_add(1, std::memory_order_relaxed);
+  self->failed_records_.fetch_add(reinterpret_cast<uintptr_t>(m->_private),
+                                  std::memory_order_relaxed);
+  if (m->err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+    self->oversized_.fetch_add(1, std::memory_order_relaxed);
+    if (!self->logged_oversized_.exchange(true)) {
+      spdlog::error(
+          "kafka: the broker refused a message of {} bytes as too large for topic {}: lower "
+          "max_message_bytes (now {}) to the topic's max.message.bytes (further ones are only "
+          "counted)",
+          m->len, self->options_.topic, self->max_message_bytes_);
+    }
+    return;
+  }
   if (!self->logged_failure_.exchange(true)) {
     spdlog::error("kafka delivery failed: {} (further failures are only counted)",
                   rd_kafka_err2str(m->err));
   }
 }
 
-absl::Status KafkaProducer::Publish(std::string_view key, std::string_view payload) {
+absl::Status KafkaProducer::Publish(std::string_view key, std::string_view payload,
+                                    uint64_t records) {
   while (true) {
-    rd_kafka_resp_err_t e =
-        rd_kafka_producev(client_.get(), RD_KAFKA_V_TOPIC(options_.topic.c_str()),
-                          RD_KAFKA_V_KEY(const_cast<char*>(key.data()), key.size()),
-                          RD_KAFKA_V_VALUE(const_cast<char*>(payload.data()), payload.size()),
-                          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+    rd_kafka_resp_err_t e = rd_kafka_producev(
+        client_.get(), RD_KAFKA_V_TOPIC(options_.topic.c_str()),
+        RD_KAFKA_V_KEY(const_cast<char*>(key.data()), key.size()),
+        RD_KAFKA_V_VALUE(const_cast<char*>(payload.data()), payload.size()),
+        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(static_cast<uintptr_t>(records))),
+        RD_KAFKA_V_END);
     if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
       rd_kafka_poll(client_.get(), 0);
       return absl::OkStatus();
+    }
+    if (e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+      oversized_.fetch_add(1, std::memory_order_relaxed);
+      return absl::OutOfRangeError(
+          "produce: a message of " + std::to_string(payload.size() + key.size()) +
+          " bytes is over message.max.bytes (" + std::to_string(max_message_bytes_) + ")");
     }
     if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
       return absl::UnavailableError(std::string("produce: ") + rd_kafka_err2str(e));

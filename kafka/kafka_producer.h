@@ -7,6 +7,12 @@
 // must not lose data) and `kDropNewest` refuses the message and counts it (callers that must
 // never block).
 //
+// A message larger than `max_message_bytes` (librdkafka's `message.max.bytes`, which its
+// producer enforces itself: value + key + 36 bytes) is refused at once with OutOfRange and
+// counted (oversized()); so is one the broker refuses as too large, in its delivery report.
+// Such a message never fits: the caller drops it rather than retry it or recreate the
+// producer for it.
+//
 // Thread-safe: librdkafka producers may be shared; counters are atomic. Not movable: librdkafka
 // calls back into it.
 #pragma once
@@ -34,6 +40,12 @@ namespace rankwatch {
 // holds any backlog itself.
 constexpr int kIdempotentInflightWindow = 5;
 
+// librdkafka's default `message.max.bytes` (wire/schema.h's kDefaultMaxMessageBytes).
+constexpr int kDefaultKafkaMaxMessageBytes = 1'000'000;
+// What librdkafka's producer adds to a message's value and key when it checks them against
+// `message.max.bytes` (the v2 record format's largest record overhead).
+constexpr int kKafkaRecordOverheadBytes = 36;
+
 struct KafkaProducerOptions {
   std::string brokers;               // bootstrap list (required)
   std::string topic;                 // (required)
@@ -43,7 +55,11 @@ struct KafkaProducerOptions {
                                      // (see kIdempotentInflightWindow)
   enum class WhenFull { kBlock, kDropNewest } when_full = WhenFull::kBlock;
   std::string client_id = "rankwatch";  // default: rankwatch
-  KafkaProperties properties;           // passed through to librdkafka; win over the above
+  // The largest message (value + key + 36 bytes of record overhead) librdkafka produces:
+  // `message.max.bytes`. Default: 1,000,000, librdkafka's default and about a broker's and a
+  // topic's (1 MiB + 12). Set it to the brokers' limit, not above.
+  int max_message_bytes = kDefaultKafkaMaxMessageBytes;
+  KafkaProperties properties;  // passed through to librdkafka; win over the above
 };
 
 class KafkaProducer {
@@ -56,8 +72,10 @@ class KafkaProducer {
   KafkaProducer& operator=(const KafkaProducer&) = delete;
 
   // Enqueues one message (the payload is copied). With kBlock, waits while the local queue
-  // is full; with kDropNewest, returns ResourceExhausted and counts a drop.
-  absl::Status Publish(std::string_view key, std::string_view payload);
+  // is full; with kDropNewest, returns ResourceExhausted and counts a drop. OutOfRange (counted
+  // in oversized()) when it is larger than max_message_bytes(): it never fits. `records`: what
+  // the message carries, summed into failed_records() if its delivery fails.
+  absl::Status Publish(std::string_view key, std::string_view payload, uint64_t records = 0);
 
   // Fetches the topic's metadata from the brokers, so that the first messages do not wait for
   // the connection. Unavailable (naming the brokers) when none answers within `timeout`.
@@ -73,6 +91,14 @@ class KafkaProducer {
   uint64_t delivered() const { return delivered_.load(std::memory_order_relaxed); }
   uint64_t failed() const { return failed_.load(std::memory_order_relaxed); }
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  // Messages refused as too large: by Publish, or by the broker (their delivery failed, and
+  // they are counted in failed() too).
+  uint64_t oversized() const { return oversized_.load(std::memory_order_relaxed); }
+  // The `records` of the messages whose delivery failed.
+  uint64_t failed_records() const { return failed_records_.load(std::memory_order_relaxed); }
+  // The `message.max.bytes` in effect (options.max_message_bytes, or the property that
+  // overrides it).
+  size_t max_message_bytes() const { return max_message_bytes_; }
   // Whether the brokers are the development broker (known after WaitUntilConnected).
   bool development_broker() const { return development_broker_; }
   const KafkaProducerOptions& options() const { return options_; }
@@ -86,7 +112,11 @@ class KafkaProducer {
   std::atomic<uint64_t> delivered_{0};
   std::atomic<uint64_t> failed_{0};
   std::atomic<uint64_t> dropped_{0};
+  std::atomic<uint64_t> oversized_{0};
+  std::atomic<uint64_t> failed_records_{0};
   std::atomic<bool> logged_failure_{false};
+  std::atomic<bool> logged_oversized_{false};
+  size_t max_message_bytes_ = kDefaultKafkaMaxMessageBytes;
   bool development_broker_ = false;
 };
 

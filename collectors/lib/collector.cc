@@ -21,14 +21,20 @@ namespace {
 constexpr size_t kMaxBatchSteps = 4096;
 constexpr size_t kMaxBatchKernels = 50000;
 constexpr size_t kMaxKernelString = 256;  // longer kernel names are truncated
-// A batch's step records stop growing past this many bytes (ops make a record up to ~64 KiB),
-// well within the wire's 4 MiB with the kernel events beside them.
-constexpr size_t kMaxBatchStepBytes = 1u << 20;
-// Each cap is within the wire's limit of the same kind, so that no batch is rejected for it.
+constexpr size_t kMaxSourceFormat = 64;   // a capture's source format is cut to this
+// Each cap is within the wire's limit of the same kind, so that no batch is rejected for it;
+// bytes are bounded by max_message_bytes (MaxBatchPayloadBytes, at most the wire's 4 MiB).
 static_assert(kMaxBatchSteps <= BatchLimits{}.max_steps);
 static_assert(kMaxBatchKernels <= BatchLimits{}.max_kernels);
 static_assert(kMaxKernelString <= BatchLimits{}.max_string_bytes);
-static_assert(kMaxBatchStepBytes < BatchLimits{}.max_bytes / 2);
+static_assert(kMinMaxMessageBytes > 4 * kKafkaMessageOverheadBytes);
+// librdkafka's upper bound of message.max.bytes.
+constexpr size_t kMaxMaxMessageBytes = 1'000'000'000;
+// The producer is recreated after a fatal error at most once in this (doubling from the first).
+constexpr std::chrono::milliseconds kFirstRecreateBackoff{1000};
+constexpr std::chrono::milliseconds kMaxRecreateBackoff{60'000};
+// A batch that fails this many times in a row, a fresh producer in between, is dropped.
+constexpr int kMaxFatalFailuresPerBatch = 2;
 
 int64_t UnixNowNs() {
   timespec ts;
@@ -56,6 +62,7 @@ PublisherOptions ToPublisherOptions(const CollectorOptions& o) {
   po.queue_max_messages = o.kafka_queue_max_messages;
   po.when_full = PublisherOptions::WhenFull::kDropNewest;
   po.client_id = "rankwatch-collector";
+  po.max_message_bytes = static_cast<int>(o.max_message_bytes);
   po.properties = {{"queue.buffering.max.kbytes", std::to_string(o.kafka_queue_max_kbytes)},
                    {"message.timeout.ms", std::to_string(o.message_timeout_ms)}};
   for (const auto& [k, v] : o.properties) po.properties[k] = v;
@@ -113,6 +120,12 @@ absl::StatusOr<std::unique_ptr<Collector>> Collector::Create(CollectorIdentity i
                                       std::to_string(BatchLimits{}.max_ops_per_step) +
                                       " (the wire's limit) and op_ring_capacity positive");
   }
+  if (options.max_message_bytes < kMinMaxMessageBytes ||
+      options.max_message_bytes > kMaxMaxMessageBytes) {
+    return absl::InvalidArgumentError(
+        "max_message_bytes must be between " + std::to_string(kMinMaxMessageBytes) + " and " +
+        std::to_string(kMaxMaxMessageBytes) + ", not " + std::to_string(options.max_message_bytes));
+  }
   if (options.kafka_queue_max_messages > kIdempotentInflightWindow) {
     return absl::InvalidArgumentError("kafka_queue_max_messages must be at most " +
                                       std::to_string(kIdempotentInflightWindow) +
@@ -121,6 +134,10 @@ absl::StatusOr<std::unique_ptr<Collector>> Collector::Create(CollectorIdentity i
   if (identity.pid == 0) identity.pid = static_cast<uint32_t>(getpid());
   auto publisher = BatchPublisher::Create(ToPublisherOptions(options));
   if (!publisher.ok()) return publisher.status();
+  if ((*publisher)->max_message_bytes() < kMinMaxMessageBytes) {
+    return absl::InvalidArgumentError("message.max.bytes must be at least " +
+                                      std::to_string(kMinMaxMessageBytes));
+  }
   std::unique_ptr<Collector> c(
       new Collector(std::move(identity), std::move(options), std::move(*publisher)));
   if (!c->options_.control_topic.empty()) {
@@ -155,7 +172,9 @@ Collector::Collector(CollectorIdentity identity, CollectorOptions options,
       publisher_(std::move(publisher)),
       op_ring_(options_.op_ring_capacity),
       ring_(options_.step_ring_capacity),
-      pending_(options_.max_pending_bytes) {
+      pending_(options_.max_pending_bytes),
+      max_message_bytes_(publisher_->max_message_bytes()),
+      max_batch_bytes_(publisher_->max_batch_bytes()) {
   sender_ = std::thread([this] { SenderLoop(); });
 }
 
@@ -338,6 +357,7 @@ void Collector::SendCapture(const std::string& request_id, std::string source_fo
   CaptureUpload up;
   up.request_id = request_id;
   up.source_format = std::move(source_format);
+  if (up.source_format.size() > kMaxSourceFormat) up.source_format.resize(kMaxSourceFormat);
   const size_t keep = std::min(events.size(), options_.max_capture_events);
   for (size_t i = 0; i < keep; ++i) {
     KernelEventInput& e = events[i];
@@ -368,17 +388,106 @@ void Collector::RequestFlush() {
   wake_.notify_one();
 }
 
-void Collector::SealBatch(v1::Batch* b, uint64_t records) {
-  uint64_t dropped_total = ring_.dropped() + pending_.dropped_records();
+size_t Collector::EnvelopeBytes(const std::string& source_format,
+                                const std::string& capture_id) const {
+  v1::Batch b;
+  b.set_schema_version(kSchemaVersion);
+  b.set_sequence(UINT64_MAX);
+  b.set_created_unix_ns(INT64_MAX);
+  b.set_dropped_records(UINT64_MAX);
+  b.set_final(true);
+  v1::SourceIdentity* src = b.mutable_source();
+  src->set_training_job(identity_.training_job);
+  src->set_rank(identity_.rank);
+  src->set_world_size(identity_.world_size);
+  src->set_node(identity_.node);
+  if (!identity_.scheduler.empty() || !identity_.pod.empty()) {
+    v1::SchedulerIdentity* sched = src->mutable_scheduler();
+    sched->set_scheduler(identity_.scheduler);
+    sched->set_job(identity_.scheduler_job);
+    sched->set_namespace_(identity_.k8s_namespace);
+    sched->set_owner(identity_.owner);
+    sched->set_pod(identity_.pod);
+  }
+  src->set_local_rank(identity_.local_rank);
+  src->set_pid(UINT32_MAX);
+  src->set_device(identity_.device);
+  src->set_collector("rankwatch-collector/" RANKWATCH_VERSION);
   {
-    std::lock_guard<std::mutex> lock(kernels_mu_);
-    dropped_total += kernels_dropped_;
+    std::lock_guard<std::mutex> lock(identity_mu_);
+    src->set_training_strategy(training_strategy_);
+    src->set_sharded(true);
+    // The largest layout: every field set to its largest value.
+    v1::ParallelLayout* l = src->mutable_layout();
+    l->set_data_rank(UINT32_MAX);
+    l->set_data_size(UINT32_MAX);
+    l->set_pipeline_rank(UINT32_MAX);
+    l->set_pipeline_size(UINT32_MAX);
+    l->set_tensor_rank(UINT32_MAX);
+    l->set_tensor_size(UINT32_MAX);
+    l->set_context_rank(UINT32_MAX);
+    l->set_context_size(UINT32_MAX);
+    l->set_expert_rank(UINT32_MAX);
+    l->set_expert_size(UINT32_MAX);
+    l->set_virtual_stages(UINT32_MAX);
+  }
+  b.mutable_trace()->set_source_format(source_format);
+  b.mutable_trace()->set_capture_id(capture_id);
+  // Strings are interned from index 1: "" is the table's first entry.
+  return b.ByteSizeLong() + EncodedFieldBytes(0);
+}
+
+size_t Collector::max_reply_bytes() const {
+  const size_t envelope = EnvelopeBytes("collector", "");
+  return max_batch_bytes_ > envelope ? max_batch_bytes_ - envelope : 0;
+}
+
+void Collector::StartFilling(Filling* f, const std::string& source_format,
+                             const std::string& capture_id) {
+  f->batch.Clear();
+  f->bytes = 0;
+  f->interned.clear();
+  f->source_format = source_format;
+  f->capture_id = capture_id;
+  const size_t envelope = EnvelopeBytes(source_format, capture_id);
+  f->budget = max_batch_bytes_ > envelope ? max_batch_bytes_ - envelope : 0;
+}
+
+void Collector::DropOversized(uint64_t records, size_t bytes, const char* what) {
+  sender_oversized_.fetch_add(1, std::memory_order_relaxed);
+  oversized_records_.fetch_add(records, std::memory_order_relaxed);
+  if (!warned_oversized_.exchange(true)) {
+    spdlog::warn(
+        "rankwatch collector: {} of {} bytes does not fit a Kafka message of max_message_bytes "
+        "{}: dropped ({} records) and counted in messages_oversized; further ones are only "
+        "counted",
+        what, bytes, max_message_bytes_, records);
+  }
+}
+
+void Collector::SealBatch(Filling* f) {
+  v1::Batch* b = &f->batch;
+  const uint64_t records = b->steps_size() + b->kernels_size();
+  const bool capture = !f->capture_id.empty();
+  if (b->kernels_size() > 0) {
+    b->mutable_trace()->set_source_format(f->source_format);
+    if (capture) b->mutable_trace()->set_capture_id(f->capture_id);
   }
   b->set_schema_version(kSchemaVersion);
   b->set_sequence(sequence_++);
   b->set_created_unix_ns(UnixNowNs());
-  b->set_dropped_records(dropped_total - reported_dropped_);
-  reported_dropped_ = dropped_total;
+  // Drops are reported in the job's own batches: the daemon reads a capture's as evidence only.
+  if (!capture) {
+    uint64_t dropped_total = ring_.dropped() + pending_.dropped_records() +
+                             oversized_records_.load(std::memory_order_relaxed) +
+                             base_pub_failed_records_ + publisher_->failed_records();
+    {
+      std::lock_guard<std::mutex> lock(kernels_mu_);
+      dropped_total += kernels_dropped_;
+    }
+    b->set_dropped_records(dropped_total - reported_dropped_);
+    reported_dropped_ = dropped_total;
+  }
   v1::SourceIdentity* src = b->mutable_source();
   src->set_training_job(identity_.training_job);
   src->set_rank(identity_.rank);
@@ -405,7 +514,14 @@ void Collector::SealBatch(v1::Batch* b, uint64_t records) {
   PendingBatch pb;
   b->SerializeToString(&pb.payload);
   pb.records = records;
-  pending_.Push(std::move(pb));
+  if (pb.payload.size() > max_batch_bytes_) {
+    // Sealing keeps batches within the budget; only an envelope larger than the budget (an
+    // identity of kilobytes of names) or one outsized event gets here.
+    DropOversized(records, pb.payload.size(), "a batch");
+  } else {
+    pending_.Push(std::move(pb));
+  }
+  StartFilling(f, f->source_format, f->capture_id);
 }
 
 void Collector::TakeOps(uint64_t generation, std::vector<StepOp>* out) {
@@ -425,99 +541,150 @@ void Collector::TakeOps(uint64_t generation, std::vector<StepOp>* out) {
   }
 }
 
-void Collector::Drain(bool final) {
-  v1::Batch b;
+bool Collector::Drain(bool final) {
+  Filling f;
+  StartFilling(&f, "collector", "");
   TimedStep s;
-  size_t step_bytes = 0;
+  v1::StepRecord record;
   while (ring_.TryPop(&s)) {
-    v1::StepRecord* record = b.add_steps();
-    s.ToProto(record);
+    s.ToProto(&record);
     TakeOps(s.generation, &step_ops_);
     // Fewer than counted: lost in the op ring (the sender fell behind) or recorded by another
     // thread as the step ended.
     if (step_ops_.size() < s.ops) ops_lost_.fetch_add(s.ops - step_ops_.size());
-    AppendStepOps(step_ops_, s.begin_ns, s.end_ns, s.end_unix_ns, record);
-    step_bytes += record->ByteSizeLong();
-    if (static_cast<size_t>(b.steps_size()) >= kMaxBatchSteps || step_bytes >= kMaxBatchStepBytes) {
-      SealBatch(&b, b.steps_size());
-      b.Clear();
-      step_bytes = 0;
+    AppendStepOps(step_ops_, s.begin_ns, s.end_ns, s.end_unix_ns, &record);
+    size_t bytes = EncodedFieldBytes(record.ByteSizeLong());
+    if (bytes > f.budget && record.ops_size() > 0) {
+      // Alone it would not fit a message: the step goes without its ops.
+      const size_t ops = record.ops_size();
+      ops_oversized_.fetch_add(ops, std::memory_order_relaxed);
+      if (!warned_ops_cut_.exchange(true)) {
+        spdlog::warn(
+            "rankwatch collector: step {} with {} ops is {} bytes, more than a Kafka message of "
+            "max_message_bytes {} holds: sent without its ops (counted in ops_oversized); "
+            "further ones are only counted",
+            record.step(), ops, bytes, max_message_bytes_);
+      }
+      record.clear_ops();
+      record.clear_ops_origin_unix_ns();
+      bytes = EncodedFieldBytes(record.ByteSizeLong());
     }
+    if (!f.empty() && (f.bytes + bytes > f.budget ||
+                       static_cast<size_t>(f.batch.steps_size()) >= kMaxBatchSteps)) {
+      SealBatch(&f);
+    }
+    f.batch.add_steps()->Swap(&record);
+    f.bytes += bytes;
   }
   std::deque<KernelEventInput> kernels;
   {
     std::lock_guard<std::mutex> lock(kernels_mu_);
     kernels.swap(kernels_);
   }
-  AppendKernels(&b, kernels, "collector", "");
+  for (size_t next = 0; next < kernels.size();) {
+    next = FillKernels(&f, kernels, next);
+    if (next < kernels.size()) SealBatch(&f);
+  }
   // Captures go in batches of their own (their trace names the capture), each followed by its
-  // reply; the other replies ride in the last batch of this round.
-  std::deque<CaptureUpload> captures;
+  // reply; the other replies ride in the last batch of this round. A capture is cut into
+  // batches as the pending bytes have room (at least one batch a round), the rest next round.
   std::vector<v1::ControlReply> replies;
+  while (true) {
+    if (!capture_) {
+      std::lock_guard<std::mutex> lock(control_mu_);
+      if (captures_.empty()) break;
+      capture_ = std::move(captures_.front());
+      captures_.pop_front();
+      capture_next_ = 0;
+    }
+    if (!f.empty()) SealBatch(&f);
+    Filling chunk;
+    StartFilling(&chunk, capture_->source_format, capture_->request_id);
+    const std::deque<KernelEventInput>& events = capture_->events;
+    while (capture_next_ < events.size()) {
+      if (!pending_.empty() && pending_.bytes() + max_batch_bytes_ > options_.max_pending_bytes) {
+        break;  // no room: the rest next round
+      }
+      capture_next_ = FillKernels(&chunk, events, capture_next_);
+      SealBatch(&chunk);
+    }
+    if (capture_next_ < events.size()) break;
+    replies.push_back(std::move(capture_->done));
+    capture_.reset();
+  }
+  const bool capture_left = capture_.has_value();
   {
     std::lock_guard<std::mutex> lock(control_mu_);
-    captures.swap(captures_);
-    replies.swap(replies_);
+    for (v1::ControlReply& r : replies_) replies.push_back(std::move(r));
+    replies_.clear();
   }
-  for (CaptureUpload& up : captures) {
-    if (b.steps_size() > 0 || b.kernels_size() > 0) {
-      SealBatch(&b, b.steps_size() + b.kernels_size());
-      b.Clear();
+  for (v1::ControlReply& r : replies) {
+    const size_t bytes = EncodedFieldBytes(r.ByteSizeLong());
+    if (bytes > f.budget) {
+      DropOversized(0, bytes, "a control reply");
+      continue;
     }
-    AppendKernels(&b, up.events, up.source_format, up.request_id);
-    if (b.kernels_size() > 0) {
-      SealBatch(&b, b.kernels_size());
-      b.Clear();
-    }
-    replies.push_back(std::move(up.done));
+    if (!f.empty() && f.bytes + bytes > f.budget) SealBatch(&f);
+    *f.batch.add_control_replies() = std::move(r);
+    f.bytes += bytes;
   }
-  for (v1::ControlReply& r : replies) *b.add_control_replies() = std::move(r);
-  if (b.steps_size() > 0 || b.kernels_size() > 0 || b.control_replies_size() > 0 || final) {
-    b.set_final(final);
-    SealBatch(&b, b.steps_size() + b.kernels_size());
+  // The final batch comes last: after every capture's.
+  if (!f.empty() || (final && !capture_left)) {
+    f.batch.set_final(final && !capture_left);
+    SealBatch(&f);
   }
+  return capture_left;
 }
 
-void Collector::AppendKernels(v1::Batch* batch, const std::deque<KernelEventInput>& events,
-                              const std::string& source_format, const std::string& capture_id) {
-  v1::Batch& b = *batch;
-  std::unordered_map<std::string, uint32_t> interned;
-  for (int i = 0; i < b.strings_size(); ++i) interned.emplace(b.strings(i), i);
-  auto intern = [&](const std::string& text) -> uint32_t {
-    if (text.empty()) return 0;
-    if (b.strings_size() == 0) b.add_strings("");
-    auto [it, added] = interned.emplace(text, b.strings_size());
-    if (added) b.add_strings(text);
-    return it->second;
-  };
-  auto label = [&] {
-    b.mutable_trace()->set_source_format(source_format);
-    if (!capture_id.empty()) b.mutable_trace()->set_capture_id(capture_id);
-  };
-  for (const KernelEventInput& k : events) {
-    v1::KernelEvent* e = b.add_kernels();
-    e->set_name(intern(k.name));
-    e->set_category(intern(k.category));
-    e->set_ts_ns(k.ts_ns);
-    e->set_dur_ns(k.dur_ns);
-    e->set_stream(k.stream);
-    e->set_correlation(k.correlation);
-    e->set_external_id(-1);
-    e->set_bytes(-1);
-    e->set_wait_on_stream(-1);
-    e->set_wait_on_cuda_event_record_corr_id(-1);
-    e->set_process_rank(static_cast<int32_t>(identity_.rank));
-    e->set_pid(identity_.pid);
-    e->set_step(k.step);
-    if (k.tid != 0) e->set_tid(k.tid);
-    if (static_cast<size_t>(b.kernels_size()) >= kMaxBatchKernels) {
-      label();
-      SealBatch(&b, b.steps_size() + b.kernels_size());
-      b.Clear();
-      interned.clear();
+size_t Collector::FillKernels(Filling* f, const std::deque<KernelEventInput>& events, size_t from) {
+  v1::Batch& b = f->batch;
+  v1::KernelEvent e;
+  size_t i = from;
+  for (; i < events.size(); ++i) {
+    const KernelEventInput& k = events[i];
+    // Its size with the indexes its strings would get (new ones: at most strings_size + 2).
+    const uint32_t provisional = static_cast<uint32_t>(b.strings_size()) + 2;
+    auto index_of = [&](const std::string& text, size_t* new_bytes) -> uint32_t {
+      if (text.empty()) return 0;
+      auto it = f->interned.find(text);
+      if (it != f->interned.end()) return it->second;
+      *new_bytes += EncodedFieldBytes(text.size());
+      return provisional;
+    };
+    size_t new_bytes = 0;
+    e.Clear();
+    e.set_name(index_of(k.name, &new_bytes));
+    e.set_category(k.category == k.name ? e.name() : index_of(k.category, &new_bytes));
+    e.set_ts_ns(k.ts_ns);
+    e.set_dur_ns(k.dur_ns);
+    e.set_stream(k.stream);
+    e.set_correlation(k.correlation);
+    e.set_external_id(-1);
+    e.set_bytes(-1);
+    e.set_wait_on_stream(-1);
+    e.set_wait_on_cuda_event_record_corr_id(-1);
+    e.set_process_rank(static_cast<int32_t>(identity_.rank));
+    e.set_pid(identity_.pid);
+    e.set_step(k.step);
+    if (k.tid != 0) e.set_tid(k.tid);
+    const size_t bytes = EncodedFieldBytes(e.ByteSizeLong()) + new_bytes;
+    if (!f->empty() && (f->bytes + bytes > f->budget ||
+                        static_cast<size_t>(b.kernels_size()) >= kMaxBatchKernels)) {
+      break;  // full
     }
+    auto intern = [&](const std::string& text) -> uint32_t {
+      if (text.empty()) return 0;
+      if (b.strings_size() == 0) b.add_strings("");
+      auto [it, added] = f->interned.emplace(text, b.strings_size());
+      if (added) b.add_strings(text);
+      return it->second;
+    };
+    e.set_name(intern(k.name));
+    e.set_category(intern(k.category));
+    *b.add_kernels() = e;
+    f->bytes += bytes;
   }
-  if (b.kernels_size() > 0) label();
+  return i;
 }
 
 void Collector::Produce() {
@@ -530,24 +697,63 @@ void Collector::Produce() {
   const size_t window = static_cast<size_t>(options_.kafka_queue_max_messages);
   while (!pending_.empty() && inflight_sizes_.size() < window) {
     const PendingBatch& front = pending_.front();
-    absl::Status s = publisher_->Publish(identity_.training_job, front.payload);
+    absl::Status s = publisher_->Publish(identity_.training_job, front.payload, front.records);
     if (s.ok()) {
       inflight_sizes_.push_back(front.payload.size());
       inflight_bytes_ += front.payload.size();
       produced_.fetch_add(1, std::memory_order_relaxed);
       pending_.PopFront();
+      front_failures_ = 0;
+      recreate_backoff_ = kFirstRecreateBackoff;
       continue;
     }
     if (absl::IsResourceExhausted(s)) break;  // librdkafka's queue is full: retry later
-    // Anything else (a fatal idempotent-producer state) needs a fresh producer; the batch
-    // stays pending and is produced by it.
-    spdlog::warn("rankwatch collector: {}; recreating the Kafka producer",
-                 std::string(s.message()));
+    if (absl::IsOutOfRange(s)) {
+      // Too large for message.max.bytes (a property set it below max_message_bytes): it never
+      // fits. Dropped and counted (the producer counted it in its oversized()), never retried.
+      oversized_records_.fetch_add(front.records, std::memory_order_relaxed);
+      if (!warned_oversized_.exchange(true)) {
+        spdlog::warn(
+            "rankwatch collector: {}: the batch ({} records) is dropped and counted in "
+            "messages_oversized; further ones are only counted",
+            std::string(s.message()), front.records);
+      }
+      pending_.PopFront();
+      front_failures_ = 0;
+      continue;
+    }
+    // Anything else (a fatal idempotent-producer state) needs a fresh producer. A batch that a
+    // fresh producer refuses too is dropped: it would hold every later batch back forever.
+    if (++front_failures_ >= kMaxFatalFailuresPerBatch) {
+      unsendable_batches_.fetch_add(1, std::memory_order_relaxed);
+      oversized_records_.fetch_add(front.records, std::memory_order_relaxed);
+      if (!warned_unsendable_.exchange(true)) {
+        spdlog::warn(
+            "rankwatch collector: {} (with a fresh producer too): the batch ({} records) is "
+            "dropped and counted in records_dropped; further ones are only counted",
+            std::string(s.message()), front.records);
+      }
+      pending_.PopFront();
+      front_failures_ = 0;
+      continue;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_recreate_) {
+      --front_failures_;  // not retried with a fresh producer yet
+      break;
+    }
+    next_recreate_ = now + recreate_backoff_;
+    recreate_backoff_ = std::min(recreate_backoff_ * 2, kMaxRecreateBackoff);
+    spdlog::warn("rankwatch collector: {}; recreating the Kafka producer (next time after {} s)",
+                 std::string(s.message()), recreate_backoff_.count() / 1000);
     auto fresh = BatchPublisher::Create(ToPublisherOptions(options_));
     if (!fresh.ok()) break;
     base_delivered_ += publisher_->delivered();
     base_failed_ += publisher_->failed();
+    base_pub_oversized_ += publisher_->oversized();
+    base_pub_failed_records_ += publisher_->failed_records();
     publisher_ = std::move(*fresh);
+    producer_restarts_.fetch_add(1, std::memory_order_relaxed);
     inflight_sizes_.clear();
     inflight_bytes_ = 0;
     completed_seen_ = 0;
@@ -570,6 +776,9 @@ void Collector::UpdateBuffered() {
   buffered_bytes_.store(bytes, std::memory_order_relaxed);
   delivered_.store(base_delivered_ + publisher_->delivered(), std::memory_order_relaxed);
   failed_.store(base_failed_ + publisher_->failed(), std::memory_order_relaxed);
+  pub_oversized_.store(base_pub_oversized_ + publisher_->oversized(), std::memory_order_relaxed);
+  failed_records_.store(base_pub_failed_records_ + publisher_->failed_records(),
+                        std::memory_order_relaxed);
   AtomicMax(max_buffered_bytes_, bytes);
   pending_dropped_records_.store(pending_.dropped_records(), std::memory_order_relaxed);
   pending_dropped_batches_.store(pending_.dropped_batches(), std::memory_order_relaxed);
@@ -586,7 +795,7 @@ void Collector::SenderLoop() {
     const bool stopping = stop_, final = final_;
     flush_requested_ = false;
     lock.unlock();
-    Drain(stopping && final);
+    capture_left_ = Drain(stopping && final);
     Produce();
     if (!stopping) {
       DrainBacklog(std::chrono::steady_clock::now() +
@@ -595,11 +804,13 @@ void Collector::SenderLoop() {
     publisher_->Poll(std::chrono::milliseconds(0));  // serves delivery reports
     Produce();
     UpdateBuffered();
-    if (pending_.empty() && inflight_sizes_.empty() && ring_.size() == 0) {
+    if (pending_.empty() && inflight_sizes_.empty() && ring_.size() == 0 && !capture_left_) {
       idle_generation_.fetch_add(1, std::memory_order_release);
     }
     lock.lock();
     if (stopping) break;
+    // A capture's next batches go as soon as the last ones left (DrainBacklog waited for them).
+    if (capture_left_) flush_requested_ = true;
   }
 }
 
@@ -635,8 +846,10 @@ absl::Status Collector::Close(bool final, std::chrono::milliseconds timeout) {
   }
   wake_.notify_one();
   sender_.join();
-  // The sender is gone: this thread now owns its state.
-  while (!pending_.empty() && std::chrono::steady_clock::now() < deadline) {
+  // The sender is gone: this thread now owns its state. A capture it left is cut into its
+  // remaining batches as they go; the final batch follows it.
+  while ((!pending_.empty() || capture_left_) && std::chrono::steady_clock::now() < deadline) {
+    if (capture_left_) capture_left_ = Drain(final);
     Produce();
     (void)publisher_->Flush(std::chrono::milliseconds(20));
   }
@@ -645,7 +858,9 @@ absl::Status Collector::Close(bool final, std::chrono::milliseconds timeout) {
   absl::Status s = publisher_->Flush(std::max(left, std::chrono::milliseconds(0)));
   Produce();
   UpdateBuffered();
-  if (!pending_.empty()) return absl::DeadlineExceededError("telemetry left undelivered at close");
+  if (!pending_.empty() || capture_left_) {
+    return absl::DeadlineExceededError("telemetry left undelivered at close");
+  }
   return s;
 }
 
@@ -658,9 +873,12 @@ CollectorStats Collector::stats() const {
     std::lock_guard<std::mutex> lock(kernels_mu_);
     kernels_dropped = kernels_dropped_;
   }
-  s.records_dropped =
-      ring_.dropped() + kernels_dropped + pending_dropped_records_.load(std::memory_order_relaxed);
-  s.batches_dropped = pending_dropped_batches_.load(std::memory_order_relaxed);
+  s.records_dropped = ring_.dropped() + kernels_dropped +
+                      pending_dropped_records_.load(std::memory_order_relaxed) +
+                      oversized_records_.load(std::memory_order_relaxed) +
+                      failed_records_.load(std::memory_order_relaxed);
+  s.batches_dropped = pending_dropped_batches_.load(std::memory_order_relaxed) +
+                      unsendable_batches_.load(std::memory_order_relaxed);
   s.batches_produced = produced_.load(std::memory_order_relaxed);
   s.batches_delivered = delivered_.load(std::memory_order_relaxed);
   s.batches_failed = failed_.load(std::memory_order_relaxed);
@@ -675,8 +893,12 @@ CollectorStats Collector::stats() const {
   }
   s.ops_recorded = ops_recorded_.load(std::memory_order_relaxed);
   // Ops the op ring dropped show as their step's shortfall (Drain), counted in ops_lost_.
-  s.ops_dropped =
-      ops_over_limit_.load(std::memory_order_relaxed) + ops_lost_.load(std::memory_order_relaxed);
+  s.ops_oversized = ops_oversized_.load(std::memory_order_relaxed);
+  s.ops_dropped = ops_over_limit_.load(std::memory_order_relaxed) +
+                  ops_lost_.load(std::memory_order_relaxed) + s.ops_oversized;
+  s.messages_oversized = sender_oversized_.load(std::memory_order_relaxed) +
+                         pub_oversized_.load(std::memory_order_relaxed);
+  s.producer_restarts = producer_restarts_.load(std::memory_order_relaxed);
   s.gc_pauses = gc_pauses_.load(std::memory_order_relaxed);
   s.gc_pauses_before_first_step = gc_pauses_before_first_step_.load(std::memory_order_relaxed);
   return s;

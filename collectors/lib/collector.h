@@ -12,6 +12,19 @@
 // producer reconnects by itself when the broker returns, and a backlog then drains at the
 // broker's pace. memory_bound_bytes() states the total bound.
 //
+// Message size: no batch is larger than a Kafka message of options.max_message_bytes holds
+// (librdkafka's message.max.bytes, default 1,000,000 bytes, a broker's and a topic's default
+// too; wire/schema.h's MaxBatchPayloadBytes: the key and Kafka's overhead paid). Batches are
+// sealed *before* a record, kernel event or reply would take them over it; a capture's events
+// go in as many batches as they need, each tagged with the capture, its DONE reply after the
+// last. A step record that alone would not fit (an op-heavy step) goes without its ops
+// (counted in ops_oversized and ops_dropped). What still does not fit, or what the producer or
+// the broker refuses as too large, is dropped: counted (messages_oversized, its records in
+// records_dropped and the next batch's dropped_records) and logged once, never retried, and
+// the producer is never recreated for it. The producer is recreated after other errors (a
+// fatal idempotent-producer state) at most once a backoff (1 s doubling to 60 s); a batch that
+// a fresh producer refuses too is dropped and counted.
+//
 // Ops (v1::OpRecord: forward compute of a microbatch, a pipeline send, the optimizer, a GC
 // pause, ...) are recorded into the open step with AddOp or an OpScope: one push into a fixed
 // BoundedRing of StepOps tagged with the step, at most options.max_ops_per_step a step (the
@@ -43,6 +56,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -55,6 +69,7 @@
 #include "collectors/lib/step_ops.h"
 #include "collectors/lib/timed_step.h"
 #include "kafka/kafka_properties.h"
+#include "wire/schema.h"
 
 namespace rankwatch {
 
@@ -116,6 +131,10 @@ struct CollectorOptions {
   int kafka_queue_max_messages = 4;   // default: 4 batches in librdkafka's queue
   int kafka_queue_max_kbytes = 4096;  // default: 4 MiB in librdkafka's queue
   int message_timeout_ms = 300000;    // default: 5 min; older undelivered batches fail
+  // The largest Kafka message produced (librdkafka's message.max.bytes; a property of that name
+  // wins): set it to the brokers' and the topic's limit. At least kMinMaxMessageBytes (16 KiB);
+  // batches are sealed below it (see the class comment), and at most at the wire's 4 MiB.
+  size_t max_message_bytes = kDefaultMaxMessageBytes;  // default: 1,000,000 bytes
   // The control channel's topic (control.proto; collectors/lib/control_listener.h); empty: no
   // control channel. A listener that cannot start is logged and the collector goes on without.
   std::string control_topic = "rankwatch.control";  // default: rankwatch.control
@@ -171,6 +190,13 @@ struct CollectorStats {
   uint64_t ops_dropped = 0;         // over max_ops_per_step, or lost with their step
   uint64_t gc_pauses = 0;           // AddGcPause calls
   uint64_t gc_pauses_before_first_step = 0;  // of those, in no step (see AddGcPause)
+  // Batches dropped because they would not fit a Kafka message of max_message_bytes (sealed
+  // too large, a control reply too large alone, refused by the producer or the broker); their
+  // records count in records_dropped.
+  uint64_t messages_oversized = 0;
+  // Ops dropped from step records that alone would not fit a message (also in ops_dropped).
+  uint64_t ops_oversized = 0;
+  uint64_t producer_restarts = 0;  // Kafka producers recreated after a fatal error
 };
 
 class Collector {
@@ -224,6 +250,13 @@ class Collector {
   absl::Status SetLayout(const RankLayout& layout);
 
   CollectorStats stats() const;
+  // The message.max.bytes in effect (options.max_message_bytes, or the property that overrides
+  // it), the serialized bytes a batch may have (its MaxBatchPayloadBytes), and what one control
+  // reply may have so that a batch carries it: replies larger
+  // than that are dropped (counted in messages_oversized). Any thread.
+  size_t max_message_bytes() const { return max_message_bytes_; }
+  size_t max_batch_bytes() const { return max_batch_bytes_; }
+  size_t max_reply_bytes() const;
   // ring + kernel buffer + one capture's events + pending bytes + librdkafka queue bytes: what
   // the collector may hold.
   uint64_t memory_bound_bytes() const;
@@ -244,7 +277,8 @@ class Collector {
   // Queues a reply (DONE, FAILED, REFUSED) for the next batch and wakes the sender. Any thread.
   void ReplyControl(v1::ControlReply reply);
   // Queues the events of capture `request_id` (their own batches, trace.capture_id set, at
-  // most options.max_capture_events), followed by `done`, whose `events` it sets. Any thread.
+  // most options.max_capture_events, as many batches as the message size needs, sealed as the
+  // pending bytes have room), followed by `done`, whose `events` it sets. Any thread.
   void SendCapture(const std::string& request_id, std::string source_format,
                    std::vector<KernelEventInput> events, v1::ControlReply done);
 
@@ -253,17 +287,39 @@ class Collector {
             std::unique_ptr<BatchPublisher> publisher);
   void SenderLoop();
   void RequestFlush();  // wakes the sender for a round now
-  // Drains the ring and the kernel buffer into batches in `pending_`. Sender thread only.
-  void Drain(bool final);
+  // A batch the sender is filling: an upper bound of its serialized bytes beyond its envelope
+  // (identity, trace labels, counters), the room it has, its string table and its labels.
+  struct Filling {
+    v1::Batch batch;
+    size_t bytes = 0;
+    size_t budget = 0;
+    std::unordered_map<std::string, uint32_t> interned;
+    std::string source_format, capture_id;  // its trace's, when it carries kernel events
+    bool empty() const {
+      return batch.steps_size() == 0 && batch.kernels_size() == 0 &&
+             batch.control_replies_size() == 0;
+    }
+  };
+  // Drains the ring, the kernel buffer, the captures (as far as the pending bytes have room)
+  // and the replies into batches in `pending_`; the last batch is final when `final` and no
+  // capture is left. Returns whether a capture is left for the next round. Sender thread only.
+  bool Drain(bool final);
   // Hands pending batches to librdkafka until its queue is full. Sender thread only.
   void Produce();
   // While batches are pending, waits (blocked, not spinning) for delivery reports and
   // produces after each, until nothing is pending or `deadline`. Sender thread only.
   void DrainBacklog(std::chrono::steady_clock::time_point deadline);
-  void SealBatch(v1::Batch* batch, uint64_t records);
-  // Adds `events` to `batch` (its string table), sealing full batches on the way.
-  void AppendKernels(v1::Batch* batch, const std::deque<KernelEventInput>& events,
-                     const std::string& source_format, const std::string& capture_id);
+  // The serialized bytes of a batch's envelope with these trace labels, at most.
+  size_t EnvelopeBytes(const std::string& source_format, const std::string& capture_id) const;
+  // Starts `f` afresh for batches labelled so (its budget: max_batch_bytes_ less the envelope).
+  void StartFilling(Filling* f, const std::string& source_format, const std::string& capture_id);
+  // Seals `f` into pending_ (or drops it, counted, when it came out too large) and empties it.
+  void SealBatch(Filling* f);
+  // Adds events[from...] to `f` until it is full; returns the index of the first event left.
+  // Adds at least one event to an empty batch.
+  size_t FillKernels(Filling* f, const std::deque<KernelEventInput>& events, size_t from);
+  // Counts a batch of `records` dropped as too large and warns, once a collector.
+  void DropOversized(uint64_t records, size_t bytes, const char* what);
   void UpdateBuffered();
   // Moves the ops of step `generation` from the op ring into `out` (cleared first), dropping
   // (and counting) those of older steps. Sender thread only.
@@ -335,6 +391,16 @@ class Collector {
   uint64_t completed_seen_ = 0;
   uint64_t sequence_ = 0;
   uint64_t reported_dropped_ = 0;  // drops already written into a batch's dropped_records
+  // The capture being cut into batches and its next event; set while it has events left.
+  std::optional<CaptureUpload> capture_;
+  size_t capture_next_ = 0;
+  bool capture_left_ = false;  // Drain's result: a capture waits for the next round
+  // Consecutive fatal publish errors of the front pending batch, and when the producer may
+  // be recreated next (the backoff doubles from 1 s to 60 s; reset by a produced batch).
+  int front_failures_ = 0;
+  std::chrono::steady_clock::time_point next_recreate_{};
+  std::chrono::milliseconds recreate_backoff_{1000};
+  uint64_t base_pub_oversized_ = 0, base_pub_failed_records_ = 0;  // of replaced producers
 
   std::atomic<uint64_t> produced_{0};
   std::atomic<uint64_t> delivered_{0}, failed_{0};  // over every producer this had
@@ -342,6 +408,17 @@ class Collector {
   std::atomic<uint64_t> buffered_bytes_{0}, max_buffered_bytes_{0};
   std::atomic<uint64_t> pending_dropped_records_{0}, pending_dropped_batches_{0};
   std::atomic<uint64_t> idle_generation_{0};  // bumped when all data is shipped and acked
+  const size_t max_message_bytes_;            // message.max.bytes in effect
+  const size_t max_batch_bytes_;              // MaxBatchPayloadBytes of it
+  // Oversized: batches dropped by the sender (sealed too large, a reply too large, refused by
+  // produce()), their records; the producers' count (produce() refusals and the broker's) and
+  // the records of their failed deliveries, as of the sender's last round.
+  std::atomic<uint64_t> sender_oversized_{0}, oversized_records_{0};
+  std::atomic<uint64_t> pub_oversized_{0}, failed_records_{0};
+  std::atomic<uint64_t> unsendable_batches_{0};  // refused by a fresh producer too: dropped
+  std::atomic<uint64_t> ops_oversized_{0};
+  std::atomic<uint64_t> producer_restarts_{0};
+  std::atomic<bool> warned_oversized_{false}, warned_ops_cut_{false}, warned_unsendable_{false};
 
   std::mutex mu_;
   std::condition_variable wake_;

@@ -199,10 +199,14 @@ TEST(CollectorOpsTest, GcPausesFromAnotherThreadAreEachCountedOnce) {
   ASSERT_TRUE(c.ok()) << c.status();
   Collector& rw = **c;
   constexpr uint64_t kPauses = 20000, kSteps = 200;
+  // Step 0 opens before the pauses start: earlier ones would be the set-up's, in no step (on a
+  // loaded machine the thread made all of them before the loop began).
+  rw.BeginStep(0, 0);
   std::thread gc([&] {
     for (uint64_t i = 0; i < kPauses; ++i) rw.AddGcPause(1000, 1000 + 3 * kUs);
   });
-  for (uint64_t step = 0; step + 1 < kSteps; ++step) {
+  rw.EndStep(5);
+  for (uint64_t step = 1; step + 1 < kSteps; ++step) {
     rw.BeginStep(step, 10 * step);
     rw.EndStep(10 * step + 5);
   }

@@ -90,6 +90,7 @@ rw_collector* rw_collector_create(const rw_identity* identity, const rw_options*
   if (options->control_topic != nullptr) o.control_topic = options->control_topic;
   o.take_captures = options->take_captures != 0;
   o.watch_gc = options->watch_gc != 0;
+  if (options->max_message_bytes > 0) o.max_message_bytes = options->max_message_bytes;
   auto c = rankwatch::Collector::Create(std::move(id), std::move(o));
   if (!c.ok()) return fail(std::string(c.status().message()));
   return new rw_collector{std::move(*c)};
@@ -177,10 +178,12 @@ void rw_stats_get(const rw_collector* c, rw_stats* out) {
   const rankwatch::CollectorStats s = c->impl->stats();
   uint64_t refused = 0;
   for (uint64_t n : s.control.refused) refused += n;
-  *out = rw_stats{s.steps_recorded,     s.kernels_recorded,   s.records_dropped,  s.batches_dropped,
-                  s.batches_produced,   s.batches_delivered,  s.batches_failed,   s.buffered_bytes,
-                  s.max_buffered_bytes, s.memory_bound_bytes, s.control.accepted, refused,
-                  s.captures_sent,      s.ops_recorded,       s.ops_dropped};
+  *out =
+      rw_stats{s.steps_recorded,     s.kernels_recorded,   s.records_dropped,  s.batches_dropped,
+               s.batches_produced,   s.batches_delivered,  s.batches_failed,   s.buffered_bytes,
+               s.max_buffered_bytes, s.memory_bound_bytes, s.control.accepted, refused,
+               s.captures_sent,      s.ops_recorded,       s.ops_dropped,      s.messages_oversized,
+               s.ops_oversized,      s.producer_restarts};
 }
 
 int rw_capture_take(rw_collector* c, rw_capture_request* out) {

@@ -9,7 +9,14 @@
  *
  * Every recording call is non-blocking and allocation-free on the step path (kernel events
  * are copied into a bounded buffer). When Kafka is slow or down the oldest data is dropped
- * and counted; the collector reconnects by itself.
+ * and counted; the collector reconnects by itself. No message is larger than
+ * rw_options.max_message_bytes (default 1,000,000 bytes): batches, captures included, are cut
+ * below it; a step whose ops alone would not fit goes without them, and anything else that
+ * cannot fit is dropped and counted, never retried.
+ *
+ * rw_options and rw_stats grew fields at their ends (max_message_bytes; messages_oversized,
+ * ops_oversized, producer_restarts): zero-initialise rw_options (`rw_options o = {0};`) and
+ * rebuild against this header.
  *
  * Control channel: the collector reads the daemon's requests for its rank from the control
  * topic on a thread of its own (control.proto). An application that can profile itself sets
@@ -66,6 +73,10 @@ typedef struct rw_options {
   const char* control_topic;    /* NULL = "rankwatch.control"; "" = no control channel */
   int take_captures;            /* != 0: the application acts on capture requests */
   int watch_gc; /* != 0: every GC pause is reported (rw_gc_pause_add): steps carry gc_ns = 0 too */
+  /* The largest Kafka message produced (librdkafka's message.max.bytes): set it to the
+   * brokers' and the topic's limit. 0 = 1,000,000 (Kafka's default); at least 16384. Batches are
+   * sealed below it; what cannot fit is dropped and counted (rw_stats.messages_oversized). */
+  size_t max_message_bytes;
 } rw_options;
 
 /* Where the rank sits in the job's parallel layout; a size of 0 means 1 (not used). Every rank
@@ -130,6 +141,10 @@ typedef struct rw_stats {
   uint64_t control_accepted, control_refused; /* control requests of this rank */
   uint64_t captures_sent;
   uint64_t ops_recorded, ops_dropped; /* ops kept; over 4,096 a step or their step lost */
+  /* Batches dropped as too large for max_message_bytes (their records are in records_dropped);
+   * ops dropped from steps that alone would not fit a message (in ops_dropped too); Kafka
+   * producers recreated after a fatal error. */
+  uint64_t messages_oversized, ops_oversized, producer_restarts;
 } rw_stats;
 
 /* Creates a collector and starts its sender thread; never waits for the broker. Returns NULL
@@ -178,7 +193,8 @@ int rw_flush(rw_collector* c, int timeout_ms);
  * (or without `take_captures`). Training thread; costs one atomic load when none waits. */
 int rw_capture_take(rw_collector* c, rw_capture_request* out);
 /* Answers capture `request_id`: its `n` events (copied; at most 50,000 are sent, a reply
- * says how many were cut), tagged with the request, then its DONE reply with the first step
+ * says how many were cut), tagged with the request, in as many batches as max_message_bytes
+ * needs, then its DONE reply with the first step
  * profiled, the steps profiled and their step times summed (ns). `source_format` names the
  * profiler (NULL = "rw_capture"). Any thread; never blocks on Kafka. */
 void rw_capture_send(rw_collector* c, const char* request_id, const char* source_format,

@@ -6,6 +6,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cctype>
 #include <stdexcept>
 
@@ -26,7 +27,7 @@ std::unique_ptr<Collector> MakeCollector(
     size_t max_pending_bytes, int kafka_queue_max_messages, int kafka_queue_max_kbytes,
     const std::map<std::string, std::string>& properties, const std::string& control_topic,
     bool take_stacks, const std::map<std::string, std::string>& scheduler, bool watch_gc,
-    size_t max_ops_per_step, uint64_t gc_op_min_ns) {
+    size_t max_ops_per_step, uint64_t gc_op_min_ns, size_t max_message_bytes) {
   rankwatch::CollectorIdentity id{training_job,
                                   rank,
                                   world_size,
@@ -58,6 +59,7 @@ std::unique_ptr<Collector> MakeCollector(
   o.watch_gc = watch_gc;
   o.max_ops_per_step = max_ops_per_step;
   o.gc_op_min_ns = gc_op_min_ns;
+  if (max_message_bytes > 0) o.max_message_bytes = max_message_bytes;
   for (const auto& [k, v] : properties) o.properties[k] = v;
   auto c = Collector::Create(std::move(id), std::move(o));
   if (!c.ok()) throw std::invalid_argument(std::string(c.status().message()));
@@ -159,9 +161,12 @@ rankwatch::RankLayout LayoutOf(uint32_t data_rank, uint32_t data_size, uint32_t 
 constexpr uint32_t kDefaultStackFrames = 64;
 constexpr size_t kMaxStackThreads = 64;
 constexpr size_t kMaxStackString = 512;
-// A stacks reply stays under this (one telemetry batch); frames beyond it are counted as
-// omitted, the threads given first (the training thread) kept whole.
+// A stacks reply stays under this and under what one batch carries (Collector::
+// max_reply_bytes: max_message_bytes less the batch's envelope); frames beyond it are counted
+// as omitted, the threads given first (the training thread) kept whole.
 constexpr size_t kMaxStacksReplyBytes = 256 << 10;
+// Room kept for the reply's own fields (request id, steps, ...) and the estimates' error.
+constexpr size_t kStacksReplySlackBytes = 2048;
 
 std::string Cut(std::string s) {
   if (s.size() > kMaxStackString) s.resize(kMaxStackString);
@@ -173,7 +178,11 @@ std::string Cut(std::string s) {
 rankwatch::v1::ControlReply StacksReply(const std::string& request_id,
                                         const std::vector<py::tuple>& threads,
                                         const std::vector<py::tuple>& collectives,
-                                        int64_t last_step, bool in_step) {
+                                        int64_t last_step, bool in_step, size_t max_reply_bytes) {
+  const size_t max_bytes =
+      std::min(kMaxStacksReplyBytes, max_reply_bytes > 2 * kStacksReplySlackBytes
+                                         ? max_reply_bytes - kStacksReplySlackBytes
+                                         : max_reply_bytes / 2);
   rankwatch::v1::ControlReply r;
   r.set_request_id(request_id);
   r.set_state(rankwatch::v1::CONTROL_DONE);
@@ -199,7 +208,7 @@ rankwatch::v1::ControlReply StacksReply(const std::string& request_id,
     for (size_t i = frames.size(); i-- > 0;) {
       const size_t f =
           frames[i][0].cast<std::string>().size() + frames[i][2].cast<std::string>().size() + 16;
-      if (bytes + need + f > kMaxStacksReplyBytes) break;
+      if (bytes + need + f > max_bytes) break;
       need += f;
       keep = i;
     }
@@ -216,11 +225,28 @@ rankwatch::v1::ControlReply StacksReply(const std::string& request_id,
   }
   for (const py::tuple& t : collectives) {
     if (t.size() != 4) throw std::invalid_argument("a collective counter is a 4-tuple");
+    std::string group = Cut(t[0].cast<std::string>());
+    if (bytes + group.size() + 40 > max_bytes) break;  // the process groups past the bound
+    bytes += group.size() + 40;
     rankwatch::v1::CollectiveCounter* c = r.add_collectives();
-    c->set_group(Cut(t[0].cast<std::string>()));
+    c->set_group(std::move(group));
     c->set_group_size(t[1].cast<uint32_t>());
     c->set_entered(t[2].cast<uint64_t>());
     c->set_completed(t[3].cast<uint64_t>());
+  }
+  // The estimates above are close; the reply's own size decides. Outermost frames go first,
+  // from the last thread that has any.
+  for (int i = r.stacks_size() - 1; i >= 0 && r.ByteSizeLong() > max_bytes;) {
+    rankwatch::v1::ThreadStack* th = r.mutable_stacks(i);
+    if (th->frames_size() == 0) {
+      --i;
+      continue;
+    }
+    th->mutable_frames()->erase(th->mutable_frames()->begin());
+    th->set_frames_omitted(th->frames_omitted() + 1);
+  }
+  while (r.ByteSizeLong() > max_bytes && r.collectives_size() > 0) {
+    r.mutable_collectives()->RemoveLast();
   }
   return r;
 }
@@ -281,7 +307,8 @@ PYBIND11_MODULE(_native, m) {
            py::arg("properties") = std::map<std::string, std::string>{},
            py::arg("control_topic") = "rankwatch.control", py::arg("take_stacks") = false,
            py::arg("scheduler") = std::map<std::string, std::string>{}, py::arg("watch_gc") = false,
-           py::arg("max_ops_per_step") = 4096, py::arg("gc_op_min_ns") = 1'000'000)
+           py::arg("max_ops_per_step") = 4096, py::arg("gc_op_min_ns") = 1'000'000,
+           py::arg("max_message_bytes") = 0)
       .def("begin_step", [](Collector& c, uint64_t step) { c.BeginStep(step, Collector::NowNs()); })
       .def("end_step", [](Collector& c) { c.EndStep(Collector::NowNs()); })
       .def(
@@ -396,7 +423,8 @@ PYBIND11_MODULE(_native, m) {
           "reply_stacks",
           [](Collector& c, const std::string& request_id, const std::vector<py::tuple>& threads,
              const std::vector<py::tuple>& collectives, int64_t last_step, bool in_step) {
-            c.ReplyControl(StacksReply(request_id, threads, collectives, last_step, in_step));
+            c.ReplyControl(StacksReply(request_id, threads, collectives, last_step, in_step,
+                                       c.max_reply_bytes()));
           },
           py::arg("request_id"), py::arg("threads"), py::arg("collectives"), py::arg("last_step"),
           py::arg("in_step"),
@@ -467,6 +495,9 @@ PYBIND11_MODULE(_native, m) {
              d["ops_dropped"] = s.ops_dropped;
              d["gc_pauses"] = s.gc_pauses;
              d["gc_pauses_before_first_step"] = s.gc_pauses_before_first_step;
+             d["messages_oversized"] = s.messages_oversized;
+             d["ops_oversized"] = s.ops_oversized;
+             d["producer_restarts"] = s.producer_restarts;
              py::dict control;
              control["reading"] = s.control.reading;
              control["messages"] = s.control.messages;
@@ -483,7 +514,15 @@ PYBIND11_MODULE(_native, m) {
              d["control"] = control;
              return d;
            })
-      .def_property_readonly("memory_bound_bytes", &Collector::memory_bound_bytes);
+      .def_property_readonly("memory_bound_bytes", &Collector::memory_bound_bytes)
+      .def_property_readonly(
+          "max_message_bytes", [](const Collector& c) { return c.max_message_bytes(); },
+          "the largest Kafka message produced (message.max.bytes in effect)")
+      .def_property_readonly("max_batch_bytes", &Collector::max_batch_bytes,
+                             "the serialized bytes one telemetry batch may have within it")
+      .def_property_readonly("max_reply_bytes", &Collector::max_reply_bytes,
+                             "the bytes one control reply may have (stacks replies are cut "
+                             "below it)");
 
   m.def("gc_callback", &GcCallbackOf, py::arg("collector"),
         "a gc.callbacks entry for `collector`: each collection, \"start\" to \"stop\", is a "

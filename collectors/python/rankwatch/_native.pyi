@@ -74,6 +74,7 @@ class Collector:
         watch_gc: bool = ...,
         max_ops_per_step: int = ...,
         gc_op_min_ns: int = ...,
+        max_message_bytes: int = ...,
     ) -> None: ...
     def begin_step(self, step: int, /) -> None: ...
     def end_step(self) -> None: ...
@@ -142,6 +143,15 @@ class Collector:
     def stats(self) -> dict[str, Any]: ...
     @property
     def memory_bound_bytes(self) -> int: ...
+    @property
+    def max_message_bytes(self) -> int:
+        """The largest Kafka message produced (message.max.bytes in effect)."""
+    @property
+    def max_batch_bytes(self) -> int:
+        """The serialized bytes one telemetry batch may have within it."""
+    @property
+    def max_reply_bytes(self) -> int:
+        """The bytes one control reply may have (stacks replies are cut below it)."""
 
 def gc_callback(collector: Collector) -> Callable[[str, Mapping[str, int]], None]:
     """A gc.callbacks entry: each collection is a GC pause of the collector's open step."""

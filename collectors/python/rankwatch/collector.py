@@ -412,12 +412,21 @@ class Collector:
     def stats(self) -> dict[str, Any]:
         """The library's counters (steps, records, drops, bytes, ...) and `threads_cpu_s`: CPU
         seconds used so far by the collector's threads (its sender and librdkafka's), from
-        /proc/self/task; absent where /proc is not readable."""
+        /proc/self/task; absent where /proc is not readable. messages_oversized: batches dropped
+        because they would not fit a Kafka message of max_message_bytes (their records count in
+        records_dropped); ops_oversized: ops left out of steps too large for one message (in
+        ops_dropped too); producer_restarts: Kafka producers recreated after a fatal error."""
         d = self._native.stats()
         cpu = _threads_cpu_s(("rw:", "rdk:"))
         if cpu is not None:
             d["threads_cpu_s"] = cpu
         return d
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The largest Kafka message this collector produces (librdkafka's message.max.bytes in
+        effect: init's max_message_bytes, $RANKWATCH_MAX_MESSAGE_BYTES, or 1,000,000)."""
+        return self._native.max_message_bytes
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Waits up to `timeout_s` for what is buffered to be delivered; True when it was."""
@@ -498,6 +507,8 @@ class NullCollector(Collector):
     def stats(self) -> dict[str, Any]:
         return {}
 
+    max_message_bytes = 0
+
     def flush(self, timeout_s: float = 10.0) -> bool:
         return True
 
@@ -561,7 +572,8 @@ _NULL_SCOPE: Scope = _NullScope()
 def init(job: str | None = None, brokers: str | None = None, rank: int | None = None,
          world_size: int | None = None, local_rank: int | None = None, node: str | None = None,
          device: str | None = None, enabled: bool | None = None, memory: bool = True,
-         layout: object = None, watch_gc: bool | None = None, **options: Any) -> Collector:
+         layout: object = None, watch_gc: bool | None = None, max_message_bytes: int | None = None,
+         **options: Any) -> Collector:
     """Creates this process's collector (and makes it rankwatch.get()).
 
     With no arguments it works under torchrun, Slurm and Kubernetes (Kubeflow's PyTorchJob):
@@ -581,6 +593,12 @@ def init(job: str | None = None, brokers: str | None = None, rank: int | None = 
     parallelism).
     watch_gc: every garbage collection is a GC pause of its step (gc.callbacks; gc_ns, gc_count
     and, from 1 ms, an op); default True, or $RANKWATCH_WATCH_GC=0 turns it off.
+    max_message_bytes: the largest Kafka message the collector produces (librdkafka's
+    message.max.bytes): set it to your brokers' and topic's limit; default
+    $RANKWATCH_MAX_MESSAGE_BYTES, else 1,000,000 (Kafka's default), at least 16384. Batches,
+    captures included, are cut below it; a step whose ops alone would not fit goes without them
+    (stats()["ops_oversized"]), and what still does not fit is dropped and counted
+    (stats()["messages_oversized"]), never retried.
     enabled: False (or $RANKWATCH_DISABLE=1) returns a NullCollector. options: collector
     buffer settings (flush_interval_ms=1000, sooner when kernel events half fill their buffer;
     step_ring_capacity=4096,
@@ -613,6 +631,10 @@ def init(job: str | None = None, brokers: str | None = None, rank: int | None = 
             " pod %s/%s" % (sched["namespace"], sched["pod"]) if sched["pod"] else "")))
     if watch_gc is None:
         watch_gc = os.environ.get("RANKWATCH_WATCH_GC", "1").lower() not in ("0", "false", "no")
+    if max_message_bytes is None:
+        max_message_bytes = _max_message_bytes_from_env()
+    if max_message_bytes is not None:
+        options["max_message_bytes"] = max_message_bytes
     if _current is not None:
         _current.close(final=False)
     _current = Collector(job, brokers, memory=memory, scheduler=sched, layout=layout, watch_gc=watch_gc,
@@ -635,6 +657,18 @@ def _log_picked(line: str) -> None:
 
 
 _logged_identity = False
+
+
+def _max_message_bytes_from_env() -> int | None:
+    """$RANKWATCH_MAX_MESSAGE_BYTES as an int, or None when unset or empty (the library's default,
+    1,000,000); a ValueError naming the variable when it is not a number."""
+    value = os.environ.get("RANKWATCH_MAX_MESSAGE_BYTES", "").strip()
+    if not value:
+        return None
+    try:
+        return int(value.replace("_", ""))
+    except ValueError:
+        raise ValueError("rankwatch.init: $RANKWATCH_MAX_MESSAGE_BYTES=%r is not a number of bytes" % value) from None
 
 
 def _brokers_file() -> str:
