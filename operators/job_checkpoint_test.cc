@@ -1,6 +1,8 @@
 // A job restored from its checkpoints behaves exactly like the job that was checkpointed.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <map>
 
 #include "collectors/simulator/fleet_model.h"
@@ -46,15 +48,29 @@ std::vector<v1::Batch> FleetBatches(uint32_t ranks, uint64_t steps, uint32_t per
 struct FakeStore {
   state::v1::JobMeta meta;
   std::map<uint64_t, state::v1::StoredStep> steps;
+  std::map<uint64_t, state::v1::WhatIfStepOps> whatif;
+  size_t bytes_written = 0;  // serialized metadata and new steps of every checkpoint
 
   void Apply(JobCheckpoint c) {
+    bytes_written += c.meta.ByteSizeLong();
+    for (const auto& s : c.new_steps) bytes_written += s.ByteSizeLong();
+    for (const auto& s : c.new_whatif_steps) bytes_written += s.ByteSizeLong();
     meta = std::move(c.meta);
     for (auto& s : c.new_steps) steps[s.step()] = std::move(s);
     steps.erase(steps.begin(), steps.lower_bound(c.keep_from_step));
+    for (auto& s : c.new_whatif_steps) whatif[s.step()] = std::move(s);
+    if (c.whatif_keep_from_step > 0) {
+      whatif.erase(whatif.begin(), whatif.lower_bound(c.whatif_keep_from_step));
+    }
   }
   std::vector<state::v1::StoredStep> Steps() const {
     std::vector<state::v1::StoredStep> v;
     for (const auto& [step, s] : steps) v.push_back(s);
+    return v;
+  }
+  std::vector<state::v1::WhatIfStepOps> WhatIfSteps() const {
+    std::vector<state::v1::WhatIfStepOps> v;
+    for (const auto& [step, s] : whatif) v.push_back(s);
     return v;
   }
 };
@@ -411,6 +427,218 @@ TEST(JobCheckpointTest, TheTimeBetweenCheckpointAndRestoreDoesNotAgePendingSteps
   ASSERT_TRUE(old.ok()) << old.status();
   (*old)->Tick(t1);
   EXPECT_EQ((*old)->Snapshot(t1).timed_out_steps, 1u);
+}
+
+// A DP 2 x PP 4 x TP 2 pipeline job (`rankwatch simulate --parallel`), one batch per rank and
+// step, with `faults`.
+std::vector<v1::Batch> PipelineBatches(uint64_t steps, const std::vector<std::string>& faults) {
+  FleetOptions o;
+  o.training_job = "pipe";
+  o.parallel = PipelineSpec{.dp = 2, .pp = 4, .tp = 2, .microbatches = 8};
+  o.ranks = o.parallel->world_size();
+  for (const std::string& f : faults) o.faults.push_back(*ParseFaultSpec(f));
+  EXPECT_TRUE(CheckFleetOptions(o).ok());
+  FleetModel model(o);
+  std::vector<v1::Batch> out;
+  std::vector<v1::StepRecord> rec;
+  std::vector<bool> rep;
+  for (uint64_t s = 0; s < steps; ++s) {
+    model.Step(s, &rec, &rep);
+    for (uint32_t r = 0; r < o.ranks; ++r) {
+      v1::Batch& b = out.emplace_back();
+      b.mutable_source()->set_training_job("pipe");
+      b.mutable_source()->set_rank(r);
+      b.mutable_source()->set_world_size(o.ranks);
+      b.mutable_source()->set_node(model.NodeName(r));
+      *b.mutable_source()->mutable_layout() = model.LayoutOf(r);
+      *b.add_steps() = rec[r];
+    }
+  }
+  return out;
+}
+
+void ExpectSameWhatIf(const JobSnapshot& a, const JobSnapshot& b) {
+  ASSERT_NE(a.whatif, nullptr);
+  ASSERT_NE(b.whatif, nullptr);
+  const whatif::WhatIfSnapshot &x = *a.whatif, &y = *b.whatif;
+  EXPECT_EQ(x.analysed_steps, y.analysed_steps);
+  EXPECT_EQ(x.skipped_steps, y.skipped_steps) << y.last_error;
+  EXPECT_EQ(x.result.steps, y.result.steps);
+  EXPECT_EQ(x.result.first_step, y.result.first_step);
+  EXPECT_EQ(x.result.last_step, y.result.last_step);
+  EXPECT_DOUBLE_EQ(x.result.slowdown, y.result.slowdown);
+  EXPECT_DOUBLE_EQ(x.result.actual_us, y.result.actual_us);
+  EXPECT_DOUBLE_EQ(x.result.ideal_us, y.result.ideal_us);
+  // Decompositions are re-simulated at the restore where the original kept cached ones (typical
+  // durations within the analyzer's 1 % recompute tolerance): close, not equal.
+  EXPECT_NEAR(x.result.m_w, y.result.m_w, 0.02 * std::abs(x.result.m_w));
+  ASSERT_EQ(x.result.decomposition.by_dp_rank.size(), y.result.decomposition.by_dp_rank.size());
+  for (size_t d = 0; d < x.result.decomposition.by_dp_rank.size(); ++d) {
+    EXPECT_NEAR(x.result.decomposition.by_dp_rank[d], y.result.decomposition.by_dp_rank[d], 0.02);
+  }
+  EXPECT_EQ(x.verdict.verdict, y.verdict.verdict) << y.verdict.note;
+  EXPECT_EQ(x.verdict.data_rank, y.verdict.data_rank);
+  EXPECT_EQ(x.verdict.stage, y.verdict.stage);
+  EXPECT_EQ(x.verdict.ranks, y.verdict.ranks);
+  EXPECT_EQ(x.worker_ranks, y.worker_ranks);
+  EXPECT_EQ(x.since_step, y.since_step);
+  EXPECT_EQ(x.onset_known, y.onset_known);
+  EXPECT_EQ(a.step.straggler.since_step, b.step.straggler.since_step);
+  EXPECT_EQ(a.step.label, b.step.label);
+  EXPECT_EQ(a.step.note, b.step.note);
+}
+
+// A pipeline job with a slow worker from step 30, checkpointed every 13 batches (mid-step: the
+// what-if then holds ops of steps still waiting for ranks), is restored from the checkpoint
+// after batch `crash_after` (one batch per rank and step: 16 a step), and both go on.
+struct CrashedPipeline {
+  JobSnapshot reference_at_crash, restored_at_crash, reference, restored, restored_without;
+  FakeStore store;
+};
+
+CrashedPipeline RunPipelineCrashingAfter(size_t crash_after, uint64_t steps = 160) {
+  const std::vector<v1::Batch> batches =
+      PipelineBatches(steps, {"slow-worker:dp=1,pp=2,factor=1.3:30"});
+  JobPipelineOptions options;
+  options.record_changes = true;
+  JobPipeline reference("pipe", 16, options);
+  CrashedPipeline out;
+  const TimePoint t0{};
+  const int64_t wall0 = 1'795'000'000'000'000'000;
+  size_t i = 0;
+  for (; i < batches.size(); ++i) {
+    reference.AddBatch(batches[i], t0);
+    if (i % 13 == 12) {
+      out.store.Apply(reference.TakeCheckpoint(t0, wall0));
+      if (i >= crash_after) break;
+    }
+    if (i % 16 == 15) (void)reference.Snapshot(t0);  // the daemon evaluates as steps align
+  }
+  ++i;
+  auto restored = JobPipeline::Restore(out.store.meta, out.store.Steps(), options, t0, wall0,
+                                       out.store.WhatIfSteps());
+  EXPECT_TRUE(restored.ok()) << restored.status();
+  // The same state as written before the what-if was checkpointed.
+  state::v1::JobMeta old_meta = out.store.meta;
+  old_meta.clear_whatif();
+  auto without = JobPipeline::Restore(old_meta, out.store.Steps(), options, t0, wall0);
+  EXPECT_TRUE(without.ok()) << without.status();
+  if (!restored.ok() || !without.ok()) return out;
+  out.reference_at_crash = reference.Snapshot(t0);
+  out.restored_at_crash = (*restored)->Snapshot(t0);
+  for (; i < batches.size(); ++i) {
+    reference.AddBatch(batches[i], t0);
+    (*restored)->AddBatch(batches[i], t0);
+    (*without)->AddBatch(batches[i], t0);
+    if (i % 16 == 15) {
+      (void)reference.Snapshot(t0);
+      (void)(*restored)->Snapshot(t0);
+      (void)(*without)->Snapshot(t0);
+    }
+  }
+  out.reference = reference.Snapshot(t0);
+  out.restored = (*restored)->Snapshot(t0);
+  out.restored_without = (*without)->Snapshot(t0);
+  return out;
+}
+
+TEST(JobCheckpointTest, APipelineJobsWhatIfContinuesExactlyAfterARestore) {
+  // Crashed around step 120: the slow worker began at step 30, before the what-if's 64-step
+  // window, and steps were half-reported at the last checkpoint.
+  const CrashedPipeline j = RunPipelineCrashingAfter(120 * 16);
+  EXPECT_GT(j.store.meta.whatif().pending_size(), 0) << "the crash should leave ops pending";
+  EXPECT_LE(j.store.whatif.size(), 64u);  // only the what-if's window is kept
+  const whatif::WhatIfSnapshot& w = *j.reference.whatif;
+  EXPECT_EQ(w.verdict.verdict, whatif::Verdict::kSlowWorker) << w.verdict.note;
+  EXPECT_EQ((std::pair{w.verdict.data_rank, w.verdict.stage}), (std::pair{1, 2}));
+  EXPECT_EQ(w.analysed_steps, 160u);
+  EXPECT_EQ(w.skipped_steps, 0u) << w.last_error;
+  // The onset (step 30) left the window long ago; it is held, and restored.
+  EXPECT_EQ(w.result.first_step, 96u);
+  EXPECT_EQ(w.since_step, 30u);
+  EXPECT_TRUE(w.onset_known);
+  EXPECT_EQ(j.reference.step.label, StepLabel::kStraggler);
+  EXPECT_TRUE(j.reference.step.straggler.present);
+  EXPECT_EQ(j.reference.step.straggler.since_step, 30u);
+  EXPECT_NE(j.reference.step.note.find("; since step 30"), std::string::npos)
+      << j.reference.step.note;
+  ExpectSameWhatIf(j.reference_at_crash, j.restored_at_crash);
+  ExpectSameWhatIf(j.reference, j.restored);
+  // Without the what-if's state it starts again: fewer steps analysed, a step skipped (its
+  // first ranks' ops were in the checkpoint), the onset unknown.
+  const whatif::WhatIfSnapshot& v = *j.restored_without.whatif;
+  EXPECT_LT(v.analysed_steps, w.analysed_steps);
+  EXPECT_NE(v.since_step, 30u);
+}
+
+TEST(JobCheckpointTest, APipelineJobRestoredWhileItsOnsetIsInTheWindow) {
+  // Crashed around step 60: the onset is in the window; restored, the window still shows it.
+  const CrashedPipeline j = RunPipelineCrashingAfter(60 * 16, 120);
+  ExpectSameWhatIf(j.reference_at_crash, j.restored_at_crash);
+  ExpectSameWhatIf(j.reference, j.restored);
+  EXPECT_EQ(j.reference.whatif->since_step, 30u);
+}
+
+TEST(JobCheckpointTest, APipelineJobsCheckpointsStoreItsOpsOnce) {
+  // What the what-if adds to the checkpoints: each analysed step's ops once (about 7 bytes an
+  // op), the ops of steps still pending in the metadata.
+  const CrashedPipeline j = RunPipelineCrashingAfter(SIZE_MAX, 160);
+  size_t ops = 0, bytes = 0;
+  for (const auto& [step, s] : j.store.whatif) {
+    ops += s.kind().size();
+    bytes += s.ByteSizeLong();
+  }
+  ASSERT_GT(ops, 0u);
+  const double per_op = static_cast<double>(bytes) / static_cast<double>(ops);
+  std::printf("what-if ops stored: %zu steps, %.1f bytes an op, %zu bytes a step\n",
+              j.store.whatif.size(), per_op, bytes / j.store.whatif.size());
+  EXPECT_LT(per_op, 10.0);
+}
+
+TEST(JobCheckpointTest, AFlatStragglersOnsetIsHeldAfterItLeftTheWindowAndRestored) {
+  // Rank 3 slow from step 60; the 100-step window has long lost it by step 240. The daemon
+  // evaluates as steps align (a snapshot every 8 batches here).
+  const std::vector<v1::Batch> batches = FleetBatches(8, 240, 5);
+  JobPipelineOptions options;
+  options.record_changes = true;
+  JobPipeline reference("ckpt", 8, options);
+  FakeStore store;
+  const TimePoint t0{};
+  const int64_t wall0 = 1'795'000'000'000'000'000;
+  size_t resume_at = 0;  // after the checkpoint of batch 296 (batches of 5 steps: step ~185)
+  for (size_t i = 0; i < batches.size(); ++i) {
+    reference.AddBatch(batches[i], t0);
+    if (i % 8 == 7) (void)reference.Snapshot(t0);
+    if (i % 11 == 10 && i <= 300) {
+      store.Apply(reference.TakeCheckpoint(t0, wall0));
+      resume_at = i + 1;
+    }
+  }
+  const JobSnapshot a = reference.Snapshot(t0);
+  ASSERT_EQ(a.step.label, StepLabel::kComputeStraggler) << a.step.note;
+  EXPECT_EQ(a.window_first_step, 140u);
+  EXPECT_EQ(a.step.straggler.since_step, 60u) << a.step.note;
+  EXPECT_TRUE(a.step.straggler.onset_in_window);
+  EXPECT_NE(a.step.note.find("since step 60"), std::string::npos) << a.step.note;
+  EXPECT_EQ(store.meta.straggler_onset().culprit(), "rank:3");
+
+  auto restored = JobPipeline::Restore(store.meta, store.Steps(), options, t0, wall0);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  state::v1::JobMeta old_meta = store.meta;
+  old_meta.clear_straggler_onset();
+  auto without = JobPipeline::Restore(old_meta, store.Steps(), options, t0, wall0);
+  ASSERT_TRUE(without.ok()) << without.status();
+  for (size_t i = resume_at; i < batches.size(); ++i) {
+    for (JobPipeline* p : {restored->get(), without->get()}) {
+      p->AddBatch(batches[i], t0);
+      if (i % 8 == 7) (void)p->Snapshot(t0);
+    }
+  }
+  ExpectSameSnapshot(a, (*restored)->Snapshot(t0));
+  EXPECT_EQ((*restored)->Snapshot(t0).step.straggler.since_step, 60u);
+  // Without the held onset, the restored window no longer shows it.
+  const JobSnapshot b = (*without)->Snapshot(t0);
+  EXPECT_NE(b.step.straggler.since_step, 60u);
 }
 
 TEST(JobCheckpointTest, DamagedMetadataIsDataLoss) {

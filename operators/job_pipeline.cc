@@ -20,6 +20,7 @@ void JobPipeline::Reset(uint32_t world_size) {
   memory_window_ = std::make_unique<MemoryWindow>(world_size, options_.memory_window);
   memory_trend_ = std::make_unique<MemoryTrend>(options_.memory_trend, world_size);
   whatif_ = std::make_unique<whatif::StepAssembler>(options_.whatif);
+  straggler_onset_ = {};
   // An elastic restart keeps the job's lost-time totals, not its per-rank costs.
   auto lost = std::make_unique<LostTime>(world_size, options_.window.steps);
   if (lost_ != nullptr) {
@@ -186,7 +187,15 @@ void JobPipeline::Consume(TimePoint now, JobDelta* delta) {
     if (const MemoryWindow::Step* m = memory_window_->Add(step)) {
       memory_trend_->Add(*m, memory_window_.get());
     }
-    whatif_->Aligned(step.step);
+    if (options_.record_changes) {
+      state::v1::WhatIfStepOps stored;
+      if (whatif_->Aligned(step.step, &stored)) {
+        stored.set_world_size(aligner_->world_size());
+        unsaved_whatif_steps_.push_back(std::move(stored));
+      }
+    } else {
+      whatif_->Aligned(step.step);
+    }
     ++aligned_steps_;
     ++delta->aligned;
     if (step.timed_out) {
@@ -210,9 +219,7 @@ void SupersedeStraggler(const whatif::WhatIfSnapshot& w, StepDiagnosis* d) {
                          d->label == StepLabel::kInputStraggler ||
                          d->label == StepLabel::kComputeStraggler;
   if (v.verdict == whatif::Verdict::kNone) return;
-  const bool finding =
-      v.verdict != whatif::Verdict::kBalanced &&
-      !(v.verdict == whatif::Verdict::kUnattributed && v.severity == Severity::kInfo);
+  const bool finding = whatif::IsFinding(v);
   if (!straggler && !finding) return;
   if (straggler && !finding) {
     d->label = StepLabel::kBalanced;
@@ -232,6 +239,19 @@ void SupersedeStraggler(const whatif::WhatIfSnapshot& w, StepDiagnosis* d) {
   d->culprit_phase = Phase::kStep;
   d->note = "pipeline job, what-if " + std::string(whatif::VerdictName(v.verdict)) + ": " + v.note;
   d->next_step = v.next_step;
+  if (!finding || w.result.steps == 0) return;
+  // The finding's evidence as a straggler's: what a step loses to it over the what-if's window,
+  // and since when (the what-if's held onset).
+  StragglerTest& t = d->straggler;
+  t.present = true;
+  t.rank = v.ranks.empty() ? 0 : v.ranks.front();
+  t.steps = w.result.steps;
+  t.excess_seconds = std::max(0.0, w.result.actual_us - w.result.ideal_us) * 1e-6;
+  t.lost_rank_seconds_per_step = v.lost_rank_seconds / static_cast<double>(w.result.steps);
+  t.since_step = w.since_step;
+  t.onset_in_window = w.onset_known;
+  d->note += w.onset_known ? fmt::format("; since step {}", w.since_step)
+                           : fmt::format("; since step {} or earlier", w.since_step);
 }
 
 }  // namespace
@@ -246,7 +266,7 @@ const std::string& JobSnapshot::PodOf(uint32_t rank) const {
   return rank_pods && rank < rank_pods->size() ? (*rank_pods)[rank] : kUnknown;
 }
 
-JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
+JobSnapshot JobPipeline::Snapshot(TimePoint now) {
   JobSnapshot s;
   s.training_job = training_job_;
   s.world_size = aligner_->world_size();
@@ -268,7 +288,8 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
       s.finished ? 0 : std::chrono::duration<double>(now - last_progress_).count();
   hang.last_step_by_rank.resize(s.world_size);
   for (uint32_t r = 0; r < s.world_size; ++r) hang.last_step_by_rank[r] = aligner_->last_step_of(r);
-  s.step = DiagnoseStepTime(*window_, *rank_nodes_, hang, options_.diagnosis, sharded_);
+  s.step = DiagnoseStepTime(*window_, *rank_nodes_, hang, options_.diagnosis, sharded_,
+                            &straggler_onset_);
   s.lost = lost_->Summary();
   s.input_lost_messages = input_lost_messages_;
   for (int p = 0; p < kPhaseCount; ++p) s.phases[p] = s.step.phases[p].stat;
@@ -321,8 +342,13 @@ JobCheckpoint JobPipeline::TakeCheckpoint(TimePoint now, int64_t wall_now_unix_n
   m.set_sharded(sharded_);
   m.set_hang_counted_ns(std::llround(hang_counted_seconds_ * 1e9));
   m.set_input_lost_messages(input_lost_messages_);
+  if (whatif_->active()) whatif_->ExportState(m.mutable_whatif());
+  if (!straggler_onset_.culprit().empty()) straggler_onset_.Export(m.mutable_straggler_onset());
   c.new_steps = std::move(unsaved_steps_);
   unsaved_steps_.clear();
+  c.new_whatif_steps = std::move(unsaved_whatif_steps_);
+  unsaved_whatif_steps_.clear();
+  c.whatif_keep_from_step = whatif_->window_first_step();
   // The oldest step either window still holds; stored steps before it are no longer needed.
   uint64_t keep = UINT64_MAX;
   if (!window_->empty()) keep = std::min(keep, window_->first_step());
@@ -333,7 +359,8 @@ JobCheckpoint JobPipeline::TakeCheckpoint(TimePoint now, int64_t wall_now_unix_n
 
 absl::StatusOr<std::unique_ptr<JobPipeline>> JobPipeline::Restore(
     const state::v1::JobMeta& m, const std::vector<state::v1::StoredStep>& steps,
-    JobPipelineOptions options, TimePoint now, int64_t wall_now_unix_ns) {
+    JobPipelineOptions options, TimePoint now, int64_t wall_now_unix_ns,
+    const std::vector<state::v1::WhatIfStepOps>& whatif_steps) {
   if (m.world_size() == 0 || m.rank_nodes_size() != static_cast<int>(m.world_size())) {
     return absl::DataLossError("stored job '" + m.training_job() + "' is inconsistent");
   }
@@ -392,6 +419,14 @@ absl::StatusOr<std::unique_ptr<JobPipeline>> JobPipeline::Restore(
   // The window part of the lost time, from the restored window (its totals are stored).
   const BlockedModel model = BlockedModelOf(*p->window_, options.diagnosis, p->sharded_);
   for (const StepWindow::Step& s : p->window_->steps()) p->lost_->AddWindowOnly(s, model);
+  // The what-if's window from its stored steps, and the onsets held; state written before they
+  // were checkpointed has none: the what-if then starts again from new steps.
+  if (m.has_whatif()) {
+    if (absl::Status s = p->whatif_->Restore(m.whatif(), whatif_steps, m.world_size()); !s.ok()) {
+      return s;
+    }
+  }
+  if (m.has_straggler_onset()) p->straggler_onset_.Import(m.straggler_onset());
   return p;
 }
 

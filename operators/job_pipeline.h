@@ -1,7 +1,8 @@
 // JobPipeline: the chain of step operators for one training job — alignment across ranks,
 // then the rolling window — and the read-only snapshot the sinks publish.
 //
-// Pure: given the same batches and the same `now` values it produces the same snapshots.
+// Pure: given the same batches, the same `now` values and the same Snapshot calls it produces
+// the same snapshots (a snapshot updates the straggler onset the job holds, step_time/onset.h).
 // Not thread-safe: owned by the PartitionTask of the job's partition (runtime/partition_task.h),
 // on the daemon's ingest thread; snapshots are immutable copies, read from any thread.
 #pragma once
@@ -17,6 +18,7 @@
 #include "operators/memory_window.h"
 #include "operators/phase_stats.h"
 #include "operators/step_aligner.h"
+#include "operators/step_time/onset.h"
 #include "operators/step_time_diagnosis.h"
 #include "operators/step_window.h"
 #include "operators/whatif/step_assembler.h"
@@ -113,13 +115,17 @@ struct JobSnapshot {
   std::shared_ptr<const whatif::WhatIfSnapshot> whatif;
 };
 
-// What a checkpoint of one job writes: its metadata, aligner and lifetime memory trend, the steps
-// aligned since the previous checkpoint, and the oldest step any window still needs (older
-// stored steps can go).
+// What a checkpoint of one job writes: its metadata (aligner, lifetime memory trend, the
+// what-if's state, the straggler's held onset, ...), the steps aligned since the previous
+// checkpoint, and the oldest step any window still needs (older stored steps can go); for a
+// pipeline job also the ops of the steps the what-if analysed since, and the oldest step of its
+// window.
 struct JobCheckpoint {
   state::v1::JobMeta meta;
   std::vector<state::v1::StoredStep> new_steps;
   uint64_t keep_from_step = 0;
+  std::vector<state::v1::WhatIfStepOps> new_whatif_steps;
+  uint64_t whatif_keep_from_step = 0;
 };
 
 class JobPipeline {
@@ -141,18 +147,22 @@ class JobPipeline {
   // jumped past them): the job's input may be incomplete.
   void NoteInputLost(uint64_t messages) { input_lost_messages_ += messages; }
 
-  // Computes the current snapshot and diagnosis at `now` (O(ranks * phases)).
-  JobSnapshot Snapshot(TimePoint now) const;
+  // Computes the current snapshot and diagnosis at `now` (O(ranks * phases)). A straggler it
+  // names updates the onset the job holds (StragglerTest::since_step).
+  JobSnapshot Snapshot(TimePoint now);
 
   // The job's durable state since the previous call (requires options.record_changes).
   JobCheckpoint TakeCheckpoint(TimePoint now, int64_t wall_now_unix_ns);
 
   // Rebuilds a pipeline from its metadata and its stored steps (ascending; at least every step
-  // from the checkpoint's keep_from_step on). The result behaves exactly like the pipeline
-  // that was checkpointed. A damaged state is DataLoss.
+  // from the checkpoint's keep_from_step on) and, for a pipeline job, the what-if's stored steps
+  // (ascending, from whatif_keep_from_step on). The result behaves exactly like the pipeline
+  // that was checkpointed (the what-if's decompositions within its 1 % recompute tolerance).
+  // A damaged state is DataLoss.
   static absl::StatusOr<std::unique_ptr<JobPipeline>> Restore(
       const state::v1::JobMeta& meta, const std::vector<state::v1::StoredStep>& steps,
-      JobPipelineOptions options, TimePoint now, int64_t wall_now_unix_ns);
+      JobPipelineOptions options, TimePoint now, int64_t wall_now_unix_ns,
+      const std::vector<state::v1::WhatIfStepOps>& whatif_steps = {});
 
   const std::string& training_job() const { return training_job_; }
   uint32_t world_size() const { return aligner_->world_size(); }
@@ -182,14 +192,15 @@ class JobPipeline {
   std::unique_ptr<StepWindow> window_;
   std::unique_ptr<MemoryWindow> memory_window_;
   std::unique_ptr<MemoryTrend> memory_trend_;
-  std::unique_ptr<whatif::StepAssembler>
-      whatif_;  // pipeline jobs' op records and what-if  // the job's lifetime memory peaks
+  std::unique_ptr<whatif::StepAssembler> whatif_;  // pipeline jobs' op records and what-if
   std::unique_ptr<LostTime> lost_;
   bool sharded_ = false;             // a collector said the job shards its parameters
   double hang_counted_seconds_ = 0;  // hang loss counted since the last progress
   uint64_t input_lost_messages_ = 0;
-  std::vector<AlignedStep> closed_;                   // scratch, reused
-  std::vector<state::v1::StoredStep> unsaved_steps_;  // with options.record_changes
+  std::vector<AlignedStep> closed_;                             // scratch, reused
+  std::vector<state::v1::StoredStep> unsaved_steps_;            // with options.record_changes
+  std::vector<state::v1::WhatIfStepOps> unsaved_whatif_steps_;  // the same, the what-if's ops
+  step_time::OnsetHold straggler_onset_;  // the step diagnosis' straggler onset, held
   std::shared_ptr<const std::vector<std::string>> rank_nodes_;
   std::shared_ptr<const std::vector<std::string>> rank_pods_;  // null until a rank names its pod
   JobScheduler scheduler_;

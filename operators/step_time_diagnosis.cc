@@ -12,6 +12,7 @@
 #include "operators/step_time/culprit.h"
 #include "operators/step_time/excess_test.h"
 #include "operators/step_time/note.h"
+#include "operators/step_time/onset.h"
 #include "operators/step_time/own_time.h"
 #include "operators/step_time/scores.h"
 #include "operators/step_time/signals.h"
@@ -194,12 +195,24 @@ TestSignal TestSignalOf(CulpritSignal signal) {
                                              : TestSignal::kOwn;
 }
 
+// Who a straggler verdict names, as the onset hold keys it: its node, or its ranks.
+std::string CulpritKey(const StepDiagnosis& d) {
+  if (d.scope == CulpritScope::kNode) return "node:" + d.culprit_node;
+  std::string key = "rank:";
+  for (size_t i = 0; i < d.culprit_ranks.size(); ++i) {
+    if (i > 0) key += ',';
+    key += std::to_string(d.culprit_ranks[i]);
+  }
+  return key;
+}
+
 // The culprit's evidence (d.straggler): its test on the signal that named it (`reference` when
 // stage 3b computed it, else computed here), what it costs (at least `named_excess`, the excess
 // that named it, a step), its pattern and since when.
 void RecordStragglerTest(const StepWindow& w, const OwnTimeSignals& t, TestSignal signal,
                          double named_excess, uint32_t rank, const SignalReference* reference,
-                         double burden, const StepDiagnosisOptions& o, StepDiagnosis& d) {
+                         double burden, const StepDiagnosisOptions& o, OnsetHold* onset,
+                         StepDiagnosis& d) {
   SignalReference own_reference;
   if (reference == nullptr || !reference->present) {
     own_reference = ReferenceOf(w, signal, t.blocked);
@@ -218,6 +231,13 @@ void RecordStragglerTest(const StepWindow& w, const OwnTimeSignals& t, TestSigna
   st.pattern = pattern.pattern;
   st.since_step = pattern.since_step;
   st.onset_in_window = pattern.onset_in_window;
+  if (onset != nullptr && !w.empty()) {
+    // The onset an earlier window showed, while the same culprit holds (step_time/onset.h).
+    const Onset held = onset->Apply(CulpritKey(d), {pattern.since_step, pattern.onset_in_window},
+                                    w.first_step(), w.last_step());
+    st.since_step = held.since_step;
+    st.onset_in_window = held.known;
+  }
   st.period_steps = pattern.period_steps;
   st.stall_seconds = pattern.stall_seconds;
   st.stalls = pattern.stalls;
@@ -294,7 +314,7 @@ StepLabel RecordCulprit(const Culprit& culprit, CulpritSet set, const StragglerS
 Verdict StragglerVerdict(const StepWindow& w, const StragglerScores& scores,
                          const WindowSignals& signals, const OwnTimeSignals& own_time,
                          const std::vector<std::string>& rank_nodes, const StepDiagnosisOptions& o,
-                         StepDiagnosis& d) {
+                         OnsetHold* onset, StepDiagnosis& d) {
   const Culprit culprit = ChooseCulprit(scores, signals, own_time);
   CulpritSet set = ScopeOf(culprit, rank_nodes, o);
   d.from_onset_window = culprit.from_onset_window;
@@ -310,7 +330,7 @@ Verdict StragglerVerdict(const StepWindow& w, const StragglerScores& scores,
           ? culprit.excess[culprit.rank]
           : 0.0;
   RecordStragglerTest(w, own_time, TestSignalOf(culprit.signal), named_excess, culprit.rank,
-                      nullptr, scores.burden, o, d);
+                      nullptr, scores.burden, o, onset, d);
   const double step_median = signals.step().median_seconds;
   note += PatternText(d, step_median);
   return {label, StragglerSeverity(score, d, step_median, o), std::move(note)};
@@ -321,7 +341,7 @@ Verdict StragglerVerdict(const StepWindow& w, const StragglerScores& scores,
 Verdict StatisticalVerdict(const StepWindow& w, StragglerScores scores, const StatisticalTests& st,
                            const WindowSignals& signals, const OwnTimeSignals& own_time,
                            const std::vector<std::string>& rank_nodes,
-                           const StepDiagnosisOptions& o, StepDiagnosis& d) {
+                           const StepDiagnosisOptions& o, OnsetHold* onset, StepDiagnosis& d) {
   scores.input_hit = st.input_hit();
   scores.compute_hit = st.compute_hit();
   scores.own_hit = st.own_hit();
@@ -375,7 +395,7 @@ Verdict StatisticalVerdict(const StepWindow& w, StragglerScores scores, const St
   const StepLabel label =
       RecordCulprit(culprit, std::move(set), scores, signals, own_time, d, &note);
   RecordStragglerTest(w, own_time, named.signal, named.best.excess, culprit.rank, &named.reference,
-                      scores.burden, o, d);
+                      scores.burden, o, onset, d);
   const double step_median = signals.step().median_seconds;
   note += PatternText(d, step_median);
   return {label, StragglerSeverity(share(named), d, step_median, o), std::move(note)};
@@ -389,7 +409,8 @@ Verdict StatisticalVerdict(const StepWindow& w, StragglerScores scores, const St
 std::optional<Verdict> GcVerdict(const StepWindow& w, const StragglerScores& scores,
                                  const WindowSignals& s, const OwnTimeSignals& own_time,
                                  const std::vector<std::string>& rank_nodes,
-                                 const StepDiagnosisOptions& o, StepDiagnosis& d) {
+                                 const StepDiagnosisOptions& o, OnsetHold* onset,
+                                 StepDiagnosis& d) {
   const SignalEvidence& gc = s.gc_evidence;
   if (!gc.stat.present || gc.stat.ranks < 2 || scores.burden <= 0) return std::nullopt;
   const double excess = gc.stat.worst_seconds - gc.stat.median_seconds;
@@ -415,7 +436,8 @@ std::optional<Verdict> GcVerdict(const StepWindow& w, const StragglerScores& sco
   d.culprit_phase = Phase::kWait;
   d.own_score = std::max(d.own_score, score);
   SetGcRank(s, rank, d.gc);
-  RecordStragglerTest(w, own_time, TestSignal::kOwn, excess, rank, nullptr, scores.burden, o, d);
+  RecordStragglerTest(w, own_time, TestSignal::kOwn, excess, rank, nullptr, scores.burden, o, onset,
+                      d);
   const double step_median = s.step().median_seconds;
   return Verdict{StepLabel::kStraggler, StragglerSeverity(score, d, step_median, o),
                  StragglerNote(culprit, set, why, s, none) + PatternText(d, step_median)};
@@ -463,7 +485,7 @@ Verdict BoundVerdict(const StepWindow& w, const WindowSignals& s, const StepDiag
 // Runs the stages in order, recording the evidence of each in `d`; returns the first verdict.
 Verdict RunStages(const StepWindow& w, const std::vector<std::string>& rank_nodes,
                   const HangInput& hang, const StepDiagnosisOptions& o, bool sharded,
-                  StepDiagnosis& d) {
+                  OnsetHold* onset, StepDiagnosis& d) {
   if (w.empty()) return {StepLabel::kNoData, Severity::kInfo, "no aligned steps yet"};
   const WindowSignals signals = MeasureWindow(w);
   const OwnTimeSignals own_time = ModelOwnTime(w, signals, o, sharded);
@@ -489,13 +511,16 @@ Verdict RunStages(const StepWindow& w, const std::vector<std::string>& rank_node
   d.input_score = scores.input.score();
   d.compute_score = scores.compute.score();
   d.own_score = scores.own.score();
-  if (scores.any_hit()) return StragglerVerdict(w, scores, signals, own_time, rank_nodes, o, d);
-  if (std::optional<Verdict> gc = GcVerdict(w, scores, signals, own_time, rank_nodes, o, d)) {
+  if (scores.any_hit()) {
+    return StragglerVerdict(w, scores, signals, own_time, rank_nodes, o, onset, d);
+  }
+  if (std::optional<Verdict> gc =
+          GcVerdict(w, scores, signals, own_time, rank_nodes, o, onset, d)) {
     return *gc;
   }
   const StatisticalTests tests = TestStatistically(w, signals, own_time, scores, o);
   if (tests.any_hit()) {
-    return StatisticalVerdict(w, scores, tests, signals, own_time, rank_nodes, o, d);
+    return StatisticalVerdict(w, scores, tests, signals, own_time, rank_nodes, o, onset, d);
   }
   return BoundVerdict(w, signals, d, o);
 }
@@ -544,12 +569,13 @@ std::string_view StragglerCauseName(StragglerCause cause) {
 }
 
 StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::string>& rank_nodes,
-                               const HangInput& hang, const StepDiagnosisOptions& o, bool sharded) {
+                               const HangInput& hang, const StepDiagnosisOptions& o, bool sharded,
+                               step_time::OnsetHold* onset) {
   StepDiagnosis d;
   d.window_steps = static_cast<uint32_t>(w.size());
   d.seconds_since_last_aligned = hang.seconds_since_last_aligned;
   d.sharded = sharded;
-  step_time::Verdict verdict = step_time::RunStages(w, rank_nodes, hang, o, sharded, d);
+  step_time::Verdict verdict = step_time::RunStages(w, rank_nodes, hang, o, sharded, onset, d);
   d.label = verdict.label;
   d.severity = verdict.severity;
   d.note = std::move(verdict.note);

@@ -177,8 +177,11 @@ struct StragglerTest {
   double z = 0;
   uint32_t steps = 0;
   double lost_rank_seconds_per_step = 0;
-  // Where the culprit's pattern began in the window (ExcessPattern); when the window does not
-  // show it (onset_in_window false), the window's first step: it held at least that long.
+  // Where the culprit's pattern began (ExcessPattern); when no window showed it
+  // (onset_in_window false), the first step of the earliest window that named it: it held at
+  // least that long. With an OnsetHold (DiagnoseStepTime), an onset an earlier window showed is
+  // kept while the same culprit holds, also once it left the window: onset_in_window then
+  // means "a window showed it".
   uint64_t since_step = 0;
   bool onset_in_window = false;
   StragglerPattern pattern = StragglerPattern::kSteady;
@@ -226,11 +229,17 @@ struct StepDiagnosis {
   std::string next_step;  // the suggested next action
 };
 
+namespace step_time {
+class OnsetHold;
+}
+
 // Diagnoses `window`. `rank_nodes[r]` is rank r's node name ("" when unknown). `sharded`: the
-// job shards its parameters (forward waits for other ranks too).
+// job shards its parameters (forward waits for other ranks too). `onset` (optional): the
+// straggler onset held from the job's previous evaluations (step_time/onset.h), consulted and
+// updated when a straggler is named.
 StepDiagnosis DiagnoseStepTime(const StepWindow& window, const std::vector<std::string>& rank_nodes,
                                const HangInput& hang, const StepDiagnosisOptions& options,
-                               bool sharded = false);
+                               bool sharded = false, step_time::OnsetHold* onset = nullptr);
 
 // Per-step mean of phase `p` of one rank over the window: a phase reported on some steps only
 // (the optimizer under gradient accumulation) is averaged over every step the rank reported.

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "collectors/simulator/fleet_model.h"
 #include "runtime/job_router.h"
 #include "runtime/test_batches.h"
 
@@ -183,6 +184,95 @@ TEST_F(JobRouterCheckpointTest, ALossBeforeTheFirstReadMarksTheJobsFoundAfterIt)
   EXPECT_EQ(snap->at("burst")->input_lost_messages, 705u);
   EXPECT_EQ(snap->at("later")->input_lost_messages, 5u);
   EXPECT_EQ(snap->at("other")->input_lost_messages, 0u);
+}
+
+// A pipeline job's what-if through the state store: the ops of the steps in its window (keys "w"
+// job step, the older ones deleted as the window moves) and its state with the job's metadata;
+// a router restored from the store shows the same what-if, and goes on like the original.
+TEST_F(JobRouterCheckpointTest, APipelineJobsWhatIfIsRestoredFromTheStore) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "job_router_checkpoint_whatif";
+  std::filesystem::remove_all(dir);
+  FleetOptions o;
+  o.parallel = PipelineSpec{.dp = 2, .pp = 2, .tp = 1, .microbatches = 4};
+  o.ranks = o.parallel->world_size();
+  o.faults.push_back(*ParseFaultSpec("slow-worker:dp=0,pp=1,factor=1.4:10"));
+  ASSERT_TRUE(CheckFleetOptions(o).ok());
+  FleetModel model(o);
+  std::vector<std::string> messages;
+  std::vector<v1::StepRecord> records;
+  std::vector<bool> reported;
+  for (uint64_t step = 0; step < 150; ++step) {
+    model.Step(step, &records, &reported);
+    for (uint32_t r = 0; r < o.ranks; ++r) {
+      v1::Batch b;
+      b.set_schema_version(kSchemaVersion);
+      b.mutable_source()->set_training_job("pipe");
+      b.mutable_source()->set_rank(r);
+      b.mutable_source()->set_world_size(o.ranks);
+      *b.mutable_source()->mutable_layout() = model.LayoutOf(r);
+      *b.add_steps() = records[r];
+      messages.push_back(b.SerializeAsString());
+    }
+  }
+  auto count_whatif_keys = [](const StateStore& store) {
+    size_t n = 0;
+    EXPECT_TRUE(store
+                    .ForEach(StateFamily::kJobs, std::string("wpipe") + '\0',
+                             [&](std::string_view, std::string_view) { ++n; })
+                    .ok());
+    return n;
+  };
+  JobRouter original(options, {&metrics, &snapshots});
+  const size_t crash_at = 120 * 4 + 2;  // step 120 half-reported
+  // A message every 5 ms (the daemon re-evaluates a job at most every ten times its cost).
+  auto at = [&](size_t i) { return t0 + std::chrono::milliseconds(5 * i); };
+  {
+    auto store = StateStore::Open({dir});
+    ASSERT_TRUE(store.ok());
+    for (size_t i = 0; i < crash_at; ++i) {
+      original.HandleMessage(messages[i], 0, static_cast<int64_t>(i), at(i), 0);
+      if (i % 8 == 7) original.Tick(at(i), 0);
+      if (i % 10 == 9 || i + 1 == crash_at) {
+        Checkpoint c;
+        original.Checkpoint(&c, at(i), 0);
+        ASSERT_TRUE((*store)->Commit(c).ok());
+      }
+    }
+    EXPECT_EQ(count_whatif_keys(**store), 64u) << "the what-if's window, no more";
+  }
+  auto store = StateStore::Open({dir});
+  ASSERT_TRUE(store.ok());
+  PrometheusRegistry r2;
+  DaemonMetrics m2(&r2, "test");
+  SnapshotStore restored_snapshots;
+  JobRouter restored(options, {&m2, &restored_snapshots});
+  ASSERT_TRUE(restored.Restore(**store, at(crash_at), 0).ok());
+  for (size_t i = crash_at; i < messages.size(); ++i) {
+    for (JobRouter* router : {&original, &restored}) {
+      router->HandleMessage(messages[i], 0, static_cast<int64_t>(i), at(i), 0);
+      if (i % 8 == 7) router->Tick(at(i), 0);
+    }
+  }
+  original.Tick(at(messages.size() + 200), 0);
+  restored.Tick(at(messages.size() + 200), 0);
+  const auto a = snapshots.Get()->at("pipe");
+  const auto b = restored_snapshots.Get()->at("pipe");
+  ASSERT_NE(a->whatif, nullptr);
+  ASSERT_NE(b->whatif, nullptr);
+  EXPECT_EQ(a->whatif->verdict.verdict, whatif::Verdict::kSlowWorker) << a->whatif->verdict.note;
+  EXPECT_EQ(b->whatif->verdict.verdict, a->whatif->verdict.verdict) << b->whatif->verdict.note;
+  EXPECT_EQ(b->whatif->analysed_steps, 150u);
+  EXPECT_EQ(b->whatif->skipped_steps, 0u) << b->whatif->last_error;
+  EXPECT_DOUBLE_EQ(b->whatif->result.slowdown, a->whatif->result.slowdown);
+  EXPECT_EQ(a->whatif->since_step, 10u);
+  EXPECT_EQ(b->whatif->since_step, a->whatif->since_step);
+  EXPECT_EQ(b->step.straggler.since_step, 10u);
+
+  // A job removed for good takes its what-if keys with it.
+  Checkpoint c;
+  job_state::DeleteJob("pipe", &c);
+  ASSERT_TRUE((*store)->Commit(c).ok());
+  EXPECT_EQ(count_whatif_keys(**store), 0u);
 }
 
 }  // namespace

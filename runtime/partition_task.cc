@@ -301,6 +301,10 @@ void PartitionTask::Checkpoint(TimePoint now, int64_t wall_now_unix_ns,
       JobCheckpoint jc = job->pipeline->TakeCheckpoint(now, wall_now_unix_ns);
       if (partition_ >= 0) jc.meta.set_kafka_partition(partition_);
       job_state::PutJob(name, std::move(jc.meta), std::move(jc.new_steps), jc.keep_from_step, out);
+      if (!jc.new_whatif_steps.empty() || jc.whatif_keep_from_step > 0) {
+        job_state::PutWhatIfSteps(name, std::move(jc.new_whatif_steps), jc.whatif_keep_from_step,
+                                  out);
+      }
     }
     if (job->alerts_unsaved) {
       job->alerts_unsaved = false;
@@ -313,8 +317,8 @@ void PartitionTask::Checkpoint(TimePoint now, int64_t wall_now_unix_ns,
 absl::Status PartitionTask::Restore(std::vector<job_state::StoredJob> stored, TimePoint now,
                                     int64_t wall_now_unix_ns) {
   for (job_state::StoredJob& s : stored) {
-    auto pipeline =
-        JobPipeline::Restore(s.meta, s.steps, options_->pipeline, now, wall_now_unix_ns);
+    auto pipeline = JobPipeline::Restore(s.meta, s.steps, options_->pipeline, now, wall_now_unix_ns,
+                                         s.whatif_steps);
     if (!pipeline.ok()) return pipeline.status();
     const std::string& name = s.meta.training_job();
     Job& job = Insert(name, std::move(*pipeline), now);

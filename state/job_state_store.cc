@@ -11,6 +11,7 @@ namespace {
 constexpr char kMetaPrefix = 'm';
 constexpr char kStepPrefix = 's';
 constexpr char kAlertsPrefix = 'a';
+constexpr char kWhatIfPrefix = 'w';
 
 void AppendBigEndian(uint64_t v, std::string* out) {
   for (int shift = 56; shift >= 0; shift -= 8)
@@ -28,6 +29,12 @@ std::string AlertsKey(const std::string& job) { return kAlertsPrefix + job; }
 std::string StepPrefix(const std::string& job) { return kStepPrefix + job + '\0'; }
 std::string StepKey(const std::string& job, uint64_t step) {
   std::string key = StepPrefix(job);
+  AppendBigEndian(step, &key);
+  return key;
+}
+std::string WhatIfPrefix(const std::string& job) { return kWhatIfPrefix + job + '\0'; }
+std::string WhatIfKey(const std::string& job, uint64_t step) {
+  std::string key = WhatIfPrefix(job);
   AppendBigEndian(step, &key);
   return key;
 }
@@ -94,6 +101,21 @@ void PutJob(const std::string& job, state::v1::JobMeta meta,
   out->DeleteRange(StateFamily::kJobs, StepKey(job, 0), StepKey(job, keep_from_step));
 }
 
+void PutWhatIfSteps(const std::string& job, std::vector<state::v1::WhatIfStepOps> new_steps,
+                    uint64_t keep_from_step, Checkpoint* out) {
+  // The steps of a window are about the same size: one measured step estimates them all.
+  const size_t step_bytes = new_steps.empty() ? 0 : new_steps.front().ByteSizeLong();
+  for (state::v1::WhatIfStepOps& step : new_steps) {
+    std::string key = WhatIfKey(job, step.step());
+    out->PutDeferred(
+        StateFamily::kJobs, std::move(key),
+        std::make_shared<DeferredMessage<state::v1::WhatIfStepOps>>(std::move(step), step_bytes));
+  }
+  if (keep_from_step > 0) {
+    out->DeleteRange(StateFamily::kJobs, WhatIfKey(job, 0), WhatIfKey(job, keep_from_step));
+  }
+}
+
 void PutJobAlerts(const std::string& job, const state::v1::AlertTrackerState& alerts,
                   Checkpoint* out) {
   out->Put(StateFamily::kJobs, AlertsKey(job), alerts.SerializeAsString());
@@ -103,6 +125,7 @@ void DeleteJob(const std::string& job, Checkpoint* out) {
   out->Delete(StateFamily::kJobs, MetaKey(job));
   out->Delete(StateFamily::kJobs, AlertsKey(job));
   out->DeleteRange(StateFamily::kJobs, StepKey(job, 0), StepKey(job, UINT64_MAX));
+  out->DeleteRange(StateFamily::kJobs, WhatIfKey(job, 0), WhatIfKey(job, UINT64_MAX));
 }
 
 absl::StatusOr<std::vector<StoredJob>> ReadJobs(const StateStore& store,
@@ -123,6 +146,15 @@ absl::StatusOr<std::vector<StoredJob>> ReadJobs(const StateStore& store,
           job.steps.emplace_back();
           if (!job.steps.back().ParseFromArray(v.data(), static_cast<int>(v.size()))) {
             bad = absl::DataLossError("unreadable stored step of job '" + name + "'");
+          }
+        });
+    if (!s.ok()) return s;
+    if (!bad.ok()) return bad;
+    s = store.ForEach(
+        StateFamily::kJobs, WhatIfPrefix(name), [&](std::string_view, std::string_view v) {
+          job.whatif_steps.emplace_back();
+          if (!job.whatif_steps.back().ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+            bad = absl::DataLossError("unreadable stored what-if step of job '" + name + "'");
           }
         });
     if (!s.ok()) return s;
@@ -205,11 +237,13 @@ absl::Status CopyJobs(const StateStore& store, const std::vector<std::string>& j
     auto alerts = store.Get(StateFamily::kJobs, AlertsKey(job));
     if (!alerts.ok()) return alerts.status();
     if (*alerts) out->Put(StateFamily::kJobs, AlertsKey(job), **alerts);
-    absl::Status s = store.ForEach(StateFamily::kJobs, StepPrefix(job),
-                                   [&](std::string_view k, std::string_view v) {
-                                     out->Put(StateFamily::kJobs, std::string(k), std::string(v));
-                                   });
-    if (!s.ok()) return s;
+    for (const std::string& prefix : {StepPrefix(job), WhatIfPrefix(job)}) {
+      absl::Status s =
+          store.ForEach(StateFamily::kJobs, prefix, [&](std::string_view k, std::string_view v) {
+            out->Put(StateFamily::kJobs, std::string(k), std::string(v));
+          });
+      if (!s.ok()) return s;
+    }
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,8 @@
 //   "m" job                        -> state::v1::JobMeta (carries the job's telemetry partition)
 //   "s" job '\0' big-endian step   -> state::v1::StoredStep (in step order)
 //   "a" job                        -> state::v1::AlertTrackerState
+//   "w" job '\0' big-endian step   -> state::v1::WhatIfStepOps (a pipeline job's what-if: the
+//                                     ops of each step in its window, in step order)
 // Keys of the `alerts` family (StateFamily::kAlerts):
 //   big-endian sequence            -> rankwatch.v1.Alert (the alert log, in sequence order)
 // Offsets (StateFamily::kOffsets) are the StateStore's own (Checkpoint::SetOffset).
@@ -37,6 +39,12 @@ namespace rankwatch::job_state {
 void PutJob(const std::string& job, state::v1::JobMeta meta,
             std::vector<state::v1::StoredStep> new_steps, uint64_t keep_from_step, Checkpoint* out);
 
+// Stores the ops of the steps a pipeline job's what-if analysed since the previous checkpoint,
+// and deletes its stored ones before `keep_from_step` (out of the what-if's window; 0 deletes
+// nothing).
+void PutWhatIfSteps(const std::string& job, std::vector<state::v1::WhatIfStepOps> new_steps,
+                    uint64_t keep_from_step, Checkpoint* out);
+
 // Stores the job's alert lifecycle state.
 void PutJobAlerts(const std::string& job, const state::v1::AlertTrackerState& alerts,
                   Checkpoint* out);
@@ -51,6 +59,7 @@ struct StoredJob {
   state::v1::JobMeta meta;
   std::vector<state::v1::StoredStep> steps;  // in step order
   std::optional<state::v1::AlertTrackerState> alerts;
+  std::vector<state::v1::WhatIfStepOps> whatif_steps;  // in step order
 };
 
 // Reads every stored job, or those of telemetry `partition` (jobs whose metadata names it).

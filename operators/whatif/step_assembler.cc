@@ -6,73 +6,9 @@
 namespace rankwatch::whatif {
 namespace {
 
+constexpr uint32_t kNoRank = std::numeric_limits<uint32_t>::max();
+
 uint32_t Size(uint32_t s) { return s == 0 ? 1 : s; }
-
-}  // namespace
-
-StepAssembler::StepAssembler(AssemblerOptions options)
-    : options_(std::move(options)), hold_(options_.verdict.hold_steps) {}
-StepAssembler::~StepAssembler() = default;
-
-bool StepAssembler::Accepts(const v1::ParallelLayout& l) const {
-  return Size(l.data_size()) == layout_.dp && Size(l.pipeline_size()) == layout_.pp &&
-         l.data_rank() < layout_.dp && l.pipeline_rank() < layout_.pp;
-}
-
-void StepAssembler::Add(uint32_t rank, const v1::ParallelLayout& l, const v1::StepRecord& record) {
-  if (analyzer_ == nullptr) {
-    if (Size(l.pipeline_size()) < 2) return;  // flat data parallel: no what-if
-    layout_.dp = Size(l.data_size());
-    layout_.pp = Size(l.pipeline_size());
-    layout_.tp = Size(l.tensor_size());
-    layout_.vpp = Size(l.virtual_stages());
-    analyzer_ = std::make_unique<Analyzer>(layout_, options_.analyzer);
-    stats_ = std::make_unique<OpStats>(layout_, options_.analyzer.window_steps);
-    worker_ranks_.assign(layout_.workers(), {});
-  }
-  if (!Accepts(l)) return;
-  const uint32_t worker = l.pipeline_rank() * layout_.dp + l.data_rank();
-  std::vector<uint32_t>& ranks = worker_ranks_[worker];
-  if (!std::binary_search(ranks.begin(), ranks.end(), rank)) {
-    ranks.insert(std::upper_bound(ranks.begin(), ranks.end(), rank), rank);
-  }
-  if (record.ops_size() == 0) return;
-  auto [it, inserted] = pending_.try_emplace(record.step());
-  Pending& p = it->second;
-  if (inserted) {
-    p.workers.assign(layout_.workers(), {});
-    p.worker_tp.assign(layout_.workers(), std::numeric_limits<uint32_t>::max());
-    p.gc.assign(layout_.workers(), {});
-    p.origin_unix_ns = record.ops_origin_unix_ns();
-    while (pending_.size() > options_.max_pending_steps) pending_.erase(pending_.begin());
-    if (pending_.find(record.step()) == pending_.end()) return;  // the oldest: dropped
-  }
-  const double shift_us = static_cast<double>(record.ops_origin_unix_ns() - p.origin_unix_ns) / 1e3;
-  auto op_of = [&](const v1::OpRecord& r) {
-    Op op;
-    op.kind = static_cast<OpKind>(r.type() < kOpKindCount ? r.type() : 0);
-    op.microbatch = static_cast<uint16_t>(std::min<uint32_t>(r.microbatch(), 0xffff));
-    op.chunk = static_cast<uint16_t>(std::min<uint32_t>(r.model_chunk(), 0xffff));
-    op.start_us = shift_us + static_cast<double>(r.start_offset_us());
-    op.duration_us = static_cast<double>(r.duration_us());
-    return op;
-  };
-  for (const v1::OpRecord& r : record.ops()) {
-    if (r.type() == v1::OP_GC) p.gc[worker].push_back(op_of(r));
-  }
-  if (l.tensor_rank() >= p.worker_tp[worker]) return;  // a lower tensor rank holds it
-  if (p.worker_tp[worker] == std::numeric_limits<uint32_t>::max()) ++p.filled;
-  p.worker_tp[worker] = l.tensor_rank();
-  std::vector<Op>& ops = p.workers[worker];
-  ops.clear();
-  ops.reserve(record.ops_size());
-  for (const v1::OpRecord& r : record.ops()) {
-    const Op op = op_of(r);
-    if (op.kind != OpKind::kUnspecified && op.kind != OpKind::kGc) ops.push_back(op);
-  }
-}
-
-namespace {
 
 // Adds a worker's GC pauses (from all its tensor ranks; overlapping ones merged) to its ops and
 // sorts them by start.
@@ -95,8 +31,126 @@ void MergeGc(std::vector<Op> gc, std::vector<Op>* ops) {
 
 }  // namespace
 
-void StepAssembler::Aligned(uint64_t step) {
-  if (analyzer_ == nullptr) return;
+bool IsFinding(const WhatIfVerdict& v) {
+  return v.verdict != Verdict::kNone && v.verdict != Verdict::kBalanced &&
+         !(v.verdict == Verdict::kUnattributed && v.severity == Severity::kInfo);
+}
+
+StepAssembler::StepAssembler(AssemblerOptions options) : options_(std::move(options)) {}
+StepAssembler::~StepAssembler() = default;
+
+bool StepAssembler::Accepts(const v1::ParallelLayout& l) const {
+  return Size(l.data_size()) == layout_.dp && Size(l.pipeline_size()) == layout_.pp &&
+         l.data_rank() < layout_.dp && l.pipeline_rank() < layout_.pp;
+}
+
+void StepAssembler::Activate(const Layout& layout) {
+  layout_ = layout;
+  analyzer_ = std::make_unique<Analyzer>(layout_, options_.analyzer);
+  stats_ = std::make_unique<OpStats>(layout_, options_.analyzer.window_steps);
+  worker_ranks_.assign(layout_.workers(), {});
+}
+
+StepAssembler::Pending StepAssembler::NewPending(int64_t origin_unix_ns) const {
+  Pending p;
+  p.workers.assign(layout_.workers(), {});
+  p.shift_ns.assign(layout_.workers(), 0);
+  p.worker_tp.assign(layout_.workers(), kNoRank);
+  p.gc.assign(layout_.workers(), {});
+  p.origin_unix_ns = origin_unix_ns;
+  return p;
+}
+
+void StepAssembler::Add(uint32_t rank, const v1::ParallelLayout& l, const v1::StepRecord& record) {
+  if (analyzer_ == nullptr) {
+    if (Size(l.pipeline_size()) < 2) return;  // flat data parallel: no what-if
+    Activate({.dp = Size(l.data_size()),
+              .pp = Size(l.pipeline_size()),
+              .tp = Size(l.tensor_size()),
+              .vpp = Size(l.virtual_stages())});
+  }
+  if (!Accepts(l)) return;
+  const uint32_t worker = l.pipeline_rank() * layout_.dp + l.data_rank();
+  std::vector<uint32_t>& ranks = worker_ranks_[worker];
+  if (!std::binary_search(ranks.begin(), ranks.end(), rank)) {
+    ranks.insert(std::upper_bound(ranks.begin(), ranks.end(), rank), rank);
+  }
+  if (record.ops_size() == 0) return;
+  auto it = pending_.find(record.step());
+  if (it == pending_.end()) {
+    it = pending_.emplace(record.step(), NewPending(record.ops_origin_unix_ns())).first;
+    while (pending_.size() > options_.max_pending_steps) pending_.erase(pending_.begin());
+    if (pending_.find(record.step()) == pending_.end()) return;  // the oldest: dropped
+  }
+  Pending& p = it->second;
+  const int64_t shift_ns = record.ops_origin_unix_ns() - p.origin_unix_ns;
+  auto raw_of = [](const v1::OpRecord& r) {
+    RawOp op;
+    op.kind = static_cast<uint8_t>(r.type() < kOpKindCount ? r.type() : 0);
+    op.microbatch = static_cast<uint16_t>(std::min<uint32_t>(r.microbatch(), 0xffff));
+    op.chunk = static_cast<uint16_t>(std::min<uint32_t>(r.model_chunk(), 0xffff));
+    op.start_offset_us = r.start_offset_us();
+    op.duration_us = r.duration_us();
+    return op;
+  };
+  for (const v1::OpRecord& r : record.ops()) {
+    if (r.type() == v1::OP_GC) p.gc[worker].push_back({shift_ns, raw_of(r)});
+  }
+  if (l.tensor_rank() >= p.worker_tp[worker]) return;  // a lower tensor rank holds it
+  if (p.worker_tp[worker] == kNoRank) ++p.filled;
+  p.worker_tp[worker] = l.tensor_rank();
+  p.shift_ns[worker] = shift_ns;
+  std::vector<RawOp>& ops = p.workers[worker];
+  ops.clear();
+  ops.reserve(record.ops_size());
+  for (const v1::OpRecord& r : record.ops()) {
+    const RawOp op = raw_of(r);
+    const auto kind = static_cast<OpKind>(op.kind);
+    if (kind != OpKind::kUnspecified && kind != OpKind::kGc) ops.push_back(op);
+  }
+}
+
+StepOps StepAssembler::Assemble(uint64_t step, const Pending& p) const {
+  auto op_of = [](const RawOp& r, int64_t shift_ns) {
+    Op op;
+    op.kind = static_cast<OpKind>(r.kind);
+    op.microbatch = r.microbatch;
+    op.chunk = r.chunk;
+    op.start_us = static_cast<double>(shift_ns) / 1e3 + static_cast<double>(r.start_offset_us);
+    op.duration_us = static_cast<double>(r.duration_us);
+    return op;
+  };
+  StepOps ops;
+  ops.step = step;
+  ops.workers.resize(p.workers.size());
+  for (size_t w = 0; w < p.workers.size(); ++w) {
+    ops.workers[w].reserve(p.workers[w].size() + p.gc[w].size());
+    for (const RawOp& r : p.workers[w]) ops.workers[w].push_back(op_of(r, p.shift_ns[w]));
+    std::vector<Op> gc;
+    gc.reserve(p.gc[w].size());
+    for (const RawGc& g : p.gc[w]) gc.push_back(op_of(g.op, g.shift_ns));
+    MergeGc(std::move(gc), &ops.workers[w]);
+  }
+  return ops;
+}
+
+absl::Status StepAssembler::Analyse(const StepOps& ops) {
+  absl::Status s = analyzer_->AddStep(ops);
+  if (!s.ok()) return s;
+  stats_->Add(ops);
+  window_steps_.push_back(ops.step);
+  const size_t window = std::max<uint32_t>(1, options_.analyzer.window_steps);
+  if (window_steps_.size() > window) {
+    window_steps_.erase(
+        window_steps_.begin(),
+        window_steps_.begin() + static_cast<std::ptrdiff_t>(window_steps_.size() - window));
+  }
+  return absl::OkStatus();
+}
+
+bool StepAssembler::Aligned(uint64_t step, state::v1::WhatIfStepOps* stored) {
+  if (analyzer_ == nullptr) return false;
+  bool analysed = false;
   auto it = pending_.find(step);
   if (it == pending_.end()) {
     ++skipped_;
@@ -106,21 +160,16 @@ void StepAssembler::Aligned(uint64_t step) {
     last_error_ = "step " + std::to_string(step) + ": " +
                   std::to_string(layout_.workers() - it->second.filled) + " of " +
                   std::to_string(layout_.workers()) + " workers sent no ops";
+  } else if (absl::Status s = Analyse(Assemble(step, it->second)); s.ok()) {
+    ++analysed_;
+    analysed = true;
+    if (stored != nullptr) Encode(step, it->second, /*pending=*/false, stored);
   } else {
-    StepOps ops;
-    ops.step = step;
-    ops.workers = std::move(it->second.workers);
-    for (size_t w = 0; w < ops.workers.size(); ++w)
-      MergeGc(std::move(it->second.gc[w]), &ops.workers[w]);
-    if (absl::Status s = analyzer_->AddStep(ops); s.ok()) {
-      stats_->Add(ops);
-      ++analysed_;
-    } else {
-      ++skipped_;
-      last_error_ = "step " + std::to_string(step) + ": " + std::string(s.message());
-    }
+    ++skipped_;
+    last_error_ = "step " + std::to_string(step) + ": " + std::string(s.message());
   }
   pending_.erase(pending_.begin(), pending_.upper_bound(step));
+  return analysed;
 }
 
 void StepAssembler::Evaluate() {
@@ -132,16 +181,226 @@ void StepAssembler::Evaluate() {
   auto s = std::make_shared<WhatIfSnapshot>();
   s->layout = layout_;
   if (analyzer_->steps() > 0) s->result = analyzer_->Window();
-  // Judged with the held verdict's exit thresholds, then held (hysteresis, minimum duration).
-  s->verdict = hold_.Update(
-      JudgeWhatIf(s->result, layout_, worker_ranks_, *stats_, options_.verdict, hold_.held()),
-      analysed_);
+  s->verdict = JudgeWhatIf(s->result, layout_, worker_ranks_, *stats_, options_.verdict);
   s->worker_ranks = worker_ranks_;
   s->analysed_steps = analysed_;
   s->skipped_steps = skipped_;
   s->last_error = last_error_;
+  if (IsFinding(s->verdict) && s->result.steps > 0) {
+    // Where the per-step slowdown stepped up, held while the same finding holds.
+    const WhatIfVerdict& v = s->verdict;
+    const std::string finding = std::string(VerdictName(v.verdict)) + ":" +
+                                std::to_string(v.data_rank) + "/" + std::to_string(v.stage) + "/" +
+                                v.op_group;
+    std::vector<uint64_t> steps;
+    std::vector<double> excess;
+    for (const StepResult& r : s->result.per_step) {
+      steps.push_back(r.step);
+      excess.push_back(r.slowdown - 1);
+    }
+    const step_time::Onset onset = onset_.Apply(finding, step_time::StepChangeOnset(steps, excess),
+                                                s->result.first_step, s->result.last_step);
+    s->since_step = onset.since_step;
+    s->onset_known = onset.known;
+  }
   analysed_at_evaluation_ = analysed_;
   snapshot_ = std::move(s);
+}
+
+// ---- Checkpoints ----
+
+void StepAssembler::Encode(uint64_t step, const Pending& p, bool pending,
+                           state::v1::WhatIfStepOps* out) const {
+  out->set_step(step);
+  bool any_mb = false, any_chunk = false, any_gc = false, any_gc_mb = false, any_gc_chunk = false;
+  size_t n = 0;
+  for (size_t w = 0; w < p.workers.size(); ++w) {
+    n += p.workers[w].size();
+    for (const RawOp& r : p.workers[w]) {
+      any_mb |= r.microbatch != 0;
+      any_chunk |= r.chunk != 0;
+    }
+    any_gc |= !p.gc[w].empty();
+    for (const RawGc& g : p.gc[w]) {
+      any_gc_mb |= g.op.microbatch != 0;
+      any_gc_chunk |= g.op.chunk != 0;
+    }
+  }
+  std::string* kinds = out->mutable_kind();
+  kinds->reserve(n);
+  for (size_t w = 0; w < p.workers.size(); ++w) {
+    out->add_shift_ns(p.shift_ns[w]);
+    out->add_op_count(static_cast<uint32_t>(p.workers[w].size()));
+    uint64_t previous = 0;
+    for (const RawOp& r : p.workers[w]) {
+      kinds->push_back(static_cast<char>(r.kind));
+      if (any_mb) out->add_microbatch(r.microbatch);
+      if (any_chunk) out->add_chunk(r.chunk);
+      out->add_start_us_delta(static_cast<int64_t>(r.start_offset_us - previous));
+      previous = r.start_offset_us;
+      out->add_duration_us(r.duration_us);
+    }
+    if (any_gc) out->add_gc_count(static_cast<uint32_t>(p.gc[w].size()));
+    for (const RawGc& g : p.gc[w]) {
+      out->add_gc_shift_ns(g.shift_ns);
+      out->add_gc_start_us(g.op.start_offset_us);
+      out->add_gc_duration_us(g.op.duration_us);
+      if (any_gc_mb) out->add_gc_microbatch(g.op.microbatch);
+      if (any_gc_chunk) out->add_gc_chunk(g.op.chunk);
+    }
+  }
+  if (pending) {
+    out->set_origin_unix_ns(p.origin_unix_ns);
+    for (uint32_t tp : p.worker_tp) out->add_worker_tp_plus_one(tp == kNoRank ? 0 : tp + 1);
+  }
+}
+
+absl::Status StepAssembler::Decode(const state::v1::WhatIfStepOps& in, bool pending,
+                                   Pending* p) const {
+  const auto bad = [&](const char* what) {
+    return absl::DataLossError("stored what-if ops of step " + std::to_string(in.step()) + ": " +
+                               what);
+  };
+  const size_t workers = layout_.workers();
+  if (static_cast<size_t>(in.shift_ns_size()) != workers ||
+      static_cast<size_t>(in.op_count_size()) != workers) {
+    return bad("not one entry per worker");
+  }
+  size_t n = 0, gcs = 0;
+  for (uint32_t c : in.op_count()) n += c;
+  if (in.gc_count_size() != 0 && static_cast<size_t>(in.gc_count_size()) != workers) {
+    return bad("GC counts not one per worker");
+  }
+  for (uint32_t c : in.gc_count()) gcs += c;
+  const auto fits = [](int size, size_t want) {
+    return size == 0 || static_cast<size_t>(size) == want;
+  };
+  if (in.kind().size() != n || static_cast<size_t>(in.start_us_delta_size()) != n ||
+      static_cast<size_t>(in.duration_us_size()) != n || !fits(in.microbatch_size(), n) ||
+      !fits(in.chunk_size(), n)) {
+    return bad("columns of different lengths");
+  }
+  if (static_cast<size_t>(in.gc_shift_ns_size()) != gcs ||
+      static_cast<size_t>(in.gc_start_us_size()) != gcs ||
+      static_cast<size_t>(in.gc_duration_us_size()) != gcs || !fits(in.gc_microbatch_size(), gcs) ||
+      !fits(in.gc_chunk_size(), gcs)) {
+    return bad("GC columns of different lengths");
+  }
+  if (pending && static_cast<size_t>(in.worker_tp_plus_one_size()) != workers) {
+    return bad("no tensor rank per worker");
+  }
+  *p = NewPending(in.origin_unix_ns());
+  size_t i = 0, g = 0;
+  for (size_t w = 0; w < workers; ++w) {
+    p->shift_ns[w] = in.shift_ns(static_cast<int>(w));
+    uint64_t start = 0;
+    for (uint32_t k = 0; k < in.op_count(static_cast<int>(w)); ++k, ++i) {
+      const int at = static_cast<int>(i);
+      RawOp r;
+      r.kind = static_cast<uint8_t>(in.kind()[i]);
+      if (r.kind >= kOpKindCount) return bad("an unknown op kind");
+      r.microbatch = static_cast<uint16_t>(
+          std::min<uint32_t>(in.microbatch_size() ? in.microbatch(at) : 0, 0xffff));
+      r.chunk =
+          static_cast<uint16_t>(std::min<uint32_t>(in.chunk_size() ? in.chunk(at) : 0, 0xffff));
+      start += static_cast<uint64_t>(in.start_us_delta(at));
+      r.start_offset_us = start;
+      r.duration_us = in.duration_us(at);
+      p->workers[w].push_back(r);
+    }
+    const uint32_t worker_gcs = in.gc_count_size() ? in.gc_count(static_cast<int>(w)) : 0;
+    for (uint32_t k = 0; k < worker_gcs; ++k, ++g) {
+      const int at = static_cast<int>(g);
+      RawGc r;
+      r.shift_ns = in.gc_shift_ns(at);
+      r.op.kind = static_cast<uint8_t>(OpKind::kGc);
+      r.op.microbatch = static_cast<uint16_t>(
+          std::min<uint32_t>(in.gc_microbatch_size() ? in.gc_microbatch(at) : 0, 0xffff));
+      r.op.chunk = static_cast<uint16_t>(
+          std::min<uint32_t>(in.gc_chunk_size() ? in.gc_chunk(at) : 0, 0xffff));
+      r.op.start_offset_us = in.gc_start_us(at);
+      r.op.duration_us = in.gc_duration_us(at);
+      p->gc[w].push_back(r);
+    }
+    if (pending) {
+      const uint32_t tp = in.worker_tp_plus_one(static_cast<int>(w));
+      p->worker_tp[w] = tp == 0 ? kNoRank : tp - 1;
+      if (tp != 0) ++p->filled;
+    } else {
+      p->worker_tp[w] = 0;
+      ++p->filled;
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool StepAssembler::ExportState(state::v1::WhatIfState* out) const {
+  if (analyzer_ == nullptr) return false;
+  out->set_data_parallel(layout_.dp);
+  out->set_pipeline(layout_.pp);
+  out->set_tensor(layout_.tp);
+  out->set_virtual_stages(layout_.vpp);
+  for (const std::vector<uint32_t>& ranks : worker_ranks_) {
+    out->add_worker_rank_counts(static_cast<uint32_t>(ranks.size()));
+    for (uint32_t r : ranks) out->add_worker_ranks(r);
+  }
+  out->set_analysed_steps(analysed_);
+  out->set_skipped_steps(skipped_);
+  out->set_last_error(last_error_);
+  for (const auto& [step, p] : pending_) Encode(step, p, /*pending=*/true, out->add_pending());
+  onset_.Export(out->mutable_onset());
+  return true;
+}
+
+uint64_t StepAssembler::window_first_step() const {
+  return window_steps_.empty() ? 0 : window_steps_.front();
+}
+
+absl::Status StepAssembler::Restore(const state::v1::WhatIfState& state,
+                                    const std::vector<state::v1::WhatIfStepOps>& steps,
+                                    uint32_t world_size) {
+  const Layout layout{.dp = Size(state.data_parallel()),
+                      .pp = Size(state.pipeline()),
+                      .tp = Size(state.tensor()),
+                      .vpp = Size(state.virtual_stages())};
+  const uint64_t workers = uint64_t{layout.dp} * layout.pp;
+  if (layout.pp < 2 || workers * layout.tp > world_size ||
+      static_cast<uint64_t>(state.worker_rank_counts_size()) != workers) {
+    return absl::DataLossError("stored what-if state does not fit the job's layout");
+  }
+  Activate(layout);
+  int at = 0;
+  for (uint64_t w = 0; w < workers; ++w) {
+    const uint32_t count = state.worker_rank_counts(static_cast<int>(w));
+    if (count > static_cast<uint32_t>(state.worker_ranks_size() - at)) {
+      return absl::DataLossError("stored what-if worker ranks are incomplete");
+    }
+    for (uint32_t k = 0; k < count; ++k) {
+      const uint32_t r = state.worker_ranks(at++);
+      if (r >= world_size) return absl::DataLossError("stored what-if rank out of range");
+      worker_ranks_[w].push_back(r);
+    }
+    std::sort(worker_ranks_[w].begin(), worker_ranks_[w].end());
+  }
+  Pending p;
+  for (const state::v1::WhatIfStepOps& stored : steps) {
+    if (stored.world_size() != 0 && stored.world_size() != world_size) continue;
+    if (absl::Status s = Decode(stored, /*pending=*/false, &p); !s.ok()) return s;
+    // A step the analyzer took before takes it again; one it rejects now is left out.
+    Analyse(Assemble(stored.step(), p)).IgnoreError();
+  }
+  for (const state::v1::WhatIfStepOps& stored : state.pending()) {
+    if (absl::Status s = Decode(stored, /*pending=*/true, &p); !s.ok()) return s;
+    pending_[stored.step()] = std::move(p);
+  }
+  analysed_ = state.analysed_steps();
+  skipped_ = state.skipped_steps();
+  last_error_ = state.last_error();
+  onset_.Import(state.onset());
+  // The window as the checkpointed pipeline last evaluated it.
+  snapshot_ = nullptr;
+  Evaluate();
+  return absl::OkStatus();
 }
 
 }  // namespace rankwatch::whatif
