@@ -33,34 +33,50 @@ def rankwatch_cmd(folder):
     return [os.path.join(BIN, "rankwatch"), "flight-recorder", "--json", folder]
 
 
-def pytorch_cmd(folder, prefix=PREFIX, python=sys.executable):
-    return [python, "-m", "torch.distributed.flight_recorder.fr_trace", folder, "-p", prefix]
+def pytorch_cmd(folder, prefix=PREFIX, python=sys.executable, extra=()):
+    return [python, "-m", "torch.distributed.flight_recorder.fr_trace", folder, "-p", prefix,
+            *extra]
 
 
 def rankwatch_verdict(folder):
-    """{"culprits": [{"rank", "reason", "group", "group_ranks", "op", "seq"}], "summary"}."""
+    """{"culprits": [{"rank", "reason", "group", "group_ranks", "op", "seq", "waiting",
+    "blocked"}], "summary", "undecided" (lines), "missing_dumps" (ranks without a dump)}."""
     r = subprocess.run(rankwatch_cmd(folder), capture_output=True, text=True, timeout=60,
                        stdin=subprocess.DEVNULL)
     if r.returncode != 0:
         raise AssertionError("rankwatch flight-recorder failed: %s" % r.stderr)
     v = json.loads(r.stdout)
-    return {"summary": v["summary"],
+    return {"summary": v["summary"], "undecided": v["undecided"],
+            "missing_dumps": v["dumps"]["missing"],
             "culprits": [{"rank": c["rank"], "reason": c["reason"], "group": c["group"],
                           "group_ranks": c["group_ranks"], "op": c["op"]["name"],
-                          "seq": c["op"]["seq"]} for c in v["culprits"]]}
+                          "seq": c["op"]["seq"], "waiting": c["waiting"],
+                          "blocked": c["blocked"]} for c in v["culprits"]]}
 
 
 _FINDING = re.compile(r"^(Not all ranks joining collective, sequence number: (\d+)"
                       r"|Collective sequence number: (\d+) has errors)$")
+# With --allow-incomplete-ranks, a collective whose group has members without a dump.
+_UNDECIDED = re.compile(r"^We cannot decide what's wrong with this collective entry because we "
+                        r"missed FR dumps from ranks \((.*)\)")
 
 
 def parse_fr_trace(text):
-    """fr_trace's findings: [{"kind": "missing"|"errors", "seq", "group", "op", "ranks",
-    "errors"}] in its order. "missing": `ranks` are the missing ranks; "errors": `ranks` are the
-    culprit ranks of its error message, `errors` its error types."""
+    """fr_trace's findings: [{"kind": "missing"|"errors"|"undecided", "seq", "group", "op",
+    "ranks", "errors"}] in its order. "missing": `ranks` are the missing ranks; "errors": `ranks`
+    are the culprit ranks of its error message, `errors` its error types; "undecided" (it cannot
+    decide: ranks without a dump, with --allow-incomplete-ranks): `ranks` are those ranks (its
+    message names no collective)."""
     findings = []
     cur = None
     for line in text.splitlines():
+        u = _UNDECIDED.match(line)
+        if u:
+            findings.append({"kind": "undecided", "seq": -1, "group": "", "op": "",
+                             "ranks": sorted(int(x) for x in re.findall(r"\d+", u.group(1))),
+                             "errors": []})
+            cur = None
+            continue
         m = _FINDING.match(line)
         if m:
             cur = {"kind": "missing" if m.group(2) else "errors",
@@ -82,9 +98,10 @@ def parse_fr_trace(text):
     return findings
 
 
-def pytorch_verdict(folder, prefix=PREFIX, python=sys.executable):
-    """{"rc", "error" (the exception's last line when it failed), "findings"}."""
-    r = subprocess.run(pytorch_cmd(folder, prefix, python), capture_output=True, text=True,
+def pytorch_verdict(folder, prefix=PREFIX, python=sys.executable, extra=()):
+    """{"rc", "error" (the exception's last line when it failed), "findings"}; `extra`: more
+    fr_trace arguments (e.g. --allow-incomplete-ranks)."""
+    r = subprocess.run(pytorch_cmd(folder, prefix, python, extra), capture_output=True, text=True,
                        timeout=120, stdin=subprocess.DEVNULL)
     out = r.stdout + r.stderr
     error = ""
@@ -110,9 +127,12 @@ def with_pg_config(src, dst, groups=JOB_GROUPS, prefix=PREFIX):
 
 
 def describe_rankwatch(v):
-    return "; ".join("rank %d %s in %s %s #%d" % (c["rank"], c["reason"], c["group"],
-                                                   "[%s]" % ",".join(map(str, c["group_ranks"])),
-                                                   c["seq"]) for c in v["culprits"]) or "none"
+    named = "; ".join("rank %d %s in %s %s #%d" % (c["rank"], c["reason"], c["group"],
+                                                    "[%s]" % ",".join(map(str, c["group_ranks"])),
+                                                    c["seq"]) for c in v["culprits"])
+    if named:
+        return named
+    return v["summary"].split(";")[0] if v["summary"].startswith("undecided") else "none"
 
 
 def describe_pytorch(v):
@@ -120,9 +140,15 @@ def describe_pytorch(v):
         return "failed: " + v["error"]
     parts = []
     for f in v["findings"]:
-        if f["kind"] == "missing":
+        if f["kind"] == "undecided":
+            parts.append("cannot decide: no dump from ranks %s" % f["ranks"])
+        elif f["kind"] == "missing":
             parts.append("group %s %s #%d: missing ranks %s" % (f["group"], f["op"], f["seq"], f["ranks"]))
         else:
             parts.append("group %s %s #%d: culprit ranks %s (%s)" % (f["group"], f["op"], f["seq"], f["ranks"],
                                                                    ",".join(f["errors"])))
-    return "; ".join(parts) or "no finding"
+    # One line per distinct finding (it repeats "cannot decide" for every collective).
+    counted = {}
+    for x in parts:
+        counted[x] = counted.get(x, 0) + 1
+    return "; ".join(x + (" (x%d)" % n if n > 1 else "") for x, n in counted.items()) or "no finding"

@@ -25,7 +25,12 @@ torch.distributed.flight_recorder.fr_trace`) side by side (printed), and their a
 The checked-in dumps of the three cases (tests/fixtures/flight-recorder/gloo-torch2.13/) are
 held to the same verdicts offline by OfflineAgreementTest (no job, a few seconds), and
 benchmarks/fr_vs_pytorch.py times both analyzers on them. RANKWATCH_FR_KEEP=DIR copies each
-case's dumps to DIR/<case>/ (how the fixtures were made)."""
+case's dumps to DIR/<case>/ (how the fixtures were made).
+
+OfflineAgreementTest also runs both analyzers on the NCCL dump sets derived from the real hung
+16-rank Megatron job nvrx-lock_gil_1st, one fault each (issue #47;
+tests/fixtures/flight-recorder/derived/faults/, make_fault_sets.py)."""
+import json
 import os
 import shutil
 import time
@@ -42,6 +47,7 @@ from torch_job import TorchJob, torch_available
 HERE = os.path.dirname(os.path.abspath(__file__))
 FR_HANG_JOB = os.path.join(HERE, "fr_hang_job.py")
 FIXTURES = os.path.join(HERE, "..", "fixtures", "flight-recorder", "gloo-torch2.13")
+DERIVED = os.path.join(HERE, "..", "fixtures", "flight-recorder", "derived", "faults")
 FAULT_AT = 25
 WORLD = 4
 GROUP_B = [1, 2, 3]
@@ -100,6 +106,56 @@ def check_agreement(test, fault, folder):
     return rw, raw, named
 
 
+def check_derived(test, name, folder):
+    """Both analyzers on a derived set (derived/faults/<name>, fault.json says its fault)."""
+    with open(os.path.join(folder, "fault.json")) as f:
+        fault = json.load(f)
+    faulty = fault["faulty"]
+    rw = fr_compare.rankwatch_verdict(folder)
+    pt = fr_compare.pytorch_verdict(folder, "_dump_")
+    missing_dumps = fault.get("missing_dumps", [])
+    partial = (fr_compare.pytorch_verdict(folder, "_dump_", extra=["--allow-incomplete-ranks"])
+               if missing_dumps else None)
+    print("\n%-18s %s\n%-18s rankwatch flight-recorder: %s\n%-18s fr_trace: %s%s"
+          % (name, fault["change"], "", fr_compare.describe_rankwatch(rw), "",
+             fr_compare.describe_pytorch(pt),
+             "\n%-18s fr_trace --allow-incomplete-ranks: %s"
+             % ("", fr_compare.describe_pytorch(partial)) if partial else ""))
+    # rankwatch: exactly the faulty rank, or nobody.
+    test.assertEqual(sorted(c["rank"] for c in rw["culprits"]), faulty, rw["summary"])
+    if missing_dumps:
+        # Nobody, undecided, the rank without a dump named as such.
+        test.assertEqual(rw["missing_dumps"], missing_dumps)
+        test.assertTrue(rw["summary"].startswith("undecided: rank %d left no usable record"
+                                                 % missing_dumps[0]), rw["summary"])
+        test.assertTrue(rw["undecided"])
+        # PyTorch refuses the set; allowed to go on, it cannot decide and names nobody.
+        test.assertNotEqual(pt["rc"], 0)
+        test.assertIn("Missing dump files from ranks {%d}" % missing_dumps[0], pt["error"])
+        test.assertEqual(partial["rc"], 0, partial["error"])
+        test.assertTrue(partial["findings"])
+        for f in partial["findings"]:
+            test.assertEqual((f["kind"], f["ranks"]), ("undecided", missing_dumps))
+        return
+    test.assertEqual(pt["rc"], 0, pt["error"])
+    errors = [f for f in pt["findings"] if f["kind"] == "errors"]
+    test.assertEqual([f for f in pt["findings"] if f["kind"] == "missing"], [])
+    if not faulty or rw["culprits"][0]["reason"] == "not_completing":
+        # Healed, and a rank whose device stopped reporting completions: every member recorded
+        # every collective alike; PyTorch reads no counters (pg_status) and finds nothing.
+        test.assertEqual(errors, [])
+        return
+    c = rw["culprits"][0]
+    test.assertEqual(c["reason"], "mismatch")
+    # The one collective with errors: the mismatched one. Its culprit is the faulty rank, or
+    # the members that agree when it took the faulty rank's record as its reference (the first
+    # member's it reads: it has no majority).
+    test.assertEqual(len(errors), 1, errors)
+    test.assertEqual(errors[0]["seq"], c["seq"])
+    test.assertIn("SIZE_OR_SYNTAX_MISMATCH", errors[0]["errors"])
+    test.assertIn(errors[0]["ranks"], (faulty, sorted(set(c["group_ranks"]) - set(faulty))))
+
+
 class OfflineAgreementTest(unittest.TestCase):
     """The checked-in real dumps: both analyzers, no job."""
 
@@ -111,6 +167,18 @@ class OfflineAgreementTest(unittest.TestCase):
                 folder = os.path.join(tmp, fault)
                 shutil.copytree(os.path.join(FIXTURES, fault), folder)
                 check_agreement(self, fault, folder)
+
+    def test_derived_fault_sets(self):
+        """nvrx-lock_gil_1st with its two faulty ranks healed and one fault put in (fault.json):
+        rankwatch names exactly the faulty rank, or nobody and "undecided" when a dump is
+        missing; PyTorch's fr_trace, where it gives an answer, names the same rank."""
+        tmp = os.path.join(os.environ.get("TMPDIR", "/tmp"), "rw-fr-derived-%d" % os.getpid())
+        self.addCleanup(shutil.rmtree, tmp, True)
+        for name in sorted(os.listdir(DERIVED)):
+            with self.subTest(set=name):
+                folder = os.path.join(tmp, name)
+                shutil.copytree(os.path.join(DERIVED, name), folder)
+                check_derived(self, name, folder)
 
 
 @unittest.skipUnless(torch_available(), "torch is not installed")
