@@ -1,5 +1,6 @@
-// Test support for the collector library's tests (collector_test, collector_ops_test): a
-// one-broker librdkafka mock cluster that reads the telemetry topic back, and a test identity.
+// Test support for the collector library's tests (collector_test, collector_ops_test,
+// collector_size_test): a one-broker librdkafka mock cluster that reads the telemetry topic
+// back, and a test identity.
 //
 // Test-only; not thread-safe.
 #pragma once
@@ -66,10 +67,23 @@ class MockKafka {
     rd_kafka_destroy(producer);
   }
 
+  // One message of the topic: its key's and value's bytes, and the batch it holds.
+  struct Message {
+    size_t key_bytes = 0, value_bytes = 0;
+    v1::Batch batch;
+  };
+
   // Every batch on the topic that arrives within `timeout` after the last one.
   std::vector<v1::Batch> ReadAll(std::chrono::milliseconds timeout) {
-    if (consumer_ == nullptr) StartConsumer();
     std::vector<v1::Batch> out;
+    for (Message& m : ReadAllMessages(timeout)) out.push_back(std::move(m.batch));
+    return out;
+  }
+
+  // ReadAll, with each message's sizes.
+  std::vector<Message> ReadAllMessages(std::chrono::milliseconds timeout) {
+    if (consumer_ == nullptr) StartConsumer();
+    std::vector<Message> out;
     // The first message also waits for the consumer to join its group, which takes seconds
     // on a loaded machine; after it, `timeout` of silence ends the read.
     auto deadline = std::chrono::steady_clock::now() +
@@ -78,9 +92,10 @@ class MockKafka {
       rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer_, 100);
       if (m == nullptr) continue;
       if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        v1::Batch b;
-        EXPECT_TRUE(b.ParseFromArray(m->payload, static_cast<int>(m->len)));
-        out.push_back(std::move(b));
+        Message& got = out.emplace_back();
+        got.key_bytes = m->key_len;
+        got.value_bytes = m->len;
+        EXPECT_TRUE(got.batch.ParseFromArray(m->payload, static_cast<int>(m->len)));
         deadline = std::chrono::steady_clock::now() + timeout;
       }
       rd_kafka_message_destroy(m);
