@@ -119,6 +119,54 @@ TEST(KafkaProducerTest, DropsTheNewestWhenItsQueueIsFull) {
   EXPECT_EQ((*producer)->delivered(), 0u);
 }
 
+// A message over max_message_bytes (value + key + 36 bytes) is refused at once, counted, and
+// the producer goes on: the next message is delivered (issue #47).
+TEST(KafkaProducerTest, AMessageOverMaxMessageBytesIsRefusedOutOfRangeAndTheProducerGoesOn) {
+  auto broker = EmbeddedBroker::Start({"sized", 1, 1, /*changelog_topic=*/false, ""});
+  ASSERT_TRUE(broker.ok()) << broker.status();
+  KafkaProducerOptions options;
+  options.brokers = (*broker)->bootstrap();
+  options.topic = "sized";
+  options.max_message_bytes = 20000;
+  auto producer = KafkaProducer::Create(options);
+  ASSERT_TRUE(producer.ok()) << producer.status();
+  EXPECT_EQ((*producer)->max_message_bytes(), 20000u);
+  const std::string fits(20000 - 3 - kKafkaRecordOverheadBytes, 'a');
+  const absl::Status too_large = (*producer)->Publish("job", fits + "b", 7);
+  EXPECT_EQ(too_large.code(), absl::StatusCode::kOutOfRange) << too_large;
+  EXPECT_EQ((*producer)->oversized(), 1u);
+  ASSERT_TRUE((*producer)->Publish("job", fits, 7).ok());
+  ASSERT_TRUE((*producer)->Flush(milliseconds(10'000)).ok());
+  EXPECT_EQ((*producer)->delivered(), 1u);
+  EXPECT_EQ((*producer)->failed(), 0u);
+  EXPECT_EQ((*producer)->failed_records(), 0u);
+  const auto read = ReadBack((*broker)->bootstrap(), "sized", 1);
+  ASSERT_EQ(read.size(), 1u);
+  EXPECT_EQ(read[0].second.size(), fits.size());
+  // The default is librdkafka's, and a property wins over the option.
+  options.max_message_bytes = kDefaultKafkaMaxMessageBytes;
+  options.properties = {{"message.max.bytes", "30000"}};
+  auto overridden = KafkaProducer::Create(options);
+  ASSERT_TRUE(overridden.ok()) << overridden.status();
+  EXPECT_EQ((*overridden)->max_message_bytes(), 30000u);
+}
+
+// The records of a message whose delivery fails are counted.
+TEST(KafkaProducerTest, TheRecordsOfFailedDeliveriesAreCounted) {
+  KafkaProducerOptions options;
+  options.brokers = kNoBroker;
+  options.topic = "t";
+  options.properties = {{"message.timeout.ms", "200"}};
+  auto producer = KafkaProducer::Create(options);
+  ASSERT_TRUE(producer.ok()) << producer.status();
+  ASSERT_TRUE((*producer)->Publish("k", "a", 5).ok());
+  ASSERT_TRUE((*producer)->Publish("k", "b", 6).ok());
+  EXPECT_TRUE((*producer)->Flush(milliseconds(10'000)).ok());
+  EXPECT_EQ((*producer)->failed(), 2u);
+  EXPECT_EQ((*producer)->failed_records(), 11u);
+  EXPECT_EQ((*producer)->oversized(), 0u);
+}
+
 TEST(ControlRequestProducerTest, SendsRequestsKeyedByJobToTheControlTopic) {
   auto broker = EmbeddedBroker::Start({"telemetry", 1, 1, /*changelog_topic=*/false, "control"});
   ASSERT_TRUE(broker.ok()) << broker.status();
