@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <map>
 
 #include "absl/container/flat_hash_map.h"
@@ -47,7 +48,9 @@ class RankBatcher {
     b->add_strings("");
     ids_.clear();
     ids_.emplace(0, 0);
-    size_t bytes = 0;
+    // The envelope as it will be, `final` and `end_of_file` set (4 bytes at most).
+    size_t bytes = b->ByteSizeLong() + 4;
+    v1::KernelEvent k;
     while (step_ < steps_.size()) {
       const kernel::StepEvents& s = steps_[step_];
       if (pos_ == s.events.size()) {
@@ -55,23 +58,32 @@ class RankBatcher {
         pos_ = 0;
         break;  // one step per batch at most
       }
-      if (static_cast<size_t>(b->kernels_size()) >= o_.max_events || bytes >= o_.max_bytes) break;
-      const kernel::TraceEvent& e = t_.events[s.events[pos_++]];
-      v1::KernelEvent* k = b->add_kernels();
-      k->set_name(Str(b, e.name, &bytes));
-      k->set_category(Str(b, e.category, &bytes));
-      k->set_ts_ns(e.ts_ns);
-      k->set_dur_ns(e.dur_ns);
-      k->set_stream(e.stream);
-      k->set_correlation(e.correlation);
-      k->set_external_id(-1);
-      k->set_bytes(e.bytes);
-      k->set_memory_bw_gbps(e.memory_bw_gbps);
-      k->set_wait_on_stream(-1);
-      k->set_wait_on_cuda_event_record_corr_id(-1);
-      k->set_process_rank(-1);
-      k->set_step(s.step);
-      bytes += 48;  // about the encoded size of the fields above
+      if (static_cast<size_t>(b->kernels_size()) >= o_.max_events) break;
+      const kernel::TraceEvent& e = t_.events[s.events[pos_]];
+      // Its bytes with the indexes its strings would get (new ones: at most strings_size + 2),
+      // checked before it goes in: the batch stays within max_bytes.
+      size_t new_bytes = 0;
+      k.Clear();
+      k.set_name(Provisional(b, e.name, &new_bytes));
+      k.set_category(Provisional(b, e.category, &new_bytes));
+      k.set_ts_ns(e.ts_ns);
+      k.set_dur_ns(e.dur_ns);
+      k.set_stream(e.stream);
+      k.set_correlation(e.correlation);
+      k.set_external_id(-1);
+      k.set_bytes(e.bytes);
+      k.set_memory_bw_gbps(e.memory_bw_gbps);
+      k.set_wait_on_stream(-1);
+      k.set_wait_on_cuda_event_record_corr_id(-1);
+      k.set_process_rank(-1);
+      k.set_step(s.step);
+      const size_t need = EncodedFieldBytes(k.ByteSizeLong()) + new_bytes;
+      if (b->kernels_size() > 0 && bytes + need > o_.max_bytes) break;
+      ++pos_;
+      k.set_name(Str(b, e.name));
+      k.set_category(Str(b, e.category));
+      *b->add_kernels() = k;
+      bytes += need;
     }
     if (step_ == steps_.size() ||
         (step_ + 1 == steps_.size() && pos_ == steps_[step_].events.size())) {
@@ -84,7 +96,15 @@ class RankBatcher {
   }
 
  private:
-  uint32_t Str(v1::Batch* b, uint32_t id, size_t* bytes) {
+  // The index of string `id` in `b`, or (not there yet) an index at least as large as the one
+  // it will get, its bytes added to `new_bytes`.
+  uint32_t Provisional(const v1::Batch* b, uint32_t id, size_t* new_bytes) const {
+    if (auto it = ids_.find(id); it != ids_.end()) return it->second;
+    *new_bytes += EncodedFieldBytes(std::min(t_.strings[id].size(), o_.max_string_bytes));
+    return static_cast<uint32_t>(b->strings_size()) + 2;
+  }
+
+  uint32_t Str(v1::Batch* b, uint32_t id) {
     auto [it, added] = ids_.try_emplace(id, static_cast<uint32_t>(b->strings_size()));
     if (added) {
       const std::string& s = t_.strings[id];
@@ -94,7 +114,6 @@ class RankBatcher {
       } else {
         b->add_strings(s);
       }
-      *bytes += s.size() + 4;
     }
     return it->second;
   }
