@@ -63,9 +63,8 @@ TEST(KinetoReplayTest, TheDefaultBoundIsWhatAKafkaMessageOf1MBHolds) {
 }
 
 // A 1.3 MB trace (40,803 events in 5 steps, ~8,000 a step at ~100 bytes each): within the
-// default bound
-// and within 256 KiB messages' (the old estimate, 48 bytes an event, made batches of twice the
-// bound), the largest batches close to it, the same events either way.
+// default bound and within 256 KiB messages' (the old estimate, 48 bytes an event, made
+// batches of twice the bound), the largest batches close to it, the same events either way.
 TEST(KinetoReplayTest, BatchesOfALargeTraceStayWithinTheBound) {
   const std::vector<fs::path> files = {fs::path(RANKWATCH_FIXTURES) /
                                        "kineto/hta-negative-queue-rank0/rank0.json.gz"};
