@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -340,6 +341,89 @@ TEST(FrDerivedSets, ARankThatNeverCompletesNamesExactlyThatRank) {
   ASSERT_NE(ep, nullptr);
   EXPECT_EQ(ep->held_by, std::vector<uint32_t>{11});
   ExpectStageOneBlockedNotMissing(d.v);
+}
+
+// The derived sets damaged at random (seeded): dumps lost or emptied, counters moved, entries'
+// states and sizes changed, entries dropped. The analysis keeps its invariants (and, under the
+// sanitizer build, touches no memory it should not).
+TEST(FrDerivedSets, RandomDamageKeepsTheInvariants) {
+  std::vector<std::vector<RankDump>> bases;
+  for (const char* name : {"healed", "tp_size_10", "not_completing_11"}) {
+    auto dumps = LoadDumps({kFixtures / "derived" / "faults" / name});
+    ASSERT_TRUE(dumps.ok()) << dumps.status();
+    bases.push_back(*dumps);
+  }
+  std::mt19937 rng(47);
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  for (int round = 0; round < 300; ++round) {
+    std::vector<RankDump> dumps = bases[pick(bases.size())];
+    const int damage = 1 + static_cast<int>(pick(6));
+    for (int i = 0; i < damage; ++i) {
+      RankDump& d = dumps[pick(dumps.size())];
+      switch (pick(6)) {
+        case 0: d.state = DumpState::kMissing; break;
+        case 1:
+          d.dump.entries.clear();
+          d.state = DumpState::kEmpty;
+          break;
+        case 2:
+          if (!d.dump.status.empty()) {
+            FrGroupStatus& st = d.dump.status[pick(d.dump.status.size())];
+            st.last_completed -= static_cast<int64_t>(pick(4));
+            st.last_enqueued += static_cast<int64_t>(pick(3)) - 1;
+          }
+          break;
+        case 3:
+          if (!d.dump.entries.empty()) {
+            FrEntry& e = d.dump.entries[pick(d.dump.entries.size())];
+            e.state = pick(2) ? FrState::kCompleted : FrState::kScheduled;
+          }
+          break;
+        case 4:
+          if (!d.dump.entries.empty())
+            d.dump.entries[pick(d.dump.entries.size())].input_sizes = {{1, 2, 3}};
+          break;
+        default:
+          if (!d.dump.entries.empty())
+            d.dump.entries.erase(d.dump.entries.begin() +
+                                 static_cast<std::ptrdiff_t>(pick(d.dump.entries.size())));
+      }
+    }
+    std::vector<RankDump> present;
+    for (const RankDump& d : dumps)
+      if (d.state != DumpState::kMissing) present.push_back(d);
+    FrAnalysisOptions o;
+    o.world_size = 16;
+    const FrVerdict v = AnalyzeFlightRecorder(present, o);
+    SCOPED_TRACE("round " + std::to_string(round) + ": " + v.summary);
+    ASSERT_EQ(v.ranks.size(), 16u);
+    std::vector<uint32_t> named;
+    for (const FrCulprit& c : v.culprits) {
+      ASSERT_LT(c.rank, 16u);
+      named.push_back(c.rank);
+      EXPECT_LE(c.blocked, 15u);
+      EXPECT_TRUE(std::is_sorted(c.waiting.begin(), c.waiting.end()));
+      for (uint32_t w : c.waiting) EXPECT_LT(w, 16u);
+      // A rank without a dump is named only as such (or in a cycle), never as missing.
+      if (c.dump == DumpState::kMissing || c.dump == DumpState::kUnreadable) {
+        EXPECT_TRUE(c.reason == FrCulprit::Reason::kNoDump ||
+                    c.reason == FrCulprit::Reason::kCycle);
+      }
+    }
+    std::sort(named.begin(), named.end());
+    EXPECT_EQ(std::adjacent_find(named.begin(), named.end()), named.end());
+    bool open = false;
+    for (const FrGroupReport& g : v.groups) {
+      open = open || !g.no_dump.empty();
+      for (uint32_t h : g.held_by) EXPECT_TRUE(std::binary_search(named.begin(), named.end(), h));
+    }
+    if (v.culprits.empty() && open) {
+      EXPECT_EQ(v.summary.rfind("undecided: ", 0), 0u);
+    }
+    if (!v.culprits.empty()) {
+      EXPECT_NE(v.summary.find("the job"), std::string::npos);
+    }
+  }
 }
 
 TEST(FrFixtures, ExtraSetsFromTheSameSource) {
