@@ -14,16 +14,23 @@
 //  4. The frontier of each group: the first collective some member has not completed. Members
 //     that never enqueued it are *missing*; a member whose peers completed collectives it has
 //     not is *not completing* (its device stopped reporting completions: a GPU error or a stuck
-//     stream; NCCL completes a collective on every member or on none). Point-to-point
-//     operations pending on one side with no counterpart on the peer: the peer is missing.
-//  5. Wait-for graph: a rank with a pending operation waits for the missing ranks of it. The
-//     ranks that hold the job are the ranks others wait for that wait for nobody (sinks; a
-//     cycle of waits is reported as a cycle), and the ranks that are not completing. Each is
-//     reported with the group and operation where the wait starts (a collective it is missing
-//     from before a point-to-point operation, then the earliest created), the ranks that wait
-//     for it directly and how many wait for it in all.
+//     stream; NCCL completes a collective on every member or on none); members whose record
+//     differs from the majority's are *mismatched*. A point-to-point operation pending on one
+//     side with no counterpart on the peer waits for the peer: the peer is missing from it,
+//     unless it waits in a collective itself (then it is *blocked* there).
+//  5. Wait-for graph: a rank with a pending operation waits for the missing, not-completing and
+//     mismatched members of it, and for the members that *hold* it: a mismatched or
+//     not-completing rank's stream is stuck, so a collective every member enqueued and that
+//     rank has pending cannot complete. The ranks that hold the job are the mismatched and
+//     not-completing ranks, and the ranks others wait for that wait for nobody and are missing
+//     from something (sinks; a cycle of waits is reported as a cycle). Each is reported with
+//     the group and operation where the wait starts (a collective it is missing from before a
+//     point-to-point operation, then the earliest created), the ranks that wait for it
+//     directly and how many wait for it in all.
 //  6. Missing and empty dumps: a rank with no dump cannot be judged; groups whose frontier
-//     depends on it are undecided, and the verdict says so.
+//     depends on it are undecided, and the verdict says so. Waiting on an undecided group
+//     blames no one: neither the ranks that wait in it (nor those that wait for them) nor the
+//     rank without a dump are named.
 //
 // Pure functions; thread-compatible.
 #pragma once
