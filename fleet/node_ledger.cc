@@ -1,6 +1,7 @@
 #include "fleet/node_ledger.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 #include "fmt/format.h"
@@ -14,6 +15,14 @@ constexpr std::string_view kNodeAlertIdPrefix = "fleet|node_culprit|node:";
 
 std::string RecordKey(const std::string& node, const std::string& job) {
   std::string key(kNodeRecordKeyPrefix);
+  key += node;
+  key += '\0';
+  key += job;
+  return key;
+}
+
+std::string OutboxKey(const std::string& node, const std::string& job) {
+  std::string key(kNodeOutboxKeyPrefix);
   key += node;
   key += '\0';
   key += job;
@@ -66,8 +75,31 @@ void NodeLedger::Charge(const std::vector<NodeCharge>& charges) {
   std::lock_guard lock(mu_);
   for (const NodeCharge& c : charges) {
     if (c.node.empty() || c.training_job.empty()) continue;
-    if (ApplyLocked(c.node, ToNodeJob(c), true)) unpublished_.insert({c.node, c.training_job});
+    if (!ApplyLocked(c.node, ToNodeJob(c), true)) continue;
+    unpublished_.insert({c.node, c.training_job});
+    if (outbox_enabled_) {
+      outbox_[{c.node, c.training_job}] = c.last_unix_ns;
+      outbox_dirty_.insert({c.node, c.training_job});
+    }
   }
+}
+
+void NodeLedger::EnableOutbox() {
+  std::lock_guard lock(mu_);
+  outbox_enabled_ = true;
+}
+
+void NodeLedger::Delivered(const std::string& node, const std::string& job, int64_t last_unix_ns) {
+  std::lock_guard lock(mu_);
+  auto it = outbox_.find({node, job});
+  if (it == outbox_.end() || it->second > last_unix_ns) return;  // a newer charge still waits
+  outbox_.erase(it);
+  outbox_dirty_.insert({node, job});
+}
+
+size_t NodeLedger::undelivered() const {
+  std::lock_guard lock(mu_);
+  return outbox_enabled_ ? outbox_.size() : 0;
 }
 
 bool NodeLedger::Valid(const v1::NodeRecord& record) {
@@ -138,10 +170,20 @@ void NodeLedger::EraseLocked(const std::string& node, const std::string& job) {
   unpublished_.erase({node, job});
   unsaved_.erase({node, job});
   forgotten_.insert({node, job});
+  if (outbox_.erase({node, job}) > 0) outbox_dirty_.insert({node, job});
+  outbox_to_republish_.erase({node, job});
 }
 
 std::vector<v1::NodeRecord> NodeLedger::TakeUnpublished() {
   std::lock_guard lock(mu_);
+  // Charges undelivered when the daemon stopped: again, once the view read the topic (what it
+  // holds of the key then is the newest, whoever wrote it).
+  if (complete_ && !outbox_to_republish_.empty()) {
+    if (outbox_enabled_) {
+      unpublished_.insert(outbox_to_republish_.begin(), outbox_to_republish_.end());
+    }
+    outbox_to_republish_.clear();
+  }
   std::vector<v1::NodeRecord> out;
   out.reserve(unpublished_.size());
   for (const auto& [node, job] : unpublished_) {
@@ -183,6 +225,16 @@ Checkpoint NodeLedger::TakeUnsaved() {
   }
   unsaved_.clear();
   if (alerts_unsaved_) PutAlertsLocked(&c);
+  for (const auto& key : outbox_dirty_) {
+    const auto it = outbox_.find(key);
+    if (it != outbox_.end() && outbox_enabled_) {
+      c.Put(StateFamily::kMetadata, OutboxKey(key.first, key.second), std::to_string(it->second));
+    } else {
+      c.Delete(StateFamily::kMetadata, OutboxKey(key.first, key.second));
+    }
+  }
+  outbox_dirty_.clear();
+  if (!outbox_enabled_) outbox_.clear();  // a run without a nodes topic: markers deleted above
   return c;
 }
 
@@ -203,7 +255,36 @@ absl::Status NodeLedger::LoadFrom(const StateStore& store) {
   if (damaged > 0) spdlog::warn("fleet view of nodes: {} damaged stored records ignored", damaged);
   auto alerts = store.Get(StateFamily::kMetadata, kNodeAlertsKey);
   if (!alerts.ok()) return alerts.status();
+  // Charges not delivered when the daemon stopped.
+  std::vector<std::pair<std::pair<std::string, std::string>, int64_t>> outbox;
+  s = store.ForEach(
+      StateFamily::kMetadata, kNodeOutboxKeyPrefix,
+      [&](std::string_view key, std::string_view value) {
+        const std::string_view rest = key.substr(kNodeOutboxKeyPrefix.size());
+        const size_t zero = rest.find('\0');
+        int64_t at = 0;
+        if (zero == std::string_view::npos ||
+            std::from_chars(value.data(), value.data() + value.size(), at).ec != std::errc()) {
+          return;
+        }
+        outbox.push_back(
+            {{std::string(rest.substr(0, zero)), std::string(rest.substr(zero + 1))}, at});
+      });
+  if (!s.ok()) return s;
   std::lock_guard lock(mu_);
+  for (auto& [key, at] : outbox) {
+    outbox_dirty_.insert(key);  // stored again with the outbox enabled, else deleted
+    const auto n = nodes_.find(key.first);
+    if (n == nodes_.end() || n->second.jobs.count(key.second) == 0) continue;
+    outbox_[key] = at;
+    outbox_to_republish_.insert(key);
+  }
+  if (!outbox_to_republish_.empty()) {
+    spdlog::info(
+        "fleet view of nodes: {} charges not delivered to the nodes topic before the restart "
+        "are published again",
+        outbox_to_republish_.size());
+  }
   if (alerts->has_value()) {
     state::v1::NodeAlertsState state;
     if (state.ParseFromString(**alerts)) {

@@ -11,6 +11,12 @@
 // last charge is older than `horizon` are forgotten; at most `max_records` are kept (the oldest
 // go first).
 //
+// Delivery to the nodes topic (EnableOutbox, by the NodeTopic that publishes): each of this
+// instance's charges is in an outbox until the topic acknowledged it (Delivered); the outbox is
+// stored with the records (a marker per key), so a charge still undelivered when the daemon
+// stopped or was killed is published again after the restart, once the view is complete (the
+// newest record of its key then, whoever wrote it).
+//
 // The node alert of a node is raised by one instance only: the one that owns the telemetry
 // partition the node's name hashes to (PartitionOfNode), so that a scaled-out daemon raises it
 // once. Its lifecycle (each node's last transition) is stored with the alert and shared on the
@@ -58,6 +64,9 @@ int32_t PartitionOfNode(const std::string& node, int32_t partitions);
 // Store keys (StateFamily::kMetadata): one per record, and the node alerts' lifecycle.
 inline constexpr std::string_view kNodeRecordKeyPrefix = "fleet/node/";
 inline constexpr std::string_view kNodeAlertsKey = "fleet/alerts";
+// Charges not yet acknowledged by the nodes topic: one key per (node, job), the value the
+// last_unix_ns of the newest undelivered charge.
+inline constexpr std::string_view kNodeOutboxKeyPrefix = "fleet/outbox/";
 
 class NodeLedger : public NodeView {
  public:
@@ -74,8 +83,18 @@ class NodeLedger : public NodeView {
   // Whether `record` is one Apply takes (a node and one job, or a node alert's transition).
   static bool Valid(const v1::NodeRecord& record);
 
-  // Records changed since the previous call (newest of each key), for the nodes topic.
+  // Records changed since the previous call (newest of each key), for the nodes topic; after a
+  // restart, once the view is complete, also the charges the outbox held undelivered.
   std::vector<v1::NodeRecord> TakeUnpublished();
+
+  // The charges of this instance are published, and kept in the outbox until Delivered (call
+  // before the first Charge; without it nothing is kept, and stored outbox markers go).
+  void EnableOutbox();
+  // The nodes topic acknowledged the charge of (`node`, `job`) made at `last_unix_ns`: it
+  // leaves the outbox unless a newer one of the key waits. Any thread.
+  void Delivered(const std::string& node, const std::string& job, int64_t last_unix_ns);
+  // Charges waiting in the outbox.
+  size_t undelivered() const;
   // Writes for the state store: records changed since the previous call, deletions of forgotten
   // ones. Empty when nothing changed.
   Checkpoint TakeUnsaved();
@@ -130,6 +149,12 @@ class NodeLedger : public NodeView {
   std::set<std::pair<std::string, std::string>> unpublished_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<std::string, std::string>> unsaved_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<std::string, std::string>> forgotten_ ABSL_GUARDED_BY(mu_);
+  // The outbox: (node, job) -> last_unix_ns of the newest charge not acknowledged; keys whose
+  // stored marker must change; loaded keys to publish again once the view is complete.
+  bool outbox_enabled_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::pair<std::string, std::string>, int64_t> outbox_ ABSL_GUARDED_BY(mu_);
+  std::set<std::pair<std::string, std::string>> outbox_dirty_ ABSL_GUARDED_BY(mu_);
+  std::set<std::pair<std::string, std::string>> outbox_to_republish_ ABSL_GUARDED_BY(mu_);
   // Each node alert's last transition (this instance's, or the owner's from the nodes topic).
   struct AlertMark {
     bool firing = false;

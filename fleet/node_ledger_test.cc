@@ -258,6 +258,81 @@ TEST_F(NodeLedgerStoreTest, ForgottenRecordsAreDeletedFromTheStore) {
   EXPECT_EQ(again.records(), 1u);
 }
 
+// The keys of the outbox markers the store holds.
+std::set<std::string> OutboxKeys(const StateStore& store) {
+  std::set<std::string> keys;
+  EXPECT_TRUE(store
+                  .ForEach(StateFamily::kMetadata, kNodeOutboxKeyPrefix,
+                           [&](std::string_view k, std::string_view) { keys.emplace(k); })
+                  .ok());
+  return keys;
+}
+
+TEST_F(NodeLedgerStoreTest,
+       AChargeNotDeliveredBeforeARestartIsPublishedAgainOnceTheViewIsComplete) {
+  NodeLedger before({});
+  before.EnableOutbox();
+  before.Charge({MakeCharge("a", "gpu-1", 10, kT0), MakeCharge("b", "gpu-2", 20, kT0)});
+  ASSERT_EQ(before.TakeUnpublished().size(), 2u);
+  EXPECT_EQ(before.undelivered(), 2u);
+  before.Delivered("gpu-2", "b", kT0);  // b's charge reached the topic, a's did not
+  // A newer charge of b: an acknowledgement of the older one does not clear it.
+  before.Charge({MakeCharge("b", "gpu-2", 25, kT0 + 5)});
+  before.Delivered("gpu-2", "b", kT0);
+  EXPECT_EQ(before.undelivered(), 2u);
+  before.Delivered("gpu-2", "b", kT0 + 5);
+  EXPECT_EQ(before.undelivered(), 1u);
+  ASSERT_TRUE(store_->Commit(before.TakeUnsaved()).ok());
+  EXPECT_EQ(OutboxKeys(*store_).size(), 1u);
+
+  // Killed; restarted: a's charge is published again, once the nodes topic was read (the view
+  // complete), as the newest record of its key then.
+  NodeLedger after({});
+  ASSERT_TRUE(after.LoadFrom(*store_).ok());
+  after.EnableOutbox();
+  EXPECT_TRUE(after.TakeUnpublished().empty()) << "not before the view is complete";
+  after.Apply(Record(MakeCharge("a", "gpu-1", 12, kT0 + 7)));  // a newer one, from the topic
+  after.SetComplete(true);
+  const std::vector<v1::NodeRecord> again = after.TakeUnpublished();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].node(), "gpu-1");
+  EXPECT_EQ(again[0].by_job(0).training_job(), "a");
+  EXPECT_EQ(again[0].by_job(0).lost_rank_seconds(), 12);
+  EXPECT_TRUE(after.TakeUnpublished().empty());
+  // Delivered now: its marker goes.
+  after.Delivered("gpu-1", "a", kT0 + 7);
+  ASSERT_TRUE(store_->Commit(after.TakeUnsaved()).ok());
+  EXPECT_TRUE(OutboxKeys(*store_).empty());
+}
+
+TEST_F(NodeLedgerStoreTest, WithoutANodesTopicNothingWaitsForDelivery) {
+  NodeLedger with_topic({});
+  with_topic.EnableOutbox();
+  with_topic.Charge({MakeCharge("a", "gpu-1", 10, kT0)});
+  ASSERT_TRUE(store_->Commit(with_topic.TakeUnsaved()).ok());
+  ASSERT_EQ(OutboxKeys(*store_).size(), 1u);
+  // Restarted without a nodes topic: the marker is deleted, nothing is kept.
+  NodeLedger alone({});
+  ASSERT_TRUE(alone.LoadFrom(*store_).ok());
+  alone.SetComplete(true);
+  EXPECT_TRUE(alone.TakeUnpublished().empty());
+  alone.Charge({MakeCharge("b", "gpu-1", 10, kT0)});
+  EXPECT_EQ(alone.undelivered(), 0u);
+  ASSERT_TRUE(store_->Commit(alone.TakeUnsaved()).ok());
+  EXPECT_TRUE(OutboxKeys(*store_).empty());
+}
+
+TEST(NodeLedgerTest, AForgottenRecordLeavesTheOutbox) {
+  NodeLedgerOptions o;
+  o.horizon = std::chrono::hours(1);
+  NodeLedger l(o);
+  l.EnableOutbox();
+  l.Charge({MakeCharge("a", "gpu-1", 10, kT0)});
+  EXPECT_EQ(l.undelivered(), 1u);
+  l.Prune(kT0 + 2 * kHour);
+  EXPECT_EQ(l.undelivered(), 0u);
+}
+
 TEST(PartitionOfNodeTest, StableAndSpread) {
   EXPECT_EQ(PartitionOfNode("gpu-17", 12), PartitionOfNode("gpu-17", 12));
   EXPECT_EQ(PartitionOfNode("gpu-17", 0), 0);

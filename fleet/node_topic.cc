@@ -1,5 +1,7 @@
 #include "fleet/node_topic.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <iterator>
 #include <map>
 
@@ -68,6 +70,7 @@ absl::StatusOr<std::unique_ptr<NodeTopic>> NodeTopic::Open(const NodeTopicOption
                                          options.request_timeout);
     if (telemetry.ok() && *telemetry > 0) topic->telemetry_partitions_ = *telemetry;
   }
+  ledger->EnableOutbox();
   topic->reader_ = std::thread([t = topic.get()] { t->ReadLoop(); });
   return topic;
 }
@@ -80,32 +83,115 @@ NodeTopic::~NodeTopic() {
 
 void NodeTopic::OnDelivery(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
   auto* self = static_cast<NodeTopic*>(opaque);
-  if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-    self->published_.fetch_add(1, std::memory_order_relaxed);
-  } else if (self->failed_.fetch_add(1, std::memory_order_relaxed) == 0) {
-    spdlog::warn(
-        "nodes topic: a record was not delivered ({}); other instances see the node's "
-        "next change",
-        rd_kafka_err2str(m->err));
+  const auto generation = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(m->_private));
+  const std::string key(static_cast<const char*>(m->key), m->key_len);
+  std::string node, job;
+  int64_t last_unix_ns = 0;
+  {
+    std::lock_guard lock(self->mu_);
+    auto it = self->outstanding_.find(key);
+    const bool newest = it != self->outstanding_.end() && it->second.generation == generation;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      self->published_.fetch_add(1, std::memory_order_relaxed);
+      if (!newest) return;  // a newer record of the key is on its way
+      node = std::move(it->second.node);
+      job = std::move(it->second.job);
+      last_unix_ns = it->second.last_unix_ns;
+      self->outstanding_.erase(it);
+    } else {
+      if (!newest) return;  // superseded: the newer record replaces it
+      it->second.in_flight = false;
+      self->FailedLocked(key, it->second, rd_kafka_err2str(m->err));
+      if (it->second.given_up) self->outstanding_.erase(it);
+      return;
+    }
+  }
+  if (!job.empty()) self->ledger_->Delivered(node, job, last_unix_ns);
+}
+
+void NodeTopic::ProduceLocked(const std::string& key, Outstanding& o) {
+  ++o.attempts;
+  const rd_kafka_resp_err_t e = rd_kafka_producev(
+      producer_.get(), RD_KAFKA_V_TOPIC(options_.topic.c_str()),
+      RD_KAFKA_V_KEY(const_cast<char*>(key.data()), key.size()),
+      RD_KAFKA_V_VALUE(const_cast<char*>(o.value.data()), o.value.size()),
+      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+      RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(static_cast<uintptr_t>(o.generation))),
+      RD_KAFKA_V_END);
+  if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    o.in_flight = true;
+  } else {
+    FailedLocked(key, o, rd_kafka_err2str(e));
   }
 }
 
-void NodeTopic::Publish(const std::vector<v1::NodeRecord>& records) {
-  rd_kafka_t* rk = producer_.get();
-  for (const v1::NodeRecord& r : records) {
-    if (!NodeLedger::Valid(r)) continue;
-    // One key per (node, job), and one per node for its alert's transitions.
-    std::string key = r.node();
-    key += '\0';
-    if (r.by_job_size() == 1) key += r.by_job(0).training_job();
-    const std::string value = r.SerializeAsString();
-    const rd_kafka_resp_err_t e =
-        rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(options_.topic.c_str()),
-                          RD_KAFKA_V_KEY(const_cast<char*>(key.data()), key.size()),
-                          RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
-                          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
-    if (e != RD_KAFKA_RESP_ERR_NO_ERROR) failed_.fetch_add(1, std::memory_order_relaxed);
+void NodeTopic::FailedLocked(const std::string& key, Outstanding& o, const char* why) {
+  if (o.attempts >= options_.max_delivery_attempts) {
+    failed_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn(
+        "nodes topic: a record of node {} was not delivered after {} attempts ({}); it is "
+        "published again with the node's next change in the job, or after a restart",
+        o.node, o.attempts, why);
+    o.given_up = true;
+    return;
   }
+  retried_.fetch_add(1, std::memory_order_relaxed);
+  auto backoff = options_.first_retry_backoff * (int64_t{1} << std::min(o.attempts - 1, 20));
+  backoff = std::min<std::chrono::milliseconds>(backoff, options_.max_retry_backoff);
+  o.retry_at = std::chrono::steady_clock::now() + backoff;
+  if (!warned_) {
+    warned_ = true;
+    spdlog::warn("nodes topic: a record was not delivered ({}); retrying in {} ms", why,
+                 backoff.count());
+  }
+}
+
+void NodeTopic::RetryDue() {
+  std::lock_guard lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = outstanding_.begin(); it != outstanding_.end();) {
+    Outstanding& o = it->second;
+    if (!o.in_flight && !o.given_up && o.retry_at <= now) ProduceLocked(it->first, o);
+    it = o.given_up ? outstanding_.erase(it) : std::next(it);
+  }
+}
+
+size_t NodeTopic::undelivered() const {
+  std::lock_guard lock(mu_);
+  return outstanding_.size();
+}
+
+void NodeTopic::Publish(const std::vector<v1::NodeRecord>& records) {
+  {
+    std::lock_guard lock(mu_);
+    for (const v1::NodeRecord& r : records) {
+      if (!NodeLedger::Valid(r)) continue;
+      // One key per (node, job), and one per node for its alert's transitions.
+      std::string key = r.node();
+      key += '\0';
+      Outstanding o;
+      o.node = r.node();
+      if (r.by_job_size() == 1) {
+        key += r.by_job(0).training_job();
+        o.job = r.by_job(0).training_job();
+        o.last_unix_ns = r.by_job(0).last_unix_ns();
+      }
+      o.generation = ++generation_;
+      o.value = r.SerializeAsString();
+      auto [it, inserted] = outstanding_.insert_or_assign(key, std::move(o));
+      ProduceLocked(it->first, it->second);
+      if (it->second.given_up) outstanding_.erase(it);
+    }
+    // Bounded: the records published longest ago go first.
+    while (outstanding_.size() > options_.max_undelivered) {
+      auto oldest = std::min_element(
+          outstanding_.begin(), outstanding_.end(),
+          [](const auto& a, const auto& b) { return a.second.generation < b.second.generation; });
+      failed_.fetch_add(1, std::memory_order_relaxed);
+      outstanding_.erase(oldest);
+    }
+  }
+  RetryDue();
 }
 
 void NodeTopic::ReadLoop() {
@@ -176,6 +262,7 @@ void NodeTopic::ReadLoop() {
   if (behind.empty()) ledger_->SetComplete(true);
   while (!stop_) {
     rd_kafka_poll(producer_.get(), 0);  // the publisher's delivery reports
+    RetryDue();
     const KafkaMessagePtr m(rd_kafka_consumer_poll(rk, 200));
     if (m == nullptr) continue;
     if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {

@@ -6,8 +6,10 @@
 #include <functional>
 #include <thread>
 
+#include "kafka/client_factory.h"
 #include "kafka/embedded_broker.h"
 #include "kafka/kafka_producer.h"
+#include "librdkafka/rdkafka_mock.h"
 
 namespace rankwatch {
 namespace {
@@ -118,6 +120,102 @@ TEST_F(NodeTopicTest, RecordsThatAreNotNodeRecordsAreCountedAndIgnored) {
   EXPECT_EQ(t->read(), 2u);
   EXPECT_EQ(t->ignored(), 2u);
   EXPECT_EQ(l.records(), 0u);
+}
+
+// A development broker of the test's own, whose produce requests can be made to fail.
+class NodeTopicDeliveryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KafkaClientConfig config;
+    config.type = RD_KAFKA_PRODUCER;
+    config.name = "mock broker handle";
+    auto host = NewKafkaClient(config);
+    ASSERT_TRUE(host.ok()) << host.status();
+    host_ = std::move(*host);
+    cluster_.reset(rd_kafka_mock_cluster_new(host_.get(), 1));
+    ASSERT_NE(cluster_, nullptr);
+    ASSERT_EQ(rd_kafka_mock_topic_create(cluster_.get(), "nodes", 1, 1),
+              RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+  std::unique_ptr<NodeTopic> Open(NodeLedger* ledger, int max_attempts = 10) {
+    NodeTopicOptions o{rd_kafka_mock_cluster_bootstraps(cluster_.get()), "nodes", {}, ""};
+    o.first_retry_backoff = std::chrono::milliseconds(50);
+    o.max_retry_backoff = std::chrono::milliseconds(200);
+    o.max_delivery_attempts = max_attempts;
+    auto t = NodeTopic::Open(o, ledger);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? std::move(*t) : nullptr;
+  }
+  // The next `n` produce requests to the broker fail for good (not retried by the producer).
+  void FailProduces(int n) {
+    std::vector<rd_kafka_resp_err_t> errors(n, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+    rd_kafka_mock_push_request_errors_array(cluster_.get(), 0 /* Produce */, errors.size(),
+                                            errors.data());
+  }
+  KafkaClient host_;
+  KafkaMockCluster cluster_;
+};
+
+TEST_F(NodeTopicDeliveryTest, AChargeWhoseDeliveryFailedIsRetriedUntilItArrives) {
+  NodeLedger a({}), b({});
+  auto ta = Open(&a);
+  auto tb = Open(&b);
+  ASSERT_NE(ta, nullptr);
+  ASSERT_NE(tb, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return a.complete() && b.complete(); }));
+  FailProduces(2);
+  a.Charge({MakeCharge("job-a", "gpu-1", 100, kT0)});
+  ta->Publish(a.TakeUnpublished());
+  EXPECT_EQ(a.undelivered(), 1u);
+  ASSERT_TRUE(WaitFor([&] { return JobsOn(b, "gpu-1") == 1; })) << "never delivered";
+  EXPECT_GE(ta->retried(), 2u);  // the producer may fail more attempts locally meanwhile
+  EXPECT_EQ(ta->failed(), 0u);
+  ASSERT_TRUE(WaitFor([&] { return a.undelivered() == 0 && ta->undelivered() == 0; }));
+  EXPECT_EQ(ta->published(), 1u);
+}
+
+TEST_F(NodeTopicDeliveryTest, ANewerChargeOfTheKeyReplacesAFailedOne) {
+  NodeLedger a({}), b({});
+  auto ta = Open(&a);
+  auto tb = Open(&b);
+  ASSERT_NE(ta, nullptr);
+  ASSERT_NE(tb, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return a.complete() && b.complete(); }));
+  FailProduces(1);
+  a.Charge({MakeCharge("job-a", "gpu-1", 100, kT0)});
+  ta->Publish(a.TakeUnpublished());
+  a.Charge({MakeCharge("job-a", "gpu-1", 300, kT0 + 5)});
+  ta->Publish(a.TakeUnpublished());
+  auto lost_on = [](const NodeLedger& l) {
+    v1::ListNodesRequest q;
+    q.set_node("gpu-1");
+    const v1::ListNodesResponse r = l.ListNodes(q, kT0 + 1'000'000'000);
+    return r.nodes_size() == 1 ? r.nodes(0).lost_rank_seconds() : 0.0;
+  };
+  ASSERT_TRUE(WaitFor([&] { return lost_on(b) == 300; })) << lost_on(b);
+  ASSERT_TRUE(WaitFor([&] { return a.undelivered() == 0 && ta->undelivered() == 0; }));
+  // The first one was not produced again after the newer one: the topic ends with the newest.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(lost_on(b), 300);
+  NodeLedger c({});
+  auto tc = Open(&c);
+  ASSERT_NE(tc, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return c.complete(); }));
+  EXPECT_EQ(lost_on(c), 300);
+}
+
+TEST_F(NodeTopicDeliveryTest, AChargeGivenUpStaysInTheOutboxForTheNextRestart) {
+  NodeLedger a({});
+  auto ta = Open(&a, /*max_attempts=*/2);
+  ASSERT_NE(ta, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return a.complete(); }));
+  FailProduces(5);
+  a.Charge({MakeCharge("job-a", "gpu-1", 100, kT0)});
+  ta->Publish(a.TakeUnpublished());
+  ASSERT_TRUE(WaitFor([&] { return ta->failed() == 1; })) << ta->retried();
+  EXPECT_EQ(ta->retried(), 1u);
+  EXPECT_EQ(ta->undelivered(), 0u);
+  EXPECT_EQ(a.undelivered(), 1u) << "kept for the next restart";
 }
 
 TEST_F(NodeTopicTest, AMissingTopicThatCannotBeCreatedIsAClearError) {
