@@ -18,6 +18,7 @@
 #include "sinks/listen_address.h"
 #include "sinks/metrics_http_server.h"
 #include "sinks/prometheus_registry.h"
+#include "wire/schema.h"
 
 namespace rankwatch {
 namespace {
@@ -31,6 +32,7 @@ struct AgentFlags {
   std::string metrics_listen = "127.0.0.1:9467";
   double trace_timeout_s = 30;
   std::string control_topic = "rankwatch.control";
+  size_t max_message_bytes = kDefaultMaxMessageBytes;
 };
 
 int64_t UnixNowNs() {
@@ -56,6 +58,7 @@ int RunAgent(AgentFlags f) {
   po.client_id = "rankwatch-agent";
   po.queue_max_messages = kIdempotentInflightWindow - 1;  // no spinning while Kafka hangs
   po.when_full = PublisherOptions::WhenFull::kDropNewest;
+  po.max_message_bytes = static_cast<int>(f.max_message_bytes);
   auto publisher = BatchPublisher::Create(po);  // never waits: Kafka may come later
   if (!publisher.ok()) {
     std::fprintf(stderr, "rankwatch agent: %s\n",
@@ -65,10 +68,11 @@ int RunAgent(AgentFlags f) {
   PrometheusRegistry registry;
   MetricFamily* samples =
       registry.Counter("rankwatch_agent_samples_total", "system samples published", {});
-  MetricFamily* batches = registry.Counter("rankwatch_agent_batches_total",
-                                           "batches by outcome: sent (to the producer), dropped "
-                                           "(producer queue full), delivered, failed",
-                                           {"result"});
+  MetricFamily* batches = registry.Counter(
+      "rankwatch_agent_batches_total",
+      "batches by outcome: sent (to the producer), dropped (producer queue full or too large), "
+      "oversized (too large for --max-message-bytes: never sent), delivered, failed",
+      {"result"});
   MetricFamily* traces = registry.Counter("rankwatch_agent_trace_files_total",
                                           "trace files found, by outcome", {"result"});
   MetricFamily* kernel_events =
@@ -132,6 +136,8 @@ int RunAgent(AgentFlags f) {
     samples->WithLabels({})->Set(c.samples.load());
     batches->WithLabels({"sent"})->Set(c.batches_sent.load());
     batches->WithLabels({"dropped"})->Set(c.batches_dropped.load());
+    // Refused by the producer (the agent's batches_oversized) or by the broker.
+    batches->WithLabels({"oversized"})->Set((*publisher)->oversized());
     batches->WithLabels({"delivered"})->Set((*publisher)->delivered());
     batches->WithLabels({"failed"})->Set((*publisher)->failed());
     traces->WithLabels({"published"})->Set(c.trace_files_published.load());
@@ -225,6 +231,12 @@ CommandRunner AddAgentCommand(CLI::App& app) {
   cmd->add_option("--control-topic", f->control_topic,
                   "answer capture requests of the job from --trace-dir (empty: off)")
       ->capture_default_str();
+  cmd->add_option("--max-message-bytes", f->max_message_bytes,
+                  "the largest Kafka message sent (librdkafka's message.max.bytes; set it to the "
+                  "brokers' and the topic's limit): trace files and Flight Recorder dumps go in "
+                  "batches below it")
+      ->capture_default_str()
+      ->check(CLI::Range(kMinMaxMessageBytes, size_t{1'000'000'000}));
   cmd->add_option("--nvml-library", f->agent.nvml_library, "NVML shared library")
       ->capture_default_str();
   cmd->add_option("--metrics-listen", f->metrics_listen,

@@ -18,6 +18,7 @@
 #include "ingest/iteration_trace.h"
 #include "ingest/kineto_trace_reader.h"
 #include "ingest/whatif_chrome_trace.h"
+#include "wire/schema.h"
 
 namespace rankwatch {
 namespace {
@@ -29,6 +30,7 @@ struct ReplayFlags {
   uint32_t world_size = 0;
   uint32_t chunk_steps = 100;
   uint32_t chunk_events = 20'000;
+  size_t max_message_bytes = kDefaultMaxMessageBytes;
   std::string format = "auto";  // auto, steps, kineto, whatif
   std::vector<std::string> paths;
 };
@@ -53,6 +55,7 @@ absl::StatusOr<std::unique_ptr<BatchPublisher>> ConnectPublisher(const ReplayFla
   po.topic = f.topic;
   po.client_id = "rankwatch-replay";
   po.warn_as = "rankwatch replay";
+  po.max_message_bytes = static_cast<int>(f.max_message_bytes);
   return BatchPublisher::Connect(po, std::chrono::seconds(10));
 }
 
@@ -68,6 +71,7 @@ int RunKinetoReplay(const ReplayFlags& f, const std::vector<std::filesystem::pat
   o.training_job = f.job;
   o.world_size = f.world_size;
   o.max_events = f.chunk_events;
+  o.max_bytes = (*publisher)->max_batch_bytes();
   o.created_unix_ns = NowNs();
   KinetoReplayStats stats;
   std::string buffer;
@@ -75,7 +79,7 @@ int RunKinetoReplay(const ReplayFlags& f, const std::vector<std::filesystem::pat
       files, o,
       [&](const v1::Batch& b) {
         b.SerializeToString(&buffer);
-        return (*publisher)->Publish(f.job, buffer);
+        return (*publisher)->Publish(f.job, buffer, b.kernels_size());
       },
       &stats);
   if (s.ok()) s = (*publisher)->Flush(std::chrono::seconds(60));
@@ -98,7 +102,9 @@ int RunKinetoReplay(const ReplayFlags& f, const std::vector<std::filesystem::pat
 }
 
 // Publishes the ranks' step records in chunks of steps across all ranks, so that alignment never
-// holds the whole trace; the last batch of each rank is final. Prints the summary line.
+// holds the whole trace; the last batch of each rank is final. A chunk is at most --chunk-steps
+// steps and what a message of --max-message-bytes holds; a step record too large alone (ops of
+// a huge pipeline step) goes without its ops, counted. Prints the summary line.
 int PublishSteps(const ReplayFlags& f, std::map<uint32_t, RankTrace>& ranks, uint32_t world,
                  size_t files) {
   auto publisher = ConnectPublisher(f);
@@ -107,10 +113,11 @@ int PublishSteps(const ReplayFlags& f, std::map<uint32_t, RankTrace>& ranks, uin
                  std::string(publisher.status().message()).c_str());
     return publisher.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
+  const size_t max_batch_bytes = (*publisher)->max_batch_bytes();
   // Publish in chunks of steps across all ranks, so alignment never holds the whole trace.
   std::map<uint32_t, std::map<uint64_t, v1::StepRecord>::iterator> cursor;
   for (auto& [rank, r] : ranks) cursor[rank] = r.steps.begin();
-  uint64_t records = 0, messages = 0, sequence = 0;
+  uint64_t records = 0, messages = 0, sequence = 0, steps_without_ops = 0, ops_dropped = 0;
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
@@ -133,8 +140,28 @@ int PublishSteps(const ReplayFlags& f, std::map<uint32_t, RankTrace>& ranks, uin
       if (r.layout) *src->mutable_layout() = *r.layout;
       auto& it = cursor[rank];
       if (it == r.steps.end()) continue;
+      // The envelope as it will be, `final` set.
+      const size_t envelope = b.ByteSizeLong() + 2;
+      size_t bytes = envelope;
       for (uint32_t n = 0; n < f.chunk_steps && it != r.steps.end(); ++n, ++it) {
-        *b.add_steps() = it->second;
+        v1::StepRecord& step = it->second;
+        size_t need = EncodedFieldBytes(step.ByteSizeLong());
+        if (envelope + need > max_batch_bytes && step.ops_size() > 0) {
+          // Alone it would not fit a message: it goes without its ops.
+          if (steps_without_ops++ == 0) {
+            spdlog::warn(
+                "replay: step {} of rank {} with {} ops is {} bytes, more than a message of "
+                "--max-message-bytes {} holds: sent without its ops (further ones counted)",
+                step.step(), rank, step.ops_size(), need, f.max_message_bytes);
+          }
+          ops_dropped += step.ops_size();
+          step.clear_ops();
+          step.clear_ops_origin_unix_ns();
+          need = EncodedFieldBytes(step.ByteSizeLong());
+        }
+        if (b.steps_size() > 0 && bytes + need > max_batch_bytes) break;
+        *b.add_steps() = step;
+        bytes += need;
       }
       // A trace is a finished run: its last batch says so, so its silence is not a hang.
       if (it != r.steps.end()) {
@@ -145,7 +172,7 @@ int PublishSteps(const ReplayFlags& f, std::map<uint32_t, RankTrace>& ranks, uin
       records += b.steps_size();
       ++messages;
       b.SerializeToString(&buffer);
-      if (auto s = (*publisher)->Publish(f.job, buffer); !s.ok()) {
+      if (auto s = (*publisher)->Publish(f.job, buffer, b.steps_size()); !s.ok()) {
         std::fprintf(stderr, "rankwatch replay: %s\n", std::string(s.message()).c_str());
         return 1;
       }
@@ -157,10 +184,13 @@ int PublishSteps(const ReplayFlags& f, std::map<uint32_t, RankTrace>& ranks, uin
   }
   std::printf(
       "{\"files\": %zu, \"ranks\": %zu, \"world_size\": %u, \"records\": %llu, "
-      "\"messages\": %llu, \"failed\": %llu}\n",
+      "\"messages\": %llu, \"failed\": %llu, \"steps_without_ops\": %llu, "
+      "\"ops_dropped\": %llu}\n",
       files, ranks.size(), world, static_cast<unsigned long long>(records),
       static_cast<unsigned long long>(messages),
-      static_cast<unsigned long long>((*publisher)->failed()));
+      static_cast<unsigned long long>((*publisher)->failed()),
+      static_cast<unsigned long long>(steps_without_ops),
+      static_cast<unsigned long long>(ops_dropped));
   return (*publisher)->failed() == 0 ? 0 : 1;
 }
 
@@ -362,6 +392,12 @@ CommandRunner AddReplayCommand(CLI::App& app) {
   cmd->add_option("--chunk-events", f->chunk_events, "kernel events per Kafka message (Kineto)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 200000u));
+  cmd->add_option("--max-message-bytes", f->max_message_bytes,
+                  "the largest Kafka message sent (librdkafka's message.max.bytes; set it to the "
+                  "brokers' and the topic's limit): chunks of steps and of kernel events stay "
+                  "below it, and a step too large alone goes without its ops")
+      ->capture_default_str()
+      ->check(CLI::Range(kMinMaxMessageBytes, size_t{1'000'000'000}));
   cmd->add_option(
          "paths", f->paths,
          "trace files or directories (searched for step_trace_*.json, "

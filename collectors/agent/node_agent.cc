@@ -21,14 +21,24 @@ namespace rankwatch {
 namespace {
 constexpr int kMaxStepsPerBatch = 10000;
 static_assert(static_cast<size_t>(kMaxStepsPerBatch) <= BatchLimits{}.max_steps);
+// Room a Kineto trace's batches keep for the capture id its copies for a capture carry
+// (ForwardToCaptures; request ids are at most 128 bytes), and a Flight Recorder dump's batch for
+// its envelope (identity, counters).
+constexpr size_t kCaptureIdRoom = 256;
+constexpr size_t kDumpEnvelopeRoom = 4096;
 }  // namespace
 
 NodeAgent::NodeAgent(NodeAgentOptions options, BatchPublisher* publisher,
                      std::unique_ptr<ControlListener> control)
     : options_(std::move(options)),
       publisher_(publisher),
+      fr_transport_(options_.flight_recorder_transport),
       sampler_(options_.proc),
       control_(std::move(control)) {
+  const size_t batch = publisher_->max_batch_bytes();
+  fr_transport_.max_bytes =
+      std::min(fr_transport_.max_bytes,
+               batch > 2 * kDumpEnvelopeRoom ? batch - kDumpEnvelopeRoom : batch / 2);
   nvml_ = NvmlProbe::Open(options_.nvml_library);
   if (!options_.trace_dir.empty()) {
     watcher_ = std::make_unique<TraceWatcher>(
@@ -58,11 +68,14 @@ bool NodeAgent::Publish(v1::Batch* b) {
   b->set_sequence(sequence_++);
   b->set_dropped_records(dropped_since_last_);
   b->SerializeToString(&buffer_);
-  if (publisher_->Publish(options_.training_job, buffer_).ok()) {
+  const absl::Status s =
+      publisher_->Publish(options_.training_job, buffer_, b->samples_size() + b->steps_size());
+  if (s.ok()) {
     counters_.batches_sent.fetch_add(1, std::memory_order_relaxed);
     dropped_since_last_ = 0;
     return true;
   }
+  if (absl::IsOutOfRange(s)) counters_.batches_oversized.fetch_add(1, std::memory_order_relaxed);
   counters_.batches_dropped.fetch_add(1, std::memory_order_relaxed);
   dropped_since_last_ += b->samples_size() + b->steps_size();
   return false;
@@ -217,20 +230,27 @@ void NodeAgent::PublishTrace(const FoundTrace& trace, int64_t unix_ns) {
     return;
   }
   const auto deadline = std::chrono::steady_clock::now() + options_.trace_publish_timeout;
+  const size_t max_bytes = publisher_->max_batch_bytes();
   absl::Status status;
   size_t batches = 0;
-  for (size_t i = 0; i < it->steps.size() || i == 0; i += kMaxStepsPerBatch) {
+  // Batches of at most kMaxStepsPerBatch steps and max_bytes (one step at least).
+  for (size_t i = 0; i < it->steps.size() || i == 0;) {
     v1::Batch b = NewBatch(it->rank, unix_ns);
     b.mutable_source()->set_device(it->device);
     if (!it->node.empty()) b.mutable_source()->set_node(it->node);
     b.mutable_trace()->set_file(trace.file.string());
-    for (size_t j = i; j < std::min(it->steps.size(), i + kMaxStepsPerBatch); ++j) {
-      *b.add_steps() = it->steps[j];
+    // The envelope as PublishWaiting sends it (sequence, dropped records: 22 bytes at most).
+    size_t bytes = b.ByteSizeLong() + 22;
+    for (; i < it->steps.size() && b.steps_size() < kMaxStepsPerBatch; ++i) {
+      const size_t need = EncodedFieldBytes(it->steps[i].ByteSizeLong());
+      if (b.steps_size() > 0 && bytes + need > max_bytes) break;
+      *b.add_steps() = it->steps[i];
+      bytes += need;
     }
     status = PublishWaiting(&b, deadline);
     if (!status.ok()) break;
     ++batches;
-    if (it->steps.empty()) break;
+    if (i >= it->steps.size()) break;
   }
   if (!status.ok()) {
     counters_.trace_files_failed.fetch_add(1, std::memory_order_relaxed);
@@ -249,9 +269,15 @@ absl::Status NodeAgent::PublishWaiting(v1::Batch* b,
   b->set_sequence(sequence_++);
   b->SerializeToString(&buffer_);
   while (true) {
-    absl::Status sent = publisher_->Publish(options_.training_job, buffer_);
+    absl::Status sent =
+        publisher_->Publish(options_.training_job, buffer_,
+                            b->steps_size() + b->kernels_size() + b->flight_recorder_dumps_size());
     if (sent.ok()) {
       counters_.batches_sent.fetch_add(1, std::memory_order_relaxed);
+      return sent;
+    }
+    if (absl::IsOutOfRange(sent)) {  // too large: never retried
+      counters_.batches_oversized.fetch_add(1, std::memory_order_relaxed);
       return sent;
     }
     if (!absl::IsResourceExhausted(sent)) return sent;
@@ -272,6 +298,8 @@ void NodeAgent::PublishKinetoTrace(const FoundTrace& trace, int64_t unix_ns) {
   o.collector = "rankwatch-agent/" RANKWATCH_VERSION;
   o.final = false;  // the job goes on: only this file's steps are complete
   o.created_unix_ns = unix_ns;
+  // Within a message, with room for the capture id of the copies sent for a capture.
+  o.max_bytes = std::max(publisher_->max_batch_bytes(), 2 * kCaptureIdRoom) - kCaptureIdRoom;
   const auto deadline = std::chrono::steady_clock::now() + options_.trace_publish_timeout;
   KinetoReplayStats stats;
   std::map<std::string, FileCapture> captured;  // request id: what this file gave it

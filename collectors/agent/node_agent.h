@@ -30,6 +30,13 @@
 // The world size of a dump's batch is `world_size` when the rank is below it, else the largest
 // group in the dumps seen (set --world-size to the job's).
 //
+// Message size: every batch fits a Kafka message of the publisher's max_message_bytes
+// (BatchPublisher::max_batch_bytes; `rankwatch agent --max-message-bytes`, default 1,000,000):
+// an iteration trace's steps and a Kineto trace's events go in as many batches as that needs
+// (room kept in the latter for a capture's id in the copies sent for a capture), and a Flight
+// Recorder dump is trimmed to it (flight_recorder_transport.max_bytes at most that). A batch
+// the producer still refuses as too large is counted (batches_oversized) and not retried.
+//
 // System samples never wait: when librdkafka's queue is full the batch is dropped and
 // counted. A trace file's batches wait for room instead (a trace is worth more than a sample
 // and comes in many batches), for at most `trace_publish_timeout` per file; then the file
@@ -79,9 +86,10 @@ struct NodeAgentOptions {
 };
 
 struct NodeAgentCounters {
-  std::atomic<uint64_t> samples{0};          // system samples published
-  std::atomic<uint64_t> batches_sent{0};     // batches handed to Kafka
-  std::atomic<uint64_t> batches_dropped{0};  // refused while the producer queue was full
+  std::atomic<uint64_t> samples{0};            // system samples published
+  std::atomic<uint64_t> batches_sent{0};       // batches handed to Kafka
+  std::atomic<uint64_t> batches_dropped{0};    // refused while the producer queue was full
+  std::atomic<uint64_t> batches_oversized{0};  // refused as too large for a Kafka message
   std::atomic<uint64_t> trace_files_published{0};
   std::atomic<uint64_t> trace_files_failed{0};    // unreadable or unpublishable traces
   std::atomic<uint64_t> trace_steps{0};           // step records read from iteration traces
@@ -160,6 +168,8 @@ class NodeAgent {
 
   const NodeAgentOptions options_;
   BatchPublisher* publisher_;
+  // options_.flight_recorder_transport, its max_bytes within what a batch may carry.
+  fr::FrTransportOptions fr_transport_;
   ProcSampler sampler_;
   std::unique_ptr<NvmlProbe> nvml_;
   std::unique_ptr<TraceWatcher> watcher_;

@@ -90,15 +90,15 @@ void NodeAgent::ExpireDumpRequests(int64_t unix_ns) {
 
 void NodeAgent::PublishDump(const FoundDump& found, int64_t unix_ns) {
   fr::FrReadOptions ro;
-  ro.max_frames = options_.flight_recorder_transport.max_frames;
+  ro.max_frames = fr_transport_.max_frames;
   // The dump's own rank wins over its file name's (they agree when PyTorch wrote it).
   const fr::RankDump read = fr::LoadRankDump(found.rank, found.file, ro);
   const uint32_t rank = read.rank;
   v1::FlightRecorderDump dump;
   if (read.state == fr::DumpState::kUnreadable) {
-    fr::UnreadableToProto(read.error, options_.flight_recorder_transport, &dump);
+    fr::UnreadableToProto(read.error, fr_transport_, &dump);
   } else {
-    fr::DumpToProto(read.dump, options_.flight_recorder_transport, &dump);
+    fr::DumpToProto(read.dump, fr_transport_, &dump);
     for (const fr::FrGroup& g : read.dump.groups) {
       for (uint32_t r : g.ranks) dump_world_size_ = std::max(dump_world_size_, r + 1);
     }

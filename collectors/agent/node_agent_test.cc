@@ -32,9 +32,10 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kTimeout = std::chrono::milliseconds(600);
 
 // Every batch on partition 0 of `topic`, from the start, until `expected` were read (at most
-// 30 s), in order.
+// 30 s), in order; with `wire_bytes`, each message's size as librdkafka counts it against
+// message.max.bytes (value + key + 36 bytes).
 std::vector<v1::Batch> ReadBatches(const std::string& bootstrap, const std::string& topic,
-                                   uint64_t expected) {
+                                   uint64_t expected, std::vector<size_t>* wire_bytes = nullptr) {
   std::vector<v1::Batch> out;
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   char err[256];
@@ -54,6 +55,9 @@ std::vector<v1::Batch> ReadBatches(const std::string& bootstrap, const std::stri
     if (m == nullptr) continue;
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
       EXPECT_TRUE(out.emplace_back().ParseFromArray(m->payload, static_cast<int>(m->len)));
+      if (wire_bytes != nullptr) {
+        wire_bytes->push_back(m->len + m->key_len + kKafkaRecordOverheadBytes);
+      }
     }
     rd_kafka_message_destroy(m);
   }
@@ -229,8 +233,9 @@ int64_t WallNowNs() {
 // and a producer of control requests: what the capture and Flight Recorder tests share.
 class AgentOnBroker {
  public:
-  // Sets `*ok` false (with a test failure) when something did not start.
-  AgentOnBroker(NodeAgentOptions o, bool* ok) {
+  // Sets `*ok` false (with a test failure) when something did not start. `max_message_bytes`:
+  // the publisher's (0: its default).
+  AgentOnBroker(NodeAgentOptions o, bool* ok, int max_message_bytes = 0) {
     *ok = false;
     auto broker = EmbeddedBroker::Start({"agent.telemetry", 1, 1, /*changelog_topic=*/false});
     if (!broker.ok()) {
@@ -242,6 +247,7 @@ class AgentOnBroker {
     p.brokers = broker_->bootstrap();
     p.topic = "agent.telemetry";
     p.properties = {{"log_level", "0"}};
+    if (max_message_bytes > 0) p.max_message_bytes = max_message_bytes;
     auto publisher = BatchPublisher::Create(p);
     if (!publisher.ok()) {
       ADD_FAILURE() << publisher.status();
@@ -310,12 +316,14 @@ class AgentOnBroker {
               RD_KAFKA_RESP_ERR_NO_ERROR);
     ASSERT_EQ(rd_kafka_flush(producer_, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
   }
-  // Everything the agent sent, read back from the telemetry topic.
-  std::vector<v1::Batch> Published() {
+  // Everything the agent sent, read back from the telemetry topic (with `wire_bytes`, each
+  // message's size as ReadBatches gives it).
+  std::vector<v1::Batch> Published(std::vector<size_t>* wire_bytes = nullptr) {
     EXPECT_TRUE(publisher_->Flush(std::chrono::seconds(30)).ok());
     return ReadBatches(broker_->bootstrap(), "agent.telemetry",
-                       agent_->counters().batches_sent.load());
+                       agent_->counters().batches_sent.load(), wire_bytes);
   }
+  BatchPublisher& publisher() { return *publisher_; }
 
  private:
   std::unique_ptr<EmbeddedBroker> broker_;
@@ -537,6 +545,102 @@ TEST(NodeAgentFlightRecorderTest, DumpsArePublishedAndRequestsGoThroughThePipes)
   const std::string late = reasons[{"fr-b", 0}];
   EXPECT_NE(late.find("by the deadline"), std::string::npos) << late;
   EXPECT_EQ(states.count({"fr-a", 9}), 0u);  // no pipe here: not answered
+  fs::remove_all(dir);
+}
+
+// Issue #47: with 16 KiB messages (--max-message-bytes' least), an iteration trace of 1,000
+// steps, a Kineto trace of 4,811 events and its copy for a capture, and a Flight Recorder dump
+// (trimmed to fit) all go in messages that fit, and all of it arrives.
+TEST(NodeAgentSizeTest, TracesCapturesAndDumpsGoInMessagesThatFit) {
+  constexpr int kLimit = 16 << 10;
+  const fs::path dir = fs::temp_directory_path() / ("node-agent-size-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string prefix = (dir / "nccl_trace_rank_").string();
+  NodeAgentOptions o;
+  o.training_job = "agent-size";
+  o.world_size = 8;
+  o.node = "node-0";
+  o.trace_dir = (dir / "traces").string();
+  o.flight_recorder_prefixes = {prefix};
+  fs::create_directories(o.trace_dir);
+  bool started = false;
+  AgentOnBroker a(o, &started, kLimit);
+  ASSERT_TRUE(started);
+  EXPECT_EQ(a.publisher().max_message_bytes(), static_cast<size_t>(kLimit));
+  const NodeAgentCounters& c = a.counters();
+  a.Tick();
+
+  // A MindSpore iteration trace of rank 3 with 1,000 steps (the fixture's first step, repeated).
+  std::ifstream fixture(
+      fs::path(RANKWATCH_FIXTURES) /
+      "mindspore-step-trace-raw/cluster_propose/step_trace_raw_0_detail_time.csv");
+  std::string header, first;
+  std::getline(fixture, header);
+  std::getline(fixture, first);
+  const std::string rest = first.substr(first.find(','));
+  {
+    std::ofstream csv(fs::path(o.trace_dir) / "step_trace_raw_3_detail_time.csv");
+    csv << header << "\n";
+    for (int step = 1; step <= 1000; ++step) csv << step << rest << "\n";
+  }
+  ASSERT_TRUE(a.TickUntil([&] { return c.trace_files_published.load() == 1; }));
+  EXPECT_EQ(c.trace_steps.load(), 1000u);
+
+  // A Kineto trace of rank 0 that a capture of 2 steps waits for.
+  v1::ControlRequest r;
+  r.set_id("cap-s");
+  r.mutable_capture()->set_steps(2);
+  a.Send(r, {0}, WallNowNs() + 120'000'000'000);
+  ASSERT_TRUE(a.TickUntil([&] { return c.capture_requests.load() == 1; }));
+  fs::copy_file(
+      fs::path(RANKWATCH_FIXTURES) / "kineto/hta-trace-filter-2rank/sampled_rank-0.json.gz",
+      fs::path(o.trace_dir) / "s.0.pt.trace.json.gz");
+  ASSERT_TRUE(a.TickUntil([&] { return c.trace_files_published.load() == 2; }));
+  EXPECT_EQ(c.capture_ranks_done.load(), 1u);
+
+  // A Flight Recorder dump of rank 0.
+  fs::copy_file(fs::path(RANKWATCH_FIXTURES) / "flight-recorder/nvrx-lock_gil_1st/_dump_0",
+                prefix + "0");
+  ASSERT_TRUE(a.TickUntil([&] { return c.fr_dumps_published.load() == 1; }));
+
+  std::vector<size_t> wire;
+  const std::vector<v1::Batch> read = a.Published(&wire);
+  ASSERT_EQ(read.size(), c.batches_sent.load());
+  ASSERT_EQ(wire.size(), read.size());
+  uint64_t steps = 0, live = 0, captured = 0, capture_batches = 0, trace_batches = 0;
+  size_t largest = 0;
+  const v1::FlightRecorderDump* dump = nullptr;
+  for (size_t i = 0; i < read.size(); ++i) {
+    const v1::Batch& b = read[i];
+    EXPECT_LE(wire[i], static_cast<size_t>(kLimit)) << "message " << i;
+    largest = std::max(largest, wire[i]);
+    steps += b.steps_size();
+    if (b.trace().capture_id() == "cap-s") {
+      captured += b.kernels_size();
+      ++capture_batches;
+    } else {
+      live += b.kernels_size();
+      trace_batches += b.kernels_size() > 0;
+    }
+    if (b.flight_recorder_dumps_size() > 0) dump = &b.flight_recorder_dumps(0);
+  }
+  std::printf("%zu messages, the largest %zu bytes; %llu trace batches, %llu capture batches\n",
+              read.size(), largest, static_cast<unsigned long long>(trace_batches),
+              static_cast<unsigned long long>(capture_batches));
+  EXPECT_EQ(steps, 1000u);
+  EXPECT_EQ(live, c.trace_kernel_events.load());
+  EXPECT_GT(trace_batches, 10u);
+  EXPECT_GT(captured, 0u);
+  EXPECT_GT(capture_batches, 1u);
+  ASSERT_NE(dump, nullptr);
+  EXPECT_EQ(dump->state(), v1::FR_DUMP_READ);
+  EXPECT_GT(dump->entries_size(), 0);
+  EXPECT_EQ(c.batches_oversized.load(), 0u);
+  EXPECT_EQ(c.batches_dropped.load(), 0u);
+  EXPECT_EQ(c.trace_files_failed.load(), 0u);
+  EXPECT_EQ(c.fr_dumps_failed.load(), 0u);
+  EXPECT_EQ(a.publisher().oversized(), 0u);
   fs::remove_all(dir);
 }
 
