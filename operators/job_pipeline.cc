@@ -162,12 +162,26 @@ JobDelta JobPipeline::Tick(TimePoint now) {
 void JobPipeline::CountHang(TimePoint now) {
   const StepDiagnosisOptions& o = options_.diagnosis;
   if (!seen_ || window_->size() < o.min_steps || finished_count_ == aligner_->world_size()) return;
-  const double since = std::chrono::duration<double>(now - last_progress_).count();
+  const double since = std::chrono::duration<double>(now - HangClockStart()).count();
   const double timeout = std::max(o.hang_timeout_steps * lost_->last_median_step_seconds(),
                                   std::chrono::duration<double>(o.hang_timeout_min).count());
   if (since <= timeout) return;
   lost_->AddHang(since - hang_counted_seconds_, aligner_->world_size());
   hang_counted_seconds_ = since;
+}
+
+void JobPipeline::NoteEvidenceBusy(const std::vector<uint32_t>& ranks, TimePoint now) {
+  const uint32_t world = aligner_->world_size();
+  if (ranks.empty() || world == 0 || finished_count_ == world) return;
+  int64_t lowest = INT64_MAX;
+  for (uint32_t r = 0; r < world; ++r) lowest = std::min(lowest, aligner_->last_step_of(r));
+  for (uint32_t r : ranks) {
+    if (r < world && aligner_->last_step_of(r) == lowest) {
+      evidence_busy_at_ = std::max(evidence_busy_at_, now);
+      hang_counted_seconds_ = 0;  // what was counted stays counted; the clock starts again
+      return;
+    }
+  }
 }
 
 void JobPipeline::Consume(TimePoint now, JobDelta* delta) {
@@ -285,7 +299,7 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) {
   HangInput hang;
   // A job whose every rank ended cleanly is done, not hung.
   hang.seconds_since_last_aligned =
-      s.finished ? 0 : std::chrono::duration<double>(now - last_progress_).count();
+      s.finished ? 0 : std::chrono::duration<double>(now - HangClockStart()).count();
   hang.last_step_by_rank.resize(s.world_size);
   for (uint32_t r = 0; r < s.world_size; ++r) hang.last_step_by_rank[r] = aligner_->last_step_of(r);
   s.step = DiagnoseStepTime(*window_, *rank_nodes_, hang, options_.diagnosis, sharded_,

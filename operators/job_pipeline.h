@@ -143,6 +143,12 @@ class JobPipeline {
   // its open steps' alignment timeouts move that much later.
   void DelayAlignment(Duration by) { aligner_->Delay(by); }
 
+  // `ranks` serve evidence now (a capture: Evidence::BusyRanks) and their steps or telemetry
+  // may lag. When one of them is among the ranks furthest behind (or every rank is), the hang
+  // clock starts again at `now`: time spent serving evidence is not a hang, and the hang
+  // diagnosis and its loss count from when the evidence let go. Held in memory only.
+  void NoteEvidenceBusy(const std::vector<uint32_t>& ranks, TimePoint now);
+
   // Messages of the job's partition were lost before they were read (the consumer's position
   // jumped past them): the job's input may be incomplete.
   void NoteInputLost(uint64_t messages) { input_lost_messages_ += messages; }
@@ -207,8 +213,12 @@ class JobPipeline {
   std::vector<TimePoint> rank_last_batch_;  // when each rank last sent a batch (in memory only)
   uint32_t previous_world_size_ = 0;        // before the last change (0: none)
   TimePoint world_size_changed_at_{};
-  uint32_t noted_ = 0;         // kinds of rejected input already noted (bit per kind)
-  TimePoint last_progress_{};  // when a step last aligned, or when the job was first seen
+  uint32_t noted_ = 0;            // kinds of rejected input already noted (bit per kind)
+  TimePoint last_progress_{};     // when a step last aligned, or when the job was first seen
+  // When a rank furthest behind last served evidence (min: never).
+  TimePoint evidence_busy_at_ = TimePoint::min();
+  // Where the hang clock starts: the later of the last progress and the last evidence served.
+  TimePoint HangClockStart() const { return std::max(last_progress_, evidence_busy_at_); }
   std::vector<bool> finished_ranks_;
   uint32_t finished_count_ = 0;
   bool seen_ = false;

@@ -81,6 +81,38 @@ TEST(JobPipelineTest, SilenceIsAHangUnlessEveryRankEndedCleanly) {
   EXPECT_NE(s.step.label, StepLabel::kHang);
 }
 
+TEST(JobPipelineTest, RanksServingEvidenceAreNotHung) {
+  // Ranks 2 and 3 serve a capture and their telemetry stops at step 19 while ranks 0 and 1 go
+  // on to step 24: the hang clock waits for the capture, then runs from when it let go.
+  JobPipeline p("j", 4, {});
+  const TimePoint t0{};
+  for (uint32_t r = 0; r < 4; ++r) p.AddBatch(MakeBatch("j", r, 4, 0, r < 2 ? 25 : 20), t0);
+  for (int s = 10; s <= 50; s += 10) {
+    p.Tick(t0 + std::chrono::seconds(s));
+    p.NoteEvidenceBusy({3, 2}, t0 + std::chrono::seconds(s));
+  }
+  EXPECT_NE(p.Snapshot(t0 + 50s).step.label, StepLabel::kHang);
+  p.Tick(t0 + 70s);
+  EXPECT_NE(p.Snapshot(t0 + 70s).step.label, StepLabel::kHang);  // 20 s since it let go
+  EXPECT_DOUBLE_EQ(p.Snapshot(t0 + 70s).lost.total_hang_rank_seconds, 0);
+  p.Tick(t0 + 90s);  // 40 s since: hung, from the end of the capture on
+  const JobSnapshot hung = p.Snapshot(t0 + 90s);
+  EXPECT_EQ(hung.step.label, StepLabel::kHang) << hung.step.note;
+  EXPECT_EQ(hung.step.culprit_ranks, (std::vector<uint32_t>{2, 3}));
+  EXPECT_DOUBLE_EQ(hung.lost.total_hang_rank_seconds, 4 * 40);
+}
+
+TEST(JobPipelineTest, EvidenceOnRanksThatAreNotBehindHoldsNoHangBack) {
+  // Rank 3 is stuck at step 19; rank 0, ahead, serves a capture: rank 3 is hung all the same.
+  JobPipeline p("j", 4, {});
+  const TimePoint t0{};
+  for (uint32_t r = 0; r < 4; ++r) p.AddBatch(MakeBatch("j", r, 4, 0, r == 3 ? 20 : 25), t0);
+  p.NoteEvidenceBusy({0}, t0 + 40s);
+  const JobSnapshot s = p.Snapshot(t0 + 40s);
+  EXPECT_EQ(s.step.label, StepLabel::kHang);
+  EXPECT_EQ(s.step.culprit_ranks, (std::vector<uint32_t>{3}));
+}
+
 TEST(JobPipelineTest, AWorldSizeChangeRestartsAlignment) {
   JobPipeline p("j", 2, {});
   const TimePoint t0{};

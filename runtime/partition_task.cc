@@ -220,6 +220,10 @@ void PartitionTask::Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput
     if (job.dirty && now - job.published_at < 10 * job.evaluation_cost) continue;
     job.dirty = false;
     job.published_at = now;
+    // Ranks serving evidence (a capture) may lag: their silence is not a hang.
+    for (const Evidence* evidence : sinks_->evidence) {
+      job.pipeline->NoteEvidenceBusy(evidence->BusyRanks(name, wall_now_unix_ns), now);
+    }
     const TimePoint started = options_->stopwatch();
     auto snapshot = std::make_shared<JobSnapshot>(job.pipeline->Snapshot(now));
     job.evaluation_cost = options_->stopwatch() - started;
