@@ -17,6 +17,7 @@
 #include "common/stop_signal.h"
 #include "ingest/batch_decoder.h"
 #include "operators/time.h"
+#include "wire/schema.h"
 
 namespace rankwatch {
 namespace {
@@ -40,6 +41,7 @@ struct SimulateFlags {
   double op_noise = 0.02;
   double clock_skew_us = 0;
   uint32_t batch_steps = 20;
+  size_t max_message_bytes = kDefaultMaxMessageBytes;
   double rate = 0;  // records/s across the fleet with --speed max; 0 = unpaced
   std::string compression = "lz4";
 };
@@ -50,9 +52,13 @@ int64_t WallNowNs() {
       .count();
 }
 
+// Each rank's batch of step records, sent when it has --batch-steps records or when the next
+// record would take it over what a message of --max-message-bytes holds; a record too large
+// alone (a huge pipeline step) goes without its ops, counted.
 class FleetPublisher {
  public:
-  FleetPublisher(const FleetModel& model, BatchPublisher* publisher) : publisher_(publisher) {
+  FleetPublisher(const FleetModel& model, BatchPublisher* publisher)
+      : publisher_(publisher), max_batch_bytes_(publisher->max_batch_bytes()) {
     const FleetOptions& o = model.options();
     batches_.resize(o.ranks);
     for (uint32_t r = 0; r < o.ranks; ++r) {
@@ -69,9 +75,31 @@ class FleetPublisher {
       batches_[r].set_schema_version(kSchemaVersion);
     }
     sequence_.assign(o.ranks, 0);
+    for (const v1::Batch& b : batches_) envelope_.push_back(Envelope(b));
+    bytes_ = envelope_;
   }
 
-  void Append(uint32_t rank, v1::StepRecord* record) { batches_[rank].add_steps()->Swap(record); }
+  absl::Status Append(uint32_t rank, v1::StepRecord* record) {
+    v1::Batch& b = batches_[rank];
+    size_t need = EncodedFieldBytes(record->ByteSizeLong());
+    if (envelope_[rank] + need > max_batch_bytes_ && record->ops_size() > 0) {
+      if (steps_without_ops_++ == 0) {
+        spdlog::warn(
+            "simulate: a step of rank {} with {} ops is {} bytes, more than a message of "
+            "--max-message-bytes holds: sent without its ops (further ones counted)",
+            rank, record->ops_size(), need);
+      }
+      record->clear_ops();
+      record->clear_ops_origin_unix_ns();
+      need = EncodedFieldBytes(record->ByteSizeLong());
+    }
+    if (b.steps_size() > 0 && bytes_[rank] + need > max_batch_bytes_) {
+      if (absl::Status s = Flush(rank); !s.ok()) return s;
+    }
+    b.add_steps()->Swap(record);
+    bytes_[rank] += need;
+    return absl::OkStatus();
+  }
   size_t Pending(uint32_t rank) const { return batches_[rank].steps_size(); }
 
   absl::Status Flush(uint32_t rank) {
@@ -80,10 +108,12 @@ class FleetPublisher {
     b.set_sequence(sequence_[rank]++);
     b.set_created_unix_ns(WallNowNs());
     b.SerializeToString(&buffer_);
-    records_ += b.steps_size();
+    const uint64_t records = b.steps_size();
+    records_ += records;
     ++messages_;
     b.clear_steps();
-    return publisher_->Publish(b.source().training_job(), buffer_);
+    bytes_[rank] = envelope_[rank];
+    return publisher_->Publish(b.source().training_job(), buffer_, records);
   }
 
   absl::Status FlushAll() {
@@ -107,11 +137,23 @@ class FleetPublisher {
 
   uint64_t records() const { return records_; }
   uint64_t messages() const { return messages_; }
+  uint64_t steps_without_ops() const { return steps_without_ops_; }
 
  private:
+  // A batch's bytes without its steps, at most (sequence, creation time and `final` included).
+  static size_t Envelope(const v1::Batch& b) {
+    v1::Batch e;
+    *e.mutable_source() = b.source();
+    return e.ByteSizeLong() + 32;
+  }
+
   BatchPublisher* publisher_;
+  const size_t max_batch_bytes_;
   std::vector<v1::Batch> batches_;
   std::vector<uint64_t> sequence_;
+  std::vector<size_t> envelope_;  // each rank's Envelope
+  std::vector<size_t> bytes_;     // each rank's batch's bytes, at most
+  uint64_t steps_without_ops_ = 0;
   std::string buffer_;
   uint64_t records_ = 0;
   uint64_t messages_ = 0;
@@ -169,6 +211,7 @@ int RunSimulate(SimulateFlags f) {
   po.compression = f.compression;
   po.client_id = "rankwatch-simulate";
   po.warn_as = "rankwatch simulate";
+  po.max_message_bytes = static_cast<int>(f.max_message_bytes);
   auto publisher = BatchPublisher::Connect(po, std::chrono::seconds(10));
   if (!publisher.ok()) {
     std::fprintf(stderr, "rankwatch simulate: %s\n",
@@ -229,7 +272,8 @@ int RunSimulate(SimulateFlags f) {
     const bool interval_due = realtime && now - last_flush >= std::chrono::seconds(1);
     for (Job& j : jobs) {
       for (uint32_t r = 0; r < f.ranks && status.ok(); ++r) {
-        if (j.reported[r]) j.fleet->Append(r, &j.records[r]);
+        if (j.reported[r]) status = j.fleet->Append(r, &j.records[r]);
+        if (!status.ok()) break;
         if (j.fleet->Pending(r) >= f.batch_steps || interval_due) status = j.fleet->Flush(r);
       }
     }
@@ -253,8 +297,15 @@ int RunSimulate(SimulateFlags f) {
   }
   if (status.ok()) status = (*publisher)->Flush(std::chrono::seconds(60));
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  uint64_t messages = 0;
-  for (const Job& j : jobs) messages += j.fleet->messages();
+  uint64_t messages = 0, steps_without_ops = 0;
+  for (const Job& j : jobs) {
+    messages += j.fleet->messages();
+    steps_without_ops += j.fleet->steps_without_ops();
+  }
+  if (steps_without_ops > 0) {
+    spdlog::warn("simulate: {} step records went without their ops (--max-message-bytes)",
+                 steps_without_ops);
+  }
   std::printf(
       "{\"jobs\": %u, \"records\": %llu, \"messages\": %llu, \"seconds\": %.3f, "
       "\"records_per_second\": %.0f, \"delivered\": %llu, \"failed\": %llu, "
@@ -343,6 +394,12 @@ CommandRunner AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--batch-steps", f->batch_steps, "step records per Kafka message")
       ->capture_default_str()
       ->check(CLI::Range(1u, 10000u));
+  cmd->add_option("--max-message-bytes", f->max_message_bytes,
+                  "the largest Kafka message sent (librdkafka's message.max.bytes; set it to the "
+                  "brokers' and the topic's limit): a rank's batch is sent before a step record "
+                  "would take it over, and a step too large alone goes without its ops")
+      ->capture_default_str()
+      ->check(CLI::Range(kMinMaxMessageBytes, size_t{1'000'000'000}));
   cmd->add_option("--compression", f->compression, "Kafka compression codec")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "gzip", "snappy", "lz4", "zstd"}));
