@@ -27,6 +27,16 @@ std::string_view OutcomeLabel(Record::Outcome outcome) {
   }
 }
 
+// The job of an alert id ("job|kind|subject"; node alerts "fleet|node_culprit|node:N" belong to
+// no job), for records read back from the store without their alert.
+std::string JobOfAlertId(const std::string& id) {
+  if (id.rfind("fleet|node_culprit|", 0) == 0) return "";
+  const size_t subject = id.rfind('|');
+  if (subject == std::string::npos || subject == 0) return "";
+  const size_t kind = id.rfind('|', subject - 1);
+  return kind == std::string::npos ? "" : id.substr(0, kind);
+}
+
 bool HasStacks(const v1::Alert& alert) {
   return alert.evidence().has_hang_stacks() && alert.evidence().hang_stacks().settled_unix_ns() > 0;
 }
@@ -185,7 +195,8 @@ absl::StatusOr<std::unique_ptr<AlertActions>> AlertActions::Create(
       if (r.resolved()) return true;
       Work w;
       w.record = std::move(r);
-      a->open_[w.record.alert_id()] = w.record.firing_sequence();
+      a->open_[w.record.alert_id()] = {w.record.firing_sequence(),
+                                       JobOfAlertId(w.record.alert_id())};
       if (!w.done()) {
         // Unfinished before the restart: its alert again from the log.
         const uint64_t seq = w.record.sent_sequence();
@@ -239,7 +250,7 @@ void AlertActions::Apply(const std::shared_ptr<const v1::Alert>& alert, SteadyTi
   auto open = open_.find(id);
   if (alert->state() == v1::ALERT_FIRING) {
     if (open == open_.end()) {  // a new firing
-      open_[id] = alert->sequence();
+      open_[id] = {alert->sequence(), alert->training_job()};
       const auto rule = std::find_if(options_.rules.begin(), options_.rules.end(),
                                      [&](const ActionRule& r) { return r.Matches(*alert); });
       if (rule == options_.rules.end() || rule->action == ActionRule::Action::kObserve) return;
@@ -264,16 +275,16 @@ void AlertActions::Apply(const std::shared_ptr<const v1::Alert>& alert, SteadyTi
     }
     // A re-publication of the firing alert: newer evidence for an action not sent yet.
     std::lock_guard<std::mutex> lock(mu_);
-    auto w = work_.find(open->second);
+    auto w = work_.find(open->second.firing_sequence);
     if (w == work_.end() || w->second.done() || w->second.rounds > 0) return;
     w->second.alert = alert;
     w->second.record.set_sent_sequence(alert->sequence());
     if (!NeedsEvidence(*alert)) w->second.ready_at = std::min(w->second.ready_at, now);
-    changed->push_back(open->second);
+    changed->push_back(open->second.firing_sequence);
     return;
   }
   if (alert->state() != v1::ALERT_RESOLVED || open == open_.end()) return;
-  const uint64_t firing = open->second;
+  const uint64_t firing = open->second.firing_sequence;
   open_.erase(open);
   std::lock_guard<std::mutex> lock(mu_);
   auto w = work_.find(firing);
@@ -284,6 +295,45 @@ void AlertActions::Apply(const std::shared_ptr<const v1::Alert>& alert, SteadyTi
   }
   w->second.record.set_resolved(true);
   changed->push_back(firing);
+}
+
+bool AlertActions::Untracked(Work& w) {
+  if (!w.untracked || !w.done()) return false;
+  w.record.set_resolved(true);
+  w.record.set_untracked(true);
+  return true;
+}
+
+void AlertActions::ReleaseUntracked() {
+  std::map<std::string, std::vector<std::string>> tracked;  // by job: what the hub tracks
+  std::vector<uint64_t> released;
+  for (auto it = open_.begin(); it != open_.end();) {
+    const std::string& job = it->second.training_job;
+    auto t = tracked.find(job);
+    if (t == tracked.end()) t = tracked.emplace(job, hub_->Firing(job)).first;
+    if (std::find(t->second.begin(), t->second.end(), it->first) != t->second.end()) {
+      ++it;
+      continue;
+    }
+    spdlog::info("alert actions: {} ended without a resolve here (the daemon no longer tracks it)",
+                 it->first);
+    released.push_back(it->second.firing_sequence);
+    it = open_.erase(it);
+  }
+  if (released.empty()) return;
+  Checkpoint c;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint64_t seq : released) {
+      auto w = work_.find(seq);
+      if (w == work_.end()) continue;
+      w->second.untracked = true;  // a pending action is delivered first
+      if (!Untracked(w->second)) continue;
+      outbound_state::PutAction(w->second.record, &c);
+      work_.erase(w);
+    }
+  }
+  if (!c.empty() && persist_) persist_(std::move(c));
 }
 
 void AlertActions::Finish(Work& w, Record::Outcome outcome, int64_t now_unix_ns) {
@@ -379,6 +429,11 @@ void AlertActions::RunOnce(SteadyTime now, int64_t now_unix_ns) {
     if (cursor_ > options_.retention) outbound_state::TrimActions(cursor_ - options_.retention, &c);
     if (persist_) persist_(std::move(c));
   }
+  // Firings that ended elsewhere, once the log was read to its end (a resolve read there first).
+  if (now >= next_untracked_check_ && cursor_ >= hub_->last_sequence()) {
+    next_untracked_check_ = now + options_.untracked_check;
+    ReleaseUntracked();
+  }
   // The actions due. The calls run without the lock: records() does not wait for them.
   std::vector<uint64_t> due;
   {
@@ -397,11 +452,16 @@ void AlertActions::RunOnce(SteadyTime now, int64_t now_unix_ns) {
       w = work_.at(seq);
     }
     if (!Deliver(w, now, now_unix_ns)) continue;
+    const bool release = Untracked(w);  // its firing ended elsewhere meanwhile
     Checkpoint c;
     outbound_state::PutAction(w.record, &c);
     if (persist_) persist_(std::move(c));
     std::lock_guard<std::mutex> lock(mu_);
-    work_[seq] = std::move(w);
+    if (release) {
+      work_.erase(seq);
+    } else {
+      work_[seq] = std::move(w);
+    }
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

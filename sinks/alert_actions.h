@@ -16,6 +16,13 @@
 // up to `max_attempts` rounds; an alert that resolves before its action was delivered cancels
 // it. Dry run: the action is logged, nothing is called.
 //
+// Once per firing also means that a firing ends where the daemon stops tracking its alert
+// without a resolve in this instance's log (AlertHub::Firing no longer lists it: its job moved to
+// another instance, which resolves it there, or was evicted; another instance resolved a node
+// alert): at most every `untracked_check`, such a firing is released — its record marked
+// resolved and untracked, and a later firing of the alert here is a new one. An action still
+// pending then is delivered first (the firing happened), and released once done.
+//
 // Durable: each action is an ActionRecord in the state store beside the alert log
 // (state/outbound_state.h), written as it changes (pending, delivered, failed, dry run,
 // cancelled, resolved), with the position in the alert log the policy has read up to; after a
@@ -77,6 +84,8 @@ struct AlertActionsOptions {
   std::chrono::milliseconds max_backoff{60'000};  // ... up to this
   std::chrono::milliseconds poll{100};            // how often the log is read
   uint64_t retention = 100'000;  // records kept: firings within this many sequences
+  // How often firings are checked against what the daemon tracks (AlertHub::Firing).
+  std::chrono::milliseconds untracked_check{1000};
 };
 
 // The JSON a webhook receives for `record` (its rule, delivery id) about `alert`: the labels
@@ -119,6 +128,7 @@ class AlertActions {
     std::vector<bool> answered;                            // per webhook: answered 2xx
     std::string body;  // fixed at the first call: retries send the same bytes
     int rounds = 0;
+    bool untracked = false;  // its firing ended elsewhere: released once its action is done
     bool done() const { return record.outcome() != state::v1::ActionRecord::PENDING; }
   };
 
@@ -127,6 +137,10 @@ class AlertActions {
   void Apply(const std::shared_ptr<const v1::Alert>& alert,
              std::chrono::steady_clock::time_point now, std::vector<uint64_t>* changed);
   bool NeedsEvidence(const v1::Alert& alert) const;
+  // Releases the firings whose alert the hub no longer tracks (the log read to its end).
+  void ReleaseUntracked();
+  // Marks a finished action of a firing that ended elsewhere resolved; true when it was.
+  static bool Untracked(Work& w);
   // Calls the webhooks (or logs, dry run) for `w`; true when its record changed.
   bool Deliver(Work& w, std::chrono::steady_clock::time_point now, int64_t now_unix_ns);
   void Finish(Work& w, state::v1::ActionRecord::Outcome outcome, int64_t now_unix_ns);
@@ -135,11 +149,16 @@ class AlertActions {
   const AlertHub* const hub_;
   const Persist persist_;
   std::unique_ptr<HttpTransport> transport_;
-  uint64_t cursor_ = 0;                   // the action thread only
-  std::map<std::string, uint64_t> open_;  // firing alert id -> its firing sequence
-  mutable std::mutex mu_;                 // guards work_ against records()
-  std::map<uint64_t, Work> work_;         // acted firings not resolved, by firing sequence
-  MetricFamily* outcomes_ = nullptr;      // {kind, outcome}
+  uint64_t cursor_ = 0;  // the action thread only
+  struct Open {
+    uint64_t firing_sequence = 0;
+    std::string training_job;  // as the hub tracks its firing alerts ("" for node alerts)
+  };
+  std::map<std::string, Open> open_;                              // firing alert id -> its firing
+  std::chrono::steady_clock::time_point next_untracked_check_{};  // the action thread only
+  mutable std::mutex mu_;                                         // guards work_ against records()
+  std::map<uint64_t, Work> work_;     // acted firings not resolved, by firing sequence
+  MetricFamily* outcomes_ = nullptr;  // {kind, outcome}
   MetricCell* calls_failed_ = nullptr;
   MetricCell* pending_ = nullptr;
   DeliveryLoop loop_;

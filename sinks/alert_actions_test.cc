@@ -219,6 +219,43 @@ TEST_F(AlertActionsTest, DryRunCallsNothingAndAResolvedAlertCancelsItsAction) {
       << metrics;
 }
 
+TEST_F(AlertActionsTest, AFiringThatEndsWithoutAResolveHereIsReleased) {
+  AlertHub hub(nullptr, nullptr, {}, {});
+  auto actions = Make(Options({"straggler=webhook"}), &hub);
+  const v1::Alert s = MakeAlert("j", v1::ALERT_STRAGGLER, v1::SEVERITY_WARN, v1::ALERT_FIRING);
+  const v1::Alert other = MakeAlert("k", v1::ALERT_STRAGGLER, v1::SEVERITY_WARN, v1::ALERT_FIRING);
+  hub.Append({s, other}, {});
+  actions->RunOnce(t0_, unix0_);
+  ASSERT_EQ(calls_->Take().size(), 2u);
+  ASSERT_EQ(actions->records().size(), 2u);
+  // Job j moves to another instance (which resolves its alert in its own log): the hub stops
+  // tracking it. Its firing is released at the next check; k's, still tracked, stays.
+  hub.SetFiring("j", {});
+  actions->RunOnce(t0_ + seconds(1), unix0_ + kSecond);
+  const auto records = actions->records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].alert_id(), "k|straggler|job");
+  // The job comes back and its alert fires again here: a new firing, acted on.
+  hub.Append({s}, {});
+  actions->RunOnce(t0_ + seconds(2), unix0_ + 2 * kSecond);
+  auto calls = calls_->Take();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].Header("X-Rankwatch-Delivery"), "j|straggler|job@3");
+}
+
+TEST_F(AlertActionsTest, APendingActionOfAFiringThatEndedElsewhereIsDeliveredThenReleased) {
+  AlertHub hub(nullptr, nullptr, {}, {});
+  auto actions = Make(Options({"hang=webhook"}), &hub);
+  hub.Append({MakeAlert("h", v1::ALERT_HANG, v1::SEVERITY_CRIT, v1::ALERT_FIRING)}, {});
+  actions->RunOnce(t0_, unix0_);  // waits for its stacks
+  hub.SetFiring("h", {});
+  actions->RunOnce(t0_ + seconds(1), unix0_ + kSecond);
+  ASSERT_EQ(actions->records().size(), 1u) << "the firing happened: its action is still owed";
+  actions->RunOnce(t0_ + seconds(30), unix0_ + 30 * kSecond);
+  EXPECT_EQ(calls_->Take().size(), 1u);
+  EXPECT_TRUE(actions->records().empty());
+}
+
 class AlertActionsStoreTest : public AlertActionsTest {
  protected:
   std::unique_ptr<AlertActions> MakeStored() {
@@ -261,6 +298,34 @@ TEST_F(AlertActionsStoreTest, ARestartActsOnceAndFinishesWhatWasPending) {
   EXPECT_TRUE((*stored)[0].with_stacks());
   EXPECT_EQ(StoredActions(*stored_.store(), "", 1)->size(), 1u);  // the newest only
   EXPECT_EQ(StoredActions(*stored_.store(), "", 10)->size(), 2u);
+}
+
+TEST_F(AlertActionsStoreTest, AFiringNoLongerTrackedAfterARestartIsReleasedAndStoredSo) {
+  Append({MakeAlert("old", v1::ALERT_STRAGGLER, v1::SEVERITY_WARN, v1::ALERT_FIRING)});
+  auto actions = MakeStored();
+  Append({MakeAlert("j", v1::ALERT_STRAGGLER, v1::SEVERITY_WARN, v1::ALERT_FIRING)});
+  actions->RunOnce(t0_, unix0_);
+  ASSERT_EQ(calls_->Take().size(), 1u);
+  actions.reset();
+  stored_.Drain();
+  stored_.Reopen();  // restarted; job j went to another instance meanwhile: nobody tracks it
+  actions = MakeStored();
+  ASSERT_EQ(actions->records().size(), 1u);
+  actions->RunOnce(t0_, unix0_);
+  EXPECT_TRUE(actions->records().empty());
+  EXPECT_TRUE(calls_->Take().empty());
+  actions->Stop();
+  stored_.Drain();
+  auto stored = StoredActions(*stored_.store(), "j", 10);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_TRUE((*stored)[0].resolved());
+  EXPECT_EQ((*stored)[0].outcome(), "delivered");
+  // Restarted again: nothing left open.
+  actions.reset();
+  stored_.Reopen();
+  actions = MakeStored();
+  EXPECT_TRUE(actions->records().empty());
 }
 
 }  // namespace
