@@ -1,11 +1,16 @@
 """The `rankwatch` Python package on its own (one process, a real `rankwatch kafka`): pause()
 takes every hook off and resume() puts it back, and paused steps are neither recorded nor
-counted. The 4-rank jobs of test_pytorch_job check the same through the daemon."""
+counted. The 4-rank jobs of test_pytorch_job check the same through the daemon. The message
+size (issue #47): max_message_bytes and $RANKWATCH_MAX_MESSAGE_BYTES reach the native
+collector, stats() carries its counters, and what it sends fits."""
 import os
 import time
 import unittest
+import uuid
+from unittest import mock
 
 from harness import Fleet
+from step_records import read_batches
 from torch_job import torch_available
 
 
@@ -95,6 +100,88 @@ class PauseTest(unittest.TestCase):
         with rw.pause():
             self.assertFalse(rw.paused)  # nothing to pause
         rw.resume()
+
+
+class MessageSizeTest(unittest.TestCase):
+    """max_message_bytes: from init()'s keyword or $RANKWATCH_MAX_MESSAGE_BYTES to librdkafka's
+    message.max.bytes; an op-heavy step over it goes without its ops, counted; a stacks reply is
+    cut to fit; every message read back fits (value + key + 36 bytes)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.fleet = Fleet()
+        cls.brokers = cls.fleet.start_broker(partitions=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.fleet.close()
+
+    def collector(self, **kwargs):
+        import rankwatch
+        job = "size-%s" % uuid.uuid4().hex[:8]
+        rw = rankwatch.init(job=job, brokers=self.brokers, rank=0, world_size=1, flush_interval_ms=50,
+                            memory=False, watch_gc=False, **kwargs)
+        self.addCleanup(rw.close)
+        return rw, job
+
+    def test_the_environment_sets_the_limit_an_op_heavy_step_goes_without_its_ops_and_all_fits(self):
+        with mock.patch.dict(os.environ, {"RANKWATCH_MAX_MESSAGE_BYTES": "32768"}):
+            rw, job = self.collector()
+        self.assertEqual(rw.max_message_bytes, 32768)
+        self.assertEqual(rw._native.max_batch_bytes, 32768 - 1024)
+        stats = rw.stats()
+        for key in ("messages_oversized", "ops_oversized", "producer_restarts"):
+            self.assertEqual(stats[key], 0, key)
+        t = rw._native  # the ops of one step: 4,096 of them (~60 KB), over 32 KiB alone
+        now = rankwatch_now()
+        with rw.step():
+            for i in range(4096):
+                t.add_op(1 + i % 16, i % 64, 0, now + i * 1000, now + i * 1000 + 700)
+        with rw.step():
+            rw.add_op("optimizer", now, now + 1000)
+        # A stacks reply of 64 threads of 64 deep frames (~270 KB asked): cut to fit.
+        frames = [("/very/long/path/%s/module_%d.py" % ("x" * 200, i), i, "function_%s_%d" % ("y" * 100, i))
+                  for i in range(64)]
+        threads = [("thread-%d" % n, n, n == 0, frames, 0) for n in range(64)]
+        t.reply_stacks("stacks-1", threads, [("default_pg", 1, 3, 3)], 1, False)
+        self.assertTrue(rw.flush(timeout_s=10))
+        stats = rw.stats()
+        self.assertEqual(stats["ops_oversized"], 4096, stats)
+        self.assertEqual(stats["ops_dropped"], 4096, stats)
+        self.assertEqual(stats["messages_oversized"], 0, stats)
+        self.assertEqual(stats["producer_restarts"], 0, stats)
+        self.assertEqual(stats["records_dropped"], 0, stats)
+        rw.close()
+        batches = read_batches(self.brokers, job)
+        for b in batches:
+            self.assertLessEqual(len(b.SerializeToString()) + len(job) + 36, 32768)
+        ops = [len(s.ops) for b in batches for s in b.steps]
+        self.assertEqual(ops, [0, 1])  # step 0 without its ops, step 1 with its one
+        replies = [r for b in batches for r in b.control_replies if r.request_id == "stacks-1"]
+        self.assertEqual(len(replies), 1)
+        kept = sum(len(th.frames) for th in replies[0].stacks)
+        omitted = sum(th.frames_omitted for th in replies[0].stacks)
+        self.assertGreater(kept, 0)
+        self.assertEqual(kept + omitted, 64 * 64)
+
+    def test_the_keyword_wins_over_the_environment_and_a_bad_value_is_refused(self):
+        with mock.patch.dict(os.environ, {"RANKWATCH_MAX_MESSAGE_BYTES": "32768"}):
+            rw, _ = self.collector(max_message_bytes=100_000)
+        self.assertEqual(rw.max_message_bytes, 100_000)
+        rw.close()
+        rw, _ = self.collector()
+        self.assertEqual(rw.max_message_bytes, 1_000_000)  # Kafka's default
+        rw.close()
+        with mock.patch.dict(os.environ, {"RANKWATCH_MAX_MESSAGE_BYTES": "1MB"}):
+            with self.assertRaisesRegex(ValueError, "RANKWATCH_MAX_MESSAGE_BYTES"):
+                self.collector()
+        with self.assertRaisesRegex(ValueError, "max_message_bytes"):
+            self.collector(max_message_bytes=1000)
+
+
+def rankwatch_now():
+    import rankwatch.collector
+    return rankwatch.collector.now_ns()
 
 
 if __name__ == "__main__":
