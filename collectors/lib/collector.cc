@@ -694,6 +694,9 @@ void Collector::Produce() {
     inflight_sizes_.pop_front();
     ++completed_seen_;
   }
+  // A producer that delivered is healthy: the next fatal error is recreated after the first
+  // backoff again. (Taking batches proves nothing: a producer takes them before it fails.)
+  if (publisher_->delivered() > 0) recreate_backoff_ = kFirstRecreateBackoff;
   const size_t window = static_cast<size_t>(options_.kafka_queue_max_messages);
   while (!pending_.empty() && inflight_sizes_.size() < window) {
     const PendingBatch& front = pending_.front();
@@ -704,7 +707,6 @@ void Collector::Produce() {
       produced_.fetch_add(1, std::memory_order_relaxed);
       pending_.PopFront();
       front_failures_ = 0;
-      recreate_backoff_ = kFirstRecreateBackoff;
       continue;
     }
     if (absl::IsResourceExhausted(s)) break;  // librdkafka's queue is full: retry later
@@ -743,9 +745,10 @@ void Collector::Produce() {
       break;
     }
     next_recreate_ = now + recreate_backoff_;
+    spdlog::warn(
+        "rankwatch collector: {}; recreating the Kafka producer (again at the earliest in {} s)",
+        std::string(s.message()), recreate_backoff_.count() / 1000);
     recreate_backoff_ = std::min(recreate_backoff_ * 2, kMaxRecreateBackoff);
-    spdlog::warn("rankwatch collector: {}; recreating the Kafka producer (next time after {} s)",
-                 std::string(s.message()), recreate_backoff_.count() / 1000);
     auto fresh = BatchPublisher::Create(ToPublisherOptions(options_));
     if (!fresh.ok()) break;
     base_delivered_ += publisher_->delivered();

@@ -396,7 +396,7 @@ class Collector {
   size_t capture_next_ = 0;
   bool capture_left_ = false;  // Drain's result: a capture waits for the next round
   // Consecutive fatal publish errors of the front pending batch, and when the producer may
-  // be recreated next (the backoff doubles from 1 s to 60 s; reset by a produced batch).
+  // be recreated next (the backoff doubles from 1 s to 60 s; reset once a producer delivers).
   int front_failures_ = 0;
   std::chrono::steady_clock::time_point next_recreate_{};
   std::chrono::milliseconds recreate_backoff_{1000};

@@ -53,6 +53,10 @@ class LogCapture {
     spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
   }
   ~LogCapture() { spdlog::set_default_logger(previous_); }
+  std::string Text() {
+    spdlog::default_logger()->flush();
+    return out_.str();
+  }
   // Lines containing `text`.
   int Count(const std::string& text) {
     spdlog::default_logger()->flush();
@@ -280,6 +284,85 @@ TEST(CollectorSizeTest, TheMessageMaxBytesPropertyIsTheLimitInEffect) {
   EXPECT_GT(messages.size(), 10u);
   EXPECT_EQ(events, 5000u);
   EXPECT_EQ(rw.stats().messages_oversized, 0u);
+}
+
+// Not a size problem: a fatal producer state (the broker refuses the idempotent producer its
+// id, twice) makes the collector recreate the producer, at most once a backoff (1 s, then 2 s):
+// two restarts in 4 s of steps every 20 ms, not one a round; the steps after arrive, and those
+// lost with the fatal producers are counted.
+TEST(CollectorSizeTest, AFatalProducerIsRecreatedWithABackoffNotInALoop) {
+  LogCapture log;
+  MockKafka kafka;
+  kafka.FailProducerIds(2);
+  Reader reader(&kafka, std::chrono::milliseconds(1500));
+  CollectorOptions o;
+  o.brokers = kafka.bootstrap();
+  o.flush_interval_ms = 20;
+  auto c = Collector::Create(Identity(), o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  Collector& rw = **c;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the first id refused: fatal
+  uint64_t steps = 0;
+  for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+       std::chrono::steady_clock::now() < until; ++steps) {
+    rw.BeginStep(steps, Collector::NowNs());
+    rw.EndStep(Collector::NowNs() + kMs);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(rw.Close(true, std::chrono::seconds(10)).ok());
+  std::map<uint64_t, int> arrived;
+  for (const MockKafka::Message& m : reader.Join()) {
+    for (const v1::StepRecord& s : m.batch.steps()) ++arrived[s.step()];
+  }
+  const CollectorStats s = rw.stats();
+  std::printf("%llu steps, %zu arrived, %llu records dropped, %llu restarts\n",
+              static_cast<unsigned long long>(steps), arrived.size(),
+              static_cast<unsigned long long>(s.records_dropped),
+              static_cast<unsigned long long>(s.producer_restarts));
+  EXPECT_EQ(s.producer_restarts, 2u);
+  EXPECT_EQ(log.Count("recreating the Kafka producer"), 2);
+  EXPECT_EQ(s.steps_recorded, steps);
+  EXPECT_EQ(arrived.size() + s.records_dropped, steps);  // each step arrived or is counted
+  for (const auto& [step, n] : arrived) EXPECT_EQ(n, 1) << "step " << step;
+  ASSERT_FALSE(arrived.empty());
+  EXPECT_EQ(arrived.rbegin()->first, steps - 1);
+  EXPECT_GT(arrived.size(), steps / 2);
+  EXPECT_EQ(s.messages_oversized, 0u);
+}
+
+// A producer that never recovers (every one is refused its id): recreated at 0, 1 and 3 s
+// (the backoff doubles), not every round, and a batch that a fresh producer refuses too is
+// dropped and counted rather than holding the rest back forever.
+TEST(CollectorSizeTest, AProducerThatNeverRecoversIsRecreatedLessAndLessOften) {
+  LogCapture log;
+  MockKafka kafka;
+  kafka.FailProducerIds(1000);
+  CollectorOptions o;
+  o.brokers = kafka.bootstrap();
+  o.flush_interval_ms = 20;
+  auto c = Collector::Create(Identity(), o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  Collector& rw = **c;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  uint64_t steps = 0;
+  for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+       std::chrono::steady_clock::now() < until; ++steps) {
+    rw.BeginStep(steps, Collector::NowNs());
+    rw.EndStep(Collector::NowNs() + kMs);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const CollectorStats s = rw.stats();
+  (void)rw.Close(false, std::chrono::milliseconds(200));
+  std::printf("%llu steps, %llu records dropped, %llu batches dropped, %llu restarts\n",
+              static_cast<unsigned long long>(steps),
+              static_cast<unsigned long long>(s.records_dropped),
+              static_cast<unsigned long long>(s.batches_dropped),
+              static_cast<unsigned long long>(s.producer_restarts));
+  EXPECT_GE(s.producer_restarts, 2u);
+  EXPECT_LE(s.producer_restarts, 3u);
+  EXPECT_LE(log.Count("recreating the Kafka producer"), 3) << log.Text();
+  EXPECT_GT(s.records_dropped, 0u);
+  EXPECT_EQ(s.batches_delivered, 0u);
 }
 
 TEST(CollectorSizeTest, ALimitBelow16KiBIsRefused) {

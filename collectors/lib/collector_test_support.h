@@ -50,6 +50,15 @@ class MockKafka {
     }
   }
 
+  // The broker answers the next `count` InitProducerId requests (an idempotent producer's
+  // first) with CLUSTER_AUTHORIZATION_FAILED: each producer that gets one is in a fatal state.
+  void FailProducerIds(size_t count) {
+    constexpr int16_t kInitProducerId = 22;
+    std::vector<rd_kafka_resp_err_t> errors(count, RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED);
+    rd_kafka_mock_push_request_errors_array(cluster_, kInitProducerId, errors.size(),
+                                            errors.data());
+  }
+
   // Produces `request` on the control topic, keyed by its job, and waits for the broker.
   void SendControl(const v1::ControlRequest& request) {
     const std::string bytes = request.SerializeAsString();
