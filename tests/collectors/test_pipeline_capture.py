@@ -17,6 +17,7 @@ import unittest
 from alert_client import Watcher
 from harness import DaemonTestCase, metric, parse_metrics, scrape, wait_until
 from rankwatch.v1 import service_pb2
+from step_records import read_batches
 from torch_job import TorchJob, torch_available
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,6 +73,14 @@ class PipelineCaptureTest(DaemonTestCase):
 
     def check(self, job, max_message_bytes=None):
         ranks, d, alerts, caps, samples = self.run_captured(job, max_message_bytes)
+        # Every message of the job on the topic, read back with confluent-kafka, within the limit;
+        # the capture's events among them.
+        batches = read_batches(self.brokers, job)
+        sizes = [b.ByteSize() for b in batches]
+        chunks = [b for b in batches if b.trace.capture_id]
+        print("  %d messages, largest %d bytes; %d carry capture events" % (len(sizes), max(sizes), len(chunks)))
+        self.assertLessEqual(max(sizes), max_message_bytes or 1000000)
+        self.assertGreater(len(chunks), 0)
         for r in ranks:
             self.assertEqual(r["steps"], STEPS)
             c = r["collector"]
