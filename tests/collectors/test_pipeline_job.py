@@ -207,8 +207,11 @@ class PipelineJobTest(DaemonTestCase):
     # --- (d) no fault -------------------------------------------------------------------------
     def test_a_balanced_pipeline_has_no_culprit(self):
         d, ranks, facts = self.run_pipeline("pp-balanced")
+        # Even work: the last stage also computes the loss, and a step's 4-5 ms of host CPU
+        # on torch 2.13 varies with what else runs (1.21x once beside a C++ build; 1.5x would
+        # be a fault's).
         cpu = [f["compute_cpu"] for f in facts.values()]
-        self.assertLess(max(cpu), 1.2 * min(cpu), facts)
+        self.assertLess(max(cpu), 1.3 * min(cpu), facts)
         # Balanced, or (on a loaded machine, where contention stretches random ops) slower than
         # ideal with nothing to blame: never a culprit, never an alert.
         self.assert_verdict(d, ("balanced", "unattributed"))
