@@ -9,6 +9,9 @@ through `rankwatch kafka` and `rankwatchd`:
   every op recorded) whose stage 0 holds 1.5x the layers: `stage_imbalance` on stage 0 at the
   end, no alert of the job ever carried a `sequence_imbalance` verdict, and every warning or
   critical alert of the job named stage 0;
+* the same pipeline job, balanced, whose rank 2 (data rank 0, stage 1) runs a full garbage
+  collection as every 5th step begins: `gc_pauses` on rank 2 at the end, no `sequence_imbalance`
+  alert, every warning or critical alert naming rank 2;
 * a balanced pipeline job and a balanced DDP job: no alert of the job ever reached warning or
   critical severity (pending, firing or resolved).
 
@@ -122,7 +125,19 @@ class VerdictStabilityTest(DaemonTestCase):
                 others = sorted({a.subject for a in alerts if a.severity in SEVERE} - {"stage:0"})
                 self.assertEqual(others, [], "alerts naming another culprit than stage 0")
 
-    def test_b_a_balanced_pipeline_job_raises_no_alert(self):
+    def test_b_gc_pauses_on_rank_2_stay_gc_pauses(self):
+        for run in range(RUNS):
+            with self.subTest(run=run):
+                d, alerts, _ = self.run_job("pp-gc-%d" % run, STEPS, *PIPELINE_JOB_ARGS, "--fault-gc-rank", "2",
+                                            script=PIPELINE)
+                self.assertEqual((d.whatif.verdict, list(d.whatif.culprit_ranks)), ("gc_pauses", [2]),
+                                 d.whatif.note)
+                seq = [a for a in alerts if a.evidence.whatif.verdict == "sequence_imbalance"]
+                self.assertEqual(seq, [], "a sequence_imbalance alert beside GC pauses")
+                others = sorted({a.subject for a in alerts if a.severity in SEVERE} - {"rank:2"})
+                self.assertEqual(others, [], "alerts naming another culprit than rank 2")
+
+    def test_c_a_balanced_pipeline_job_raises_no_alert(self):
         for run in range(RUNS):
             with self.subTest(run=run):
                 d, alerts, _ = self.run_job("pp-balanced-%d" % run, STEPS, *PIPELINE_JOB_ARGS, script=PIPELINE)
@@ -130,7 +145,7 @@ class VerdictStabilityTest(DaemonTestCase):
                 severe = [a for a in alerts if a.severity in SEVERE]
                 self.assertEqual(severe, [], "alerts of a balanced pipeline job")
 
-    def test_c_a_balanced_ddp_job_raises_no_alert(self):
+    def test_d_a_balanced_ddp_job_raises_no_alert(self):
         for run in range(RUNS):
             with self.subTest(run=run):
                 d, alerts, _ = self.run_job("ddp-balanced-%d" % run, DDP_STEPS, *BALANCED_DDP_ARGS)

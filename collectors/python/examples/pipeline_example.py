@@ -28,6 +28,7 @@ and global gradient norm of each step, and collector stats. --op-log DIR writes 
 every step (name, microbatch, start and end, Unix ns) to DIR/rank<N>.json.
 """
 import argparse
+import gc
 import json
 import math
 import os
@@ -81,6 +82,11 @@ def parse_args():
                         "spread) times --seq-len, then all scaled so that their mean is --seq-len; "
                         "the same on the replica's stages")
     f.add_argument("--fault-seq-len-spread", type=float, default=0.75)
+    f.add_argument("--fault-gc-rank", type=int, default=-1, metavar="RANK",
+                   help="this rank's step leaves a reference cycle, and every --fault-gc-every "
+                        "steps the rank runs gc.collect() as its step begins: a full collection "
+                        "its stage's peers wait for")
+    f.add_argument("--fault-gc-every", type=int, default=5, metavar="N")
     return p.parse_args()
 
 
@@ -299,6 +305,7 @@ def main():
         pipe.step, pipe.compute_s, pipe.compute_cpu_s = step, 0.0, 0.0
         t0 = time.perf_counter()
         with rw.step():  # rankwatch: one training step
+            faults.collect_cycles(rank, step)
             seq = sequence_length(args, step, data_rank, replicas, faults)
             shape = (mbs, seq, hidden)
             inputs = targets = None
@@ -365,6 +372,19 @@ class Faults:
         self.rows = torch.randn(16, args.hidden)
         self.weight = torch.randn(args.hidden, args.hidden) / math.sqrt(args.hidden)
         self.random_seq_len = args.fault_random_seq_len
+
+    def collect_cycles(self, rank, step):
+        """--fault-gc-rank: a record of the step that points to itself (a reference cycle: only
+        the garbage collector frees it), and every N steps a gc.collect() to free them, as code
+        that knows it makes cycles does: a full collection visits every object the process
+        tracks (about 100k with torch loaded), tens of milliseconds or more."""
+        if rank != self.args.fault_gc_rank:
+            return
+        record = {"step": step}
+        record["self"] = record
+        del record
+        if step % self.args.fault_gc_every == 0:
+            gc.collect()
 
     def stage_layers(self, layers):
         """--fault-last-stage-layers-factor: the last stage (or --fault-heavy-stage) holds more
