@@ -216,9 +216,22 @@ void JobPipeline::Consume(TimePoint now, JobDelta* delta) {
       ++timed_out_steps_;
       ++delta->aligned_timed_out;
     }
+    // A pipeline job's straggler is the what-if's, with an onset of its own.
+    const uint32_t every =
+        options_.onset_check_steps > 0
+            ? options_.onset_check_steps
+            : static_cast<uint32_t>(std::max<size_t>(1, options_.window.steps / 10));
+    if (aligned_steps_ % every == 0 && !whatif_->active()) CheckOnset();
   }
   if (!closed_.empty()) whatif_->Evaluate();
   closed_.clear();
+}
+
+void JobPipeline::CheckOnset() {
+  if (window_->size() < options_.diagnosis.min_steps) return;
+  HangInput hang;  // a step just aligned: no hang
+  (void)DiagnoseStepTime(*window_, *rank_nodes_, hang, options_.diagnosis, sharded_,
+                         &straggler_onset_);
 }
 
 namespace {
@@ -280,7 +293,7 @@ const std::string& JobSnapshot::PodOf(uint32_t rank) const {
   return rank_pods && rank < rank_pods->size() ? (*rank_pods)[rank] : kUnknown;
 }
 
-JobSnapshot JobPipeline::Snapshot(TimePoint now) {
+JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   JobSnapshot s;
   s.training_job = training_job_;
   s.world_size = aligner_->world_size();
@@ -302,8 +315,9 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) {
       s.finished ? 0 : std::chrono::duration<double>(now - HangClockStart()).count();
   hang.last_step_by_rank.resize(s.world_size);
   for (uint32_t r = 0; r < s.world_size; ++r) hang.last_step_by_rank[r] = aligner_->last_step_of(r);
-  s.step = DiagnoseStepTime(*window_, *rank_nodes_, hang, options_.diagnosis, sharded_,
-                            &straggler_onset_);
+  // The held onset as of the last check, applied to this window without changing it.
+  step_time::OnsetHold onset = straggler_onset_;
+  s.step = DiagnoseStepTime(*window_, *rank_nodes_, hang, options_.diagnosis, sharded_, &onset);
   s.lost = lost_->Summary();
   s.input_lost_messages = input_lost_messages_;
   for (int p = 0; p < kPhaseCount; ++p) s.phases[p] = s.step.phases[p].stat;

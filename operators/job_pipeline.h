@@ -1,8 +1,7 @@
 // JobPipeline: the chain of step operators for one training job — alignment across ranks,
 // then the rolling window — and the read-only snapshot the sinks publish.
 //
-// Pure: given the same batches, the same `now` values and the same Snapshot calls it produces
-// the same snapshots (a snapshot updates the straggler onset the job holds, step_time/onset.h).
+// Pure: given the same batches and the same `now` values it produces the same snapshots.
 // Not thread-safe: owned by the PartitionTask of the job's partition (runtime/partition_task.h),
 // on the daemon's ingest thread; snapshots are immutable copies, read from any thread.
 #pragma once
@@ -37,6 +36,10 @@ struct JobPipelineOptions {
   MemoryDiagnosisOptions memory;
   // The what-if analysis of pipeline-parallel jobs (operators/whatif/, docs/whatif.md).
   whatif::AssemblerOptions whatif;
+  // The straggler's onset is held across window slides and restarts (step_time/onset.h): the
+  // step diagnosis checks it every this many aligned steps, a function of the steps alone (not
+  // of when snapshots are taken). 0: a tenth of the window (at least 1).
+  uint32_t onset_check_steps = 0;
   // Input that would corrupt a job is rejected and counted (JobDelta):
   // - A rank claimed by a second node while its node sent within this long: the second
   //   node's batches are rejected; after this much silence the rank moves. Default: 60 s.
@@ -153,9 +156,8 @@ class JobPipeline {
   // jumped past them): the job's input may be incomplete.
   void NoteInputLost(uint64_t messages) { input_lost_messages_ += messages; }
 
-  // Computes the current snapshot and diagnosis at `now` (O(ranks * phases)). A straggler it
-  // names updates the onset the job holds (StragglerTest::since_step).
-  JobSnapshot Snapshot(TimePoint now);
+  // Computes the current snapshot and diagnosis at `now` (O(ranks * phases)).
+  JobSnapshot Snapshot(TimePoint now) const;
 
   // The job's durable state since the previous call (requires options.record_changes).
   JobCheckpoint TakeCheckpoint(TimePoint now, int64_t wall_now_unix_ns);
@@ -182,6 +184,8 @@ class JobPipeline {
  private:
   void Reset(uint32_t world_size);
   void Consume(TimePoint now, JobDelta* delta);
+  // The step diagnosis of the window as it stands, updating the straggler's held onset.
+  void CheckOnset();
   // Counts hang loss up to `now` while the job is hung (as the step diagnosis would say).
   void CountHang(TimePoint now);
   // Whether a batch from `node` for `rank` is refused: another node holds the rank.
@@ -206,15 +210,16 @@ class JobPipeline {
   std::vector<AlignedStep> closed_;                             // scratch, reused
   std::vector<state::v1::StoredStep> unsaved_steps_;            // with options.record_changes
   std::vector<state::v1::WhatIfStepOps> unsaved_whatif_steps_;  // the same, the what-if's ops
-  step_time::OnsetHold straggler_onset_;  // the step diagnosis' straggler onset, held
+  // The step diagnosis' straggler onset, held (updated by CheckOnset; snapshots read it).
+  step_time::OnsetHold straggler_onset_;
   std::shared_ptr<const std::vector<std::string>> rank_nodes_;
   std::shared_ptr<const std::vector<std::string>> rank_pods_;  // null until a rank names its pod
   JobScheduler scheduler_;
   std::vector<TimePoint> rank_last_batch_;  // when each rank last sent a batch (in memory only)
   uint32_t previous_world_size_ = 0;        // before the last change (0: none)
   TimePoint world_size_changed_at_{};
-  uint32_t noted_ = 0;            // kinds of rejected input already noted (bit per kind)
-  TimePoint last_progress_{};     // when a step last aligned, or when the job was first seen
+  uint32_t noted_ = 0;         // kinds of rejected input already noted (bit per kind)
+  TimePoint last_progress_{};  // when a step last aligned, or when the job was first seen
   // When a rank furthest behind last served evidence (min: never).
   TimePoint evidence_busy_at_ = TimePoint::min();
   // Where the hang clock starts: the later of the last progress and the last evidence served.

@@ -576,6 +576,12 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::strin
   d.seconds_since_last_aligned = hang.seconds_since_last_aligned;
   d.sharded = sharded;
   step_time::Verdict verdict = step_time::RunStages(w, rank_nodes, hang, o, sharded, onset, d);
+  // A judged window without a straggler: the held onset's episode may have ended (a hang, or
+  // too few steps, says nothing about it).
+  if (onset != nullptr && !d.straggler.present && verdict.label != StepLabel::kNoData &&
+      verdict.label != StepLabel::kHang) {
+    onset->Absent();
+  }
   d.label = verdict.label;
   d.severity = verdict.severity;
   d.note = std::move(verdict.note);

@@ -39,10 +39,11 @@ Onset StepChangeOnset(const std::vector<uint64_t>& steps, const std::vector<doub
 Onset OnsetHold::Apply(const std::string& culprit, const Onset& shown, uint64_t first,
                        uint64_t last) {
   const bool continuous =
-      !culprit_.empty() && culprit_ == culprit && confirmed_through_ + 1 >= first;
+      !culprit_.empty() && culprit_ == culprit && (!absent_ || confirmed_through_ + 1 >= first);
   if (shown.known || !continuous) onset_ = shown;
   culprit_ = culprit;
   confirmed_through_ = continuous ? std::max(confirmed_through_, last) : last;
+  absent_ = false;
   return onset_;
 }
 
@@ -51,12 +52,14 @@ void OnsetHold::Export(state::v1::OnsetState* out) const {
   out->set_since_step(onset_.since_step);
   out->set_known(onset_.known);
   out->set_confirmed_through_step(confirmed_through_);
+  out->set_absent(absent_);
 }
 
 void OnsetHold::Import(const state::v1::OnsetState& in) {
   culprit_ = in.culprit();
   onset_ = {in.since_step(), in.known()};
   confirmed_through_ = in.confirmed_through_step();
+  absent_ = in.absent();
 }
 
 }  // namespace rankwatch::step_time

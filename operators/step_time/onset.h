@@ -4,10 +4,13 @@
 // A window shows an onset only while the onset is in it: once it slides out, the window alone
 // says "since its first step, or earlier", and after a restart nothing older than the restored
 // window is known. An OnsetHold keeps what earlier windows showed: while evaluations keep naming
-// the same culprit, each window overlapping or touching the previous one, the onset a window
-// showed is kept after it left the window; a window that shows an onset of its own (the excess
-// stepped up inside it) replaces it. Its state is checkpointed with the job (OnsetState), so a
-// restarted or moved job reports the onset a daemon that ran through reports.
+// the same culprit, the onset a window showed is kept after it left the window; a window that
+// shows an onset of its own (the excess stepped up inside it) replaces it. The episode breaks
+// when another culprit is named, or when an evaluation named none (Absent) and the next window
+// that names the culprit does not reach back to the last one that did: how often a daemon
+// evaluates (a backlog after a restart is caught up in few evaluations) does not break it. Its
+// state is checkpointed with the job (OnsetState), so a restarted or moved job reports the onset
+// a daemon that ran through reports.
 //
 // Plain values; not thread-safe (owned by the job's pipeline or what-if).
 #pragma once
@@ -38,11 +41,13 @@ class OnsetHold {
   // An evaluation over the window [first, last] names `culprit` ("rank:3", "node:n1", ...),
   // whose onset the window shows as `shown`. Returns the onset to report:
   //  - `shown` when it is known (the window shows where the excess stepped up), or when the
-  //    culprit was not held or its episode broke (the last window that named it ended before
-  //    `first` - 1: steps went by unseen);
+  //    culprit was not held or its episode broke (Absent since, and the last window that named
+  //    it ended before `first` - 1);
   //  - else the onset held: the culprit held through, and the window cannot show where it
   //    began.
   Onset Apply(const std::string& culprit, const Onset& shown, uint64_t first, uint64_t last);
+  // An evaluation of a judged window named no culprit (the straggler may have ended).
+  void Absent() { absent_ = !culprit_.empty(); }
 
   // The held culprit ("" none) and its onset.
   const std::string& culprit() const { return culprit_; }
@@ -55,6 +60,7 @@ class OnsetHold {
   std::string culprit_;
   Onset onset_;
   uint64_t confirmed_through_ = 0;
+  bool absent_ = false;  // an evaluation named no culprit since the last that named it
 };
 
 }  // namespace rankwatch::step_time

@@ -44,8 +44,11 @@ TEST(OnsetHoldTest, KeepsTheOnsetOnceItLeftTheWindow) {
   // The onset is at the window's edge, then outside: the window says "since its first step".
   EXPECT_EQ(hold.Apply("rank:3", {39, false}, 39, 102), (Onset{40, true}));
   EXPECT_EQ(hold.Apply("rank:3", {41, false}, 41, 104), (Onset{40, true}));
-  EXPECT_EQ(hold.Apply("rank:3", {500, false}, 500, 563).since_step, 500u)
-      << "steps went by unseen: a new episode";
+  // A backlog caught up in one evaluation: steps went by unseen, nothing said it ended.
+  EXPECT_EQ(hold.Apply("rank:3", {500, false}, 500, 563), (Onset{40, true}));
+  // An evaluation named nobody, and the next that names it does not reach back: a new episode.
+  hold.Absent();
+  EXPECT_EQ(hold.Apply("rank:3", {700, false}, 700, 763), (Onset{700, false}));
 }
 
 TEST(OnsetHoldTest, AnOnsetTheWindowShowsReplacesTheHeldOne) {
@@ -64,22 +67,28 @@ TEST(OnsetHoldTest, AnotherCulpritStartsAgain) {
   EXPECT_EQ(hold.Apply("rank:5", {80, false}, 80, 143), (Onset{71, false}));
 }
 
-TEST(OnsetHoldTest, AnEvaluationWithoutTheCulpritDoesNotEndItsEpisode) {
+TEST(OnsetHoldTest, AnEvaluationWithoutTheCulpritDoesNotEndItsEpisodeWhileWindowsOverlap) {
   OnsetHold hold;
   hold.Apply("rank:3", {40, true}, 0, 63);
-  // Evaluations in between named nobody; the next one still overlaps the last that named it.
+  // An evaluation in between named nobody (noise); the next one overlaps the last that named it.
+  hold.Absent();
   EXPECT_EQ(hold.Apply("rank:3", {50, false}, 50, 113), (Onset{40, true}));
 }
 
 TEST(OnsetHoldTest, SurvivesExportAndImport) {
   OnsetHold hold;
   hold.Apply("whatif:slow_worker", {40, true}, 0, 63);
+  hold.Absent();
   state::v1::OnsetState stored;
   hold.Export(&stored);
   OnsetHold restored;
   restored.Import(stored);
   EXPECT_EQ(restored.Apply("whatif:slow_worker", {60, false}, 60, 123), (Onset{40, true}));
   EXPECT_EQ(hold.Apply("whatif:slow_worker", {60, false}, 60, 123), (Onset{40, true}));
+  // The absence survives too.
+  OnsetHold again;
+  again.Import(stored);
+  EXPECT_EQ(again.Apply("whatif:slow_worker", {90, false}, 90, 153), (Onset{90, false}));
 }
 
 }  // namespace

@@ -202,6 +202,8 @@ void StepAssembler::Evaluate() {
                                                 s->result.first_step, s->result.last_step);
     s->since_step = onset.since_step;
     s->onset_known = onset.known;
+  } else if (s->verdict.verdict != Verdict::kNone) {
+    onset_.Absent();  // judged, and nothing found: the finding's episode may have ended
   }
   analysed_at_evaluation_ = analysed_;
   snapshot_ = std::move(s);
