@@ -36,7 +36,8 @@ bool IsFinding(const WhatIfVerdict& v) {
          !(v.verdict == Verdict::kUnattributed && v.severity == Severity::kInfo);
 }
 
-StepAssembler::StepAssembler(AssemblerOptions options) : options_(std::move(options)) {}
+StepAssembler::StepAssembler(AssemblerOptions options)
+    : options_(std::move(options)), hold_(options_.verdict.hold_steps) {}
 StepAssembler::~StepAssembler() = default;
 
 bool StepAssembler::Accepts(const v1::ParallelLayout& l) const {
@@ -181,7 +182,10 @@ void StepAssembler::Evaluate() {
   auto s = std::make_shared<WhatIfSnapshot>();
   s->layout = layout_;
   if (analyzer_->steps() > 0) s->result = analyzer_->Window();
-  s->verdict = JudgeWhatIf(s->result, layout_, worker_ranks_, *stats_, options_.verdict);
+  // Judged with the held verdict's exit thresholds, then held (hysteresis, minimum duration).
+  s->verdict = hold_.Update(
+      JudgeWhatIf(s->result, layout_, worker_ranks_, *stats_, options_.verdict, hold_.held()),
+      analysed_);
   s->worker_ranks = worker_ranks_;
   s->analysed_steps = analysed_;
   s->skipped_steps = skipped_;
@@ -210,6 +214,49 @@ void StepAssembler::Evaluate() {
 }
 
 // ---- Checkpoints ----
+
+namespace {
+
+void ExportVerdict(const WhatIfVerdict& v, state::v1::WhatIfVerdictState* out) {
+  out->set_verdict(static_cast<uint32_t>(v.verdict));
+  out->set_severity(static_cast<uint32_t>(v.severity));
+  out->set_slowdown(v.slowdown);
+  out->set_lost_rank_seconds(v.lost_rank_seconds);
+  out->set_data_rank(v.data_rank);
+  out->set_stage(v.stage);
+  for (uint32_t r : v.ranks) out->add_ranks(r);
+  out->set_op_group(v.op_group);
+  out->set_explained(v.explained);
+  out->set_move_fraction(v.move_fraction);
+  out->set_moving_replicas(v.moving_replicas);
+  out->set_note(v.note);
+  out->set_next_step(v.next_step);
+}
+
+// Values out of range (a damaged or newer state) read as no verdict, info.
+WhatIfVerdict ImportVerdict(const state::v1::WhatIfVerdictState& in) {
+  WhatIfVerdict v;
+  if (in.verdict() < static_cast<uint32_t>(kVerdictCount)) {
+    v.verdict = static_cast<Verdict>(in.verdict());
+  }
+  if (in.severity() <= static_cast<uint32_t>(Severity::kCrit)) {
+    v.severity = static_cast<Severity>(in.severity());
+  }
+  v.slowdown = in.slowdown();
+  v.lost_rank_seconds = in.lost_rank_seconds();
+  v.data_rank = in.data_rank();
+  v.stage = in.stage();
+  v.ranks.assign(in.ranks().begin(), in.ranks().end());
+  v.op_group = in.op_group();
+  v.explained = in.explained();
+  v.move_fraction = in.move_fraction();
+  v.moving_replicas = in.moving_replicas();
+  v.note = in.note();
+  v.next_step = in.next_step();
+  return v;
+}
+
+}  // namespace
 
 void StepAssembler::Encode(uint64_t step, const Pending& p, bool pending,
                            state::v1::WhatIfStepOps* out) const {
@@ -351,6 +398,10 @@ bool StepAssembler::ExportState(state::v1::WhatIfState* out) const {
   out->set_last_error(last_error_);
   for (const auto& [step, p] : pending_) Encode(step, p, /*pending=*/true, out->add_pending());
   onset_.Export(out->mutable_onset());
+  state::v1::VerdictHoldState* hold = out->mutable_hold();
+  if (hold_.held() != nullptr) ExportVerdict(*hold_.held(), hold->mutable_held());
+  ExportVerdict(hold_.candidate(), hold->mutable_candidate());
+  hold->set_candidate_since(hold_.candidate_since());
   return true;
 }
 
@@ -399,6 +450,12 @@ absl::Status StepAssembler::Restore(const state::v1::WhatIfState& state,
   skipped_ = state.skipped_steps();
   last_error_ = state.last_error();
   onset_.Import(state.onset());
+  if (state.has_hold()) {
+    const state::v1::VerdictHoldState& hold = state.hold();
+    const WhatIfVerdict held = ImportVerdict(hold.held());
+    hold_.Restore(hold.has_held() ? &held : nullptr, ImportVerdict(hold.candidate()),
+                  hold.candidate_since());
+  }
   // The window as the checkpointed pipeline last evaluated it.
   snapshot_ = nullptr;
   Evaluate();

@@ -141,6 +141,7 @@ class StepAssembler {
   uint64_t analysed_at_evaluation_ = 0;
   std::string last_error_;
   step_time::OnsetHold onset_;
+  VerdictHold hold_;  // the verdict shown, steadied (hysteresis, hold_steps)
   std::shared_ptr<const WhatIfSnapshot> snapshot_;
 };
 
