@@ -402,6 +402,34 @@ bool StepAssembler::ExportState(state::v1::WhatIfState* out) const {
   if (hold_.held() != nullptr) ExportVerdict(*hold_.held(), hold->mutable_held());
   ExportVerdict(hold_.candidate(), hold->mutable_candidate());
   hold->set_candidate_since(hold_.candidate_since());
+  // The analyzer's cached decompositions (only where the window was decomposed).
+  const std::vector<StepCache> cache = analyzer_->ExportCache();
+  const bool any =
+      std::any_of(cache.begin(), cache.end(), [](const StepCache& c) { return c.cached; });
+  const std::vector<double>* previous = nullptr;
+  for (size_t i = 0; any && i < cache.size(); ++i) {
+    const StepCache& c = cache[i];
+    state::v1::WhatIfStepCache* o = out->add_cache();
+    o->set_cached(c.cached);
+    if (!c.cached) continue;
+    if (previous == nullptr || *previous != c.typical) {
+      o->mutable_typical()->Add(c.typical.begin(), c.typical.end());
+    }
+    previous = &c.typical;
+    o->mutable_dp_t()->Add(c.dp_t.begin(), c.dp_t.end());
+    o->mutable_stage_t()->Add(c.stage_t.begin(), c.stage_t.end());
+    o->mutable_group_t()->Add(c.group_t.begin(), c.group_t.end());
+    for (const auto& [w, t] : c.worker_t) {
+      o->add_worker(w);
+      o->add_worker_t(t);
+    }
+    for (const auto& [stage, t] : c.stage_rem_t) {
+      o->add_stage_rem(stage);
+      o->add_stage_rem_t(t);
+    }
+    o->mutable_rem_workers()->Add(c.rem_workers.begin(), c.rem_workers.end());
+    o->set_rem_workers_t(c.rem_workers_t);
+  }
   return true;
 }
 
@@ -450,6 +478,42 @@ absl::Status StepAssembler::Restore(const state::v1::WhatIfState& state,
   skipped_ = state.skipped_steps();
   last_error_ = state.last_error();
   onset_.Import(state.onset());
+  // The analyzer's cached decompositions; without them (or when they do not fit) Window()
+  // recomputes them, within the recompute tolerance of the original's.
+  if (state.cache_size() > 0) {
+    std::vector<StepCache> cache;
+    bool fits = true;
+    for (const state::v1::WhatIfStepCache& o : state.cache()) {
+      StepCache& c = cache.emplace_back();
+      c.cached = o.cached();
+      if (!c.cached) continue;
+      if (o.typical_size() > 0) {
+        c.typical.assign(o.typical().begin(), o.typical().end());
+      } else {
+        // The previous cached step's (the encoder writes them out when they change).
+        for (size_t i = cache.size() - 1; i-- > 0;) {
+          if (cache[i].cached) {
+            c.typical = cache[i].typical;
+            break;
+          }
+        }
+      }
+      c.dp_t.assign(o.dp_t().begin(), o.dp_t().end());
+      c.stage_t.assign(o.stage_t().begin(), o.stage_t().end());
+      c.group_t.assign(o.group_t().begin(), o.group_t().end());
+      fits = fits && o.worker_size() == o.worker_t_size() &&
+             o.stage_rem_size() == o.stage_rem_t_size();
+      for (int i = 0; fits && i < o.worker_size(); ++i) {
+        c.worker_t.emplace_back(o.worker(i), o.worker_t(i));
+      }
+      for (int i = 0; fits && i < o.stage_rem_size(); ++i) {
+        c.stage_rem_t.emplace_back(o.stage_rem(i), o.stage_rem_t(i));
+      }
+      c.rem_workers.assign(o.rem_workers().begin(), o.rem_workers().end());
+      c.rem_workers_t = o.rem_workers_t();
+    }
+    if (fits) analyzer_->ImportCache(cache).IgnoreError();
+  }
   if (state.has_hold()) {
     const state::v1::VerdictHoldState& hold = state.hold();
     const WhatIfVerdict held = ImportVerdict(hold.held());

@@ -247,6 +247,58 @@ Analyzer::~Analyzer() = default;
 
 uint32_t Analyzer::steps() const { return static_cast<uint32_t>(impl_->window.size()); }
 
+std::vector<StepCache> Analyzer::ExportCache() const {
+  std::vector<StepCache> out;
+  out.reserve(impl_->window.size());
+  for (const StepEntry& e : impl_->window) {
+    StepCache& c = out.emplace_back();
+    c.cached = e.cached;
+    if (!e.cached) continue;
+    c.typical.assign(e.typical.begin(), e.typical.end());
+    c.dp_t = e.dp_t;
+    c.stage_t = e.stage_t;
+    c.group_t = e.group_t;
+    c.worker_t = e.worker_t;
+    c.stage_rem_t = e.stage_rem_t;
+    c.rem_workers = e.rem_workers;
+    c.rem_workers_t = e.rem_workers_t;
+  }
+  return out;
+}
+
+absl::Status Analyzer::ImportCache(const std::vector<StepCache>& cache) {
+  Impl& im = *impl_;
+  if (cache.size() != im.window.size()) {
+    return absl::InvalidArgumentError("a cache of " + std::to_string(cache.size()) +
+                                      " steps for a window of " + std::to_string(im.window.size()));
+  }
+  const uint32_t workers = layout_.workers();
+  for (const StepCache& c : cache) {
+    if (!c.cached) continue;
+    bool fits = c.typical.size() == internal::kTypicalCount && c.dp_t.size() == layout_.dp &&
+                c.stage_t.size() == layout_.pp && c.group_t.size() == Groups().names.size();
+    for (const auto& [w, t] : c.worker_t) fits = fits && w < workers;
+    for (const auto& [stage, t] : c.stage_rem_t) fits = fits && stage < layout_.pp;
+    for (uint32_t w : c.rem_workers) fits = fits && w < workers;
+    if (!fits) return absl::InvalidArgumentError("a cache that does not fit the layout");
+  }
+  for (size_t i = 0; i < cache.size(); ++i) {
+    const StepCache& c = cache[i];
+    StepEntry& e = im.window[i];
+    e.cached = c.cached;
+    if (!c.cached) continue;
+    std::copy(c.typical.begin(), c.typical.end(), e.typical.begin());
+    e.dp_t = c.dp_t;
+    e.stage_t = c.stage_t;
+    e.group_t = c.group_t;
+    e.worker_t = c.worker_t;
+    e.stage_rem_t = c.stage_rem_t;
+    e.rem_workers = c.rem_workers;
+    e.rem_workers_t = c.rem_workers_t;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Analyzer::AddStep(StepOps step) {
   const uint32_t workers = layout_.workers();
   const std::string where = "step " + std::to_string(step.step) + ": ";

@@ -159,6 +159,20 @@ struct WindowResult {
   std::vector<StepResult> per_step;  // oldest first
 };
 
+// The re-simulations of one window step that Window() keeps while the typical durations stay
+// within recompute_tolerance of those they were computed with: what a checkpoint stores so that
+// a restored analyzer (the same steps added again, then ImportCache) gives exactly the results
+// of the one that exported it. Plain values; NaN marks what was not simulated.
+struct StepCache {
+  bool cached = false;
+  std::vector<double> typical;  // the typical durations they were computed with
+  std::vector<double> dp_t, stage_t, group_t;
+  std::vector<std::pair<uint32_t, double>> worker_t;     // worker -> ideal but that worker
+  std::vector<std::pair<uint32_t, double>> stage_rem_t;  // stage -> actual but that stage ideal
+  std::vector<uint32_t> rem_workers;
+  double rem_workers_t = 0;
+};
+
 class Analyzer {
  public:
   Analyzer(Layout layout, Options options);
@@ -180,6 +194,12 @@ class Analyzer {
 
   const Layout& layout() const { return layout_; }
   uint32_t steps() const;
+
+  // The cache of each window step, oldest first (for a checkpoint).
+  std::vector<StepCache> ExportCache() const;
+  // Gives the window's steps the caches ExportCache gave for the same steps. InvalidArgument
+  // (nothing changed) when they do not fit: another count, or sizes of another layout.
+  absl::Status ImportCache(const std::vector<StepCache>& cache);
 
  private:
   struct Impl;
