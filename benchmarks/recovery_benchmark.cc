@@ -16,16 +16,23 @@
 // right after the first full checkpoint: the worst case). With --crash-steady the first
 // checkpoint is also flushed to tables before the steady one, and only the last checkpoint's
 // log is replayed.
+// With --parallel SPEC (`rankwatch simulate --parallel`'s, e.g. dp=8,pp=8,tp=16,mb=8; --ranks is
+// then its world size) the jobs are pipeline-parallel with a slow worker: their what-if state and
+// the ops of its window are checkpointed too, and `whatif_bytes` says how much of the store they
+// take (keys "w" and the metadata's WhatIfState). --without-whatif sends the same records without
+// their layout: no what-if, as before its state was checkpointed.
 // Prints one JSON line. Usage: recovery_benchmark [--jobs 100] [--ranks 1024] [--partitions 6]
-//   [--budget-mib 16] [--dir D] [--crash | --crash-steady]
+//   [--budget-mib 16] [--dir D] [--crash | --crash-steady] [--parallel SPEC [--without-whatif]]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "collectors/simulator/fleet_model.h"
+#include "collectors/simulator/pipeline_schedule.h"
 #include "ingest/batch_decoder.h"
 #include "runtime/job_router.h"
 #include "runtime/task_manager.h"
@@ -39,6 +46,8 @@ namespace {
 using Seconds = std::chrono::duration<double>;
 
 // Feeds `steps` steps of `ranks` ranks for `job` into the router, 20 steps per message.
+bool with_layout = true;
+
 void Feed(JobRouter& router, FleetModel& model, const std::string& job, uint32_t ranks,
           uint64_t first, uint64_t steps, int32_t partition, int64_t* offset) {
   std::vector<v1::Batch> pending(ranks);
@@ -48,6 +57,9 @@ void Feed(JobRouter& router, FleetModel& model, const std::string& job, uint32_t
     pending[r].mutable_source()->set_rank(r);
     pending[r].mutable_source()->set_world_size(ranks);
     pending[r].mutable_source()->set_node(model.NodeName(r));
+    if (model.options().parallel && with_layout) {
+      *pending[r].mutable_source()->mutable_layout() = model.LayoutOf(r);
+    }
   }
   std::vector<v1::StepRecord> rec;
   std::vector<bool> rep;
@@ -75,9 +87,11 @@ int main(int argc, char** argv) {
   size_t budget_mib = TaskManagerOptions().checkpoint_max_bytes >> 20;
   std::filesystem::path dir = std::filesystem::temp_directory_path() / "rankwatch-recovery-bench";
   bool crash = false, steady = false;
+  std::optional<PipelineSpec> parallel;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--crash")) crash = true;
     if (!std::strcmp(argv[i], "--crash-steady")) crash = steady = true;
+    if (!std::strcmp(argv[i], "--without-whatif")) with_layout = false;
     if (i + 1 >= argc) continue;
     if (!std::strcmp(argv[i], "--jobs")) jobs = static_cast<uint32_t>(std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--ranks")) ranks = static_cast<uint32_t>(std::atoi(argv[i + 1]));
@@ -87,6 +101,15 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--budget-mib"))
       budget_mib = static_cast<size_t>(std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--dir")) dir = argv[i + 1];
+    if (!std::strcmp(argv[i], "--parallel")) {
+      auto spec = ParsePipelineSpec(argv[i + 1]);
+      if (!spec.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(spec.status().message()).c_str());
+        return 2;
+      }
+      parallel = *spec;
+      ranks = parallel->world_size();
+    }
   }
   std::filesystem::remove_all(dir);
   spdlog::set_level(spdlog::level::warn);
@@ -117,6 +140,10 @@ int main(int argc, char** argv) {
       o.ranks = ranks;
       o.seed = j + 1;
       o.report_collective = true;
+      if (parallel) {
+        o.parallel = parallel;
+        o.faults.push_back(*ParseFaultSpec("slow-worker:dp=0,pp=1,factor=1.3"));
+      }
       models.push_back(std::make_unique<FleetModel>(o));
       Feed(router, *models.back(), "job-" + std::to_string(j), ranks, 0, 100,
            static_cast<int32_t>(j % partitions), &offsets[j % partitions]);
@@ -151,11 +178,19 @@ int main(int argc, char** argv) {
     (void)writer.Drain();  // until all of it is durable
     const double full_s = Seconds(Clock::now() - t0).count();
     const int full_rounds = static_cast<int>(metrics.checkpoints->Get());
-    size_t full_bytes = 0;
+    size_t full_bytes = 0, whatif_bytes = 0;
     if (!(*store)
-             ->ForEach(
-                 StateFamily::kJobs, "",
-                 [&](std::string_view k, std::string_view v) { full_bytes += k.size() + v.size(); })
+             ->ForEach(StateFamily::kJobs, "",
+                       [&](std::string_view k, std::string_view v) {
+                         full_bytes += k.size() + v.size();
+                         if (k[0] == 'w') whatif_bytes += k.size() + v.size();
+                         if (k[0] == 'm') {
+                           state::v1::JobMeta meta;
+                           if (meta.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+                             whatif_bytes += meta.whatif().ByteSizeLong();
+                           }
+                         }
+                       })
              .ok()) {
       return 1;
     }
@@ -178,10 +213,11 @@ int main(int argc, char** argv) {
         "{\"jobs\": %u, \"ranks\": %u, \"partitions\": %u, \"budget_mib\": %zu, "
         "\"full_checkpoint_rounds\": %d, \"full_checkpoint_max_pause_ms\": %.1f, "
         "\"full_checkpoint_durable_s\": %.3f, \"full_checkpoint_bytes\": %zu, "
+        "\"whatif_bytes\": %zu, "
         "\"steady_checkpoint_pause_ms\": %.2f, \"steady_checkpoint_write_s\": %.4f, "
         "\"steady_checkpoint_bytes\": %.0f, ",
         jobs, ranks, partitions, budget_mib, full_rounds, full_pause_s * 1e3, full_s, full_bytes,
-        steady_pause_s * 1e3, steady_s, metrics.checkpoint_bytes->Get());
+        whatif_bytes, steady_pause_s * 1e3, steady_s, metrics.checkpoint_bytes->Get());
   }
   // Recovery: open, restore every job, publish every snapshot.
   const auto t0 = Clock::now();
