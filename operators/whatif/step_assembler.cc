@@ -446,7 +446,7 @@ absl::Status StepAssembler::Restore(const state::v1::WhatIfState& state,
                       .vpp = Size(state.virtual_stages())};
   const uint64_t workers = uint64_t{layout.dp} * layout.pp;
   if (layout.pp < 2 || layout.dp > world_size || layout.pp > world_size || layout.tp > world_size ||
-      workers * layout.tp > world_size ||
+      layout.vpp > 0xffff || workers * layout.tp > world_size ||
       static_cast<uint64_t>(state.worker_rank_counts_size()) != workers) {
     return absl::DataLossError("stored what-if state does not fit the job's layout");
   }
