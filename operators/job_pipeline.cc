@@ -115,6 +115,7 @@ JobDelta JobPipeline::AddBatch(const v1::Batch& batch, TimePoint now) {
   const std::string& node = batch.source().node();
   if (RankClaimedElsewhere(rank, node, now, &delta)) return delta;
   rank_last_batch_[rank] = now;
+  collector_dropped_records_ += batch.dropped_records();
   sharded_ = sharded_ || batch.source().sharded();
   if (!node.empty() && (*rank_nodes_)[rank] != node) {
     auto nodes = std::make_shared<std::vector<std::string>>(*rank_nodes_);  // rare: copy on write
@@ -320,6 +321,7 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   s.step = DiagnoseStepTime(*window_, *rank_nodes_, hang, options_.diagnosis, sharded_, &onset);
   s.lost = lost_->Summary();
   s.input_lost_messages = input_lost_messages_;
+  s.collector_dropped_records = collector_dropped_records_;
   for (int p = 0; p < kPhaseCount; ++p) s.phases[p] = s.step.phases[p].stat;
   s.memory = DiagnoseMemory(*memory_window_, memory_trend_.get(), options_.memory);
   s.rank_nodes = rank_nodes_;
@@ -370,6 +372,7 @@ JobCheckpoint JobPipeline::TakeCheckpoint(TimePoint now, int64_t wall_now_unix_n
   m.set_sharded(sharded_);
   m.set_hang_counted_ns(std::llround(hang_counted_seconds_ * 1e9));
   m.set_input_lost_messages(input_lost_messages_);
+  m.set_collector_dropped_records(collector_dropped_records_);
   if (whatif_->active()) whatif_->ExportState(m.mutable_whatif());
   if (!straggler_onset_.culprit().empty()) straggler_onset_.Export(m.mutable_straggler_onset());
   c.new_steps = std::move(unsaved_steps_);
@@ -430,6 +433,7 @@ absl::StatusOr<std::unique_ptr<JobPipeline>> JobPipeline::Restore(
   }
   p->sharded_ = m.sharded();
   p->input_lost_messages_ = m.input_lost_messages();
+  p->collector_dropped_records_ = m.collector_dropped_records();
   p->hang_counted_seconds_ = static_cast<double>(std::max<int64_t>(0, m.hang_counted_ns())) * 1e-9;
   if (absl::Status s = p->lost_->ImportState(m.lost_time()); !s.ok()) return s;
   AlignedStep step;

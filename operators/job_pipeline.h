@@ -98,6 +98,9 @@ struct JobSnapshot {
   // Telemetry messages of the job's partition the daemon never read (retention deleted them
   // first) while the job was on it: some of the job's records may be among them.
   uint64_t input_lost_messages = 0;
+  // Records the job's collectors dropped before sending them (Batch.dropped_records: a full
+  // buffer, a message over the size limit, a failed delivery), summed over its ranks.
+  uint64_t collector_dropped_records = 0;
   int64_t evaluated_unix_ns = 0;  // wall clock of the evaluation, set by the caller
   // Each rank's phase sums and counts over the window (for per-rank detail), and its memory
   // peaks over the memory window (0 = none reported), indexed by rank.
@@ -207,6 +210,7 @@ class JobPipeline {
   bool sharded_ = false;             // a collector said the job shards its parameters
   double hang_counted_seconds_ = 0;  // hang loss counted since the last progress
   uint64_t input_lost_messages_ = 0;
+  uint64_t collector_dropped_records_ = 0;
   std::vector<AlignedStep> closed_;                             // scratch, reused
   std::vector<state::v1::StoredStep> unsaved_steps_;            // with options.record_changes
   std::vector<state::v1::WhatIfStepOps> unsaved_whatif_steps_;  // the same, the what-if's ops

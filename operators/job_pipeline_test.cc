@@ -113,6 +113,23 @@ TEST(JobPipelineTest, EvidenceOnRanksThatAreNotBehindHoldsNoHangBack) {
   EXPECT_EQ(s.step.culprit_ranks, (std::vector<uint32_t>{3}));
 }
 
+TEST(JobPipelineTest, RecordsTheCollectorsDroppedAreSummedAndSurviveARestore) {
+  JobPipelineOptions o;
+  o.record_changes = true;
+  JobPipeline p("j", 2, o);
+  const TimePoint t0{};
+  v1::Batch a = MakeBatch("j", 0, 2, 0, 5), b = MakeBatch("j", 1, 2, 0, 5);
+  a.set_dropped_records(3);
+  b.set_dropped_records(4);
+  p.AddBatch(a, t0);
+  p.AddBatch(b, t0);
+  EXPECT_EQ(p.Snapshot(t0).collector_dropped_records, 7u);
+  JobCheckpoint c = p.TakeCheckpoint(t0, 1'000'000'000'000);
+  auto restored = JobPipeline::Restore(c.meta, c.new_steps, o, t0, 1'000'000'000'000);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->Snapshot(t0).collector_dropped_records, 7u);
+}
+
 TEST(JobPipelineTest, AWorldSizeChangeRestartsAlignment) {
   JobPipeline p("j", 2, {});
   const TimePoint t0{};

@@ -152,6 +152,11 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version,
   steps_timed_out_ =
       r->Counter("rankwatch_steps_timed_out_total",
                  "Steps aligned by the alignment timeout, with ranks missing.", {"training_job"});
+  collector_dropped_ = r->Counter(
+      "rankwatch_collector_dropped_records_total",
+      "Records a job's collectors dropped before sending them (a full buffer, a message over "
+      "the size limit, a failed delivery), as their batches report.",
+      {"training_job"});
   phase_seconds_ =
       r->Gauge("rankwatch_step_phase_seconds",
                "Per-step mean time of a phase over the window: median or worst over the ranks.",
@@ -416,6 +421,8 @@ void DaemonMetrics::PublishJob(const JobSnapshot& s) {
 void DaemonMetrics::PublishSteps(const JobSnapshot& s) {
   steps_aligned_->WithLabels({s.training_job})->Set(static_cast<double>(s.aligned_steps));
   steps_timed_out_->WithLabels({s.training_job})->Set(static_cast<double>(s.timed_out_steps));
+  collector_dropped_->WithLabels({s.training_job})
+      ->Set(static_cast<double>(s.collector_dropped_records));
 }
 
 void DaemonMetrics::PublishWhatIf(const JobSnapshot& s) {
@@ -505,37 +512,22 @@ void DaemonMetrics::RemoveJob(const std::string& job) {
   unexported_firing_.erase(job);
   // An id that was never exported has no series (an evicted flood of ids costs no lookups).
   if (!export_gate.Remove(job)) return;
-  for (MetricFamily* f : {steps_aligned_,
-                          steps_timed_out_,
-                          phase_seconds_,
-                          phase_skew_,
-                          ranks_,
-                          window_steps_,
-                          step_diagnosis_,
-                          step_severity_,
-                          share_ratio_,
-                          straggler_score_,
-                          worst_rank_,
-                          rank_excess_,
-                          straggler_culprit_,
-                          last_record_,
-                          job_info_,
-                          alerts_firing_,
-                          lost_rank_seconds_,
-                          rank_seconds_,
-                          memory_diagnosis_,
-                          memory_severity_,
-                          memory_peak_,
-                          memory_pressure_,
-                          memory_creep_,
-                          memory_steps_to_full_,
-                          memory_creep_rank_,
-                          whatif_slowdown_,
-                          whatif_verdict_,
-                          whatif_stage_,
-                          whatif_op_group_,
-                          whatif_explained_,
-                          whatif_culprit_,
+  for (MetricFamily* f : {steps_aligned_,        steps_timed_out_,
+                          collector_dropped_,    phase_seconds_,
+                          phase_skew_,           ranks_,
+                          window_steps_,         step_diagnosis_,
+                          step_severity_,        share_ratio_,
+                          straggler_score_,      worst_rank_,
+                          rank_excess_,          straggler_culprit_,
+                          last_record_,          job_info_,
+                          alerts_firing_,        lost_rank_seconds_,
+                          rank_seconds_,         memory_diagnosis_,
+                          memory_severity_,      memory_peak_,
+                          memory_pressure_,      memory_creep_,
+                          memory_steps_to_full_, memory_creep_rank_,
+                          whatif_slowdown_,      whatif_verdict_,
+                          whatif_stage_,         whatif_op_group_,
+                          whatif_explained_,     whatif_culprit_,
                           whatif_lost_}) {
     f->RemoveWhereFirstLabel(job);
   }

@@ -132,6 +132,7 @@ class DaemonMetrics {
 
   MetricFamily* steps_aligned_;
   MetricFamily* steps_timed_out_;
+  MetricFamily* collector_dropped_;
   MetricFamily* phase_seconds_;
   MetricFamily* phase_skew_;
   MetricFamily* ranks_;

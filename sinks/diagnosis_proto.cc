@@ -218,6 +218,7 @@ void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out
   FillMemory(s, out->mutable_memory());
   ToProto(s, out->mutable_lost_time());
   out->set_input_lost_messages(s.input_lost_messages);
+  out->set_collector_dropped_records(s.collector_dropped_records);
   if (!s.scheduler.empty()) ToProto(s.scheduler, out->mutable_scheduler());
   if (s.whatif != nullptr) ToProto(*s.whatif, out->mutable_whatif());
 }
