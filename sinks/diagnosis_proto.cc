@@ -278,6 +278,8 @@ void ToProto(const whatif::WhatIfSnapshot& w, v1::WhatIf* out) {
   out->set_analysed_steps(w.analysed_steps);
   out->set_skipped_steps(w.skipped_steps);
   out->set_skipped_reason(w.last_error);
+  out->set_since_step(w.since_step);
+  out->set_onset_known(w.onset_known);
 }
 
 void ToProto(const JobScheduler& scheduler, v1::SchedulerIdentity* out) {

@@ -84,6 +84,8 @@ class WhatIfDurabilityTest(unittest.TestCase):
                              "S %.4f, the reference's %.4f" % (wb.slowdown, wa.slowdown))
         self.assertEqual(b.step.straggler.since_step, a.step.straggler.since_step, b.step.note)
         self.assertEqual(b.step.straggler.onset_in_window, a.step.straggler.onset_in_window)
+        self.assertEqual((wa.since_step, wa.onset_known), (ONSET, True))  # the what-if's own
+        self.assertEqual((wb.since_step, wb.onset_known), (wa.since_step, wa.onset_known))
         self.assertEqual((wb.first_step, wb.last_step, wb.steps), (wa.first_step, wa.last_step, wa.steps))
         self.assertEqual(wb.analysed_steps, wa.analysed_steps)
         self.assertEqual(wb.skipped_steps, 0, wb.skipped_reason)
