@@ -388,15 +388,7 @@ void Collector::RequestFlush() {
   wake_.notify_one();
 }
 
-size_t Collector::EnvelopeBytes(const std::string& source_format,
-                                const std::string& capture_id) const {
-  v1::Batch b;
-  b.set_schema_version(kSchemaVersion);
-  b.set_sequence(UINT64_MAX);
-  b.set_created_unix_ns(INT64_MAX);
-  b.set_dropped_records(UINT64_MAX);
-  b.set_final(true);
-  v1::SourceIdentity* src = b.mutable_source();
+void Collector::FillIdentity(uint32_t pid, v1::SourceIdentity* src) const {
   src->set_training_job(identity_.training_job);
   src->set_rank(identity_.rank);
   src->set_world_size(identity_.world_size);
@@ -410,9 +402,21 @@ size_t Collector::EnvelopeBytes(const std::string& source_format,
     sched->set_pod(identity_.pod);
   }
   src->set_local_rank(identity_.local_rank);
-  src->set_pid(UINT32_MAX);
+  src->set_pid(pid);
   src->set_device(identity_.device);
   src->set_collector("rankwatch-collector/" RANKWATCH_VERSION);
+}
+
+size_t Collector::EnvelopeBytes(const std::string& source_format,
+                                const std::string& capture_id) const {
+  v1::Batch b;
+  b.set_schema_version(kSchemaVersion);
+  b.set_sequence(UINT64_MAX);
+  b.set_created_unix_ns(INT64_MAX);
+  b.set_dropped_records(UINT64_MAX);
+  b.set_final(true);
+  v1::SourceIdentity* src = b.mutable_source();
+  FillIdentity(UINT32_MAX, src);
   {
     std::lock_guard<std::mutex> lock(identity_mu_);
     src->set_training_strategy(training_strategy_);
@@ -489,22 +493,7 @@ void Collector::SealBatch(Filling* f) {
     reported_dropped_ = dropped_total;
   }
   v1::SourceIdentity* src = b->mutable_source();
-  src->set_training_job(identity_.training_job);
-  src->set_rank(identity_.rank);
-  src->set_world_size(identity_.world_size);
-  src->set_node(identity_.node);
-  if (!identity_.scheduler.empty() || !identity_.pod.empty()) {
-    v1::SchedulerIdentity* sched = src->mutable_scheduler();
-    sched->set_scheduler(identity_.scheduler);
-    sched->set_job(identity_.scheduler_job);
-    sched->set_namespace_(identity_.k8s_namespace);
-    sched->set_owner(identity_.owner);
-    sched->set_pod(identity_.pod);
-  }
-  src->set_local_rank(identity_.local_rank);
-  src->set_pid(identity_.pid);
-  src->set_device(identity_.device);
-  src->set_collector("rankwatch-collector/" RANKWATCH_VERSION);
+  FillIdentity(identity_.pid, src);
   {
     std::lock_guard<std::mutex> lock(identity_mu_);
     src->set_training_strategy(training_strategy_);

@@ -309,8 +309,12 @@ class Collector {
   // While batches are pending, waits (blocked, not spinning) for delivery reports and
   // produces after each, until nothing is pending or `deadline`. Sender thread only.
   void DrainBacklog(std::chrono::steady_clock::time_point deadline);
+  // The identity every batch carries that does not change (the job, rank, scheduler...), with
+  // `pid` (EnvelopeBytes: the largest).
+  void FillIdentity(uint32_t pid, v1::SourceIdentity* src) const;
   // The serialized bytes of a batch's envelope with these trace labels, at most.
   size_t EnvelopeBytes(const std::string& source_format, const std::string& capture_id) const;
+
   // Starts `f` afresh for batches labelled so (its budget: max_batch_bytes_ less the envelope).
   void StartFilling(Filling* f, const std::string& source_format, const std::string& capture_id);
   // Seals `f` into pending_ (or drops it, counted, when it came out too large) and empties it.
