@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "operators/phase_stats.h"
+#include "operators/step_time/onset.h"
 #include "operators/step_time/own_time.h"
 
 namespace rankwatch::step_time {
@@ -260,23 +261,9 @@ ExcessPattern DescribeExcess(const ExcessSeries& s, const SignalReference& ref, 
   }
   const size_t m = y.size();
   if (m < 8) return p;
-  std::vector<double> prefix(m + 1, 0), prefix2(m + 1, 0);
-  for (size_t i = 0; i < m; ++i) {
-    prefix[i + 1] = prefix[i] + y[i];
-    prefix2[i + 1] = prefix2[i] + y[i] * y[i];
-  }
-  auto sse = [&](size_t a, size_t b) {  // of y[a, b) around its mean
-    const double k = static_cast<double>(b - a), sum = prefix[b] - prefix[a];
-    return prefix2[b] - prefix2[a] - sum * sum / k;
-  };
-  const double sse_flat = sse(0, m);
   // The best single step change: two levels, split before index `split`.
-  double sse_step = sse_flat;
-  size_t split = 0;
-  for (size_t t = 2; t + 2 <= m; ++t) {
-    const double e = sse(0, t) + sse(t, m);
-    if (e < sse_step) sse_step = e, split = t;
-  }
+  const StepChangeFit fit = FitStepChange(y);
+  const double sse_flat = fit.sse_flat, sse_step = fit.sse_step;
   // The best hinge: flat until x[h], then a line (least squares of y on max(0, x - x[h])), so a
   // drift that began inside the window is fitted from its start.
   double sse_hinge = INFINITY, slope = 0, hinge_x = 0;
@@ -286,7 +273,7 @@ ExcessPattern DescribeExcess(const ExcessSeries& s, const SignalReference& ref, 
       const double f = x[i] - x[h];
       sf += f, sff += f * f, sfy += f * y[i];
     }
-    const double k = static_cast<double>(m), sy = prefix[m];
+    const double k = static_cast<double>(m), sy = fit.sum;
     const double var_f = sff - sf * sf / k;
     if (var_f <= 0) continue;
     const double b = (sfy - sf * sy / k) / var_f;
@@ -305,13 +292,9 @@ ExcessPattern DescribeExcess(const ExcessSeries& s, const SignalReference& ref, 
   }
   // Steady. Since the step change when one explains most of the variation and lifts the excess
   // from about nothing, else since the window began (or earlier).
-  if (split > 0) {
-    const double before = prefix[split] / static_cast<double>(split);
-    const double after = (prefix[m] - prefix[split]) / static_cast<double>(m - split);
-    if (after > 0 && after - before >= 0.5 * after && sse_step <= 0.5 * sse_flat) {
-      p.since_step = step_of[split];
-      p.onset_in_window = true;
-    }
+  if (fit.lifts()) {
+    p.since_step = step_of[fit.split];
+    p.onset_in_window = true;
   }
   return p;
 }

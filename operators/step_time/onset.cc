@@ -4,33 +4,42 @@
 
 namespace rankwatch::step_time {
 
-Onset StepChangeOnset(const std::vector<uint64_t>& steps, const std::vector<double>& values) {
-  Onset onset;
-  const size_t m = std::min(steps.size(), values.size());
-  if (m == 0) return onset;
-  onset.since_step = steps.front();
-  if (m < 8) return onset;
+StepChangeFit FitStepChange(const std::vector<double>& values) {
+  StepChangeFit fit;
+  const size_t m = values.size();
   std::vector<double> prefix(m + 1, 0), prefix2(m + 1, 0);
   for (size_t i = 0; i < m; ++i) {
     prefix[i + 1] = prefix[i] + values[i];
     prefix2[i + 1] = prefix2[i] + values[i] * values[i];
   }
+  fit.sum = prefix[m];
+  if (m == 0) return fit;
   auto sse = [&](size_t a, size_t b) {  // of values[a, b) around their mean
     const double k = static_cast<double>(b - a), sum = prefix[b] - prefix[a];
     return prefix2[b] - prefix2[a] - sum * sum / k;
   };
-  const double sse_flat = sse(0, m);
-  double sse_step = sse_flat;
-  size_t split = 0;
+  fit.sse_flat = fit.sse_step = sse(0, m);
+  if (m < 8) return fit;
   for (size_t t = 2; t + 2 <= m; ++t) {
     const double e = sse(0, t) + sse(t, m);
-    if (e < sse_step) sse_step = e, split = t;
+    if (e < fit.sse_step) fit.sse_step = e, fit.split = t;
   }
-  if (split == 0) return onset;
-  const double before = prefix[split] / static_cast<double>(split);
-  const double after = (prefix[m] - prefix[split]) / static_cast<double>(m - split);
-  if (after > 0 && after - before >= 0.5 * after && sse_step <= 0.5 * sse_flat) {
-    onset.since_step = steps[split];
+  if (fit.split > 0) {
+    fit.before = prefix[fit.split] / static_cast<double>(fit.split);
+    fit.after = (prefix[m] - prefix[fit.split]) / static_cast<double>(m - fit.split);
+  }
+  return fit;
+}
+
+Onset StepChangeOnset(const std::vector<uint64_t>& steps, const std::vector<double>& values) {
+  Onset onset;
+  const size_t m = std::min(steps.size(), values.size());
+  if (m == 0) return onset;
+  onset.since_step = steps.front();
+  const StepChangeFit fit =
+      FitStepChange(std::vector<double>(values.begin(), values.begin() + static_cast<long>(m)));
+  if (fit.lifts()) {
+    onset.since_step = steps[fit.split];
     onset.known = true;
   }
   return onset;

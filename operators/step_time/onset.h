@@ -29,6 +29,23 @@ struct Onset {
   bool operator==(const Onset&) const = default;
 };
 
+// The best single step change of `values` (least squares: two levels, at least two values on
+// each side), as DescribeExcess and StepChangeOnset fit it. With fewer than eight values, or no
+// change better than flat, split is 0.
+struct StepChangeFit {
+  size_t split = 0;              // the change comes before values[split]
+  double sum = 0;                // of every value
+  double sse_flat = 0;           // residual around the mean
+  double sse_step = 0;           // residual around the two levels (sse_flat when split is 0)
+  double before = 0, after = 0;  // the levels
+  // The change lifts the values from about nothing and explains most of the variation:
+  // after > 0, after - before >= half of after, sse_step at most half of sse_flat.
+  bool lifts() const {
+    return split > 0 && after > 0 && after - before >= 0.5 * after && sse_step <= 0.5 * sse_flat;
+  }
+};
+StepChangeFit FitStepChange(const std::vector<double>& values);
+
 // The onset a series shows: the step where one step change lifts `values` (one per step of
 // `steps`, oldest first) from about nothing, when it explains most of the variation (the
 // steady case of step_time::DescribeExcess: after - before >= half of after, the change's
