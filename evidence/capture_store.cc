@@ -112,6 +112,8 @@ absl::StatusOr<v1::Capture> CaptureStore::Request(
       c.deadline_unix_ns() +
       std::max<int64_t>(minute_ns, static_cast<int64_t>(3.0 * steps * slowest_step_s * 1e9));
   for (int i = 0; i < c.ranks_size(); ++i) e.index_of_rank[c.ranks(i).rank()] = i;
+  e.busy_for_ns = static_cast<int64_t>(3.0 * steps * slowest_step_s * 1e9) +
+                  std::chrono::nanoseconds(std::chrono::seconds(30)).count();
   {
     std::lock_guard<std::mutex> lock(mu_);
     order_.push_back(c.id());
@@ -317,6 +319,9 @@ void CaptureStore::Expire(int64_t now_unix_ns) {
   for (auto& [id, e] : captures_) {
     v1::Capture& c = e.capture;
     if (Finished(c.state())) continue;
+    for (const v1::CaptureRank& r : c.ranks()) {
+      if (r.state() == v1::CONTROL_ACCEPTED) e.accepted_seen_unix_ns.emplace(r.rank(), now_unix_ns);
+    }
     const ControlRequestTracker::Request* request = requests_.Find(id);
     if (request == nullptr) {
       // Requests close only when their captures are dropped.
@@ -349,8 +354,10 @@ std::vector<uint32_t> CaptureStore::BusyRanks(const std::string& job, int64_t no
       continue;
     }
     for (const v1::CaptureRank& r : c.ranks()) {
-      const v1::ControlState st = r.state();
-      if (st == v1::CONTROL_STATE_UNSPECIFIED || st == v1::CONTROL_ACCEPTED) {
+      if (r.state() != v1::CONTROL_ACCEPTED) continue;
+      const auto seen = e.accepted_seen_unix_ns.find(r.rank());
+      // Not yet seen by a tick: it accepted since the last one.
+      if (seen == e.accepted_seen_unix_ns.end() || now_unix_ns < seen->second + e.busy_for_ns) {
         busy.push_back(r.rank());
       }
     }

@@ -80,9 +80,11 @@ class CaptureStore : public Evidence {
   void OnAlert(const v1::Alert& alert, const JobSnapshot* snapshot, int64_t now_unix_ns);
   // Captures past their deadline expire.
   void Expire(int64_t now_unix_ns);
-  // The ranks of `job` a running capture asked that have not given their last word (DONE,
-  // REFUSED or FAILED) and whose capture has not expired: profiling and uploading, their steps
-  // and telemetry may lag.
+  // The ranks of `job` that serve a running capture: they accepted it and have not given their
+  // last word (DONE, REFUSED or FAILED), for at most three times the steps asked at the rank's
+  // step time plus 30 s (the trace's export and upload) from the first tick that saw them
+  // accept, and never past the capture's expiry. Profiling and uploading, their steps and
+  // telemetry may lag. A rank that has not answered serves nothing yet.
   std::vector<uint32_t> BusyRanks(const std::string& job, int64_t now_unix_ns) const override;
 
   // A capture; with `traces`, each rank's events too.
@@ -99,9 +101,11 @@ class CaptureStore : public Evidence {
  private:
   struct Entry {
     v1::Capture capture;
-    int64_t finish_by_unix_ns = 0;                // expires after this unless done
-    std::map<uint32_t, v1::CaptureTrace> traces;  // by rank
-    std::map<uint32_t, size_t> index_of_rank;     // into capture.ranks
+    int64_t finish_by_unix_ns = 0;  // expires after this unless done
+    int64_t busy_for_ns = 0;        // how long a rank may serve it once it accepted (BusyRanks)
+    std::map<uint32_t, int64_t> accepted_seen_unix_ns;  // the first tick that saw it ACCEPTED
+    std::map<uint32_t, v1::CaptureTrace> traces;        // by rank
+    std::map<uint32_t, size_t> index_of_rank;           // into capture.ranks
   };
   // Updates the capture's state from its ranks; compares when culprit and reference are done.
   void Settle(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
