@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar
 
 from rankwatch import _native
 from rankwatch import capture as _capture
+from rankwatch import device_clock as _device_clock
 from rankwatch import identity as _identity
 from rankwatch import layout as _layout
 from rankwatch import stacks as _stacks
@@ -78,6 +79,57 @@ class _Op:
         return False
 
 
+class _DevicePhase:
+    """A phase timed on the host and, with events on the current stream, on the device."""
+    __slots__ = ("_native", "_timer", "_phase", "_t0", "_e0")
+
+    def __init__(self, native: _native.Collector, timer: _device_clock.DeviceTimer, phase: int) -> None:
+        self._native, self._timer, self._phase = native, timer, phase
+        self._t0: int
+        self._e0: _device_clock.Event
+
+    def __enter__(self) -> _DevicePhase:
+        self._e0 = self._timer.mark()
+        self._t0 = now_ns()
+        return self
+
+    def __exit__(self, *exc: object) -> Literal[False]:
+        t1 = now_ns()
+        e1 = self._timer.mark()
+        self._native.add_phase(self._phase, self._t0, t1)
+        self._timer.phase(self._phase, self._e0, e1, self._t0)
+        return False
+
+
+class _DeviceOp:
+    """An op timed on the host and on the device."""
+    __slots__ = ("_native", "_timer", "_type", "_microbatch", "_chunk", "_t0", "_e0")
+
+    def __init__(self, native: _native.Collector, timer: _device_clock.DeviceTimer, op_type: int,
+                 microbatch: int, chunk: int) -> None:
+        self._native, self._timer, self._type = native, timer, op_type
+        self._microbatch, self._chunk = microbatch, chunk
+        self._t0: int
+        self._e0: _device_clock.Event
+
+    def __enter__(self) -> _DeviceOp:
+        self._e0 = self._timer.mark()
+        self._t0 = now_ns()
+        return self
+
+    def __exit__(self, *exc: object) -> Literal[False]:
+        t1 = now_ns()
+        e1 = self._timer.mark()
+        index = self._native.add_op(self._type, self._microbatch, self._chunk, self._t0, t1)
+        self._timer.op(index, self._e0, e1, self._t0)
+        return False
+
+
+# Work the host does itself, timed on the host even when the device clock is on.
+_HOST_PHASES = frozenset((_native.PHASE_DATALOADER,))
+_HOST_OPS = frozenset((OPS["data-loading"], OPS["gc"]))
+
+
 def _op_type(name: str) -> int:
     try:
         return OPS[name]
@@ -99,6 +151,8 @@ class _Step:
         if c._layout_pending:
             c._detect_layout()  # Megatron initialised after init(), a DeviceMesh made after it
         c._native.begin_step(self._step)
+        if c._timer is not None:
+            c._native.expect_device_times()  # the record waits for them (device_clock.py)
         c._training_ident = _get_ident()  # the thread a stacks answer marks as training
         c._in_step = True
         return self
@@ -107,6 +161,9 @@ class _Step:
         c = self._collector
         c._collectives.at_step_end()  # before the step ends: its record carries the count
         c._end_step()
+        if c._timer is not None:
+            c._timer.end_step(self._step)
+            c._report_device_times(c._timer.poll())
         c._in_step = False
         if c._captures.busy:
             c._captures.after_step()
@@ -153,8 +210,9 @@ class Collector:
     def __init__(self, job: str, brokers: str, rank: int, world_size: int, local_rank: int,
                  node: str, device: str, memory: bool = True,
                  scheduler: Mapping[str, object] | None = None, layout: object = None,
-                 watch_gc: bool = True, **options: Any) -> None:
+                 watch_gc: bool = True, device_timing: object = None, **options: Any) -> None:
         self.job, self.rank, self.world_size = job, rank, world_size
+        steps_in_flight = int(options.pop("device_steps_in_flight", 8))
         self.local_rank, self.node, self.device = local_rank, node, device
         # The scheduler's names (rankwatch.identity.scheduler()); sent with every batch.
         self.scheduler = {k: str(v) for k, v in (scheduler or {}).items() if v}
@@ -172,6 +230,10 @@ class Collector:
         self._end_step = self._memory.end_step if self._memory is not None else self._native.end_step
         self._next_step = 0
         self._closed = False
+        clock = _resolve_device_clock(device, device_timing)
+        # Phases and ops timed on the device too (docs/collectors.md, "Device time"); None: host.
+        self._timer = _device_clock.DeviceTimer(clock, steps_in_flight) if clock is not None else None
+        self._device_times_refused = 0
         self._gate = _hooks.Gate()
         self._captures = _capture.CaptureRunner(self._native)
         self._attachments: list[_hooks.Attachment] = []
@@ -205,13 +267,22 @@ class Collector:
     def phase(self, name: str) -> Scope:
         """Context manager adding the time inside to `name` (dataloader, forward, backward,
         optimizer, collective, forward_backward) of the open step (or the next one). Scopes of
-        one name must not nest; use separate objects per thread (phase_timer)."""
-        return _Phase(self._native, PHASES[name]) if self._gate.open else _NULL_SCOPE
+        one name must not nest; use separate objects per thread (phase_timer). With a device
+        clock (init's device_timing) every phase but the dataloader is also timed on the device,
+        by events on the calling thread's current stream at both ends: put a collective's scope
+        on the stream it runs on (or around the wait that joins it to yours)."""
+        if not self._gate.open:
+            return _NULL_SCOPE
+        phase = PHASES[name]
+        if self._timer is not None and phase not in _HOST_PHASES:
+            return _DevicePhase(self._native, self._timer, phase)
+        return _Phase(self._native, phase)
 
     phase_timer = phase  # a fresh scope object each call: safe to use from another thread
 
     def add_phase(self, name: str, begin_ns: int, end_ns: int) -> None:
-        """Adds [begin_ns, end_ns) (rankwatch.collector.now_ns clock) to a phase."""
+        """Adds [begin_ns, end_ns) (rankwatch.collector.now_ns clock) to a phase: host time,
+        even with a device clock (a device time has no host begin and end to give)."""
         if self._gate.open:
             self._native.add_phase(PHASES[name], begin_ns, end_ns)
 
@@ -224,12 +295,18 @@ class Collector:
         embedding-grads-all-reduce, optimizer-clip-main-grad, optimizer, gc, data-loading);
         another is a ValueError. `chunk`: the model chunk of an interleaved schedule. Scopes may
         nest and overlap; at most 4,096 ops a step are kept. A fresh object each call: safe
-        from any thread."""
+        from any thread. With a device clock an op but data-loading and gc is also timed on the
+        device, by events on the current stream."""
         op_type = _op_type(name)
-        return _Op(self._native, op_type, microbatch, chunk) if self._gate.open else _NULL_SCOPE
+        if not self._gate.open:
+            return _NULL_SCOPE
+        if self._timer is not None and op_type not in _HOST_OPS:
+            return _DeviceOp(self._native, self._timer, op_type, microbatch, chunk)
+        return _Op(self._native, op_type, microbatch, chunk)
 
     def add_op(self, name: str, begin_ns: int, end_ns: int, microbatch: int = 0, chunk: int = 0) -> None:
-        """Adds op `name` over [begin_ns, end_ns) (rankwatch.collector.now_ns clock), as op()."""
+        """Adds op `name` over [begin_ns, end_ns) (rankwatch.collector.now_ns clock), as op(),
+        in host time."""
         op_type = _op_type(name)
         if self._gate.open:
             self._native.add_op(op_type, microbatch, chunk, begin_ns, end_ns)
@@ -297,6 +374,18 @@ class Collector:
         _log.info("rankwatch: parallel layout from Megatron-core: %s", found)
         return True
 
+    # --- device time --------------------------------------------------------------------------
+    @property
+    def device_clock(self) -> _device_clock.DeviceClock | None:
+        """The clock phases and ops are timed on besides the host's (init's device_timing), or
+        None: host time only (a CPU rank, or device timing turned off)."""
+        return self._timer.clock if self._timer is not None else None
+
+    def _report_device_times(self, steps: list[_device_clock.DeviceStep]) -> None:
+        for d in steps:
+            if not self._native.set_device_times(d.step, d.phases, d.ops, d.missing):
+                self._device_times_refused += 1  # the record went without them (its deadline)
+
     def record_memory(self, peak_allocated: int, peak_reserved: int = 0, capacity: int = 0) -> None:
         """Records the open step's memory peaks (bytes; 0 = unknown), replacing the probe's."""
         if self._gate.open:
@@ -351,12 +440,12 @@ class Collector:
     def instrument_module(self, module: _Instrumented) -> _Instrumented:
         """Times `module`'s forward (hooks) and backward (from its output's gradient to the end
         of the backward pass, DDP's gradient synchronisation included). Returns `module`."""
-        self._attach(_hooks.instrument_module(self._native, module, compute=True))
+        self._attach(_hooks.instrument_module(self._native, module, compute=True, timer=self._timer))
         return module
 
     def instrument_optimizer(self, optimizer: _Instrumented) -> _Instrumented:
         """Times optimizer.step(). Returns `optimizer`."""
-        self._attach(_hooks.instrument_optimizer(self._native, optimizer))
+        self._attach(_hooks.instrument_optimizer(self._native, optimizer, timer=self._timer))
         return optimizer
 
     def instrument_ddp(self, ddp_model: _Instrumented, process_group: Any = None,
@@ -371,7 +460,7 @@ class Collector:
         if comm_hook:
             _hooks.register_timed_allreduce(self._native, ddp_model, self._gate, process_group)
         else:
-            self._attach(_hooks.instrument_module(self._native, ddp_model, sync=True))
+            self._attach(_hooks.instrument_module(self._native, ddp_model, sync=True, timer=self._timer))
         return ddp_model
 
     def instrument_fsdp(self, fsdp_model: _Instrumented | None = None) -> _Instrumented | None:
@@ -389,7 +478,7 @@ class Collector:
         self.set_training_strategy("fsdp", sharded=True)
         if not self._collectives_timed:
             self._collectives_timed = True
-            self._attach(_hooks.instrument_collectives(self._native))
+            self._attach(_hooks.instrument_collectives(self._native, timer=self._timer))
         return fsdp_model
 
     def set_training_strategy(self, training_strategy: str, sharded: bool = False) -> None:
@@ -417,6 +506,10 @@ class Collector:
         records_dropped); ops_oversized: ops left out of steps too large for one message (in
         ops_dropped too); producer_restarts: Kafka producers recreated after a fatal error."""
         d = self._native.stats()
+        if self._timer is not None:
+            t = self._timer
+            d.update(device_clock=t.clock.name, device_events=t.events, device_steps_in_flight=t.in_flight,
+                     device_steps_given_up=t.steps_missing)
         cpu = _threads_cpu_s(("rw:", "rdk:"))
         if cpu is not None:
             d["threads_cpu_s"] = cpu
@@ -440,6 +533,8 @@ class Collector:
         self._closed = True
         if _current is self:
             _current = None
+        if self._timer is not None:
+            self._report_device_times(self._timer.drain())
         self._captures.close()
         self._stacks.stop()
         if self._gc is not None:
@@ -476,6 +571,7 @@ class NullCollector(Collector):
 
     layout = None
     layout_source = ""
+    device_clock = None
 
     def record_memory(self, peak_allocated: int, peak_reserved: int = 0, capacity: int = 0) -> None:
         pass
@@ -522,6 +618,28 @@ class NullCollector(Collector):
         pass
 
     paused = False
+
+
+def _resolve_device_clock(device: str, device_timing: object) -> _device_clock.DeviceClock | None:
+    """init's device_timing: a DeviceClock (an emulated device's, an accelerator torch has no
+    clock_for), True / False, or None: $RANKWATCH_DEVICE_TIMING (0 / 1), else on wherever the
+    rank's device has timing events (CUDA, ROCm, torch.Event's accelerators)."""
+    if isinstance(device_timing, _device_clock.DeviceClock):
+        return device_timing
+    if device_timing is None:
+        env = os.environ.get("RANKWATCH_DEVICE_TIMING", "").strip().lower()
+        if env in ("0", "false", "no", "off"):
+            return None
+        device_timing = env in ("1", "true", "yes", "on") or None
+    if device_timing is False:
+        return None
+    if not isinstance(device_timing, bool) and device_timing is not None:
+        raise TypeError("rankwatch.init: device_timing must be True, False, None or a "
+                        "rankwatch.device_clock.DeviceClock, not %r" % (device_timing,))
+    clock = _device_clock.clock_for(device)
+    if clock is None and device_timing:
+        _log.warning("rankwatch: device timing asked for, but %s has no timing events: host time only", device)
+    return clock
 
 
 def _threads_cpu_s(prefixes: tuple[str, ...]) -> float | None:
@@ -573,7 +691,7 @@ def init(job: str | None = None, brokers: str | None = None, rank: int | None = 
          world_size: int | None = None, local_rank: int | None = None, node: str | None = None,
          device: str | None = None, enabled: bool | None = None, memory: bool = True,
          layout: object = None, watch_gc: bool | None = None, max_message_bytes: int | None = None,
-         **options: Any) -> Collector:
+         device_timing: object = None, **options: Any) -> Collector:
     """Creates this process's collector (and makes it rankwatch.get()).
 
     With no arguments it works under torchrun, Slurm and Kubernetes (Kubeflow's PyTorchJob):
@@ -599,6 +717,15 @@ def init(job: str | None = None, brokers: str | None = None, rank: int | None = 
     captures included, are cut below it; a step whose ops alone would not fit goes without them
     (stats()["ops_oversized"]), and what still does not fit is dropped and counted
     (stats()["messages_oversized"]), never retried.
+    device_timing: time phases and ops on the device as well as on the host, with events
+    recorded on the streams the work runs on and read back a step or more later, never waiting
+    (docs/collectors.md, "Device time"): None (default) turns it on where the rank's device has
+    timing events (CUDA, ROCm, torch.Event's accelerators), off on a CPU rank, unless
+    $RANKWATCH_DEVICE_TIMING=0 or 1 says otherwise; True / False; or a
+    rankwatch.device_clock.DeviceClock making the events. Option device_steps_in_flight (8): a
+    step whose events have not completed when that many more steps have ended goes with host
+    times (STEP_CLOCK_DEVICE_MISSING); device_hold_ms (10,000): the longest a step record waits
+    for its device times.
     enabled: False (or $RANKWATCH_DISABLE=1) returns a NullCollector. options: collector
     buffer settings (flush_interval_ms=1000, sooner when kernel events half fill their buffer;
     step_ring_capacity=4096,
@@ -638,7 +765,7 @@ def init(job: str | None = None, brokers: str | None = None, rank: int | None = 
     if _current is not None:
         _current.close(final=False)
     _current = Collector(job, brokers, memory=memory, scheduler=sched, layout=layout, watch_gc=watch_gc,
-                         **who, **options)
+                         device_timing=device_timing, **who, **options)
     return _current
 
 

@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from rankwatch import _native
+from rankwatch.device_clock import DeviceTimer
 
 _T = TypeVar("_T")
 
@@ -99,7 +100,7 @@ def _first_grad_tensor(output: Any, tensor_type: type[Any]) -> Any:
 
 
 def instrument_module(native: _native.Collector, module: Any, compute: bool = False,
-                      sync: bool = False) -> Attachment | None:
+                      sync: bool = False, timer: DeviceTimer | None = None) -> Attachment | None:
     """Hooks `module` once; later calls only add what they ask for. Returns the Attachment of
     its hooks the first time, None after.
 
@@ -113,7 +114,13 @@ def instrument_module(native: _native.Collector, module: Any, compute: bool = Fa
     Both ends are autograd-engine final callbacks queued when the output's gradient arrives:
     the first runs when the backward graph has been computed, before DDP's own (which waits
     for the allreduce); it queues the second, which runs after DDP's. No comm hook and no
-    per-parameter hook is needed: two Python callbacks per step."""
+    per-parameter hook is needed: two Python callbacks per step.
+
+    timer: a device clock's (device_clock.DeviceTimer): each end also records an event on the
+    current stream, so that forward, backward and the synchronisation are timed on the device
+    too (the autograd engine runs a GPU's backward on its own thread, on the forward's stream;
+    DDP's wait for its allreduce makes that stream wait, so the sync's device time is the
+    stream's wait for its peers)."""
     from torch import Tensor
     from torch.autograd import Variable
     hooked: dict[str, int] | None = getattr(module, "_rankwatch_hooks", None)
@@ -124,31 +131,45 @@ def instrument_module(native: _native.Collector, module: Any, compute: bool = Fa
     state: dict[str, int] = {"t0": 0, "compute": compute, "sync": sync}
     module._rankwatch_hooks = state
     queue_callback, add_phase = Variable._execution_engine.queue_callback, native.add_phase
+    mark = timer.mark if timer is not None else None
+    forward_event: list[Any] = [None]  # the forward's begin event (device time)
 
     def pre_hook(mod: Any, inputs: Any) -> None:
+        if mark is not None:
+            forward_event[0] = mark()
         state["t0"] = now_ns()
 
     def hook(mod: Any, inputs: Any, output: Any) -> None:
         t1 = now_ns()
         if state["compute"]:
             add_phase(_FORWARD, state["t0"], t1)
+            if timer is not None:
+                timer.phase(_FORWARD, forward_event[0], timer.mark(), state["t0"])
         tensor = _first_grad_tensor(output, Tensor)
         if tensor is None:
             return None
 
         def grad_hook(grad: Any) -> None:
             b0 = now_ns()
-            computed = [0]
+            begin = mark() if mark is not None else None
+            computed: list[Any] = [0, None]
 
             def end_backward() -> None:
                 t = now_ns()
+                end = mark() if mark is not None else None
                 if state["compute"]:
                     add_phase(_BACKWARD, b0, t)
+                    if timer is not None:
+                        timer.phase(_BACKWARD, begin, end, b0)
                 if state["sync"]:
                     add_phase(_COLLECTIVE, computed[0], t)
+                    if timer is not None:
+                        timer.phase(_COLLECTIVE, computed[1], end, computed[0])
 
             def graph_computed() -> None:
                 computed[0] = now_ns()
+                if mark is not None and state["sync"]:
+                    computed[1] = mark()
                 queue_callback(end_backward)
 
             queue_callback(graph_computed)
@@ -166,16 +187,18 @@ def instrument_module(native: _native.Collector, module: Any, compute: bool = Fa
     return hooks
 
 
-def instrument_optimizer(native: _native.Collector, optimizer: Any) -> Attachment | None:
+def instrument_optimizer(native: _native.Collector, optimizer: Any,
+                         timer: DeviceTimer | None = None) -> Attachment | None:
     """Wraps optimizer.step (an instance attribute over the class's) once: the optimizer phase
-    and an optimizer op. Returns its Attachment the first time, None after."""
+    and an optimizer op, on the device too with a `timer`. Returns its Attachment the first
+    time, None after."""
     if getattr(optimizer, "_rankwatch_timed", False):
         return None
     optimizer._rankwatch_timed = True
     step = optimizer.step
     before = optimizer.__dict__.get("step")
 
-    def timed_step(*args: Any, **kwargs: Any) -> Any:
+    def host_timed_step(*args: Any, **kwargs: Any) -> Any:
         t0 = now_ns()
         try:
             return step(*args, **kwargs)
@@ -183,6 +206,21 @@ def instrument_optimizer(native: _native.Collector, optimizer: Any) -> Attachmen
             t1 = now_ns()
             native.add_phase(_OPTIMIZER, t0, t1)
             native.add_op(_OP_OPTIMIZER, 0, 0, t0, t1)
+
+    def device_timed_step(*args: Any, **kwargs: Any) -> Any:
+        assert timer is not None
+        begin = timer.mark()
+        t0 = now_ns()
+        try:
+            return step(*args, **kwargs)
+        finally:
+            t1 = now_ns()
+            end = timer.mark()
+            native.add_phase(_OPTIMIZER, t0, t1)
+            timer.phase(_OPTIMIZER, begin, end, t0)
+            timer.op(native.add_op(_OP_OPTIMIZER, 0, 0, t0, t1), begin, end, t0)
+
+    timed_step = host_timed_step if timer is None else device_timed_step
 
     def attach() -> Callable[[], None]:
         optimizer.step = timed_step
@@ -237,18 +275,26 @@ SHARDED_COLLECTIVES = ("all_gather_single", "all_gather_into_tensor", "_all_gath
 
 class _TimedWork:
     """The handle of an asynchronous collective (async_op=True): wait() is timed as the
-    collective phase; everything else goes to the real handle."""
-    __slots__ = ("_work", "_add_phase")
+    collective phase (on the device too with a timer: on a GPU, wait() makes the current
+    stream wait for the collective's, and events around it time that wait); everything else
+    goes to the real handle."""
+    __slots__ = ("_work", "_add_phase", "_timer")
 
-    def __init__(self, work: Any, add_phase: Callable[[int, int, int], None]) -> None:
-        self._work, self._add_phase = work, add_phase
+    def __init__(self, work: Any, add_phase: Callable[[int, int, int], None],
+                 timer: DeviceTimer | None = None) -> None:
+        self._work, self._add_phase, self._timer = work, add_phase, timer
 
     def wait(self, *args: Any, **kwargs: Any) -> Any:
+        timer = self._timer
+        begin = timer.mark() if timer is not None else None
         t0 = now_ns()
         try:
             return self._work.wait(*args, **kwargs)
         finally:
-            self._add_phase(_COLLECTIVE, t0, now_ns())
+            t1 = now_ns()
+            self._add_phase(_COLLECTIVE, t0, t1)
+            if timer is not None:
+                timer.phase(_COLLECTIVE, begin, timer.mark(), t0)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._work, name)
@@ -271,9 +317,10 @@ def _timed_work_type(work_type: Any) -> Any:
     if not isinstance(work_type, type):
         return _TimedWork
 
-    def init(self: Any, work: Any, add_phase: Callable[[int, int, int], None]) -> None:
+    def init(self: Any, work: Any, add_phase: Callable[[int, int, int], None],
+             timer: DeviceTimer | None = None) -> None:
         work_type.__init__(self)
-        self._work, self._add_phase = work, add_phase
+        self._work, self._add_phase, self._timer = work, add_phase, timer
 
     def delegate(name: str) -> Callable[..., Any]:
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -290,14 +337,16 @@ def _timed_work_type(work_type: Any) -> Any:
         return _TimedWork
 
 
-def instrument_collectives(native: _native.Collector,
-                          names: Iterable[str] = SHARDED_COLLECTIVES) -> Attachment:
+def instrument_collectives(native: _native.Collector, names: Iterable[str] = SHARDED_COLLECTIVES,
+                          timer: DeviceTimer | None = None) -> Attachment:
     """Wraps the torch.distributed functions `names` (those that exist, in torch.distributed
     and in torch.distributed.distributed_c10d) so that the time a caller is blocked in them
     is the collective phase: a synchronous call from start to return, an asynchronous one
     (async_op=True) in its handle's wait(). A call made from inside another wrapped call
     (_all_gather_base calls all_gather_into_tensor) is timed once. Returns the Attachment of
-    the wrappers (process-wide; one per process is enough)."""
+    the wrappers (process-wide; one per process is enough). With a device `timer`, events on
+    the current stream around a synchronous call and around wait() time the stream's wait on
+    the device too."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d
     modules: list[ModuleType] = [m for m in (dist, distributed_c10d)]
@@ -310,15 +359,19 @@ def instrument_collectives(native: _native.Collector,
             if getattr(inside, "depth", 0):
                 return fn(*args, **kwargs)
             inside.depth = 1
+            begin = timer.mark() if timer is not None and not kwargs.get("async_op") else None
             t0 = now_ns()
             try:
                 work = fn(*args, **kwargs)
             finally:
                 inside.depth = 0
             if work is None:  # synchronous: it returned when the collective completed
-                add_phase(_COLLECTIVE, t0, now_ns())
+                t1 = now_ns()
+                add_phase(_COLLECTIVE, t0, t1)
+                if timer is not None and begin is not None:
+                    timer.phase(_COLLECTIVE, begin, timer.mark(), t0)
                 return None
-            return timed_work(work, add_phase)
+            return timed_work(work, add_phase, timer)
         timed.__wrapped__ = fn  # type: ignore[attr-defined]  # as functools.wraps sets it
         timed.__name__ = getattr(fn, "__name__", "collective")
         timed.__doc__ = getattr(fn, "__doc__", None)
