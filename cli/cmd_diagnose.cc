@@ -70,6 +70,32 @@ std::string Percent(double part, double whole) {
   return buf;
 }
 
+// "1,200"
+std::string Grouped(uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// "device (1,200 rank-steps), 4 with device times missing", "host (800 rank-steps)",
+// "mixed (600 of 1,200 rank-steps on the device)".
+std::string TimingLine(const v1::TimingEvidence& t) {
+  const uint64_t all = t.device_steps() + t.host_steps();
+  std::string out = t.clock() + " (";
+  if (t.clock() == "mixed") {
+    out += Grouped(t.device_steps()) + " of " + Grouped(all) + " rank-steps on the device)";
+  } else {
+    out += Grouped(all) + " rank-steps)";
+  }
+  if (t.device_missing_steps() > 0) {
+    out += ", " + Grouped(t.device_missing_steps()) + " with device times missing";
+  }
+  return out;
+}
+
 // "rank 42 — pod trainer-worker-5 on node gpu-17", "rank 42 on node gpu-17", "rank 42".
 std::string RankWhere(uint32_t rank, const std::string& pod, const std::string& node) {
   std::string out = "rank " + std::to_string(rank);
@@ -214,6 +240,7 @@ void PrintStep(const v1::StepDiagnosis& d) {
         static_cast<unsigned long long>(t.since_step()), t.onset_in_window() ? "" : " or earlier",
         t.lost_rank_seconds_per_step());
   }
+  if (d.has_timing()) std::printf("           timing  %s\n", TimingLine(d.timing()).c_str());
   if (d.sharded()) std::printf("           sharded job (forward waits for other ranks too)\n");
   if (d.phases_size() == 0) return;
   std::printf("\n  %-12s", "");

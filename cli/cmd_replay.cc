@@ -1,7 +1,7 @@
 // `rankwatch replay --brokers B --job J PATH...`: publishes vendor iteration traces (msprof,
-// MindSpore, torch_npu) as the step records of one training job, or Kineto (PyTorch profiler)
-// traces as its kernel events (collectors/kineto_replay.h), so the daemon diagnoses them like any
-// live job.
+// MindSpore, torch_npu), or step records recorded as JSON Lines (`*.steps.jsonl`), as the step
+// records of one training job, or Kineto (PyTorch profiler) traces as its kernel events
+// (collectors/kineto_replay.h), so the daemon diagnoses them like any live job.
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -17,6 +17,7 @@
 #include "ingest/batch_decoder.h"
 #include "ingest/iteration_trace.h"
 #include "ingest/kineto_trace_reader.h"
+#include "ingest/step_records_jsonl.h"
 #include "ingest/whatif_chrome_trace.h"
 #include "wire/schema.h"
 
@@ -31,7 +32,7 @@ struct ReplayFlags {
   uint32_t chunk_steps = 100;
   uint32_t chunk_events = 20'000;
   size_t max_message_bytes = kDefaultMaxMessageBytes;
-  std::string format = "auto";  // auto, steps, kineto, whatif
+  std::string format = "auto";  // auto, steps, records, kineto, whatif
   std::vector<std::string> paths;
 };
 
@@ -315,9 +316,63 @@ int RunWhatifReplay(const ReplayFlags& f) {
   return PublishSteps(f, ranks, world, 1);
 }
 
+// Step records recorded as JSON Lines (a collector on a machine without Kafka): each line a
+// rank's record in protobuf's JSON mapping, published as they are. The world size is
+// --world-size, else the largest the lines declare, else the highest rank + 1.
+int RunRecordsReplay(const ReplayFlags& f) {
+  auto files = FindStepRecordFiles(f.paths);
+  if (!files.ok()) {
+    std::fprintf(stderr, "rankwatch replay: %s\n", std::string(files.status().message()).c_str());
+    return 1;
+  }
+  std::map<uint32_t, RankTrace> ranks;
+  uint32_t declared = 0;
+  for (const auto& file : *files) {
+    auto lines = ReadStepRecordsJsonl(file);
+    if (!lines.ok()) {
+      std::fprintf(stderr, "rankwatch replay: %s\n", std::string(lines.status().message()).c_str());
+      return 1;
+    }
+    size_t added = 0;
+    for (StepRecordLine& l : *lines) {
+      RankTrace& r = ranks[l.rank];
+      if (!l.node.empty()) r.node = std::move(l.node);
+      if (!l.device.empty()) r.device = std::move(l.device);
+      declared = std::max(declared, l.world_size);
+      const uint64_t step = l.record.step();
+      added += r.steps.emplace(step, std::move(l.record)).second;
+    }
+    spdlog::info("replay: {}: {} records ({} new)", file.string(), lines->size(), added);
+  }
+  if (ranks.empty()) {
+    std::fprintf(stderr, "rankwatch replay: no step records in %zu file(s)\n", files->size());
+    return 1;
+  }
+  const uint32_t highest = ranks.rbegin()->first;
+  const uint32_t world = f.world_size > 0 ? f.world_size : std::max(declared, highest + 1);
+  if (highest >= world) {
+    std::fprintf(stderr, "rankwatch replay: rank %u found, but --world-size is %u\n", highest,
+                 world);
+    return 2;
+  }
+  if (ranks.size() < world) {
+    spdlog::warn("replay: records of {} of {} ranks; steps will align by the alignment timeout",
+                 ranks.size(), world);
+  }
+  return PublishSteps(f, ranks, world, files->size());
+}
+
+// Whether every path is a step-records file or a directory holding one (`--format auto`).
+bool AreStepRecords(const std::vector<std::string>& paths) {
+  return FindStepRecordFiles(paths).ok();
+}
+
 int RunReplay(const ReplayFlags& f) {
   if (f.format == "whatif" || (f.format == "auto" && IsWhatifTrace(f.paths))) {
     return RunWhatifReplay(f);
+  }
+  if (f.format == "records" || (f.format == "auto" && AreStepRecords(f.paths))) {
+    return RunRecordsReplay(f);
   }
   if (f.format != "steps") {
     // auto: Kineto when the paths hold no iteration trace but do hold *.json / *.json.gz.
@@ -372,7 +427,8 @@ CommandRunner AddReplayCommand(CLI::App& app) {
   auto f = std::make_shared<ReplayFlags>();
   CLI::App* cmd = app.add_subcommand(
       "replay",
-      "publish vendor iteration traces (msprof, MindSpore, torch_npu) or Kineto traces as a job");
+      "publish vendor iteration traces (msprof, MindSpore, torch_npu), recorded step records "
+      "(*.steps.jsonl) or Kineto traces as a job");
   cmd->add_option("--brokers", f->brokers, "Kafka bootstrap servers")->required();
   cmd->add_option("--topic", f->topic, "telemetry topic")->capture_default_str();
   cmd->add_option("--job", f->job, "training job id to publish as")->required();
@@ -383,12 +439,13 @@ CommandRunner AddReplayCommand(CLI::App& app) {
       ->check(CLI::Range(1u, 10000u));
   cmd->add_option(
          "--format", f->format,
-         "steps: iteration traces as step records; kineto: Kineto traces as kernel events; "
-         "whatif: a per-op Chrome trace of a pipeline job (the OSDI'25 what-if study's "
-         "timeline-*.json[.gz], with its meta-*.yaml) as step records with op records; auto: "
-         "whatif for a timeline-* trace, else kineto when no iteration trace is found")
+         "steps: iteration traces as step records; records: step records recorded as JSON "
+         "Lines (*.steps.jsonl); kineto: Kineto traces as kernel events; whatif: a per-op "
+         "Chrome trace of a pipeline job (the OSDI'25 what-if study's timeline-*.json[.gz], with "
+         "its meta-*.yaml) as step records with op records; auto: whatif for a timeline-* trace, "
+         "records for *.steps.jsonl files, else kineto when no iteration trace is found")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "steps", "kineto", "whatif"}));
+      ->check(CLI::IsMember({"auto", "steps", "records", "kineto", "whatif"}));
   cmd->add_option("--chunk-events", f->chunk_events, "kernel events per Kafka message (Kineto)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 200000u));
@@ -401,8 +458,8 @@ CommandRunner AddReplayCommand(CLI::App& app) {
   cmd->add_option(
          "paths", f->paths,
          "trace files or directories (searched for step_trace_*.json, "
-         "step_trace_raw_*_detail_time.csv, step_trace_time.csv; or Kineto *.json, *.json.gz; or "
-         "one what-if timeline-*.json[.gz] or its folder)")
+         "step_trace_raw_*_detail_time.csv, step_trace_time.csv; or *.steps.jsonl; or Kineto "
+         "*.json, *.json.gz; or one what-if timeline-*.json[.gz] or its folder)")
       ->required();
   return [cmd, f]() -> int { return cmd->parsed() ? RunReplay(*f) : -1; };
 }

@@ -193,6 +193,38 @@ TEST(StepCodecTest, RoundTripsGcPauses) {
   EXPECT_EQ(DecodeStep(damaged, &b).code(), absl::StatusCode::kDataLoss);
 }
 
+TEST(StepCodecTest, RoundTripsTheRecordsClock) {
+  AlignedStep a{11, 3, false, {}};
+  const uint32_t clocks[] = {kDeviceClockBit, kDeviceMissingBit, 0u};
+  for (uint32_t r : {0u, 1u, 2u}) {
+    StepSample s;
+    s.step = 11;
+    s.rank = r;
+    s.Set(Phase::kForward, 30'000'000);
+    s.Set(Phase::kStep, 100'000'000);
+    s.present |= clocks[r];
+    a.samples.push_back(s);
+  }
+  const state::v1::StoredStep stored = EncodeStep(a);
+  AlignedStep b;
+  ASSERT_TRUE(DecodeStep(stored, &b).ok());
+  ASSERT_EQ(b.samples.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(b.samples[i].present, a.samples[i].present) << i;
+    EXPECT_EQ(b.samples[i].ns, a.samples[i].ns) << i;
+  }
+  EXPECT_TRUE(b.samples[0].DeviceTimed());
+  EXPECT_TRUE(b.samples[1].DeviceTimesMissing());
+  EXPECT_FALSE(b.samples[2].DeviceTimed() || b.samples[2].DeviceTimesMissing());
+  // A step stored before the clock was carried (no clock bits) restores as host-timed.
+  state::v1::StoredStep old = stored;
+  for (int i = 0; i < old.present_size(); ++i) {
+    old.set_present(i, old.present(i) & ~(kDeviceClockBit | kDeviceMissingBit));
+  }
+  ASSERT_TRUE(DecodeStep(old, &b).ok());
+  for (const StepSample& s : b.samples) EXPECT_FALSE(s.DeviceTimed() || s.DeviceTimesMissing());
+}
+
 TEST(StepCodecTest, AStepStoredBeforeGcWasCarriedRestoresWithoutGc) {
   // The columns as the encoder wrote them before GC: no fields 11 and 12, no GC bit.
   state::v1::StoredStep old;

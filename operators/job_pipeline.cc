@@ -9,6 +9,20 @@
 
 namespace rankwatch {
 
+namespace {
+
+// Index of a record's clock in JobSnapshot::step_records_by_clock: host (also a clock this
+// daemon does not know), device, device_missing.
+size_t ClockIndex(v1::StepClock clock) {
+  switch (clock) {
+    case v1::STEP_CLOCK_DEVICE: return 1;
+    case v1::STEP_CLOCK_DEVICE_MISSING: return 2;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
 JobPipeline::JobPipeline(std::string training_job, uint32_t world_size, JobPipelineOptions options)
     : training_job_(std::move(training_job)), options_(options) {
   Reset(world_size);
@@ -138,7 +152,10 @@ JobDelta JobPipeline::AddBatch(const v1::Batch& batch, TimePoint now) {
     last_record_unix_ns_ = std::max(last_record_unix_ns_, record.end_unix_ns());
     if (batch.source().has_layout()) whatif_->Add(rank, batch.source().layout(), record);
     switch (aligner_->Add(ToStepSample(record, rank), now, &closed_)) {
-      case AlignOutcome::kAccepted: ++delta.accepted; break;
+      case AlignOutcome::kAccepted:
+        ++delta.accepted;
+        ++step_records_by_clock_[ClockIndex(record.clock())];
+        break;
       case AlignOutcome::kDuplicate: ++delta.duplicate; break;
       case AlignOutcome::kLate: ++delta.late; break;
       case AlignOutcome::kRankOutOfRange: ++delta.rank_out_of_range; break;
@@ -267,7 +284,10 @@ void SupersedeStraggler(const whatif::WhatIfSnapshot& w, StepDiagnosis* d) {
   d->culprit_phase = Phase::kStep;
   d->note = "pipeline job, what-if " + std::string(whatif::VerdictName(v.verdict)) + ": " + v.note;
   d->next_step = v.next_step;
-  if (!finding || w.result.steps == 0) return;
+  if (!finding || w.result.steps == 0) {
+    NoteTiming(d);
+    return;
+  }
   // The finding's evidence as a straggler's: what a step loses to it over the what-if's window,
   // and since when (the what-if's held onset).
   StragglerTest& t = d->straggler;
@@ -280,6 +300,7 @@ void SupersedeStraggler(const whatif::WhatIfSnapshot& w, StepDiagnosis* d) {
   t.onset_in_window = w.onset_known;
   d->note += w.onset_known ? fmt::format("; since step {}", w.since_step)
                            : fmt::format("; since step {} or earlier", w.since_step);
+  NoteTiming(d);
 }
 
 }  // namespace
@@ -322,6 +343,7 @@ JobSnapshot JobPipeline::Snapshot(TimePoint now) const {
   s.lost = lost_->Summary();
   s.input_lost_messages = input_lost_messages_;
   s.collector_dropped_records = collector_dropped_records_;
+  s.step_records_by_clock = step_records_by_clock_;
   for (int p = 0; p < kPhaseCount; ++p) s.phases[p] = s.step.phases[p].stat;
   s.memory = DiagnoseMemory(*memory_window_, memory_trend_.get(), options_.memory);
   s.rank_nodes = rank_nodes_;
@@ -373,6 +395,12 @@ JobCheckpoint JobPipeline::TakeCheckpoint(TimePoint now, int64_t wall_now_unix_n
   m.set_hang_counted_ns(std::llround(hang_counted_seconds_ * 1e9));
   m.set_input_lost_messages(input_lost_messages_);
   m.set_collector_dropped_records(collector_dropped_records_);
+  if (step_records_by_clock_ != std::array<uint64_t, 3>{}) {
+    state::v1::StepRecordsByClock* c = m.mutable_step_records();
+    c->set_host(step_records_by_clock_[0]);
+    c->set_device(step_records_by_clock_[1]);
+    c->set_device_missing(step_records_by_clock_[2]);
+  }
   if (whatif_->active()) whatif_->ExportState(m.mutable_whatif());
   if (!straggler_onset_.culprit().empty()) straggler_onset_.Export(m.mutable_straggler_onset());
   c.new_steps = std::move(unsaved_steps_);
@@ -434,6 +462,8 @@ absl::StatusOr<std::unique_ptr<JobPipeline>> JobPipeline::Restore(
   p->sharded_ = m.sharded();
   p->input_lost_messages_ = m.input_lost_messages();
   p->collector_dropped_records_ = m.collector_dropped_records();
+  p->step_records_by_clock_ = {m.step_records().host(), m.step_records().device(),
+                               m.step_records().device_missing()};
   p->hang_counted_seconds_ = static_cast<double>(std::max<int64_t>(0, m.hang_counted_ns())) * 1e-9;
   if (absl::Status s = p->lost_->ImportState(m.lost_time()); !s.ok()) return s;
   AlignedStep step;

@@ -6,6 +6,7 @@
 // on the daemon's ingest thread; snapshots are immutable copies, read from any thread.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -101,6 +102,9 @@ struct JobSnapshot {
   // Records the job's collectors dropped before sending them (Batch.dropped_records: a full
   // buffer, a message over the size limit, a failed delivery), summed over its ranks.
   uint64_t collector_dropped_records = 0;
+  // Step records accepted since the job started, by their clock: host, device, device_missing
+  // (StepRecord.clock; checkpointed).
+  std::array<uint64_t, 3> step_records_by_clock{};
   int64_t evaluated_unix_ns = 0;  // wall clock of the evaluation, set by the caller
   // Each rank's phase sums and counts over the window (for per-rank detail), and its memory
   // peaks over the memory window (0 = none reported), indexed by rank.
@@ -211,6 +215,7 @@ class JobPipeline {
   double hang_counted_seconds_ = 0;  // hang loss counted since the last progress
   uint64_t input_lost_messages_ = 0;
   uint64_t collector_dropped_records_ = 0;
+  std::array<uint64_t, 3> step_records_by_clock_{};             // as JobSnapshot's
   std::vector<AlignedStep> closed_;                             // scratch, reused
   std::vector<state::v1::StoredStep> unsaved_steps_;            // with options.record_changes
   std::vector<state::v1::WhatIfStepOps> unsaved_whatif_steps_;  // the same, the what-if's ops

@@ -130,6 +130,43 @@ TEST(JobPipelineTest, RecordsTheCollectorsDroppedAreSummedAndSurviveARestore) {
   EXPECT_EQ((*restored)->Snapshot(t0).collector_dropped_records, 7u);
 }
 
+TEST(JobPipelineTest, StepRecordsAreCountedByClockAndTheCountsSurviveARestore) {
+  JobPipelineOptions o;
+  o.record_changes = true;
+  JobPipeline p("j", 2, o);
+  const TimePoint t0{};
+  v1::Batch a = MakeBatch("j", 0, 2, 0, 10), b = MakeBatch("j", 1, 2, 0, 10);
+  for (v1::StepRecord& r : *a.mutable_steps()) r.set_clock(v1::STEP_CLOCK_DEVICE);
+  for (v1::StepRecord& r : *b.mutable_steps()) {
+    r.set_clock(r.step() < 3 ? v1::STEP_CLOCK_DEVICE_MISSING : v1::STEP_CLOCK_DEVICE);
+  }
+  p.AddBatch(a, t0);
+  p.AddBatch(b, t0);
+  p.AddBatch(MakeBatch("j", 1, 2, 0, 2), t0);  // duplicates: not counted
+  JobSnapshot s = p.Snapshot(t0);
+  EXPECT_EQ(s.step_records_by_clock, (std::array<uint64_t, 3>{0, 17, 3}));
+  EXPECT_EQ(s.step.timing.clock, TimingClock::kDevice);
+  EXPECT_EQ(s.step.timing.device_steps, 17u);
+  EXPECT_EQ(s.step.timing.host_steps, 3u);
+  EXPECT_EQ(s.step.timing.device_missing_steps, 3u);
+  JobCheckpoint c = p.TakeCheckpoint(t0, 1'000'000'000'000);
+  auto restored = JobPipeline::Restore(c.meta, c.new_steps, o, t0, 1'000'000'000'000);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  s = (*restored)->Snapshot(t0);
+  EXPECT_EQ(s.step_records_by_clock, (std::array<uint64_t, 3>{0, 17, 3}));
+  // The window's clocks come back with its stored steps.
+  EXPECT_EQ(s.step.timing.device_steps, 17u);
+  EXPECT_EQ(s.step.timing.device_missing_steps, 3u);
+  // A job of host records, and state written before the counts existed.
+  JobPipeline cpu("c", 1, o);
+  cpu.AddBatch(MakeBatch("c", 0, 1, 0, 4), t0);
+  EXPECT_EQ(cpu.Snapshot(t0).step_records_by_clock, (std::array<uint64_t, 3>{4, 0, 0}));
+  c.meta.clear_step_records();
+  restored = JobPipeline::Restore(c.meta, c.new_steps, o, t0, 1'000'000'000'000);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->Snapshot(t0).step_records_by_clock, (std::array<uint64_t, 3>{}));
+}
+
 TEST(JobPipelineTest, AWorldSizeChangeRestartsAlignment) {
   JobPipeline p("j", 2, {});
   const TimePoint t0{};

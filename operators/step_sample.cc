@@ -44,6 +44,11 @@ StepSample ToStepSample(const v1::StepRecord& r, uint32_t rank) {
     s.gc_count = r.gc_count();
     s.present |= kGcBit;
   }
+  switch (r.clock()) {
+    case v1::STEP_CLOCK_DEVICE: s.present |= kDeviceClockBit; break;
+    case v1::STEP_CLOCK_DEVICE_MISSING: s.present |= kDeviceMissingBit; break;
+    default: break;
+  }
   s.peak_allocated_bytes = r.peak_allocated_bytes();
   s.peak_reserved_bytes = r.peak_reserved_bytes();
   s.device_capacity_bytes = r.device_capacity_bytes();

@@ -568,6 +568,43 @@ std::string_view StragglerCauseName(StragglerCause cause) {
   return "unknown";
 }
 
+std::string_view TimingClockName(TimingClock clock) {
+  switch (clock) {
+    case TimingClock::kHost: return "host";
+    case TimingClock::kDevice: return "device";
+    case TimingClock::kMixed: return "mixed";
+  }
+  return "unknown";
+}
+
+TimingEvidence TimingOf(const StepWindow& w) {
+  const StepWindow::ClockSteps& c = w.clock_steps();
+  TimingEvidence t;
+  t.device_steps = c.device;
+  t.host_steps = c.host;
+  t.device_missing_steps = c.device_missing;
+  if (c.device == 0) {
+    t.clock = TimingClock::kHost;
+  } else if (c.host == c.device_missing) {
+    t.clock = TimingClock::kDevice;
+  } else {
+    t.clock = TimingClock::kMixed;
+  }
+  return t;
+}
+
+void NoteTiming(StepDiagnosis* d) {
+  const bool straggler = d->label == StepLabel::kStraggler ||
+                         d->label == StepLabel::kInputStraggler ||
+                         d->label == StepLabel::kComputeStraggler;
+  if (!straggler || d->culprit_ranks.empty()) return;
+  switch (d->timing.clock) {
+    case TimingClock::kHost: break;
+    case TimingClock::kDevice: d->note += " (device time)"; break;
+    case TimingClock::kMixed: d->note += " (device and host time)"; break;
+  }
+}
+
 StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::string>& rank_nodes,
                                const HangInput& hang, const StepDiagnosisOptions& o, bool sharded,
                                step_time::OnsetHold* onset) {
@@ -575,6 +612,7 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::strin
   d.window_steps = static_cast<uint32_t>(w.size());
   d.seconds_since_last_aligned = hang.seconds_since_last_aligned;
   d.sharded = sharded;
+  d.timing = TimingOf(w);
   step_time::Verdict verdict = step_time::RunStages(w, rank_nodes, hang, o, sharded, onset, d);
   // A judged window without a straggler: the held onset's episode may have ended (a hang, or
   // too few steps, says nothing about it).
@@ -586,6 +624,7 @@ StepDiagnosis DiagnoseStepTime(const StepWindow& w, const std::vector<std::strin
   d.severity = verdict.severity;
   d.note = std::move(verdict.note);
   d.next_step = std::string(step_time::NextStep(d.label, d.cause));
+  NoteTiming(&d);
   return d;
 }
 

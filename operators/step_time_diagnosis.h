@@ -131,6 +131,24 @@ struct GcEvidence {
   double rank_collections = 0;
 };
 
+// Which clock the window's phases were timed with (docs/diagnoses.md, "Which clock").
+enum class TimingClock : uint8_t {
+  kHost,    // no rank-step of the window was timed on the device
+  kDevice,  // every rank-step came with device timing on (a few may have had their events late)
+  kMixed,   // some rank-steps were timed on the device, others by collectors timing on the host
+};
+std::string_view TimingClockName(TimingClock clock);  // "host", "device", "mixed"
+
+// The window's rank-steps by clock (StepWindow::clock_steps; wire: TimingEvidence).
+struct TimingEvidence {
+  TimingClock clock = TimingClock::kHost;
+  uint64_t device_steps = 0;  // timed on the device (StepRecord.clock STEP_CLOCK_DEVICE)
+  uint64_t host_steps = 0;    // host times
+  // Of host_steps: device timing was on, but the step's events were too late.
+  uint64_t device_missing_steps = 0;
+};
+TimingEvidence TimingOf(const StepWindow& window);
+
 // What the caller knows about progress, for the hang diagnosis.
 struct HangInput {
   double seconds_since_last_aligned = 0;   // since a step last aligned (or the job appeared)
@@ -225,9 +243,14 @@ struct StepDiagnosis {
   std::vector<uint32_t> hang_suspects;  // ranks whose last reported step is lowest (<= 16)
   bool whole_job_stalled = false;
   int64_t lowest_last_step = -1;
+  TimingEvidence timing;  // which clock the window's phases rest on
   std::string note;       // one line in plain words
   std::string next_step;  // the suggested next action
 };
+
+// A straggler verdict that names a culprit on device-timed steps says so: appends " (device
+// time)" (" (device and host time)" on a mixed window) to the note. Nothing otherwise.
+void NoteTiming(StepDiagnosis* d);
 
 namespace step_time {
 class OnsetHold;

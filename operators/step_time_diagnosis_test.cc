@@ -5,6 +5,7 @@
 #include <random>
 
 #include "collectors/simulator/fleet_model.h"
+#include "operators/step_time/test_windows.h"
 
 namespace rankwatch {
 namespace {
@@ -734,6 +735,100 @@ TEST(StepTimeDiagnosisTest, ALongGcPauseEveryFifthStepIsTheCauseOverTheWindow) {
                         "the median rank (0.2 collections a step of 200.0 ms each"),
             std::string::npos)
       << d.note;
+}
+
+// Issue #48: 4 DDP ranks with collective times, 20 steps; rank 2 is 10 ms slower in forward
+// and the others wait for it in the allreduce (`slow`: else every rank is equal). Each
+// rank-step's record has the clock clock(step, rank).
+StepWindow ClockedWindow(bool slow, const std::function<v1::StepClock(uint64_t, uint32_t)>& clock) {
+  StepWindow w(4, {.steps = 100});
+  for (uint64_t s = 0; s < 20; ++s) {
+    AlignedStep a{s, 4, false, {}};
+    for (uint32_t r = 0; r < 4; ++r) {
+      const bool late = slow && r == 2;
+      const step_time::testing::Ms m{.dl = 5,
+                                     .fwd = late ? 30.0 : 20.0,
+                                     .bwd = 60,
+                                     .opt = 5,
+                                     .coll = late ? 20.0 : 30.0,
+                                     .step = 100};
+      v1::StepRecord record = step_time::testing::Record(s, m);
+      record.set_clock(clock(s, r));
+      a.samples.push_back(ToStepSample(record, r));
+    }
+    w.Add(a);
+  }
+  return w;
+}
+
+StepDiagnosis DiagnoseClocked(bool slow,
+                              const std::function<v1::StepClock(uint64_t, uint32_t)>& clock) {
+  return DiagnoseStepTime(ClockedWindow(slow, clock), std::vector<std::string>(4), {},
+                          StepDiagnosisOptions{});
+}
+
+TEST(StepTimeDiagnosisTest, TheTimingEvidenceCountsTheWindowsClocksAndChangesNoNumber) {
+  const StepDiagnosis host =
+      DiagnoseClocked(true, [](uint64_t, uint32_t) { return v1::STEP_CLOCK_HOST; });
+  ASSERT_EQ(host.label, StepLabel::kComputeStraggler) << host.note;
+  ASSERT_EQ(host.culprit_ranks, std::vector<uint32_t>{2});
+  EXPECT_EQ(host.timing.clock, TimingClock::kHost);
+  EXPECT_EQ(TimingClockName(host.timing.clock), "host");
+  EXPECT_EQ(host.timing.device_steps, 0u);
+  EXPECT_EQ(host.timing.host_steps, 80u);
+  EXPECT_EQ(host.timing.device_missing_steps, 0u);
+  EXPECT_EQ(host.note.find("device"), std::string::npos) << host.note;
+
+  // Every rank-step on the device: the same verdict and numbers; the note says the clock.
+  const StepDiagnosis device =
+      DiagnoseClocked(true, [](uint64_t, uint32_t) { return v1::STEP_CLOCK_DEVICE; });
+  EXPECT_EQ(device.timing.clock, TimingClock::kDevice);
+  EXPECT_EQ(TimingClockName(device.timing.clock), "device");
+  EXPECT_EQ(device.timing.device_steps, 80u);
+  EXPECT_EQ(device.timing.host_steps, 0u);
+  EXPECT_EQ(device.label, host.label);
+  EXPECT_EQ(device.severity, host.severity);
+  EXPECT_EQ(device.culprit_ranks, host.culprit_ranks);
+  EXPECT_EQ(device.cause, host.cause);
+  EXPECT_EQ(device.own_score, host.own_score);
+  EXPECT_EQ(device.compute_score, host.compute_score);
+  EXPECT_EQ(device.compute.stat.median_seconds, host.compute.stat.median_seconds);
+  EXPECT_EQ(device.note, host.note + " (device time)");
+
+  // Rank 1's events were late on two steps: still the device's clock, those two counted.
+  const StepDiagnosis late = DiagnoseClocked(true, [](uint64_t s, uint32_t r) {
+    return r == 1 && (s == 3 || s == 4) ? v1::STEP_CLOCK_DEVICE_MISSING : v1::STEP_CLOCK_DEVICE;
+  });
+  EXPECT_EQ(late.timing.clock, TimingClock::kDevice);
+  EXPECT_EQ(late.timing.device_steps, 78u);
+  EXPECT_EQ(late.timing.host_steps, 2u);
+  EXPECT_EQ(late.timing.device_missing_steps, 2u);
+
+  // Rank 3's collector times on the host: mixed.
+  const StepDiagnosis mixed = DiagnoseClocked(true, [](uint64_t s, uint32_t r) {
+    if (r == 3) return v1::STEP_CLOCK_HOST;
+    return r == 0 && s == 0 ? v1::STEP_CLOCK_DEVICE_MISSING : v1::STEP_CLOCK_DEVICE;
+  });
+  EXPECT_EQ(mixed.timing.clock, TimingClock::kMixed);
+  EXPECT_EQ(TimingClockName(mixed.timing.clock), "mixed");
+  EXPECT_EQ(mixed.timing.device_steps, 59u);
+  EXPECT_EQ(mixed.timing.host_steps, 21u);
+  EXPECT_EQ(mixed.timing.device_missing_steps, 1u);
+  EXPECT_EQ(mixed.note, host.note + " (device and host time)");
+
+  // Every device time missing: the phases are the host's.
+  const StepDiagnosis missing =
+      DiagnoseClocked(true, [](uint64_t, uint32_t) { return v1::STEP_CLOCK_DEVICE_MISSING; });
+  EXPECT_EQ(missing.timing.clock, TimingClock::kHost);
+  EXPECT_EQ(missing.timing.device_missing_steps, 80u);
+  EXPECT_EQ(missing.note, host.note);
+
+  // No culprit: the note is the same on either clock.
+  const StepDiagnosis even =
+      DiagnoseClocked(false, [](uint64_t, uint32_t) { return v1::STEP_CLOCK_DEVICE; });
+  EXPECT_TRUE(even.culprit_ranks.empty()) << even.note;
+  EXPECT_EQ(even.timing.clock, TimingClock::kDevice);
+  EXPECT_EQ(even.note.find("device"), std::string::npos) << even.note;
 }
 
 }  // namespace

@@ -22,6 +22,13 @@ void StepWindow::Apply(const Entry& e, int sign) {
     t.gc_collections += static_cast<uint64_t>(sign) * e.gc_count;
     t.gc_steps += sign;
   }
+  const auto one = static_cast<uint64_t>(sign);  // +1, or -1 modulo 2^64
+  if (e.present & kDeviceClockBit) {
+    clock_steps_.device += one;
+  } else {
+    clock_steps_.host += one;
+    if (e.present & kDeviceMissingBit) clock_steps_.device_missing += one;
+  }
 }
 
 void StepWindow::Add(const AlignedStep& aligned) {

@@ -48,10 +48,19 @@ class StepWindow {
   uint32_t last_ranks_present() const { return steps_.back().ranks_present; }
   const std::vector<RankTotals>& totals() const { return totals_; }
 
+  // Rank-steps of the window by the clock their records were timed with (StepSample's clock
+  // bits): on the device, on the host; of the host ones, those whose device times were missing.
+  struct ClockSteps {
+    uint64_t device = 0;
+    uint64_t host = 0;
+    uint64_t device_missing = 0;  // of `host`
+  };
+  const ClockSteps& clock_steps() const { return clock_steps_; }
+
   // One rank's phases in one step of the window, and its GC pauses (StepSample's fields).
   struct Entry {
     uint32_t rank;
-    uint32_t present;  // as StepSample::present, kGcBit included
+    uint32_t present;  // as StepSample::present, kGcBit and the clock bits included
     std::array<int64_t, kPhaseCount> ns;
     int64_t gc_ns = 0;
     uint32_t gc_count = 0;
@@ -74,6 +83,7 @@ class StepWindow {
   const StepWindowOptions options_;
   std::deque<Step> steps_;
   std::vector<RankTotals> totals_;
+  ClockSteps clock_steps_;
 };
 
 }  // namespace rankwatch

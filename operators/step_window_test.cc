@@ -80,6 +80,67 @@ TEST(StepWindowTest, SumsGcPausesOfTheStepsThatReportThem) {
   EXPECT_FALSE(w.steps().back().entries[1].HasGc());
 }
 
+TEST(StepSampleTest, TheRecordsClockIsKeptAndChangesNoPhase) {
+  v1::StepRecord r;
+  r.set_step(3);
+  r.set_dataloader_ns(2'000'000);
+  r.set_forward_ns(30'000'000);  // device time
+  r.set_backward_ns(50'000'000);
+  r.set_step_time_ns(100'000'000);
+  r.mutable_host_phases()->set_forward_ns(4'000'000);  // when the host queued it
+  r.mutable_host_phases()->set_backward_ns(6'000'000);
+  const StepSample host = ToStepSample(r, 1);
+  EXPECT_FALSE(host.DeviceTimed());
+  EXPECT_FALSE(host.DeviceTimesMissing());
+  r.set_clock(v1::STEP_CLOCK_DEVICE);
+  const StepSample device = ToStepSample(r, 1);
+  EXPECT_TRUE(device.DeviceTimed());
+  EXPECT_FALSE(device.DeviceTimesMissing());
+  EXPECT_EQ(device.present, host.present | kDeviceClockBit);
+  EXPECT_EQ(device.ns, host.ns);  // the phase fields as they are: the best durations
+  EXPECT_EQ(device.Get(Phase::kForward), 30'000'000);
+  EXPECT_EQ(device.Get(Phase::kWait), 18'000'000);
+  r.set_clock(v1::STEP_CLOCK_DEVICE_MISSING);
+  const StepSample missing = ToStepSample(r, 1);
+  EXPECT_FALSE(missing.DeviceTimed());
+  EXPECT_TRUE(missing.DeviceTimesMissing());
+  EXPECT_EQ(missing.present, host.present | kDeviceMissingBit);
+  // The clock bits are above the phase and GC bits.
+  for (int p = 0; p < kPhaseCount; ++p) {
+    EXPECT_EQ(kDeviceClockBit & (1u << p), 0u);
+    EXPECT_EQ(kDeviceMissingBit & (1u << p), 0u);
+  }
+  EXPECT_EQ((kDeviceClockBit | kDeviceMissingBit) & kGcBit, 0u);
+  r.set_clock(static_cast<v1::StepClock>(7));  // a clock this daemon does not know: host
+  EXPECT_EQ(ToStepSample(r, 1).present, host.present);
+}
+
+TEST(StepWindowTest, CountsTheRankStepsOfTheWindowByClock) {
+  auto sample = [](uint32_t rank, uint64_t step, uint32_t clock_bit) {
+    StepSample s = Sample(rank, step);
+    s.present |= clock_bit;
+    return s;
+  };
+  StepWindow w(3, {.steps = 4});
+  // Steps 0-3: every rank on the device; 4-5: rank 2 on the host, rank 1's events late on 5.
+  for (uint64_t step = 0; step < 6; ++step) {
+    const bool late = step >= 4;
+    w.Add(Step(step, {sample(0, step, kDeviceClockBit),
+                      sample(1, step, step == 5 ? kDeviceMissingBit : kDeviceClockBit),
+                      sample(2, step, late ? 0u : kDeviceClockBit)}));
+  }
+  // Steps 2-5 in the window: 12 rank-steps, 3 of them host, 1 of those a missing device time.
+  EXPECT_EQ(w.clock_steps().device, 9u);
+  EXPECT_EQ(w.clock_steps().host, 3u);
+  EXPECT_EQ(w.clock_steps().device_missing, 1u);
+  for (uint64_t step = 6; step < 10; ++step) {
+    w.Add(Step(step, {Sample(0, step), Sample(1, step), Sample(2, step)}));
+  }
+  EXPECT_EQ(w.clock_steps().device, 0u);
+  EXPECT_EQ(w.clock_steps().host, 12u);
+  EXPECT_EQ(w.clock_steps().device_missing, 0u);
+}
+
 TEST(PhaseStatsTest, MedianWorstSkewOfPerRankMeans) {
   StepWindow w(3, {.steps = 10});
   for (uint64_t s = 0; s < 4; ++s) {

@@ -157,6 +157,11 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version,
       "Records a job's collectors dropped before sending them (a full buffer, a message over "
       "the size limit, a failed delivery), as their batches report.",
       {"training_job"});
+  step_records_ = r->Counter(
+      "rankwatch_step_records_total",
+      "Step records of a job accepted for alignment, by the clock that timed their phases: host, "
+      "device, device_missing (device timing on, its events too late: host times).",
+      {"training_job", "clock"});
   phase_seconds_ =
       r->Gauge("rankwatch_step_phase_seconds",
                "Per-step mean time of a phase over the window: median or worst over the ranks.",
@@ -423,6 +428,13 @@ void DaemonMetrics::PublishSteps(const JobSnapshot& s) {
   steps_timed_out_->WithLabels({s.training_job})->Set(static_cast<double>(s.timed_out_steps));
   collector_dropped_->WithLabels({s.training_job})
       ->Set(static_cast<double>(s.collector_dropped_records));
+  // A clock's series once a record of it came: a CPU job has the host series alone.
+  static constexpr const char* kClocks[] = {"host", "device", "device_missing"};
+  for (size_t c = 0; c < s.step_records_by_clock.size(); ++c) {
+    if (s.step_records_by_clock[c] == 0) continue;
+    step_records_->WithLabels({s.training_job, kClocks[c]})
+        ->Set(static_cast<double>(s.step_records_by_clock[c]));
+  }
 }
 
 void DaemonMetrics::PublishWhatIf(const JobSnapshot& s) {
@@ -531,6 +543,7 @@ void DaemonMetrics::RemoveJob(const std::string& job) {
                           whatif_lost_}) {
     f->RemoveWhereFirstLabel(job);
   }
+  step_records_->RemoveWhereFirstLabel(job);
   kernel.RemoveJob(job);
 }
 

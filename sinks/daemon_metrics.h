@@ -133,6 +133,7 @@ class DaemonMetrics {
   MetricFamily* steps_aligned_;
   MetricFamily* steps_timed_out_;
   MetricFamily* collector_dropped_;
+  MetricFamily* step_records_;
   MetricFamily* phase_seconds_;
   MetricFamily* phase_skew_;
   MetricFamily* ranks_;

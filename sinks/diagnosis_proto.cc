@@ -206,6 +206,11 @@ void ToProto(const JobSnapshot& s, int64_t evaluated_unix_ns, v1::Diagnosis* out
     e->set_stalls(t.stalls);
     e->set_drift_seconds_per_step(t.drift_seconds_per_step);
   }
+  v1::TimingEvidence* timing = step->mutable_timing();
+  timing->set_clock(std::string(TimingClockName(d.timing.clock)));
+  timing->set_device_steps(d.timing.device_steps);
+  timing->set_host_steps(d.timing.host_steps);
+  timing->set_device_missing_steps(d.timing.device_missing_steps);
   step->set_note(d.note);
   step->set_next_step(d.next_step);
   if (d.label == StepLabel::kHang) {

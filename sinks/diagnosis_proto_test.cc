@@ -71,6 +71,22 @@ TEST(DiagnosisProtoTest, NoGcReportsNoGcEvidence) {
   EXPECT_NE(out.step().cause(), v1::CAUSE_GC);
 }
 
+TEST(DiagnosisProtoTest, TheTimingEvidenceIsOnTheWire) {
+  v1::Diagnosis out;
+  ToProto(Snapshot(false), 0, &out);
+  ASSERT_TRUE(out.step().has_timing());
+  EXPECT_EQ(out.step().timing().clock(), "host");
+  EXPECT_EQ(out.step().timing().host_steps(), 80u);
+  EXPECT_EQ(out.step().timing().device_steps(), 0u);
+  JobSnapshot s = Snapshot(false);
+  s.step.timing = {TimingClock::kMixed, 70, 10, 4};
+  ToProto(s, 0, &out);
+  EXPECT_EQ(out.step().timing().clock(), "mixed");
+  EXPECT_EQ(out.step().timing().device_steps(), 70u);
+  EXPECT_EQ(out.step().timing().host_steps(), 10u);
+  EXPECT_EQ(out.step().timing().device_missing_steps(), 4u);
+}
+
 // Memory per rank on the wire: 4 ranks of ~250 MiB, rank 2 alone leaks 0.5 MiB a step, 300
 // steps, a 64 GiB capacity.
 TEST(DiagnosisProtoTest, AOneRankCreepNamesTheRankAndItsTrend) {

@@ -9,6 +9,7 @@ import unittest
 
 import grpc
 from confluent_kafka import Producer
+from google.protobuf import json_format
 
 from harness import BIN, Fleet, metric, parse_metrics, scrape, wait_until
 from rankwatch.v1 import service_pb2, service_pb2_grpc, telemetry_pb2
@@ -221,6 +222,60 @@ class PipelineTest(unittest.TestCase):
         detail = stub.GetRankDetail(service_pb2.GetRankDetailRequest(training_job="grpc-job", rank=0), timeout=10)
         self.assertEqual(detail.rank, 0)
         self.assertGreater(len(detail.phases), 0)
+
+    def test_step_records_as_json_lines_replay_with_their_clock(self):
+        # Issue #48: step records recorded where there is no Kafka (a GPU box, its phases timed
+        # on the device) replayed into a daemon elsewhere, their clock and host times kept.
+        rw = os.path.join(BIN, "rankwatch")
+        folder = os.path.join(self.fleet.workdir, "records")
+        os.makedirs(folder)
+        origin = time.time_ns() - 10**9
+        for rank in range(2):
+            with open(os.path.join(folder, "rank%d.steps.jsonl" % rank), "w") as f:
+                for step in range(10):
+                    late = rank == 1 and step == 3  # its events were not read in time
+                    r = telemetry_pb2.StepRecord(
+                        step=step, dataloader_ns=2_000_000, forward_ns=30_000_000, backward_ns=50_000_000,
+                        optimizer_ns=6_000_000, step_time_ns=100_000_000, end_unix_ns=origin + step * 100_000_000,
+                        ops_origin_unix_ns=origin + step * 100_000_000 - 90_000_000,
+                        clock=telemetry_pb2.STEP_CLOCK_DEVICE_MISSING if late else telemetry_pb2.STEP_CLOCK_DEVICE)
+                    if not late:
+                        r.host_phases.forward_ns = 4_000_000
+                        r.host_phases.backward_ns = 6_000_000
+                        r.ops.add(type=telemetry_pb2.OP_FORWARD_COMPUTE, start_offset_us=2_500, duration_us=30_000,
+                                  host_start_offset_us=2_100, host_duration_us=4_000)
+                    f.write(json.dumps({"rank": rank, "world_size": 2, "node": "gpu-box", "device": "cuda:%d" % rank,
+                                        "record": json_format.MessageToDict(r)}) + "\n")
+        r = subprocess.run([rw, "replay", "--brokers", self.brokers, "--job", "jsonl-device", folder],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        self.assertEqual((out["ranks"], out["world_size"], out["records"]), (2, 2, 20))
+        self.wait_aligned("jsonl-device", 10)
+        s = self.samples()
+        records = lambda clock: metric(s, "rankwatch_step_records_total", training_job="jsonl-device", clock=clock)
+        self.assertEqual((records("device"), records("device_missing"), records("host")), (19, 1, None))
+        self.assertAlmostEqual(metric(s, "rankwatch_step_phase_seconds", training_job="jsonl-device",
+                                      phase="forward", stat="median"), 0.030, places=9)
+        stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(self.daemon.endpoints["grpc"]))
+        d = stub.GetDiagnosis(service_pb2.GetDiagnosisRequest(training_job="jsonl-device"), timeout=10)
+        t = d.step.timing
+        self.assertEqual((t.clock, t.device_steps, t.host_steps, t.device_missing_steps), ("device", 19, 1, 1))
+        r = subprocess.run([rw, "diagnose", "--server", self.daemon.endpoints["grpc"], "--job", "jsonl-device"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("timing  device (20 rank-steps), 1 with device times missing", r.stdout)
+        r = subprocess.run([rw, "diagnose", "--server", self.daemon.endpoints["grpc"], "--job", "jsonl-device",
+                            "--json"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(json.loads(r.stdout)["step"]["timing"]["device_steps"], "19")
+        # A bad line is one line naming the file and the line, exit code 1.
+        bad = os.path.join(self.fleet.workdir, "bad.steps.jsonl")
+        with open(bad, "w") as f:
+            f.write('{"rank": 0, "record": {"step": "1"}}\n{"rank": 0, "record": {"step": "two"}}\n')
+        r = subprocess.run([rw, "replay", "--brokers", self.brokers, "--job", "jsonl-bad", bad],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(bad + ":2: not a StepRecord", r.stderr)
 
     @unittest.skipUnless(shutil.which("promtool"), "promtool not installed")
     def test_exposition_passes_promtool(self):
