@@ -40,10 +40,15 @@ TEST_F(StepRecordsJsonlTest, ReadsRecordsInTheJsonMapping) {
       Write("rank1.steps.jsonl", std::string(kDeviceLine) + "\n\n" +
                                      R"({"rank": 0, "record": {"step": 8, "stepTimeNs": 5,)"
                                      R"( "clock": "STEP_CLOCK_DEVICE_MISSING"}})"
-                                     "\r\n");
+                                     "\r\n"
+                                     // The proto's own field names, numbers as numbers.
+                                     R"({"rank": 0, "world_size": 2, "record": {"step": 9,)"
+                                     R"( "step_time_ns": 100, "forward_ns": 60,)"
+                                     R"( "host_phases": {"forward_ns": 4}, "clock": 1}})"
+                                     "\n");
   auto lines = ReadStepRecordsJsonl(file);
   ASSERT_TRUE(lines.ok()) << lines.status();
-  ASSERT_EQ(lines->size(), 2u);
+  ASSERT_EQ(lines->size(), 3u);
   const StepRecordLine& a = (*lines)[0];
   EXPECT_EQ(a.rank, 1u);
   EXPECT_EQ(a.world_size, 2u);
@@ -64,6 +69,11 @@ TEST_F(StepRecordsJsonlTest, ReadsRecordsInTheJsonMapping) {
   EXPECT_EQ(b.rank, 0u);
   EXPECT_EQ(b.world_size, 0u);
   EXPECT_EQ(b.record.clock(), v1::STEP_CLOCK_DEVICE_MISSING);
+  const StepRecordLine& c = (*lines)[2];
+  EXPECT_EQ(c.record.step(), 9u);
+  EXPECT_EQ(c.record.step_time_ns(), 100u);
+  EXPECT_EQ(c.record.host_phases().forward_ns(), 4u);
+  EXPECT_EQ(c.record.clock(), v1::STEP_CLOCK_DEVICE);
 }
 
 TEST_F(StepRecordsJsonlTest, ABadLineNamesTheFileAndTheLine) {
