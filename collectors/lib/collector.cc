@@ -126,6 +126,9 @@ absl::StatusOr<std::unique_ptr<Collector>> Collector::Create(CollectorIdentity i
         "max_message_bytes must be between " + std::to_string(kMinMaxMessageBytes) + " and " +
         std::to_string(kMaxMaxMessageBytes) + ", not " + std::to_string(options.max_message_bytes));
   }
+  if (options.device_hold_ms <= 0 || options.device_hold_steps == 0) {
+    return absl::InvalidArgumentError("device_hold_ms and device_hold_steps must be positive");
+  }
   if (options.kafka_queue_max_messages > kIdempotentInflightWindow) {
     return absl::InvalidArgumentError("kafka_queue_max_messages must be at most " +
                                       std::to_string(kIdempotentInflightWindow) +
@@ -237,8 +240,126 @@ void Collector::EndStep(uint64_t now_ns) {
                              static_cast<uint32_t>(options_.max_ops_per_step));
   s.generation = op_generation_.fetch_add(1, std::memory_order_relaxed);
   earliest_begin_ns_.store(UINT64_MAX, std::memory_order_relaxed);
-  ring_.PushDropOldest(s);
+  // Held: its device times follow, or steps held before it must reach the ring first. With
+  // none held, none is released concurrently either (only EndStep holds steps): straight in.
+  if (expect_device_ || held_count_.load(std::memory_order_acquire) != 0) {
+    HoldStep(s, expect_device_);
+    expect_device_ = false;
+  } else {
+    ring_.PushDropOldest(s);
+  }
   steps_recorded_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Collector::HoldStep(const TimedStep& s, bool expect) {
+  HeldStep h;
+  h.step = s;
+  h.held_at_ns = NowNs();
+  h.expect = expect;
+  h.complete = !expect;
+  h.device.generation = s.generation;
+  std::lock_guard<std::mutex> lock(device_mu_);
+  held_.push_back(std::move(h));
+  // Too many held: the oldest goes with its host times, then whatever is complete behind it.
+  while (held_.size() > options_.device_hold_steps) {
+    ReleaseFrontLocked();
+    ReleaseHeldLocked(0, false);
+  }
+  ReleaseHeldLocked(0, false);  // a host-only step with nothing held before it any more
+  held_count_.store(held_.size(), std::memory_order_release);
+}
+
+void Collector::ReleaseFrontLocked() {
+  HeldStep& h = held_.front();
+  if (h.expect) {
+    if (h.complete && !h.missing) {
+      h.step.clock = v1::STEP_CLOCK_DEVICE;
+      device_released_ops_ += h.device.ops.size();
+      device_released_.push_back(std::move(h.device));
+      // Records beyond the ring's capacity are of steps the ring dropped (the oldest).
+      while (device_released_.size() > ring_.capacity()) {
+        device_released_ops_ -= device_released_.front().ops.size();
+        device_released_.pop_front();
+      }
+      // Past op_ring_capacity op times the oldest steps' ops keep their host times only.
+      for (auto it = device_released_.begin();
+           device_released_ops_ > options_.op_ring_capacity && it != device_released_.end(); ++it) {
+        device_released_ops_ -= it->ops.size();
+        std::vector<DeviceOpTime>().swap(it->ops);
+      }
+      device_steps_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      h.step.clock = v1::STEP_CLOCK_DEVICE_MISSING;
+      device_steps_missing_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  ring_.PushDropOldest(h.step);
+  held_.pop_front();
+}
+
+size_t Collector::ReleaseHeldLocked(uint64_t now_ns, bool all) {
+  const uint64_t hold_ns = uint64_t(options_.device_hold_ms) * 1'000'000;
+  size_t released = 0;
+  while (!held_.empty()) {
+    const HeldStep& h = held_.front();
+    const bool overdue = now_ns != 0 && now_ns - h.held_at_ns >= hold_ns;
+    if (!all && !h.complete && !overdue) break;
+    ReleaseFrontLocked();
+    ++released;
+  }
+  return released;
+}
+
+void Collector::ReleaseOverdue(bool all) {
+  if (!all && held_count_.load(std::memory_order_acquire) == 0) return;
+  const uint64_t now = NowNs();
+  std::lock_guard<std::mutex> lock(device_mu_);
+  ReleaseHeldLocked(now, all);
+  held_count_.store(held_.size(), std::memory_order_release);
+}
+
+bool Collector::SetDeviceTimes(uint64_t step, const DeviceTimes& times) {
+  std::vector<DeviceOpTime> ops;
+  if (!times.missing) ops = times.ops;  // copied outside the lock
+  std::lock_guard<std::mutex> lock(device_mu_);
+  auto it = std::find_if(held_.begin(), held_.end(), [step](const HeldStep& h) {
+    return h.expect && !h.complete && h.step.step == step;
+  });
+  if (it == held_.end()) {
+    device_times_late_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  it->complete = true;
+  it->missing = times.missing;
+  if (!times.missing) {
+    it->device.phases = times.phases;
+    // The dataloader is host work; bits past the phases mean nothing.
+    it->device.phases.phase_mask &=
+        ((1u << kStepPhaseCount) - 1) & ~(1u << static_cast<int>(StepPhase::kDataloader));
+    // The ops the step kept: indexes below its count, at most one time each.
+    const uint32_t kept = it->step.ops;
+    ops.erase(std::remove_if(ops.begin(), ops.end(),
+                             [kept](const DeviceOpTime& d) { return d.op_index >= kept; }),
+              ops.end());
+    if (ops.size() > kept) ops.resize(kept);
+    it->device.ops = std::move(ops);
+  }
+  ReleaseHeldLocked(0, false);
+  held_count_.store(held_.size(), std::memory_order_release);
+  return true;
+}
+
+bool Collector::TakeDeviceRecord(uint64_t generation, DeviceRecord* out) {
+  std::lock_guard<std::mutex> lock(device_mu_);
+  while (!device_released_.empty() && device_released_.front().generation < generation) {
+    device_released_ops_ -= device_released_.front().ops.size();  // its step was dropped
+    device_released_.pop_front();
+  }
+  if (device_released_.empty() || device_released_.front().generation != generation) return false;
+  device_released_ops_ -= device_released_.front().ops.size();
+  *out = std::move(device_released_.front());
+  device_released_.pop_front();
+  return true;
 }
 
 void Collector::AddPhase(StepPhase phase, uint64_t begin_ns, uint64_t end_ns) {
@@ -249,19 +370,21 @@ void Collector::AddPhase(StepPhase phase, uint64_t begin_ns, uint64_t end_ns) {
   AtomicMin(earliest_begin_ns_, begin_ns);
 }
 
-void Collector::AddOp(v1::OpType type, uint32_t microbatch, uint32_t chunk, uint64_t begin_ns,
-                      uint64_t end_ns) {
+int Collector::AddOp(v1::OpType type, uint32_t microbatch, uint32_t chunk, uint64_t begin_ns,
+                     uint64_t end_ns) {
   steps_started_.store(true, std::memory_order_relaxed);
-  AddStepOp(type, microbatch, chunk, begin_ns, end_ns);
+  return AddStepOp(type, microbatch, chunk, begin_ns, end_ns);
 }
 
-void Collector::AddStepOp(v1::OpType type, uint32_t microbatch, uint32_t chunk, uint64_t begin_ns,
-                          uint64_t end_ns) {
-  if (ops_in_step_.fetch_add(1, std::memory_order_relaxed) >= options_.max_ops_per_step) {
+int Collector::AddStepOp(v1::OpType type, uint32_t microbatch, uint32_t chunk, uint64_t begin_ns,
+                         uint64_t end_ns) {
+  const uint32_t index = ops_in_step_.fetch_add(1, std::memory_order_relaxed);
+  if (index >= options_.max_ops_per_step) {
     ops_over_limit_.fetch_add(1, std::memory_order_relaxed);
-    return;
+    return -1;
   }
   StepOp op;
+  op.index = index;
   op.generation = op_generation_.load(std::memory_order_relaxed);
   op.begin_ns = begin_ns;
   op.end_ns = std::max(begin_ns, end_ns);
@@ -271,6 +394,7 @@ void Collector::AddStepOp(v1::OpType type, uint32_t microbatch, uint32_t chunk, 
   op_ring_.PushDropOldest(op);
   ops_recorded_.fetch_add(1, std::memory_order_relaxed);
   AtomicMin(earliest_begin_ns_, begin_ns);
+  return static_cast<int>(index);
 }
 
 void Collector::AddGcPause(uint64_t begin_ns, uint64_t end_ns) {
@@ -536,12 +660,19 @@ bool Collector::Drain(bool final) {
   TimedStep s;
   v1::StepRecord record;
   while (ring_.TryPop(&s)) {
-    s.ToProto(&record);
+    bool on_device = false;
+    if (s.clock == v1::STEP_CLOCK_DEVICE) {
+      on_device = TakeDeviceRecord(s.generation, &sender_device_);
+      // Its device times were lost (cannot happen while the ring keeps the step): host times.
+      if (!on_device) s.clock = v1::STEP_CLOCK_DEVICE_MISSING;
+    }
+    s.ToProto(&record, on_device ? &sender_device_.phases : nullptr);
     TakeOps(s.generation, &step_ops_);
     // Fewer than counted: lost in the op ring (the sender fell behind) or recorded by another
     // thread as the step ended.
     if (step_ops_.size() < s.ops) ops_lost_.fetch_add(s.ops - step_ops_.size());
-    AppendStepOps(step_ops_, s.begin_ns, s.end_ns, s.end_unix_ns, &record);
+    AppendStepOps(step_ops_, s.begin_ns, s.end_ns, s.end_unix_ns, &record,
+                  on_device ? &sender_device_.ops : nullptr);
     size_t bytes = EncodedFieldBytes(record.ByteSizeLong());
     if (bytes > f.budget && record.ops_size() > 0) {
       // Alone it would not fit a message: the step goes without its ops.
@@ -787,6 +918,7 @@ void Collector::SenderLoop() {
     const bool stopping = stop_, final = final_;
     flush_requested_ = false;
     lock.unlock();
+    ReleaseOverdue(false);  // steps whose device times are too late go with host times
     capture_left_ = Drain(stopping && final);
     Produce();
     if (!stopping) {
@@ -830,6 +962,8 @@ absl::Status Collector::Close(bool final, std::chrono::milliseconds timeout) {
   // A thread waiting for stacks requests returns now; the last reference stops the listener.
   if (listener != nullptr) listener->WakeStacks();
   listener.reset();
+  // Steps still waiting for their device times go with their host times, before the last round.
+  ReleaseOverdue(true);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -893,6 +1027,9 @@ CollectorStats Collector::stats() const {
   s.producer_restarts = producer_restarts_.load(std::memory_order_relaxed);
   s.gc_pauses = gc_pauses_.load(std::memory_order_relaxed);
   s.gc_pauses_before_first_step = gc_pauses_before_first_step_.load(std::memory_order_relaxed);
+  s.device_steps = device_steps_.load(std::memory_order_relaxed);
+  s.device_steps_missing = device_steps_missing_.load(std::memory_order_relaxed);
+  s.device_times_late = device_times_late_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -904,7 +1041,13 @@ uint64_t Collector::memory_bound_bytes() const {
   // One capture at a time (the Python collector runs them one after the other).
   const uint64_t capture =
       options_.max_capture_events * (sizeof(KernelEventInput) + 2 * kMaxKernelString);
-  return ring + kernels + capture + options_.max_pending_bytes +
+  // Steps held for their device times, each with at most max_ops_per_step op times; released
+  // steps' device times (a record per step the ring holds, op_ring_capacity op times in all).
+  const uint64_t device =
+      options_.device_hold_steps *
+          (sizeof(HeldStep) + options_.max_ops_per_step * sizeof(DeviceOpTime)) +
+      ring_.capacity() * sizeof(DeviceRecord) + options_.op_ring_capacity * sizeof(DeviceOpTime);
+  return ring + kernels + capture + device + options_.max_pending_bytes +
          uint64_t(options_.kafka_queue_max_kbytes) * 1024;
 }
 

@@ -35,15 +35,27 @@
 // torch 2.x and building DDP collect for seconds) belong to no step: counted in
 // gc_pauses_before_first_step, they neither start step 0 early nor add to its gc_ns.
 //
+// Device time (issue #48): on a GPU the host's clock reads around a phase or an op say when the
+// host queued the work, not when the device did it. A caller that times the work on the device
+// too (events recorded on its streams, read back a step or more later without waiting) calls
+// ExpectDeviceTimes during the step; EndStep then holds the step back (a short deque under a
+// mutex, not the ring) until SetDeviceTimes hands over its device times, and releases held
+// steps into the ring in step order. A step whose device times do not come within
+// options.device_hold_ms (the sender's next round after it), or that is the oldest of more than
+// options.device_hold_steps held, goes with its host times, marked STEP_CLOCK_DEVICE_MISSING;
+// Close sends every held step so. A step never marked goes through the ring as before (one
+// relaxed load more on EndStep). Ops of held steps wait in the op ring.
+//
 // Control channel: with options.control_topic set, a ControlListener (its own thread and
 // librdkafka consumer) reads the daemon's requests for this rank; the training loop polls
 // control_pending() at step boundaries, takes the requests and acts on them, and the answers
 // (ReplyControl, SendCapture) ship in the next batches.
 //
-// Thread-safety: BeginStep/EndStep, control_pending() and TakeControlRequests() from one thread
-// (the training loop), which also closes the collector; AddPhase, AddOp, AddGcPause,
-// RecordMemory, RecordKernels, SetTrainingStrategy, SetLayout, ReplyControl, SendCapture,
-// identity(), stats() and Flush() from any thread.
+// Thread-safety: BeginStep/EndStep, ExpectDeviceTimes, control_pending() and
+// TakeControlRequests() from one thread (the training loop), which also closes the collector;
+// AddPhase, AddOp, AddGcPause, SetDeviceTimes, RecordMemory, RecordKernels,
+// SetTrainingStrategy, SetLayout, ReplyControl, SendCapture, identity(), stats() and Flush()
+// from any thread.
 #pragma once
 
 #include <atomic>
@@ -160,6 +172,23 @@ struct CollectorOptions {
   // for tens of microseconds each: an op for each would cost more bytes than it tells).
   uint64_t gc_op_min_ns = 1'000'000;  // default: 1 ms
   KafkaProperties properties;         // passed through to librdkafka
+  // A step marked ExpectDeviceTimes waits at most this long (and the sender's next round) for
+  // its device times (SetDeviceTimes); then it goes with its host times, marked
+  // STEP_CLOCK_DEVICE_MISSING. Positive.
+  int device_hold_ms = 10000;  // default: 10 s
+  // Steps held for their device times at most (and the host-only steps behind them): EndStep
+  // sends the oldest with its host times when more are held. At least 1.
+  size_t device_hold_steps = 16;  // default: 16
+};
+
+// A step's device times (Collector::SetDeviceTimes): its phases timed on the device, its ops'
+// device times by their index within the step (AddOp's result), on the collector's clock.
+struct DeviceTimes {
+  DevicePhases phases;            // the dataloader is host work: ignored
+  std::vector<DeviceOpTime> ops;  // an index the step does not have is ignored
+  // The events had not completed in time: the step goes with its host times, marked
+  // STEP_CLOCK_DEVICE_MISSING (phases and ops are ignored).
+  bool missing = false;
 };
 
 // One kernel (or CPU op) event, as the caller has it; strings are interned by the sender.
@@ -197,6 +226,12 @@ struct CollectorStats {
   // Ops dropped from step records that alone would not fit a message (also in ops_dropped).
   uint64_t ops_oversized = 0;
   uint64_t producer_restarts = 0;  // Kafka producers recreated after a fatal error
+  // Steps marked ExpectDeviceTimes released with their device times; released with host times
+  // only (missing, past device_hold_ms or device_hold_steps, or at Close); and SetDeviceTimes
+  // calls that found no held step of theirs (already released, or never held).
+  uint64_t device_steps = 0;
+  uint64_t device_steps_missing = 0;
+  uint64_t device_times_late = 0;
 };
 
 class Collector {
@@ -228,18 +263,31 @@ class Collector {
   void RecordKernels(const std::vector<KernelEventInput>& events);
   // Adds op [begin_ns, end_ns) of `type`, `microbatch` and model `chunk` to the open step (or
   // the next one, whose start it may then be, as with AddPhase). Past max_ops_per_step ops in
-  // a step it is dropped and counted. Any thread; never blocks or allocates.
-  void AddOp(v1::OpType type, uint32_t microbatch, uint32_t chunk, uint64_t begin_ns,
-             uint64_t end_ns);
+  // a step it is dropped and counted. Returns the op's index within its step (what
+  // SetDeviceTimes names it by), or -1 when dropped. Any thread; never blocks or allocates.
+  int AddOp(v1::OpType type, uint32_t microbatch, uint32_t chunk, uint64_t begin_ns,
+            uint64_t end_ns);
   // Accounts a garbage-collection pause [begin_ns, end_ns) to the open (or next) step: its
   // gc_ns and gc_count, and an OP_GC op when it lasts at least options.gc_op_min_ns. Any thread.
   void AddGcPause(uint64_t begin_ns, uint64_t end_ns);
 
+  // The open step's device times will follow (SetDeviceTimes): its EndStep holds it back
+  // until they come (or its deadline). Training thread, while the step is open (or before it
+  // opens: then it marks the next step to end).
+  void ExpectDeviceTimes() { expect_device_ = true; }
+  // Hands over the device times of step `step` (its BeginStep number; a step marked
+  // ExpectDeviceTimes and ended), and releases the held steps that can go, in step order.
+  // False when no held step has that number: already released with its host times (its
+  // deadline passed) or never marked; counted in device_times_late. Any thread.
+  bool SetDeviceTimes(uint64_t step, const DeviceTimes& times);
+
   // Ships everything recorded so far and waits until Kafka acknowledged it or `timeout`
-  // passed (DeadlineExceeded then; the data stays queued).
+  // passed (DeadlineExceeded then; the data stays queued). Steps held for their device times
+  // are not waited for: they go when their times come, at their deadline, or at Close.
   absl::Status Flush(std::chrono::milliseconds timeout);
   // Stops recording, ships what is left (a batch marked `final` when `final`, so the daemon
-  // knows the rank ended cleanly) and waits up to `timeout` for delivery. Idempotent.
+  // knows the rank ended cleanly; held steps with their host times, marked
+  // STEP_CLOCK_DEVICE_MISSING) and waits up to `timeout` for delivery. Idempotent.
   absl::Status Close(bool final, std::chrono::milliseconds timeout);
 
   // Sets the training strategy and sharding that every batch sealed from now on carries in
@@ -329,8 +377,39 @@ class Collector {
   // (and counting) those of older steps. Sender thread only.
   void TakeOps(uint64_t generation, std::vector<StepOp>* out);
   // AddOp without marking the steps started (AddGcPause's ops).
-  void AddStepOp(v1::OpType type, uint32_t microbatch, uint32_t chunk, uint64_t begin_ns,
-                 uint64_t end_ns);
+  int AddStepOp(v1::OpType type, uint32_t microbatch, uint32_t chunk, uint64_t begin_ns,
+                uint64_t end_ns);
+
+  // --- device time ---------------------------------------------------------------------
+  // A released device-timed step's device times, waiting for the sender (by generation).
+  struct DeviceRecord {
+    uint64_t generation = 0;
+    DevicePhases phases;
+    std::vector<DeviceOpTime> ops;
+  };
+  // A step held back by EndStep: marked ExpectDeviceTimes (`expect`), or a host-only step
+  // behind one (complete at once, so that steps reach the ring in order).
+  struct HeldStep {
+    TimedStep step;
+    uint64_t held_at_ns = 0;  // NowNs() at EndStep: its deadline counts from here
+    bool expect = false;
+    bool complete = false;  // its device times came (or it needs none)
+    bool missing = false;   // they came marked missing
+    DeviceRecord device;
+  };
+  // EndStep's path for a step marked ExpectDeviceTimes, or when steps are held.
+  void HoldStep(const TimedStep& s, bool expect);
+  // Releases held steps from the front while they are complete; with `now_ns` (monotonic, not
+  // 0), also incomplete ones held device_hold_ms or longer by then (their host times, marked
+  // missing); with `all`, every one. Returns how many it released.
+  size_t ReleaseHeldLocked(uint64_t now_ns, bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(device_mu_);
+  // Pushes the front held step into the ring (its device times to device_released_).
+  void ReleaseFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(device_mu_);
+  // Releases the held steps past their deadline (all of them with `all`). Sender thread, Close.
+  void ReleaseOverdue(bool all);
+  // Moves the device times of step `generation` into `*out`, dropping older ones (of steps the
+  // ring dropped); false when it has none. Sender thread only.
+  bool TakeDeviceRecord(uint64_t generation, DeviceRecord* out);
 
   const CollectorIdentity identity_;  // its training_strategy, sharded and layout: as created
   const CollectorOptions options_;
@@ -363,6 +442,18 @@ class Collector {
   bool step_open_ = false;
   uint64_t step_ = 0;
   uint64_t step_begin_ns_ = 0;
+  bool expect_device_ = false;  // ExpectDeviceTimes for the open step (training thread)
+
+  // Device time: steps held for their device times, oldest first; the device times of
+  // released steps, waiting for the sender (at most op_ring_capacity op times in all: past it
+  // the oldest steps' op times are dropped, and those ops keep host times only).
+  mutable std::mutex device_mu_;
+  std::deque<HeldStep> held_ ABSL_GUARDED_BY(device_mu_);
+  std::deque<DeviceRecord> device_released_ ABSL_GUARDED_BY(device_mu_);
+  size_t device_released_ops_ ABSL_GUARDED_BY(device_mu_) = 0;
+  std::atomic<size_t> held_count_{0};  // held_.size(), for EndStep and the sender's look
+  std::atomic<uint64_t> device_steps_{0}, device_steps_missing_{0}, device_times_late_{0};
+  DeviceRecord sender_device_;  // the device times of the step being written (sender thread)
 
   BoundedRing<TimedStep> ring_;
   std::atomic<uint64_t> steps_recorded_{0};

@@ -91,6 +91,8 @@ rw_collector* rw_collector_create(const rw_identity* identity, const rw_options*
   o.take_captures = options->take_captures != 0;
   o.watch_gc = options->watch_gc != 0;
   if (options->max_message_bytes > 0) o.max_message_bytes = options->max_message_bytes;
+  if (options->device_hold_ms > 0) o.device_hold_ms = options->device_hold_ms;
+  if (options->device_hold_steps > 0) o.device_hold_steps = options->device_hold_steps;
   auto c = rankwatch::Collector::Create(std::move(id), std::move(o));
   if (!c.ok()) return fail(std::string(c.status().message()));
   return new rw_collector{std::move(*c)};
@@ -145,6 +147,13 @@ int rw_op_add(rw_collector* c, enum rw_op_type type, uint32_t microbatch, uint32
   return 0;
 }
 
+int rw_op_add_indexed(rw_collector* c, enum rw_op_type type, uint32_t microbatch, uint32_t chunk,
+                      uint64_t begin_ns, uint64_t end_ns) {
+  const int t = static_cast<int>(type);
+  if (t == rankwatch::v1::OP_UNSPECIFIED || !rankwatch::v1::OpType_IsValid(t)) return -1;
+  return c->impl->AddOp(static_cast<rankwatch::v1::OpType>(t), microbatch, chunk, begin_ns, end_ns);
+}
+
 rw_op_scope rw_op_begin(enum rw_op_type type, uint32_t microbatch, uint32_t chunk) {
   return rw_op_scope{type, microbatch, chunk, rankwatch::Collector::NowNs()};
 }
@@ -152,6 +161,33 @@ rw_op_scope rw_op_begin(enum rw_op_type type, uint32_t microbatch, uint32_t chun
 int rw_op_end(rw_collector* c, const rw_op_scope* scope) {
   return rw_op_add(c, scope->type, scope->microbatch, scope->chunk, scope->begin_ns,
                    rankwatch::Collector::NowNs());
+}
+
+int rw_op_end_indexed(rw_collector* c, const rw_op_scope* scope) {
+  return rw_op_add_indexed(c, scope->type, scope->microbatch, scope->chunk, scope->begin_ns,
+                           rankwatch::Collector::NowNs());
+}
+
+void rw_step_expect_device_times(rw_collector* c) { c->impl->ExpectDeviceTimes(); }
+
+int rw_device_times_set(rw_collector* c, uint64_t step, const rw_device_times* times) {
+  rankwatch::DeviceTimes d;
+  if (times == nullptr || times->missing != 0) {
+    d.missing = true;
+  } else {
+    static_assert(sizeof(times->phase_ns) / sizeof(times->phase_ns[0]) ==
+                  rankwatch::kStepPhaseCount);
+    for (int i = 0; i < rankwatch::kStepPhaseCount; ++i) d.phases.phase_ns[i] = times->phase_ns[i];
+    d.phases.phase_mask = times->phase_mask;
+    if (times->ops != nullptr) {
+      d.ops.reserve(times->n_ops);
+      for (size_t i = 0; i < times->n_ops; ++i) {
+        const rw_device_op_time& t = times->ops[i];
+        d.ops.push_back({t.op_index, t.begin_ns, t.end_ns});
+      }
+    }
+  }
+  return c->impl->SetDeviceTimes(step, d) ? 0 : -1;
 }
 
 void rw_gc_pause_add(rw_collector* c, uint64_t begin_ns, uint64_t end_ns) {
@@ -178,12 +214,13 @@ void rw_stats_get(const rw_collector* c, rw_stats* out) {
   const rankwatch::CollectorStats s = c->impl->stats();
   uint64_t refused = 0;
   for (uint64_t n : s.control.refused) refused += n;
-  *out =
-      rw_stats{s.steps_recorded,     s.kernels_recorded,   s.records_dropped,  s.batches_dropped,
-               s.batches_produced,   s.batches_delivered,  s.batches_failed,   s.buffered_bytes,
-               s.max_buffered_bytes, s.memory_bound_bytes, s.control.accepted, refused,
-               s.captures_sent,      s.ops_recorded,       s.ops_dropped,      s.messages_oversized,
-               s.ops_oversized,      s.producer_restarts};
+  *out = rw_stats{s.steps_recorded,     s.kernels_recorded,     s.records_dropped,
+                  s.batches_dropped,    s.batches_produced,     s.batches_delivered,
+                  s.batches_failed,     s.buffered_bytes,       s.max_buffered_bytes,
+                  s.memory_bound_bytes, s.control.accepted,     refused,
+                  s.captures_sent,      s.ops_recorded,         s.ops_dropped,
+                  s.messages_oversized, s.ops_oversized,        s.producer_restarts,
+                  s.device_steps,       s.device_steps_missing, s.device_times_late};
 }
 
 int rw_capture_take(rw_collector* c, rw_capture_request* out) {

@@ -14,9 +14,38 @@
  * below it; a step whose ops alone would not fit goes without them, and anything else that
  * cannot fit is dropped and counted, never retried.
  *
- * rw_options and rw_stats grew fields at their ends (max_message_bytes; messages_oversized,
- * ops_oversized, producer_restarts): zero-initialise rw_options (`rw_options o = {0};`) and
- * rebuild against this header.
+ * rw_options and rw_stats grew fields at their ends (max_message_bytes, device_hold_ms,
+ * device_hold_steps; messages_oversized, ops_oversized, producer_restarts, device_steps,
+ * device_steps_missing, device_times_late): zero-initialise rw_options (`rw_options o = {0};`)
+ * and rebuild against this header.
+ *
+ * Device time: on a GPU, host clock reads around a phase or op (rw_phase_add, rw_op_add) say
+ * when the host queued the work, not when the device ran it. A caller that times the work on
+ * the device as well does so with its own events (cudaEventRecord / hipEventRecord around each
+ * phase and op on the streams it runs on, or CUPTI activity records) and hands the device
+ * times of a step over when they are ready, a step or more later, never waiting for them:
+ *
+ *   rw_step_begin(c, step);
+ *   rw_step_expect_device_times(c);          -- this step's record waits for them
+ *   record event e0 on the stream; int op = rw_op_add_indexed(c, ...host times...);
+ *   record event e1; ...; rw_step_end(c);
+ *   ... later steps: once cudaEventQuery(e1) == cudaSuccess (never cudaEventSynchronize on
+ *   the training thread), cudaEventElapsedTime gives the device duration; put its begin and
+ *   end onto rw_now_ns()'s clock (e.g. an anchor event whose host time is known) ...
+ *   rw_device_op_time t = {op, begin_ns, end_ns};
+ *   rw_device_times d = {0};
+ *   d.phase_ns[RW_PHASE_FORWARD] = forward_device_ns; d.phase_mask = 1u << RW_PHASE_FORWARD;
+ *   d.ops = &t; d.n_ops = 1;
+ *   rw_device_times_set(c, step, &d);        -- or d.missing = 1 when they did not complete
+ *
+ * The record of a marked step is held (not queued) until rw_device_times_set hands its times
+ * over; held steps go in step order. One whose times do not come within device_hold_ms
+ * (default 10 s), or the oldest of more than device_hold_steps (default 16) held, goes with
+ * its host times, marked STEP_CLOCK_DEVICE_MISSING; so do the held steps at
+ * rw_collector_destroy. With device times the record carries them in its phase fields and ops
+ * (clock STEP_CLOCK_DEVICE) and keeps the host's beside them (StepRecord.host_phases,
+ * OpRecord.host_start_offset_us / host_duration_us; proto/rankwatch/v1/telemetry.proto).
+ * The dataloader is host work: its device time is ignored.
  *
  * Control channel: the collector reads the daemon's requests for its rank from the control
  * topic on a thread of its own (control.proto). An application that can profile itself sets
@@ -27,7 +56,8 @@
  * daemon asks every rank of a hung job where it is) are refused "unsupported" too: only the
  * Python package answers them; the refusal still tells the daemon the process is alive.
  *
- * Thread-safety: rw_step_begin / rw_step_end and rw_capture_take from the training thread;
+ * Thread-safety: rw_step_begin / rw_step_end, rw_step_expect_device_times and rw_capture_take
+ * from the training thread;
  * every other call from any thread. A handle is valid from rw_collector_create until
  * rw_collector_destroy.
  */
@@ -77,6 +107,11 @@ typedef struct rw_options {
    * brokers' and the topic's limit. 0 = 1,000,000 (Kafka's default); at least 16384. Batches are
    * sealed below it; what cannot fit is dropped and counted (rw_stats.messages_oversized). */
   size_t max_message_bytes;
+  /* Device time (rw_step_expect_device_times): the longest a marked step's record waits for
+   * its device times before it goes with its host times (0 = 10000 ms), and the most steps
+   * held at once (0 = 16; the oldest goes with its host times when more are). */
+  int device_hold_ms;
+  size_t device_hold_steps;
 } rw_options;
 
 /* Where the rank sits in the job's parallel layout; a size of 0 means 1 (not used). Every rank
@@ -145,7 +180,28 @@ typedef struct rw_stats {
    * ops dropped from steps that alone would not fit a message (in ops_dropped too); Kafka
    * producers recreated after a fatal error. */
   uint64_t messages_oversized, ops_oversized, producer_restarts;
+  /* Device time: marked steps sent with their device times; sent with host times only (missing,
+   * too late, over device_hold_steps, or at destroy); rw_device_times_set calls that found no
+   * held step of theirs (-1). */
+  uint64_t device_steps, device_steps_missing, device_times_late;
 } rw_stats;
+
+/* When the device ran op `op_index` of a step (rw_op_add_indexed's result), on rw_now_ns()'s
+ * clock: the caller converts its events' times onto it. */
+typedef struct rw_device_op_time {
+  uint32_t op_index;
+  uint64_t begin_ns, end_ns;
+} rw_device_op_time;
+
+/* A step's device times (rw_device_times_set). */
+typedef struct rw_device_times {
+  uint64_t phase_ns[6]; /* indexed by enum rw_phase: the phase's device time (ns) */
+  uint32_t phase_mask;  /* bit (1u << phase): phase_ns[phase] is set (the dataloader's ignored) */
+  const rw_device_op_time* ops; /* n_ops device op times (copied); NULL when n_ops is 0 */
+  size_t n_ops;
+  int missing; /* != 0: the events did not complete in time: host times, STEP_CLOCK_DEVICE_MISSING
+                */
+} rw_device_times;
 
 /* Creates a collector and starts its sender thread; never waits for the broker. Returns NULL
  * on bad arguments and, when `error` is not NULL, writes a message into it (NUL-terminated). */
@@ -171,10 +227,25 @@ int rw_layout_set(rw_collector* c, const rw_layout* layout, char* error, size_t 
  * step are kept; the rest are dropped and counted (rw_stats.ops_dropped). */
 int rw_op_add(rw_collector* c, enum rw_op_type type, uint32_t microbatch, uint32_t chunk,
               uint64_t begin_ns, uint64_t end_ns);
+/* rw_op_add that returns the op's index within its step (>= 0: what rw_device_times_set names
+ * it by), or -1 when nothing was recorded (a type this library does not know, or over the
+ * step's 4,096 ops). */
+int rw_op_add_indexed(rw_collector* c, enum rw_op_type type, uint32_t microbatch, uint32_t chunk,
+                      uint64_t begin_ns, uint64_t end_ns);
 /* Starts timing an op now: `rw_op_scope op = rw_op_begin(RW_OP_FORWARD_COMPUTE, mb, 0);` */
 rw_op_scope rw_op_begin(enum rw_op_type type, uint32_t microbatch, uint32_t chunk);
 /* Ends the op `scope` began now and adds it to the open step (rw_op_add's result). */
 int rw_op_end(rw_collector* c, const rw_op_scope* scope);
+/* rw_op_end that returns the op's index within its step, or -1 (rw_op_add_indexed's result). */
+int rw_op_end_indexed(rw_collector* c, const rw_op_scope* scope);
+/* The open step's device times will follow (rw_device_times_set): its record is held at
+ * rw_step_end until they come, device_hold_ms pass or more than device_hold_steps are held.
+ * Training thread, while the step is open (or before: it marks the next step to end). */
+void rw_step_expect_device_times(rw_collector* c);
+/* Hands over the device times of step `step` (its rw_step_begin number; marked and ended):
+ * 0, or -1 when no held step has that number (already sent with its host times, or never
+ * marked; counted in rw_stats.device_times_late). `times` NULL means missing. Any thread. */
+int rw_device_times_set(rw_collector* c, uint64_t step, const rw_device_times* times);
 /* A garbage-collection pause [begin_ns, end_ns) of the open (or next) step: its gc_ns and
  * gc_count, and an op of type RW_OP_GC when it lasts 1 ms or more. */
 void rw_gc_pause_add(rw_collector* c, uint64_t begin_ns, uint64_t end_ns);

@@ -27,7 +27,8 @@ std::unique_ptr<Collector> MakeCollector(
     size_t max_pending_bytes, int kafka_queue_max_messages, int kafka_queue_max_kbytes,
     const std::map<std::string, std::string>& properties, const std::string& control_topic,
     bool take_stacks, const std::map<std::string, std::string>& scheduler, bool watch_gc,
-    size_t max_ops_per_step, uint64_t gc_op_min_ns, size_t max_message_bytes) {
+    size_t max_ops_per_step, uint64_t gc_op_min_ns, size_t max_message_bytes, int device_hold_ms,
+    size_t device_hold_steps) {
   rankwatch::CollectorIdentity id{training_job,
                                   rank,
                                   world_size,
@@ -60,6 +61,8 @@ std::unique_ptr<Collector> MakeCollector(
   o.max_ops_per_step = max_ops_per_step;
   o.gc_op_min_ns = gc_op_min_ns;
   if (max_message_bytes > 0) o.max_message_bytes = max_message_bytes;
+  o.device_hold_ms = device_hold_ms;
+  o.device_hold_steps = device_hold_steps;
   for (const auto& [k, v] : properties) o.properties[k] = v;
   auto c = Collector::Create(std::move(id), std::move(o));
   if (!c.ok()) throw std::invalid_argument(std::string(c.status().message()));
@@ -308,7 +311,8 @@ PYBIND11_MODULE(_native, m) {
            py::arg("control_topic") = "rankwatch.control", py::arg("take_stacks") = false,
            py::arg("scheduler") = std::map<std::string, std::string>{}, py::arg("watch_gc") = false,
            py::arg("max_ops_per_step") = 4096, py::arg("gc_op_min_ns") = 1'000'000,
-           py::arg("max_message_bytes") = 0)
+           py::arg("max_message_bytes") = 0, py::arg("device_hold_ms") = 10000,
+           py::arg("device_hold_steps") = 16)
       .def("begin_step", [](Collector& c, uint64_t step) { c.BeginStep(step, Collector::NowNs()); })
       .def("end_step", [](Collector& c) { c.EndStep(Collector::NowNs()); })
       .def(
@@ -333,8 +337,37 @@ PYBIND11_MODULE(_native, m) {
              if (type == rankwatch::v1::OP_UNSPECIFIED || !rankwatch::v1::OpType_IsValid(type)) {
                throw std::invalid_argument("unknown op type " + std::to_string(type));
              }
-             c.AddOp(static_cast<rankwatch::v1::OpType>(type), microbatch, chunk, begin_ns, end_ns);
+             // The op's index within its step (set_device_times names it so); -1: dropped.
+             return c.AddOp(static_cast<rankwatch::v1::OpType>(type), microbatch, chunk, begin_ns,
+                            end_ns);
            })
+      .def("expect_device_times", &Collector::ExpectDeviceTimes,
+           "the open step's device times will follow (set_device_times): its record waits for "
+           "them, at most device_hold_ms")
+      .def(
+          "set_device_times",
+          [](Collector& c, uint64_t step, const std::vector<std::pair<int, uint64_t>>& phases,
+             const std::vector<std::tuple<uint32_t, uint64_t, uint64_t>>& ops, bool missing) {
+            rankwatch::DeviceTimes d;
+            d.missing = missing;
+            for (const auto& [phase, ns] : phases) {
+              if (phase < 0 || phase >= rankwatch::kStepPhaseCount) {
+                throw std::invalid_argument("unknown phase " + std::to_string(phase));
+              }
+              d.phases.phase_ns[phase] = ns;
+              d.phases.phase_mask |= 1u << phase;
+            }
+            d.ops.reserve(ops.size());
+            for (const auto& [index, begin_ns, end_ns] : ops) {
+              d.ops.push_back({index, begin_ns, end_ns});
+            }
+            return c.SetDeviceTimes(step, d);
+          },
+          py::arg("step"), py::arg("phases"), py::arg("ops"), py::arg("missing") = false,
+          "hands over step `step`'s device times: phases as (phase, device ns), ops as (op "
+          "index, device begin ns, device end ns) on now_ns()'s clock; missing: the events did "
+          "not complete in time (host times go). False when no held step has that number (sent "
+          "with host times already, or never marked; counted in device_times_late)")
       .def("add_gc_pause", &Collector::AddGcPause)
       .def(
           "set_layout",
@@ -498,6 +531,9 @@ PYBIND11_MODULE(_native, m) {
              d["messages_oversized"] = s.messages_oversized;
              d["ops_oversized"] = s.ops_oversized;
              d["producer_restarts"] = s.producer_restarts;
+             d["device_steps"] = s.device_steps;
+             d["device_steps_missing"] = s.device_steps_missing;
+             d["device_times_late"] = s.device_times_late;
              py::dict control;
              control["reading"] = s.control.reading;
              control["messages"] = s.control.messages;

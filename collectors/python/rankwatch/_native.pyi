@@ -75,12 +75,26 @@ class Collector:
         max_ops_per_step: int = ...,
         gc_op_min_ns: int = ...,
         max_message_bytes: int = ...,
+        device_hold_ms: int = ...,
+        device_hold_steps: int = ...,
     ) -> None: ...
     def begin_step(self, step: int, /) -> None: ...
     def end_step(self) -> None: ...
     def end_step_with_peak_rss(self, peak: ProcessPeakMemory) -> None: ...
     def add_phase(self, phase: int, begin_ns: int, end_ns: int, /) -> None: ...
-    def add_op(self, type: int, microbatch: int, chunk: int, begin_ns: int, end_ns: int, /) -> None: ...
+    def add_op(self, type: int, microbatch: int, chunk: int, begin_ns: int, end_ns: int, /) -> int:
+        """The op's index within its step (set_device_times names it so); -1: dropped."""
+    def expect_device_times(self) -> None:
+        """The open step's device times will follow (set_device_times): its record waits for them."""
+    def set_device_times(
+        self,
+        step: int,
+        phases: Sequence[tuple[int, int]],
+        ops: Sequence[tuple[int, int, int]],
+        missing: bool = ...,
+    ) -> bool:
+        """Step `step`'s device times: (phase, ns), (op index, begin ns, end ns) on now_ns()'s
+        clock; False when no held step has that number (counted in device_times_late)."""
     def add_gc_pause(self, begin_ns: int, end_ns: int, /) -> None: ...
     def set_layout(
         self,
