@@ -1,15 +1,15 @@
 """A data-parallel training job on an emulated asynchronous device (emulated_device.py), the
 way a GPU job runs: one rank of a real gloo process group (RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT set as torchrun sets them), a torch module whose forward and backward queue
-kernels on the compute stream and return at once, the gradients' all-reduce queued on a
-communication stream after the backward's kernels (gloo, run by that stream), an optimizer
-whose kernels wait for it, and `loss.item()`'s synchronisation at the end of every step. The
-host's clock sees only launches and one long wait; the device's sees the kernels and the
-all-reduce waiting for the slowest rank.
+kernels on the compute stream and return at once, DDP's gradient synchronisation as it runs on
+a GPU (at the end of the backward pass an autograd callback queues the all-reduce on a
+communication stream after the backward's kernels — gloo, run by that stream — and makes the
+compute stream wait for it), an optimizer whose kernels follow, and `loss.item()`'s
+synchronisation at the end of every step. The host's clock sees only launches and one long
+wait; the device's sees the kernels and the all-reduce waiting for the slowest rank.
 
-Instrumented with the collector as a user instruments a GPU job (rw.instrument_module,
-rw.instrument_optimizer, rw.dataloader), plus a collective scope on the communication stream
-(the user's own grad sync, as Megatron's finish_grad_sync). Faults: --fault-compute-rank R
+Instrumented as a user instruments a GPU DDP job (rw.instrument_ddp, rw.instrument_module,
+rw.instrument_optimizer, rw.dataloader); nothing in the loop is timed by hand. Faults: --fault-compute-rank R
 (R's kernels take --fault-compute-factor times as long: a compute straggler),
 --fault-input-rank R (R's input pipeline takes --fault-input-ms more a batch: an input
 straggler). --device-timing off records host time only. Prints one JSON line at the end."""
@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.autograd import Variable
 
 import rankwatch
 from emulated_device import Device
@@ -52,6 +53,35 @@ class Model(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return Kernels.apply(x * self.weight, self.device, self.fwd_ms, self.bwd_ms)
+
+
+class GradSync:
+    """DDP's reducer on a GPU: once backward has computed the gradients (an autograd final
+    callback, queued when the first gradient is ready, as DDP's is), every gradient's all-reduce
+    is queued on the communication stream after the backward's kernels, and the compute stream
+    waits for them; the host goes on."""
+
+    def __init__(self, model: torch.nn.Module, device: Device) -> None:
+        self.params, self.device, self.queued = list(model.parameters()), device, False
+        for p in self.params:
+            p.register_post_accumulate_grad_hook(self.grad_ready)
+
+    def grad_ready(self, param: torch.Tensor) -> None:
+        if not self.queued:
+            self.queued = True
+            Variable._execution_engine.queue_callback(self.finalize)
+
+    def finalize(self) -> None:
+        self.queued = False
+        device = self.device
+        backward_done = device.new_event()
+        backward_done.record()
+        device.comm.wait_event(backward_done)
+        for p in self.params:
+            device.comm.submit(lambda g=p.grad: dist.all_reduce(g))
+        reduced = device.new_event()
+        reduced.record(device.comm)
+        device.compute.wait_event(reduced)
 
 
 class Optimizer:
@@ -93,7 +123,10 @@ def main() -> None:
                         device_timing=device.clock() if a.device_timing == "on" else False)
     factor = a.fault_compute_factor if rank == a.fault_compute_rank else 1.0
     input_ms = a.input_ms + (a.fault_input_ms if rank == a.fault_input_rank else 0.0)
-    model = rw.instrument_module(Model(device, a.forward_ms * factor, a.backward_ms * factor))
+    model = Model(device, a.forward_ms * factor, a.backward_ms * factor)
+    GradSync(model, device)
+    rw.instrument_ddp(model)
+    rw.instrument_module(model)
     optimizer = rw.instrument_optimizer(Optimizer(device, a.optimizer_ms * factor))
     step_seconds = []
     step = 0
@@ -105,16 +138,6 @@ def main() -> None:
             model.zero_grad(set_to_none=True)
             loss = model(batch).sum()
             loss.backward()
-            grad = model.weight.grad
-            backward_done = device.new_event()
-            backward_done.record()
-            with device.stream(device.comm):  # the gradient all-reduce: on its own stream
-                device.comm.wait_event(backward_done)
-                with rw.phase("collective"):
-                    device.comm.submit(lambda g=grad: dist.all_reduce(g))
-            reduced = device.new_event()
-            reduced.record(device.comm)
-            device.compute.wait_event(reduced)
             optimizer.step()
             device.synchronize()  # loss.item(): the host waits for the device
         step_seconds.append(time.monotonic() - t0)
