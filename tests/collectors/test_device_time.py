@@ -113,6 +113,32 @@ class DeviceTimerTest(unittest.TestCase):
         self.assertEqual(self.timer.events, 3)  # two reused, one new
 
 
+class DeviceTimingSettingTest(unittest.TestCase):
+    """init()'s device_timing: on where the device has timing events, off on a CPU."""
+
+    def init(self, **kwargs):
+        import rankwatch
+        rw = rankwatch.init(job="device-setting", brokers="127.0.0.1:9", rank=0, world_size=1, local_rank=0,
+                            node="n", control_topic="", **kwargs)
+        self.addCleanup(rw.close, False, 0)
+        return rw
+
+    def test_a_cpu_rank_has_no_device_clock_even_when_asked(self):
+        from rankwatch.device_clock import clock_for
+        self.assertIsNone(clock_for("cpu"))
+        self.assertIsNone(self.init(device="cpu").device_clock)
+        with self.assertLogs("rankwatch", "WARNING"):
+            self.assertIsNone(self.init(device="cpu", device_timing=True).device_clock)
+
+    def test_a_given_clock_is_used_and_anything_else_refused(self):
+        device = Device()
+        self.addCleanup(device.close)
+        self.assertEqual(self.init(device="emulated:0", device_timing=device.clock()).device_clock.name, "emulated")
+        self.assertIsNone(self.init(device="emulated:0", device_timing=False).device_clock)
+        with self.assertRaises(TypeError):
+            self.init(device="cpu", device_timing="yes")
+
+
 @unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
 class AsyncDeviceJobTest(DaemonTestCase):
 

@@ -53,7 +53,7 @@ def clock_for(device: str) -> DeviceClock | None:
             return None
         cuda_event = torch.cuda.Event
         return DeviceClock(lambda: cuda_event(enable_timing=True), "cuda")
-    generic = getattr(torch, "Event", None)
+    generic: Any = getattr(torch, "Event", None)
     if generic is None:
         return None
     where = torch.device(device)
