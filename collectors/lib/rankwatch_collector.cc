@@ -36,7 +36,8 @@ static_assert(
         Same(RW_OP_OPTIMIZER, rankwatch::v1::OP_OPTIMIZER) &&
         Same(RW_OP_GC, rankwatch::v1::OP_GC) &&
         Same(RW_OP_DATA_LOADING, rankwatch::v1::OP_DATA_LOADING) &&
-        Same(RW_OP_DATA_LOADING, rankwatch::v1::OpType_MAX),
+        Same(RW_OP_BACKWARD_WEIGHT_COMPUTE, rankwatch::v1::OP_BACKWARD_WEIGHT_COMPUTE) &&
+        Same(RW_OP_BACKWARD_WEIGHT_COMPUTE, rankwatch::v1::OpType_MAX),
     "rw_op_type and telemetry.proto's OpType differ");
 
 std::vector<rankwatch::KernelEventInput> ToEvents(const rw_kernel_event* events, size_t n) {

@@ -142,7 +142,8 @@ enum rw_op_type {
   RW_OP_OPTIMIZER_CLIP_MAIN_GRAD = 13,
   RW_OP_OPTIMIZER = 14,
   RW_OP_GC = 15,
-  RW_OP_DATA_LOADING = 16
+  RW_OP_DATA_LOADING = 16,
+  RW_OP_BACKWARD_WEIGHT_COMPUTE = 17 /* zero-bubble: the weight-gradient part of backward */
 };
 
 /* An op being timed, on the caller's stack: rw_op_begin fills it, rw_op_end records it. */

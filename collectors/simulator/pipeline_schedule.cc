@@ -247,6 +247,7 @@ std::string_view OpTypeName(v1::OpType type) {
     case v1::OP_OPTIMIZER: return "optimizer";
     case v1::OP_GC: return "gc";
     case v1::OP_DATA_LOADING: return "data-loading";
+    case v1::OP_BACKWARD_WEIGHT_COMPUTE: return "backward-weight-compute";
     default: return "unspecified";
   }
 }

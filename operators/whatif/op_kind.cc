@@ -25,6 +25,7 @@ constexpr std::array<std::string_view, kOpKindCount> kNames = {
     "optimizer",
     "gc",
     "data-loading",
+    "backward-weight-compute",
 };
 
 }  // namespace

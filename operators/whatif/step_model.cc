@@ -12,7 +12,8 @@ namespace rankwatch::whatif::internal {
 namespace {
 
 bool IsChainKind(OpKind k) {
-  return k == OpKind::kForwardCompute || k == OpKind::kBackwardCompute || k == OpKind::kDataLoading;
+  return k == OpKind::kForwardCompute || k == OpKind::kBackwardCompute ||
+         k == OpKind::kBackwardWeightCompute || k == OpKind::kDataLoading;
 }
 
 // Kinds with a node per op (GC has slots instead).

@@ -56,8 +56,9 @@ enum class OpKind : uint8_t {
   kOptimizer = 14,
   kGc = 15,
   kDataLoading = 16,
+  kBackwardWeightCompute = 17,  // zero-bubble schedules' weight-gradient part ("W")
 };
-inline constexpr int kOpKindCount = 17;
+inline constexpr int kOpKindCount = 18;
 
 // "forward-compute", "backward-send", ... (the study's names; kGradsAllReduce is
 // "grads-all-reduce", the study's "separate-grads-all-reduce" reads as it too).

@@ -41,7 +41,7 @@ OP_TYPES = {"forward-compute": 1, "backward-compute": 2, "forward-send": 3, "for
             "backward-send": 5, "backward-recv": 6, "tensor-parallel": 7, "grads-reduce-scatter": 8,
             "params-all-gather": 9, "grads-all-reduce": 10, "layernorm-grads-all-reduce": 11,
             "embedding-grads-all-reduce": 12, "optimizer-clip-main-grad": 13, "optimizer": 14, "gc": 15,
-            "data-loading": 16}
+            "data-loading": 16, "backward-weight-compute": 17}
 JOBS = {"balanced": {}, "compute-straggler": {"compute_rank": 1}, "input-straggler": {"input_rank": 2}}
 
 

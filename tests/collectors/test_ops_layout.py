@@ -175,8 +175,8 @@ class OpsLayoutTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "unknown op 'forward'; the ops are forward-compute, "
                                                 "backward-compute, forward-send"):
             rw.op("forward")
-        self.assertEqual(len(rankwatch.OP_NAMES), 16)
-        self.assertEqual(rankwatch.OP_NAMES[-1], "data-loading")
+        self.assertEqual(len(rankwatch.OP_NAMES), 17)
+        self.assertEqual(rankwatch.OP_NAMES[-1], "backward-weight-compute")
         with rw.step():
             for i in range(2):
                 with rw.op("forward-recv", microbatch=i):
