@@ -15,9 +15,12 @@ from typing import Any, Literal, TypeVar
 
 from rankwatch import _native
 from rankwatch import capture as _capture
+from rankwatch import deepspeed as _deepspeed
 from rankwatch import device_clock as _device_clock
 from rankwatch import identity as _identity
 from rankwatch import layout as _layout
+from rankwatch import megatron as _megatron
+from rankwatch import pipelining as _pipelining
 from rankwatch import stacks as _stacks
 from rankwatch import torch_hooks as _hooks
 
@@ -252,6 +255,9 @@ class Collector:
         if given is None:
             self._layout_pending = True
             self._detect_layout()
+        self._on_close: list[Callable[[], None]] = []  # framework adapters' ends (open steps)
+        self._megatron_ops: _megatron.MegatronOps | None = None
+        _megatron.autoinstall(self)  # Megatron-core's timed ops, when the script imported it
 
     # --- scopes ---------------------------------------------------------------------------
     def step(self, step: int | None = None) -> Scope:
@@ -481,6 +487,39 @@ class Collector:
             self._attach(_hooks.instrument_collectives(self._native, timer=self._timer))
         return fsdp_model
 
+    def instrument_megatron(self, config: _Instrumented | None = None, grads_sync: str | None = None,
+                            auto_steps: bool = True) -> _Instrumented | None:
+        """Records the ops Megatron-core times through config.timers (its schedules, p2p
+        communication, finalize_model_grads, optimizers) as this rank's ops, with their
+        microbatches and model chunks, wrapping whatever timers the configs hold
+        (rankwatch/megatron.py). Done by init() itself when the script imported megatron.core
+        before it. config: a ModelParallelConfig / TransformerConfig / OptimizerConfig (default:
+        megatron.core's classes); grads_sync: "grads-reduce-scatter" or "grads-all-reduce" for
+        all-grads-sync (default: the model's DDP config says); auto_steps: a step per
+        forward_backward_func call where the script opens none. Returns `config`."""
+        _megatron.instrument(self, config, grads_sync=grads_sync, auto_steps=auto_steps)
+        return config
+
+    def instrument_deepspeed(self, engine: _Instrumented) -> _Instrumented:
+        """Records each pipeline instruction a DeepSpeed PipelineEngine executes as its op
+        (forward-compute, backward-send, ...) with its microbatch, a step per train_batch(), and
+        the layout from the engine's grid (rankwatch/deepspeed.py). Returns `engine`."""
+        _deepspeed.instrument(self, engine)
+        return engine
+
+    def instrument_pipeline(self, schedule: _Instrumented) -> _Instrumented:
+        """Records the ops of a torch.distributed.pipelining schedule (Schedule1F1B,
+        ScheduleInterleaved1F1B, the zero-bubble schedules, ...), or of a stage or list of stages,
+        with no change to the training loop: forward-compute, backward-compute,
+        backward-weight-compute (zero-bubble "W") with microbatch and model chunk, and the
+        transfers between stages (forward/backward-send/recv), timed where the schedule posts
+        and waits for them (rankwatch/pipelining.py). Without rw.step() in the loop, each
+        schedule.step() call begins a step, which ends when the next begins (or at pause() or
+        close()). Sets the layout the stages give (pipeline rank and size, virtual stages, data
+        replica) where none was found. Returns `schedule`."""
+        _pipelining.instrument(self, schedule)
+        return schedule
+
     def set_training_strategy(self, training_strategy: str, sharded: bool = False) -> None:
         """How the job trains ("ddp", "fsdp", "deepspeed_zero3", ...) and whether parameters
         are sharded across ranks: carried by every batch from now on (instrument_ddp and
@@ -531,6 +570,8 @@ class Collector:
         if self._closed:
             return True
         self._closed = True
+        for finish in self._on_close:
+            finish()
         if _current is self:
             _current = None
         if self._timer is not None:
@@ -594,6 +635,16 @@ class NullCollector(Collector):
 
     def instrument_fsdp(self, fsdp_model: _Instrumented | None = None) -> _Instrumented | None:
         return fsdp_model
+
+    def instrument_megatron(self, config: _Instrumented | None = None, grads_sync: str | None = None,
+                            auto_steps: bool = True) -> _Instrumented | None:
+        return config
+
+    def instrument_deepspeed(self, engine: _Instrumented) -> _Instrumented:
+        return engine
+
+    def instrument_pipeline(self, schedule: _Instrumented) -> _Instrumented:
+        return schedule
 
     def set_training_strategy(self, training_strategy: str, sharded: bool = False) -> None:
         pass
