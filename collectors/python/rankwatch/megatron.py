@@ -77,7 +77,8 @@ if TYPE_CHECKING:
 _log = logging.getLogger("rankwatch")
 now_ns = _native.now_ns
 
-# Megatron timer name -> the ops it is.
+# Megatron timer name -> the ops it is (a batched call's in the wire's order of op types: opened
+# in that order, they sort the same by start and by type).
 TIMER_OPS: dict[str, tuple[str, ...]] = {
     "forward-compute": ("forward-compute",),
     "backward-compute": ("backward-compute",),
@@ -86,10 +87,10 @@ TIMER_OPS: dict[str, tuple[str, ...]] = {
     "backward-recv": ("backward-recv",),
     "backward-send": ("backward-send",),
     "forward-send-backward-recv": ("forward-send", "backward-recv"),
-    "backward-send-forward-recv": ("backward-send", "forward-recv"),
+    "backward-send-forward-recv": ("forward-recv", "backward-send"),
     "forward-send-forward-recv": ("forward-send", "forward-recv"),
     "backward-send-backward-recv": ("backward-send", "backward-recv"),
-    "forward-backward-send-forward-backward-recv": ("forward-send", "backward-send", "forward-recv",
+    "forward-backward-send-forward-backward-recv": ("forward-send", "forward-recv", "backward-send",
                                                     "backward-recv"),
     "layernorm-grads-all-reduce": ("layernorm-grads-all-reduce",),
     "non-tensor-parallel-grads-all-reduce": ("layernorm-grads-all-reduce",),
