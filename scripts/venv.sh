@@ -4,9 +4,10 @@
 # built for) with --system-site-packages, so that Debian's grpcio, protobuf, confluent-kafka,
 # selenium, numpy and yaml stay visible, and what tests/requirements.txt pins: PyTorch (a CPU
 # wheel: on this project's machines pip takes it from the local wheel folder in seconds; an
-# unpinned `torch` would download a CUDA build of several GB). Idempotent and non-interactive:
-# it prints the interpreter's path and does nothing more when the environment already has the
-# pinned torch.
+# unpinned `torch` would download a CUDA build of several GB), and the training frameworks whose
+# schedules the tests run (megatron-core, deepspeed). Idempotent and non-interactive: it prints
+# the interpreter's path and does nothing more when the environment already has every pinned
+# version.
 #
 #   scripts/venv.sh            .venv/ at the repository root (RANKWATCH_VENV=DIR elsewhere)
 #
@@ -25,12 +26,29 @@ sys.exit(0 if torch.__version__.split("+")[0] == sys.argv[1] else 1)
 EOF
 }
 
+# Whether every `name==version` of tests/requirements.txt is installed at that version.
+has_requirements() {
+  "$VENV/bin/python" - "$REQUIREMENTS" <<'EOF' 2>/dev/null
+import sys
+from importlib.metadata import PackageNotFoundError, version
+for line in open(sys.argv[1]):
+    name, _, want = line.split("#")[0].strip().partition("==")
+    if not name:
+        continue
+    try:
+        if version(name.strip()).split("+")[0] != want.strip():
+            sys.exit(1)
+    except PackageNotFoundError:
+        sys.exit(1)
+EOF
+}
+
 if [[ ! -x $VENV/bin/python ]]; then
   echo "venv: creating $VENV on /usr/bin/python3" >&2
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
 fi
-if ! has_torch; then
-  echo "venv: installing torch==$TORCH_VERSION (CPU) into $VENV" >&2
+if ! has_torch || ! has_requirements; then
+  echo "venv: installing tests/requirements.txt (torch==$TORCH_VERSION, CPU) into $VENV" >&2
   find_links=()
   # The wheel folder of this project's machines (pip's own configuration names it too).
   [[ -d /opt/wheels ]] && find_links=(--find-links /opt/wheels)

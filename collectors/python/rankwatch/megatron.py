@@ -356,13 +356,19 @@ class MegatronOps:
 
     def _next_backward(self, pop: bool) -> tuple[int, int]:
         k = self._bwd
-        chunk = self._chunks - 1 - self._fwd_labels[k][1] if k < len(self._fwd_labels) else 0
+        if k < len(self._fwd_labels):
+            mb, chunk = self._fwd_labels[k]
+        elif self._table is not None and k < len(self._table):
+            mb, chunk = self._table[k]  # its forward has not run yet (a receive ahead of it)
+        elif self._table is not None or self._chunks > 1:
+            return self._last_bwd  # no backward follows (a batched call's idle direction)
+        else:
+            mb, chunk = k, 0
+        chunk = max(0, self._chunks - 1 - chunk)
         fifo = self._fifo.get(chunk)
         if fifo:
             mb = fifo.popleft() if pop else fifo[0]
-        else:
-            mb = k
-        return (mb, max(0, chunk))
+        return (mb, chunk)
 
     def _labels(self, op: str, loc: dict[str, Any]) -> tuple[int, int]:
         if op == "forward-compute":
