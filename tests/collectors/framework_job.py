@@ -2,7 +2,8 @@
 rankwatch call and nothing else in its loop (tests/collectors/test_framework_ops.py).
 
 --framework deepspeed: DeepSpeed's PipelineModule of 4 Linear/ReLU layers split over 2 stages,
-its PipelineEngine (deepspeed.initialize, DS_ACCELERATOR=cpu: gloo), --microbatches gradient
+its PipelineEngine (deepspeed.initialize, DS_ACCELERATOR=cpu: gloo; DeepSpeed's optional
+shared-memory all-reduce kernel is not compiled, below), --microbatches gradient
 accumulation steps a batch, `engine.train_batch()` --steps times, then one `eval_batch()` (which
 must record nothing); `rw.instrument_deepspeed(engine)` is the only rankwatch call besides
 init() and close().
@@ -36,6 +37,12 @@ def deepspeed_job(args, rw):
     from deepspeed.pipe import PipelineModule
     from deepspeed.utils import RepeatingLoader
 
+    import deepspeed.ops
+    # DeepSpeed's CPU accelerator JIT-compiles a shared-memory all-reduce kernel (g++, ~50 s on
+    # the 2-core VM) at its first init unless told the op is not compatible; gloo's all-reduce
+    # serves instead. Nothing of the pipeline changes.
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    deepspeed.init_distributed(dist_backend="gloo")  # over the gloo world main() made
     torch.manual_seed(0)
     width, micro = 16, 2
     layers = [torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width), torch.nn.ReLU()]
