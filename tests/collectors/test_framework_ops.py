@@ -14,12 +14,13 @@ Real 2-stage jobs on CPU with gloo (tests/collectors/framework_job.py), 4 microb
 
 Asserted: each step's ops, in order, with the study's names, microbatches and model chunks, as
 the schedule's source runs them (cited at each expectation); the layout; that evaluation
-(forward_only, eval_batch) recorded nothing."""
+(forward_only, eval_batch) recorded nothing; and that rankwatchd, reading the same topic,
+analyses every step in its what-if model (none rejected)."""
 import os
 import unittest
 import uuid
 
-from harness import Fleet
+from harness import Fleet, wait_until
 from step_records import read_batches, steps_by_rank
 from torch_job import TorchJob, torch_available
 
@@ -108,12 +109,17 @@ def deepspeed_expected(stage):
 class FrameworkOpsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        import grpc
+        from rankwatch.v1 import service_pb2, service_pb2_grpc
+        cls.service_pb2 = service_pb2
         cls.fleet = Fleet()
         try:
             cls.brokers = cls.fleet.start_broker(partitions=1)
+            cls.daemon = cls.fleet.start_daemon(cls.brokers)
         except BaseException:
             cls.fleet.close()
             raise
+        cls.stub = service_pb2_grpc.RankWatchStub(grpc.insecure_channel(cls.daemon.endpoints["grpc"]))
 
     @classmethod
     def tearDownClass(cls):
@@ -128,7 +134,21 @@ class FrameworkOpsTest(unittest.TestCase):
                   % (r["rank"], r["stage"], r["seconds"], r["losses"], r["layout_source"]))
             self.assertTrue(r["delivered"], "rank %d's batches were not all delivered" % r["rank"])
         batches = read_batches(self.brokers, job)
+        self.assert_whatif_takes_every_step(job)
         return ranks, batches, steps_by_rank(batches)
+
+    def assert_whatif_takes_every_step(self, job):
+        """rankwatchd's what-if analysis (docs/whatif.md) builds its step model from these ops:
+        every step is analysed, none skipped or rejected."""
+        def whatif():
+            d = self.stub.GetDiagnosis(self.service_pb2.GetDiagnosisRequest(training_job=job), timeout=10)
+            w = d.whatif if d.HasField("whatif") else None
+            return w if w is not None and w.analysed_steps + w.skipped_steps >= STEPS else None
+        w = wait_until(whatif, 30, "%s: the what-if of %d steps" % (job, STEPS))
+        print("what-if: %d steps analysed, %d skipped %r; %d x %d x %d" % (
+            w.analysed_steps, w.skipped_steps, w.skipped_reason, w.data_parallel_size, w.pipeline_size,
+            w.tensor_parallel_size))
+        self.assertEqual((w.analysed_steps, w.skipped_steps, w.pipeline_size), (STEPS, 0, 2), w.skipped_reason)
 
     def assert_layout(self, batches, virtual_stages=1):
         for b in batches:
