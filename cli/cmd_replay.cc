@@ -278,7 +278,8 @@ int RunWhatifReplay(const ReplayFlags& f) {
         const auto dur = static_cast<uint64_t>(std::llround(op.duration_us));
         switch (op.kind) {
           case whatif::OpKind::kForwardCompute: forward += dur; break;
-          case whatif::OpKind::kBackwardCompute: backward += dur; break;
+          case whatif::OpKind::kBackwardCompute:
+          case whatif::OpKind::kBackwardWeightCompute: backward += dur; break;
           case whatif::OpKind::kOptimizer: optimizer += dur; break;
           case whatif::OpKind::kGc:
             gc += dur;

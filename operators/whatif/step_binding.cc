@@ -116,9 +116,10 @@ absl::Status BindStep(std::shared_ptr<const StepModel> model, const StepOps& ste
     const double* x = b.measured.data() + size_t{v} * dp;
     double sum = 0;
     for (size_t d = 0; d < dp; ++d) sum += x[d];
-    b.mean_sum[K(kind)] += sum;
-    b.mean_count[K(kind)] += dp;
-    if (kind == OpKind::kForwardCompute || kind == OpKind::kBackwardCompute) {
+    b.mean_sum[m.typical[v]] += sum;
+    b.mean_count[m.typical[v]] += dp;
+    if (kind == OpKind::kForwardCompute || kind == OpKind::kBackwardCompute ||
+        kind == OpKind::kBackwardWeightCompute) {
       b.stage_compute_us[m.stage[v]] += sum;
     }
   }

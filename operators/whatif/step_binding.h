@@ -26,14 +26,15 @@ struct BoundStep {
   std::shared_ptr<const StepModel> model;
   std::vector<double> measured;  // model->nodes * dp, node-major (Simulator::Run's `dur`)
   double measured_us = 0;        // last op end - first op start, over every worker
-  // Compute-like kinds: the sum and count of their nodes' measured durations; for kGc the sum
-  // of every GC op and the count of workers (GC time per worker and step).
-  std::array<double, kOpKindCount> mean_sum{};
-  std::array<uint64_t, kOpKindCount> mean_count{};
+  // Compute-like kinds, by typical slot (a kind, or kFullBackwardTypical): the sum and count
+  // of their nodes' measured durations; for kGc the sum of every GC op and the count of workers
+  // (GC time per worker and step).
+  std::array<double, kTypicalCount> mean_sum{};
+  std::array<uint64_t, kTypicalCount> mean_count{};
   // Communication kinds: every measured transfer time (or duration) of the kind, sorted.
   std::array<std::vector<double>, kOpKindCount> sorted{};
   std::array<uint32_t, kOpKindCount> ops{};  // ops of each kind in the step
-  std::vector<double> stage_compute_us;      // per stage: forward + backward compute, summed
+  std::vector<double> stage_compute_us;      // per stage: forward + backward (+ weight), summed
 };
 
 struct BindScratch {

@@ -4,6 +4,7 @@
 #include <deque>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -25,6 +26,16 @@ constexpr OpKind kP2pKinds[] = {OpKind::kForwardSend, OpKind::kForwardRecv, OpKi
                                 OpKind::kBackwardRecv};
 int P2pSlot(OpKind k) { return static_cast<int>(k) - static_cast<int>(OpKind::kForwardSend); }
 
+// An op's microbatch and model chunk as one key.
+uint32_t Key(const Op& op) { return (uint32_t{op.microbatch} << 16) | op.chunk; }
+
+// The stage and local chunk of global model chunk `g` (the inverse of GlobalChunk).
+std::pair<uint32_t, uint32_t> Locate(StepModel::Pairing pairing, uint32_t pp, uint32_t g) {
+  if (pairing == StepModel::Pairing::kV)
+    return g < pp ? std::pair(g, 0u) : std::pair(2 * pp - 1 - g, 1u);
+  return {g % pp, g / pp};
+}
+
 absl::Status Invalid(const std::string& why) { return absl::InvalidArgumentError(why); }
 
 class Builder {
@@ -34,8 +45,10 @@ class Builder {
       : layout_(layout), step_(step), index_(index), m_(m) {}
 
   absl::Status Build() {
+    FullBackwards();
     LayOutNodes();
     valid_.assign(layout_.pp, {});
+    m_->pairing = KeyedPairing();
     for (uint32_t s = 0; s < layout_.pp; ++s) {
       if (absl::Status st = StageEdges(s); !st.ok()) return st;
     }
@@ -92,7 +105,8 @@ class Builder {
       for (int k = 0; k < kOpKindCount; ++k) {
         for (uint32_t i = 0; i < st.kind_count[k]; ++i) {
           m_->kind.push_back(static_cast<OpKind>(k));
-          m_->typical.push_back(static_cast<uint8_t>(k));
+          const bool full = k == static_cast<int>(OpKind::kBackwardCompute) && full_[s][i];
+          m_->typical.push_back(static_cast<uint8_t>(full ? kFullBackwardTypical : k));
         }
       }
       for (uint32_t pos = 0; pos <= st.chain_len; ++pos) {
@@ -135,7 +149,12 @@ class Builder {
     }
     const auto tail = static_cast<uint32_t>(prev);
 
-    if (absl::Status status = PipelineEdges(s); !status.ok()) return status;
+    if (m_->pairing == StepModel::Pairing::kByOrder) {
+      if (absl::Status status = PipelineEdges(s); !status.ok()) return status;
+    } else {
+      KeyedPipelineEdges(s);
+    }
+    WeightEdges(s);
     DataParallelEdges(s);
 
     // After the last compute: layernorm -> embedding -> reduce-scatters (or the separate grads
@@ -256,6 +275,163 @@ class Builder {
     return absl::OkStatus();
   }
 
+  bool AnyWeightOps() const {
+    for (uint32_t s = 0; s < layout_.pp; ++s) {
+      if (Index(s).Count(OpKind::kBackwardWeightCompute) > 0) return true;
+    }
+    return false;
+  }
+
+  // Keys of a kind's ops on stage s in seq order; false when two share a key.
+  bool KeysOf(uint32_t s, OpKind k, std::unordered_map<uint32_t, uint32_t>* out) const {
+    const auto list = Index(s).Kind(k);
+    out->clear();
+    for (uint32_t i = 0; i < list.size(); ++i) {
+      if (!out->emplace(Key(Ops(s)[list[i]]), i).second) return false;
+    }
+    return true;
+  }
+
+  // In a step with weight-gradient ops, a stage's backward-compute ops with no weight-gradient
+  // op of their microbatch and chunk are full backwards (both parts in one op: torch's
+  // FULL_BACKWARD beside BACKWARD_INPUT). Without distinct keys, none is.
+  void FullBackwards() {
+    full_.assign(layout_.pp, {});
+    const bool any_weight = AnyWeightOps();
+    std::unordered_map<uint32_t, uint32_t> backs, weights;
+    for (uint32_t s = 0; s < layout_.pp; ++s) {
+      const WorkerIndex& wi = Index(s);
+      full_[s].assign(wi.Count(OpKind::kBackwardCompute), false);
+      if (!any_weight || wi.Count(OpKind::kBackwardWeightCompute) >= full_[s].size()) continue;
+      if (!KeysOf(s, OpKind::kBackwardCompute, &backs) ||
+          !KeysOf(s, OpKind::kBackwardWeightCompute, &weights)) {
+        continue;
+      }
+      for (const auto& [key, seq] : backs) full_[s][seq] = !weights.contains(key);
+    }
+  }
+
+  // Matches sends with receives by microbatch and model chunk when the step has model chunks
+  // or weight-gradient ops (torch.distributed.pipelining's interleaved, zero-bubble and V
+  // schedules record only the real transfers): every send, receive and compute of a direction
+  // has a distinct key on its stage, each send or receive names a compute of its stage, and
+  // under one placement of the model chunks every send finds its peer's receive and every
+  // receive its sender. kByOrder otherwise (Megatron's schedules, the study's traces).
+  StepModel::Pairing KeyedPairing() {
+    if (layout_.vpp < 2 && !AnyWeightOps()) return StepModel::Pairing::kByOrder;
+    keys_.assign(layout_.pp, {});
+    for (uint32_t s = 0; s < layout_.pp; ++s) {
+      StageKeys& k = keys_[s];
+      if (!KeysOf(s, OpKind::kForwardCompute, &k.compute[0]) ||
+          !KeysOf(s, OpKind::kBackwardCompute, &k.compute[1])) {
+        return StepModel::Pairing::kByOrder;
+      }
+      for (OpKind kind : kP2pKinds) {
+        if (!KeysOf(s, kind, &k.p2p[P2pSlot(kind)])) return StepModel::Pairing::kByOrder;
+        const bool forward = kind == OpKind::kForwardSend || kind == OpKind::kForwardRecv;
+        for (const auto& [key, seq] : k.p2p[P2pSlot(kind)]) {
+          if ((key & 0xffff) >= layout_.vpp || !k.compute[forward ? 0 : 1].contains(key)) {
+            return StepModel::Pairing::kByOrder;
+          }
+        }
+      }
+    }
+    for (const auto pairing : {StepModel::Pairing::kInterleaved, StepModel::Pairing::kV}) {
+      if (pairing == StepModel::Pairing::kV && layout_.vpp != 2) continue;
+      if (MatchUnder(pairing)) return pairing;
+    }
+    pairs_.clear();
+    return StepModel::Pairing::kByOrder;
+  }
+
+  bool MatchUnder(StepModel::Pairing pairing) {
+    pairs_.clear();
+    const uint32_t pp = layout_.pp;
+    const int64_t total = int64_t{pp} * layout_.vpp;
+    std::vector<std::array<std::vector<bool>, 4>> used(pp);
+    for (uint32_t s = 0; s < pp; ++s) {
+      for (OpKind kind : kP2pKinds) used[s][P2pSlot(kind)].assign(Index(s).Count(kind), false);
+    }
+    for (uint32_t s = 0; s < pp; ++s) {
+      for (const bool forward : {true, false}) {
+        const OpKind send = forward ? OpKind::kForwardSend : OpKind::kBackwardSend;
+        const OpKind recv = forward ? OpKind::kForwardRecv : OpKind::kBackwardRecv;
+        const auto list = Index(s).Kind(send);
+        for (uint32_t i = 0; i < list.size(); ++i) {
+          const Op& op = Ops(s)[list[i]];
+          const int64_t g = int64_t{GlobalChunk(pairing, pp, s, op.chunk)} + (forward ? 1 : -1);
+          if (g < 0 || g >= total) return false;
+          const auto [t, chunk] = Locate(pairing, pp, static_cast<uint32_t>(g));
+          const auto& receives = keys_[t].p2p[P2pSlot(recv)];
+          const auto it = receives.find((uint32_t{op.microbatch} << 16) | chunk);
+          if (it == receives.end() || used[t][P2pSlot(recv)][it->second]) return false;
+          used[t][P2pSlot(recv)][it->second] = true;
+          pairs_.emplace_back(Node(s, send, i), Node(t, recv, it->second));
+        }
+      }
+    }
+    for (uint32_t s = 0; s < pp; ++s) {
+      for (OpKind recv : {OpKind::kForwardRecv, OpKind::kBackwardRecv}) {
+        const auto& u = used[s][P2pSlot(recv)];
+        if (std::find(u.begin(), u.end(), false) != u.end()) return false;
+      }
+    }
+    return true;
+  }
+
+  // Keyed: a send follows the compute of its microbatch and chunk, a receive precedes it and is
+  // posted where its rank reached it: after the last compute (before that one) that started
+  // before it. This holds whether a rank posts its receives early and waits for them in the
+  // compute (torch's schedules) or posts each just before it (Megatron's). Sends do not wait for
+  // each other (asynchronous, waited for at the step's end); a receive's group ends its
+  // transfer time after the later of its start and its send's.
+  void KeyedPipelineEdges(uint32_t s) {
+    const StageKeys& k = keys_[s];
+    const std::vector<Op>& ops = Ops(s);
+    const WorkerIndex& wi = Index(s);
+    std::vector<uint32_t> chain_pos(ops.size(), 0);
+    for (uint32_t pos = 0; pos < wi.chain.size(); ++pos) chain_pos[wi.chain[pos]] = pos;
+    for (OpKind kind : kP2pKinds) {
+      const bool forward = kind == OpKind::kForwardSend || kind == OpKind::kForwardRecv;
+      const bool send = kind == OpKind::kForwardSend || kind == OpKind::kBackwardSend;
+      const OpKind compute_kind = forward ? OpKind::kForwardCompute : OpKind::kBackwardCompute;
+      const auto list = wi.Kind(kind);
+      for (uint32_t i = 0; i < list.size(); ++i) {
+        const Op& op = ops[list[i]];
+        const uint32_t seq = k.compute[forward ? 0 : 1].at(Key(op));
+        const uint32_t compute = Node(s, compute_kind, seq);
+        const uint32_t node = Node(s, kind, i);
+        if (send) {
+          Link(compute, node);
+          continue;
+        }
+        Link(node, compute);
+        const auto first = wi.chain.begin();
+        const auto last = first + chain_pos[wi.Kind(compute_kind)[seq]];
+        const auto after = std::partition_point(
+            first, last, [&](uint32_t c) { return ops[c].start_us < op.start_us; });
+        if (after != first) Link(NodeOfOp(s, *(after - 1)), node);
+      }
+    }
+  }
+
+  // A weight-gradient op follows the backward of its microbatch and chunk on its stage (the
+  // compute chain orders them too; this rejects a step whose times put the two the wrong way
+  // round). It sends nothing.
+  void WeightEdges(uint32_t s) {
+    if (Index(s).Count(OpKind::kBackwardWeightCompute) == 0) return;
+    std::unordered_map<uint32_t, uint32_t> backs;
+    if (!KeysOf(s, OpKind::kBackwardCompute, &backs)) return;
+    const auto weights = Index(s).Kind(OpKind::kBackwardWeightCompute);
+    for (uint32_t i = 0; i < weights.size(); ++i) {
+      const auto it = backs.find(Key(Ops(s)[weights[i]]));
+      if (it != backs.end()) {
+        Link(Node(s, OpKind::kBackwardCompute, it->second),
+             Node(s, OpKind::kBackwardWeightCompute, i));
+      }
+    }
+  }
+
   void DataParallelEdges(uint32_t s) {
     const std::vector<Op>& ops = Ops(s);
     const WorkerIndex& wi = Index(s);
@@ -288,8 +464,8 @@ class Builder {
       }
     }
     if (!m_->overlapped_dp) return;
-    // Overlapped: a chunk's first reduce-scatter waits for the chunk's last backward compute.
-    const auto backwards = wi.Kind(OpKind::kBackwardCompute);
+    // Overlapped: a chunk's first reduce-scatter waits for the chunk's last backward compute
+    // (or weight-gradient op: the gradients are complete once both parts ran).
     const auto scatters = wi.Kind(OpKind::kGradsReduceScatter);
     std::fill(done.begin(), done.end(), false);
     for (size_t i = 0; i < scatters.size(); ++i) {
@@ -297,16 +473,20 @@ class Builder {
       if (done[chunk]) continue;
       done[chunk] = true;
       int64_t last = -1;
-      for (size_t b = 0; b < backwards.size(); ++b) {
-        const Op& op = ops[backwards[b]];
-        if (op.chunk != chunk) continue;
-        if (last < 0 || op.start_us + op.duration_us >=
-                            ops[backwards[last]].start_us + ops[backwards[last]].duration_us) {
-          last = static_cast<int64_t>(b);
+      double last_end = 0;
+      for (OpKind k : {OpKind::kBackwardCompute, OpKind::kBackwardWeightCompute}) {
+        const auto list = wi.Kind(k);
+        for (size_t b = 0; b < list.size(); ++b) {
+          const Op& op = ops[list[b]];
+          if (op.chunk != chunk) continue;
+          if (last < 0 || op.start_us + op.duration_us >= last_end) {
+            last = Node(s, k, static_cast<uint32_t>(b));
+            last_end = op.start_us + op.duration_us;
+          }
         }
       }
       if (last >= 0) {
-        Link(Node(s, OpKind::kBackwardCompute, static_cast<uint32_t>(last)),
+        Link(static_cast<uint32_t>(last),
              Node(s, OpKind::kGradsReduceScatter, static_cast<uint32_t>(i)));
       }
     }
@@ -320,7 +500,8 @@ class Builder {
       synced.push_back(sync ? 1 : 0);
     };
     const uint32_t pp = layout_.pp;
-    for (uint32_t s = 0; s < pp; ++s) {
+    for (const auto& [send, recv] : pairs_) add({send, recv}, false);
+    for (uint32_t s = 0; s < pp && m_->pairing == StepModel::Pairing::kByOrder; ++s) {
       for (const bool forward : {true, false}) {
         const OpKind send = forward ? OpKind::kForwardSend : OpKind::kBackwardSend;
         const OpKind recv = forward ? OpKind::kForwardRecv : OpKind::kBackwardRecv;
@@ -453,6 +634,14 @@ class Builder {
   std::vector<std::pair<uint32_t, uint32_t>> edges_;         // (successor, predecessor), global ids
   std::vector<std::array<std::vector<uint32_t>, 4>> valid_;  // per stage, per p2p kind
   std::vector<uint32_t> noop_;
+  // Keyed pairing: per stage, each compute direction's and p2p kind's ops by key (key -> seq).
+  struct StageKeys {
+    std::array<std::unordered_map<uint32_t, uint32_t>, 2> compute;  // forward, backward
+    std::array<std::unordered_map<uint32_t, uint32_t>, 4> p2p;      // by P2pSlot
+  };
+  std::vector<StageKeys> keys_;
+  std::vector<std::pair<uint32_t, uint32_t>> pairs_;  // keyed (send, receive) nodes
+  std::vector<std::vector<bool>> full_;               // per stage, per backward-compute seq
 };
 
 }  // namespace
@@ -490,6 +679,11 @@ void WorkerIndex::Build(const std::vector<Op>& ops) {
   }
 }
 
+uint32_t GlobalChunk(StepModel::Pairing pairing, uint32_t pp, uint32_t stage, uint32_t chunk) {
+  if (pairing == StepModel::Pairing::kV) return chunk == 0 ? stage : 2 * pp - 1 - stage;
+  return chunk * pp + stage;
+}
+
 absl::Status CheckDataRanksAgree(const Layout& layout, const StepOps& step,
                                  const std::vector<WorkerIndex>& index) {
   for (uint32_t s = 0; s < layout.pp; ++s) {
@@ -523,6 +717,11 @@ std::vector<uint32_t> StepShape(const Layout& layout, const StepOps& step,
     key.push_back(static_cast<uint32_t>(rep.chain.size()));
     for (uint32_t op : rep.chain) {
       key.push_back((static_cast<uint32_t>(ops[op].kind) << 16) | ops[op].chunk);
+      key.push_back(ops[op].microbatch);
+    }
+    // Keyed pairing matches sends and receives by microbatch and chunk.
+    for (OpKind k : kP2pKinds) {
+      for (uint32_t op : rep.Kind(k)) key.push_back(Key(ops[op]));
     }
     positions.clear();
     for (uint32_t d = 0; d < layout.dp; ++d) {

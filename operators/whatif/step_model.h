@@ -22,10 +22,14 @@ namespace rankwatch::whatif::internal {
 // direction ends (after the last one starts) still belongs to the schedule: the study's 5e-5 s.
 inline constexpr double kP2pMatchEpsUs = 50;
 
-// The typical-duration table has a slot per kind and one more that is always 0: the ideal of
-// a GC slot in mid-step (GC time is ideally paid once, after the last compute).
+// The typical-duration table has a slot per kind and two more: one always 0, the ideal of a
+// GC slot in mid-step (GC time is ideally paid once, after the last compute); one for a full
+// backward in a zero-bubble step (a backward-compute op with no weight-gradient op of its
+// microbatch and chunk beside it, while the job has weight-gradient ops: it holds both parts,
+// and its ideal is a typical backward-compute plus a typical weight-gradient op).
 inline constexpr int kZeroTypical = kOpKindCount;
-inline constexpr int kTypicalCount = kOpKindCount + 1;
+inline constexpr int kFullBackwardTypical = kOpKindCount + 1;
+inline constexpr int kTypicalCount = kOpKindCount + 2;
 using Typical = std::array<double, kTypicalCount>;
 
 // A worker's ops indexed for the model. Rebuilt for each step; reuses its buffers.
@@ -93,17 +97,26 @@ struct StepModel {
   std::vector<Instr> schedule;
   std::vector<uint32_t> end_nodes;  // the optimizer nodes (every node when there is none)
   bool overlapped_dp = false;       // a separate grads all-reduce after overlapped reduce-scatters
+  // How pipeline sends and receives were matched: by order (Megatron's schedules, the study's
+  // traces), or by their microbatch and model chunk (torch.distributed.pipelining's schedules:
+  // interleaved, zero-bubble, V-shaped), with chunk c of stage s at global model chunk
+  // c * pp + s (kInterleaved) or, with two chunks, s and 2 * pp - 1 - s (kV).
+  enum class Pairing : uint8_t { kByOrder, kInterleaved, kV } pairing = Pairing::kByOrder;
 
   uint32_t groups() const { return static_cast<uint32_t>(group_synced.size()); }
 };
+
+// The global model chunk of `chunk` on `stage` under a keyed pairing (kByOrder: interleaved).
+uint32_t GlobalChunk(StepModel::Pairing pairing, uint32_t pp, uint32_t stage, uint32_t chunk);
 
 // InvalidArgument (one line) unless every data rank of each stage has as many ops of each
 // modelled kind (GC aside) as the stage's data rank 0.
 absl::Status CheckDataRanksAgree(const Layout& layout, const StepOps& step,
                                  const std::vector<WorkerIndex>& index);
 
-// What a model depends on, per stage: op counts per kind, the compute chain's kinds and chunks
-// (data rank 0), the chain positions holding a GC op on any data rank.
+// What a model depends on, per stage: op counts per kind, the compute chain's kinds, chunks and
+// microbatches (data rank 0), the pipeline sends' and receives' microbatches and chunks, the
+// chain positions holding a GC op on any data rank.
 std::vector<uint32_t> StepShape(const Layout& layout, const StepOps& step,
                                 const std::vector<WorkerIndex>& index);
 

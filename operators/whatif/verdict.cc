@@ -9,13 +9,19 @@
 namespace rankwatch::whatif {
 namespace {
 
-bool IsCompute(OpKind k) { return k == OpKind::kForwardCompute || k == OpKind::kBackwardCompute; }
+// A stage's model compute: forward, backward and (zero-bubble schedules) the weight-gradient part.
+bool IsCompute(OpKind k) {
+  return k == OpKind::kForwardCompute || k == OpKind::kBackwardCompute ||
+         k == OpKind::kBackwardWeightCompute;
+}
 
 // Groups of communication: a slow link or a slow collective rather than slow compute.
 bool IsCommunicationGroup(std::string_view group) {
-  return group != OpGroupName(OpKind::kForwardCompute) &&
-         group != OpGroupName(OpKind::kBackwardCompute) && group != OpGroupName(OpKind::kGc) &&
-         group != OpGroupName(OpKind::kOptimizer) && group != OpGroupName(OpKind::kDataLoading);
+  for (int k = 0; k < kOpKindCount; ++k) {
+    const auto kind = static_cast<OpKind>(k);
+    if (IsModelled(kind) && OpGroupName(kind) == group) return IsCommunication(kind);
+  }
+  return false;
 }
 
 std::string RankList(const std::vector<uint32_t>& ranks) {

@@ -62,8 +62,8 @@ struct VerdictOptions {
 };
 
 // Per-step op statistics the verdict needs beside the analyzer's result: each stage's mean
-// compute (forward + backward) per step, each worker's mean GC time per step. Over the same
-// window as the analyzer.
+// compute (forward + backward, zero-bubble weight-gradient ops included) per step, each
+// worker's mean GC time per step. Over the same window as the analyzer.
 class OpStats {
  public:
   OpStats(Layout layout, uint32_t window_steps);
@@ -71,7 +71,7 @@ class OpStats {
   uint32_t steps() const { return static_cast<uint32_t>(steps_.size()); }
   std::vector<double> StageComputeUs() const;   // size pp
   std::vector<double> WorkerGcUs() const;       // size workers
-  std::vector<double> WorkerComputeUs() const;  // size workers: forward + backward compute
+  std::vector<double> WorkerComputeUs() const;  // size workers: forward + backward (+ weight)
  private:
   struct Step {
     std::vector<double> stage_compute_us;

@@ -85,6 +85,31 @@ TEST(WhatIfVerdict, AStageHeavyOnOneReplicaOnlyIsASlowWorker) {
   EXPECT_EQ(v.stage, 0);
 }
 
+TEST(WhatIfVerdict, WeightGradientOpsAreComputeNotCommunication) {
+  // Zero-bubble: stage 0's weight-gradient ops (W) take twice as long as stage 1's, and that
+  // op group explains most of S. It is compute: stage 0 is heavier on every replica by its W
+  // ops alone, so the verdict names the stage, not a slow link.
+  WindowResult r = Window(1.3, {1.2, 1.2}, {1.28, 1.02});
+  r.decomposition.by_op_group = {{"backward-weight-compute", 1.27}, {"forward-compute", 1.0}};
+  OpStats stats(kLayout, 64);
+  for (int i = 0; i < 8; ++i) {
+    StepOps step;
+    step.step = i;
+    step.workers.resize(kLayout.workers());
+    for (uint32_t w = 0; w < kLayout.workers(); ++w) {
+      step.workers[w] = {Op{.kind = OpKind::kForwardCompute, .start_us = 0, .duration_us = 10e3},
+                         Op{.kind = OpKind::kBackwardWeightCompute,
+                            .start_us = 10e3,
+                            .duration_us = w / kLayout.dp == 0 ? 10e3 : 5e3}};
+    }
+    stats.Add(step);
+  }
+  EXPECT_DOUBLE_EQ(stats.StageComputeUs()[0], 20e3);
+  const WhatIfVerdict v = JudgeWhatIf(r, kLayout, kWorkerRanks, stats, {});
+  EXPECT_EQ(v.verdict, Verdict::kStageImbalance) << v.note;
+  EXPECT_EQ(v.stage, 0);
+}
+
 TEST(WhatIfVerdict, AHeldFindingEndsBelowTheExitSlowdownOnly) {
   const OpStats stats = Stats({15, 15, 10, 10});
   const WindowResult r = Window(1.04, {1.035, 1.035}, {1.038, 1.0});

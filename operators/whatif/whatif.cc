@@ -209,16 +209,26 @@ struct Analyzer::Impl {
 
 Typical Analyzer::Impl::ComputeTypical() const {
   Typical t{};
-  std::array<double, kOpKindCount> sum{};
-  std::array<uint64_t, kOpKindCount> count{};
+  std::array<double, internal::kTypicalCount> sum{};
+  std::array<uint64_t, internal::kTypicalCount> count{};
   for (const StepEntry& e : window) {
-    for (int k = 0; k < kOpKindCount; ++k) {
+    for (int k = 0; k < internal::kTypicalCount; ++k) {
       sum[k] += e.bound.mean_sum[k];
       count[k] += e.bound.mean_count[k];
     }
   }
   for (int k = 0; k < kOpKindCount; ++k) {
     if (!IsCommunication(static_cast<OpKind>(k)) && count[k] > 0) t[k] = sum[k] / count[k];
+  }
+  // A full backward is ideally a typical input-gradient backward and a typical weight-gradient
+  // op (not the mean of the full ones: one stage may hold them all, slow or not).
+  const auto b = static_cast<size_t>(OpKind::kBackwardCompute);
+  const auto w = static_cast<size_t>(OpKind::kBackwardWeightCompute);
+  constexpr auto f = static_cast<size_t>(internal::kFullBackwardTypical);
+  if (count[b] > 0 && count[w] > 0) {
+    t[f] = t[b] + t[w];
+  } else if (count[f] > 0) {
+    t[f] = sum[f] / count[f];
   }
   std::vector<const std::vector<double>*> arrays;
   for (int k = 0; k < kOpKindCount; ++k) {

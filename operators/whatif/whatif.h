@@ -12,9 +12,10 @@
 // A worker is one (data rank, stage) pair; its tensor ranks move in lockstep. Worker index =
 // stage * dp + data rank.
 //
-// The model (docs/whatif.md has it in full): per stage one chain of compute ops (forward and
-// backward compute, data loading, GC pauses) in start order; pipeline sends and receives
-// paired across neighbouring stages by order, each direction a chain; data-parallel
+// The model (docs/whatif.md has it in full): per stage one chain of compute ops (forward,
+// backward and weight-gradient compute, data loading, GC pauses) in start order; pipeline
+// sends and receives paired across neighbouring stages by order, each direction a chain, or —
+// torch's interleaved, zero-bubble and V schedules — by microbatch and model chunk; data-parallel
 // collectives synchronised over the stage's data ranks; after the last compute the chain
 // layernorm -> embedding -> reduce-scatters (or the separate grads all-reduce) -> clip ->
 // optimizer. A collective ends at the latest start among its members plus its own transfer
@@ -153,9 +154,12 @@ struct WindowResult {
   uint32_t m_s_stage = 0;  // the stage with the highest by_stage slowdown (lowest on ties)
   double m_s_last = 0;     // the study's M_S: the same for the last stage (pp - 1)
   // Typical (ideal) duration of each kind over the window, µs: mean or median transfer time
-  // (IsCommunication); for kGc the mean GC time per worker and step. 0 for absent kinds.
+  // (IsCommunication); for kGc the mean GC time per worker and step; for kBackwardCompute in a
+  // zero-bubble step the input-gradient part (full backwards, both parts in one op, are
+  // ideally this plus kBackwardWeightCompute's). 0 for absent kinds.
   std::array<double, kOpKindCount> typical_us{};
-  // Mean forward + backward compute time per worker and step, by stage (size pp), µs.
+  // Mean forward + backward (and weight-gradient) compute time per worker and step, by stage
+  // (size pp), µs.
   std::vector<double> stage_compute_us;
   std::vector<StepResult> per_step;  // oldest first
 };
