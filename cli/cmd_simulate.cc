@@ -342,9 +342,10 @@ CommandRunner AddSimulateCommand(CLI::App& app) {
       ->check(CLI::Range(1u, 1u << 20));
   cmd->add_option(
       "--parallel", f->parallel,
-      "dp=D,pp=P,tp=T[,mb=M]: a data x pipeline x tensor parallel job (world D*P*T, Megatron's "
-      "rank order, tensor rank fastest), each step a simulated 1F1B schedule of M microbatches "
-      "(default 8) whose op records every rank publishes");
+      "dp=D,pp=P,tp=T[,mb=M][,schedule=S][,vpp=V]: a data x pipeline x tensor parallel job "
+      "(world D*P*T, Megatron's rank order, tensor rank fastest), each step a simulated "
+      "pipeline schedule of M microbatches (default 8) whose op records every rank publishes; "
+      "S: 1f1b (default), interleaved, zb, zbv, dualpipev; V: model chunks per stage");
   cmd->add_option("--op-noise", f->op_noise,
                   "with --parallel: each op's duration x lognormal(0, sigma), seeded")
       ->capture_default_str()

@@ -1,7 +1,8 @@
 // FleetModel: the synthetic training job behind `rankwatch simulate` — what every rank
 // reports for each step, including injected faults and data-parallel synchronisation. With
 // FleetOptions::parallel, a data x pipeline x tensor parallel job: each step is a simulated
-// 1F1B schedule (pipeline_schedule.h) and every record carries the rank's op records.
+// pipeline schedule (1F1B by default; pipeline_schedule.h) and every record carries the rank's
+// op records.
 //
 // Deterministic: the record of (rank, step) depends only on the options (seed included),
 // never on call order. Not thread-safe.
@@ -42,8 +43,12 @@ struct FleetOptions {
   double clock_skew_us = 0;  // each node's clock off by N(0, clock_skew_us); default 0
   // Nominal op durations, µs; absent (default): NominalPipelineCosts' shares of step_ms.
   struct PipelineCosts {
-    double forward = 0, backward = 0;  // one microbatch's compute on one stage
-    double p2p = 0;                    // a send/receive pair's transfer
+    // One microbatch's compute on one stage (all its model chunks; a chunk takes its share).
+    double forward = 0, backward = 0;  // backward: the full backward
+    // Zero-bubble schedules' split backward: the input-gradient part (a backward-compute op)
+    // and the weight-gradient part (a backward-weight-compute op); their sum is `backward`.
+    double backward_input = 0, weight = 0;
+    double p2p = 0;  // a send/receive pair's transfer
     double params_all_gather = 0, grads_reduce_scatter = 0, embedding = 0, clip = 0;
     double optimizer = 0;
   };
@@ -51,9 +56,11 @@ struct FleetOptions {
 };
 
 // Nominal shares of step_ms with --parallel: the 1F1B compute (M + P - 1)(f + b), backward
-// twice forward, takes 80 % of the step; a pipeline transfer is 2 % of a microbatch's forward;
-// params all-gather 3 %, grads reduce-scatter 5 % (with dp > 1), embedding all-reduce 1 %
-// (pp > 1), clipping 0.5 %, optimizer 5 %. A balanced job's step is then about step_ms.
+// twice forward (its input and weight parts one forward each), takes 80 % of the step (other
+// schedules' steps are shorter, their bubbles smaller); a pipeline transfer is 2 % of a
+// microbatch's forward; params all-gather 3 %, grads reduce-scatter 5 % (with dp > 1), embedding
+// all-reduce 1 % (pp > 1), clipping 0.5 %, optimizer 5 %. A balanced job's step is then about
+// step_ms.
 struct PipelineShares {
   static constexpr double kCompute = 0.80;
   static constexpr double kP2pOfForward = 0.02;

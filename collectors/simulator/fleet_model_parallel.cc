@@ -1,6 +1,6 @@
 // FleetModel's data x pipeline x tensor parallel steps (FleetOptions::parallel): op costs with
-// the faults and the noise, one 1F1B step simulated per worker (pipeline_schedule.h), and each
-// rank's record built from its worker's ops.
+// the faults and the noise, one pipeline step simulated per worker (pipeline_schedule.h), and
+// each rank's record built from its worker's ops.
 #include <algorithm>
 #include <cmath>
 
@@ -28,17 +28,18 @@ enum Salt : uint64_t {
 };
 
 uint64_t OpKey(const ProgramOp& op) {
-  return (static_cast<uint64_t>(op.type) << 32) | op.microbatch;
+  return (static_cast<uint64_t>(op.type) << 32) | (uint64_t{op.chunk} << 20) | op.microbatch;
 }
 
 bool HasMicrobatch(v1::OpType t) {
-  return t == v1::OP_FORWARD_COMPUTE || t == v1::OP_BACKWARD_COMPUTE || t == v1::OP_FORWARD_SEND ||
+  return t == v1::OP_FORWARD_COMPUTE || t == v1::OP_BACKWARD_COMPUTE ||
+         t == v1::OP_BACKWARD_WEIGHT_COMPUTE || t == v1::OP_FORWARD_SEND ||
          t == v1::OP_FORWARD_RECV || t == v1::OP_BACKWARD_SEND || t == v1::OP_BACKWARD_RECV;
 }
 
 bool IsCommunication(v1::OpType t) {
-  return t != v1::OP_FORWARD_COMPUTE && t != v1::OP_BACKWARD_COMPUTE && t != v1::OP_OPTIMIZER &&
-         t != v1::OP_GC;
+  return t != v1::OP_FORWARD_COMPUTE && t != v1::OP_BACKWARD_COMPUTE &&
+         t != v1::OP_BACKWARD_WEIGHT_COMPUTE && t != v1::OP_OPTIMIZER && t != v1::OP_GC;
 }
 
 bool Active(const FaultSpec& f, uint64_t step) {
@@ -56,6 +57,8 @@ FleetOptions::PipelineCosts NominalPipelineCosts(const FleetOptions& o) {
   FleetOptions::PipelineCosts c;
   c.forward = PipelineShares::kCompute * step_us / (3.0 * (p.microbatches + p.pp - 1));
   c.backward = 2 * c.forward;
+  c.backward_input = c.forward;
+  c.weight = c.forward;
   c.p2p = PipelineShares::kP2pOfForward * c.forward;
   c.params_all_gather = PipelineShares::kParamsAllGather * step_us;
   c.grads_reduce_scatter = PipelineShares::kGradsReduceScatter * step_us;
@@ -86,6 +89,7 @@ v1::ParallelLayout FleetModel::LayoutOf(uint32_t rank) const {
   l.set_pipeline_size(p.pp);
   l.set_tensor_rank(p.TensorRankOf(rank));
   l.set_tensor_size(p.tp);
+  if (p.vpp > 1) l.set_virtual_stages(p.vpp);
   return l;
 }
 
@@ -147,14 +151,20 @@ void FleetModel::PipelineStep(uint64_t step, std::vector<v1::StepRecord>* record
   const FleetOptions::PipelineCosts c = NominalPipelineCosts(options_);
   const double sigma = options_.op_noise;
   StepCosts costs;
+  const double per_chunk = 1.0 / p.vpp;
   costs.compute = [&](uint32_t w, const ProgramOp& op) {
     const double noise =
         std::exp(sigma * Normal(kComputeNoise, (uint64_t{w} << 32) ^ step, OpKey(op)));
-    if (op.type == v1::OP_OPTIMIZER) return c.optimizer * noise;
-    if (op.type == v1::OP_BACKWARD_COMPUTE) return c.backward * noise * factor[w];
-    double d = c.forward * noise * factor[w];
+    const double f = noise * factor[w] * per_chunk;
+    switch (op.type) {
+      case v1::OP_OPTIMIZER: return c.optimizer * noise;
+      case v1::OP_BACKWARD_COMPUTE: return (op.input_only ? c.backward_input : c.backward) * f;
+      case v1::OP_BACKWARD_WEIGHT_COMPUTE: return c.weight * f;
+      default: break;
+    }
+    double d = c.forward * f;
     for (const Pause& pause : pauses) {
-      if (pause.worker == w && pause.microbatch == op.microbatch) d += pause.us;
+      if (pause.worker == w && pause.microbatch == op.microbatch && op.chunk == 0) d += pause.us;
     }
     return d;
   };
@@ -199,15 +209,17 @@ void FleetModel::PipelineStep(uint64_t step, std::vector<v1::StepRecord>* record
       v1::OpRecord* out = rec.add_ops();
       out->set_type(op.type);
       if (HasMicrobatch(op.type)) out->set_microbatch(op.microbatch);
+      if (op.chunk != 0) out->set_model_chunk(op.chunk);
       out->set_start_offset_us(static_cast<uint64_t>(std::llround(op.start_us)));
       out->set_duration_us(static_cast<uint64_t>(std::llround(duration)));
       switch (op.type) {
         case v1::OP_FORWARD_COMPUTE: forward += duration; break;
-        case v1::OP_BACKWARD_COMPUTE: backward += duration; break;
+        case v1::OP_BACKWARD_COMPUTE:
+        case v1::OP_BACKWARD_WEIGHT_COMPUTE: backward += duration; break;
         case v1::OP_OPTIMIZER: optimizer += duration; break;
         default: collective += duration; break;
       }
-      if (op.type != v1::OP_FORWARD_COMPUTE) continue;
+      if (op.type != v1::OP_FORWARD_COMPUTE || op.chunk != 0) continue;
       for (const Pause& pause : pauses) {
         if (pause.rank != r || pause.microbatch != op.microbatch) continue;
         v1::OpRecord* g = rec.add_ops();

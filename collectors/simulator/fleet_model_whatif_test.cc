@@ -1,6 +1,7 @@
 // The --parallel fleet's steps through the what-if Analyzer (operators/whatif/whatif.h): the
-// analyzer's dependency model replays the simulator's 1F1B steps (its actual step matches the
-// measured one), a balanced job has S close to 1, and each fault lands in its decomposition.
+// analyzer's dependency model replays the simulator's steps — 1F1B, and torch's interleaved,
+// zero-bubble and V schedules — (its actual step matches the measured one), a balanced job has
+// S close to 1, and each fault lands in its decomposition.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,7 +30,8 @@ whatif::StepOps ToStepOps(const PipelineSpec& p, uint64_t step,
     for (const v1::OpRecord& o : records[r].ops()) {
       if (p.TensorRankOf(r) != 0 && o.type() != v1::OP_GC) continue;
       ops.push_back({static_cast<whatif::OpKind>(o.type()), static_cast<uint16_t>(o.microbatch()),
-                     0, shift_us + static_cast<double>(o.start_offset_us()),
+                     static_cast<uint16_t>(o.model_chunk()),
+                     shift_us + static_cast<double>(o.start_offset_us()),
                      static_cast<double>(o.duration_us())});
     }
   }
@@ -41,15 +43,15 @@ whatif::StepOps ToStepOps(const PipelineSpec& p, uint64_t step,
   return out;
 }
 
-whatif::WindowResult Analyze(const std::string& fault, uint32_t dp = 4, uint32_t pp = 4,
-                             uint32_t tp = 2) {
+whatif::WindowResult Analyze(const std::string& fault,
+                             PipelineSpec spec = {.dp = 4, .pp = 4, .tp = 2, .microbatches = 8}) {
   FleetOptions o;
-  o.parallel = PipelineSpec{.dp = dp, .pp = pp, .tp = tp, .microbatches = 8};
+  o.parallel = spec;
   o.ranks = o.parallel->world_size();
   if (!fault.empty()) o.faults.push_back(*ParseFaultSpec(fault));
   EXPECT_TRUE(CheckFleetOptions(o).ok());
   FleetModel model(o);
-  whatif::Analyzer analyzer({.dp = dp, .pp = pp, .tp = tp}, {});
+  whatif::Analyzer analyzer({.dp = spec.dp, .pp = spec.pp, .tp = spec.tp, .vpp = spec.vpp}, {});
   std::vector<v1::StepRecord> records;
   std::vector<bool> reported;
   for (uint64_t step = 0; step < kSteps; ++step) {
@@ -133,6 +135,37 @@ TEST(FleetModelWhatIfTest, GcPausesAreTheTopOpGroupWhateverTheirTensorRank) {
   EXPECT_EQ(r.decomposition.by_op_group.front().first, "gc");
   EXPECT_EQ(ArgMax(r.decomposition.by_dp_rank), 2u);
   EXPECT_EQ(ArgMax(r.decomposition.by_stage), 1u);
+}
+
+TEST(FleetModelWhatIfTest, TorchSchedulesReplayAndNameTheSlowWorker) {
+  for (const char* schedule : {"schedule=interleaved", "schedule=interleaved,vpp=3", "schedule=zb",
+                               "schedule=zb,vpp=2", "schedule=zbv", "schedule=dualpipev"}) {
+    const auto spec = ParsePipelineSpec(std::string("dp=2,pp=4,mb=8,") + schedule);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    const whatif::WindowResult balanced = Analyze("", *spec);
+    ASSERT_EQ(balanced.steps, kSteps) << schedule;
+    // Sends do not hold a worker up, receives wait just before their compute: the model replays
+    // the step closer than 1F1B's blocking pairs.
+    EXPECT_NEAR(balanced.actual_us / balanced.measured_us, 1.0, 0.005) << schedule;
+    EXPECT_GE(balanced.slowdown, 1.0) << schedule;
+    EXPECT_LT(balanced.slowdown, 1.03) << schedule;
+
+    const whatif::WindowResult r = Analyze("slow-worker:dp=1,pp=2,factor=1.3", *spec);
+    EXPECT_NEAR(r.actual_us / r.measured_us, 1.0, 0.005) << schedule;
+    EXPECT_GT(r.slowdown, 1.1) << schedule;
+    ASSERT_EQ(r.decomposition.by_stage.size(), 4u) << schedule;
+    EXPECT_EQ(ArgMax(r.decomposition.by_dp_rank), 1u) << schedule;
+    EXPECT_EQ(ArgMax(r.decomposition.by_stage), 2u) << schedule;
+    EXPECT_LT(r.decomposition.by_dp_rank[0], 1.03) << schedule;
+    // The weight-gradient ops are an op group of their own, and compute like the others.
+    const bool split = std::string(schedule).find("zb") != std::string::npos ||
+                       std::string(schedule).find("dualpipe") != std::string::npos;
+    bool weight_group = false;
+    for (const auto& [group, s] : r.decomposition.by_op_group) {
+      weight_group |= group == "backward-weight-compute";
+    }
+    EXPECT_EQ(weight_group, split) << schedule;
+  }
 }
 
 }  // namespace
