@@ -236,5 +236,101 @@ class FrameworkOpsTest(unittest.TestCase):
                 self.assertEqual(ops_of(record), want, "rank %d step %d" % (rank, step))
 
 
+
+class MegatronTimersTest(unittest.TestCase):
+    """What the real jobs above do not reach, in one process: megatron-core's real config classes
+    and its real Timers (as Megatron-LM's train() assigns them; log level 0, so its level-1 and
+    level-2 timers are DummyTimers, as they must be on a CPU: its Timer synchronises CUDA),
+    driven in the order its source makes the calls after a schedule's computes:
+    finalize_model_grads (megatron/core/distributed/finalize_model_grads.py: 'all-grads-sync',
+    'conditional-embedder-grads-all-reduce', 'non-tensor-parallel-grads-all-reduce',
+    'embedding-grads-all-reduce'), MegatronOptimizer.step (optimizer/optimizer.py:
+    'optimizer-copy-to-main-grad', 'optimizer-clip-main-grad', 'optimizer-count-zeros',
+    'optimizer-inner-step', 'optimizer-copy-main-to-model-params') and then
+    DistributedOptimizer.step_with_ready_grads' 'params-all-gather' (optimizer/distrib_optimizer.py),
+    on a middle stage of 3 with the distributed optimizer."""
+
+    def test_megatron_lm_timers_wrapped_and_the_optimizer_ops(self):
+        import torch
+        import rankwatch
+        from megatron.core.model_parallel_config import ModelParallelConfig
+        from megatron.core.optimizer import OptimizerConfig
+        from megatron.core.timers import Timers
+        from megatron.core.transformer.transformer_config import TransformerConfig
+        from rankwatch.megatron import RankwatchTimers
+
+        fleet = Fleet()
+        self.addCleanup(fleet.close)
+        brokers = fleet.start_broker(partitions=1)
+        job = "megatron-timers-%s" % uuid.uuid4().hex[:8]
+        rw = rankwatch.init(job=job, brokers=brokers, rank=1, world_size=3, flush_interval_ms=50, watch_gc=False,
+                            layout=rankwatch.Layout(pipeline_rank=1, pipeline_size=3))
+        self.addCleanup(rw.close)
+        config = TransformerConfig(num_layers=3, hidden_size=8, num_attention_heads=1,
+                                   pipeline_model_parallel_size=3, pipeline_dtype=torch.float32)
+        optimizer_config = OptimizerConfig(use_distributed_optimizer=True)
+        timers = Timers(0, "max")  # Megatron-LM's global timers (megatron/training/global_vars.py)
+        config.timers = timers  # as megatron/training/training.py's train() does
+        optimizer_config.timers = timers
+        self.assertIsInstance(config.timers, RankwatchTimers)
+        self.assertIs(config.timers.inner, timers)
+        self.assertEqual(config.timers.log, timers.log)  # Megatron's own logging: its Timers'
+
+        class Chunk:  # a DDP model chunk, as finalize_model_grads sees it
+            class ddp_config:
+                use_distributed_optimizer = True
+
+        def forward_step(config, current_microbatch, vp_stage=None):
+            config.timers("forward-compute", log_level=2).start()
+            config.timers("forward-compute").stop()
+
+        def backward_step(config):
+            config.timers("backward-compute", log_level=2).start()
+            config.timers("backward-compute").stop()
+
+        def finalize_model_grads(model, config):
+            for name in ("all-grads-sync", "conditional-embedder-grads-all-reduce",
+                         "non-tensor-parallel-grads-all-reduce", "embedding-grads-all-reduce"):
+                config.timers(name, log_level=1).start(barrier=False)
+                config.timers(name).stop()
+
+        def forward_backward_no_pipelining(config, model, num_microbatches=1, forward_only=False):
+            config.timers("forward-backward", log_level=1).start(barrier=False)
+            forward_step(config, current_microbatch=0)
+            if not forward_only:
+                backward_step(config)
+                finalize_model_grads(model, config)
+            config.timers("forward-backward").stop()
+
+        def optimizer_step(config):
+            timers = config.timers
+            for name in ("optimizer-copy-to-main-grad", "optimizer-clip-main-grad", "optimizer-count-zeros",
+                         "optimizer-inner-step", "optimizer-copy-main-to-model-params", "params-all-gather"):
+                timers(name, log_level=1).start(barrier=False)
+                timers(name).stop()
+
+        for _ in range(2):
+            forward_backward_no_pipelining(config, [Chunk()])
+            optimizer_step(optimizer_config)
+        # evaluate() (megatron/training/training.py): timing off, a forward-only schedule, back on.
+        config.timers = None
+        self.assertIsNone(config.timers)
+        config.timers = timers
+        forward_backward_no_pipelining(config, [Chunk()], forward_only=True)
+        with rw.pause():
+            self.assertIs(config.timers, timers)
+            self.assertIsNone(ModelParallelConfig.__dict__["timers"])
+        self.assertIsInstance(config.timers, RankwatchTimers)
+        self.assertTrue(rw.flush(timeout_s=10))
+        rw.close()
+        steps = steps_by_rank(read_batches(brokers, job))[1]
+        self.assertEqual(sorted(steps), [0, 1])  # the forward-only schedule opened no step
+        want = [("forward-compute", 0, 0), ("backward-compute", 0, 0), ("grads-reduce-scatter", 0, 0),
+                ("layernorm-grads-all-reduce", 0, 0), ("optimizer-clip-main-grad", 0, 0), ("optimizer", 0, 0)]
+        self.assertEqual(ops_of(steps[0]), want)  # no embedding all-reduce on a middle stage
+        # The distributed optimizer's all-gather at the end of step 0 is the first op of step 1.
+        self.assertEqual(ops_of(steps[1]), [("params-all-gather", 0, 0)] + want)
+        self.assertEqual(min(o.start_offset_us for o in steps[1].ops), 0)
+
 if __name__ == "__main__":
     unittest.main()
