@@ -22,10 +22,11 @@
 // Then the pipeline-parallel jobs of issue #34 (benchmarks/accuracy_pipeline.h): a slow worker,
 // an imbalanced stage, sequence imbalance, GC pauses at 10 and 20 % slowdown, and balanced jobs.
 //
-// Usage: accuracy_benchmark [--seeds 3] [--kind NAME]... [--long-steps N]
+// Usage: accuracy_benchmark [--seeds 3] [--kind NAME]... [--layout NAME]... [--long-steps N]
 //                           [--flat-only | --pipeline-only]
 // (kinds: compute, input, node-compute, host; slow-worker, stage-imbalance, sequence-imbalance,
-// gc). The flat part runs unless only pipeline kinds are named, and the other way round.
+// gc; --layout: the pipeline layouts, accuracy_pipeline.h). The flat part runs unless only
+// pipeline kinds are named, and the other way round.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -304,6 +305,9 @@ int main(int argc, char** argv) {
       long_steps = std::strtoull(argv[i + 1], nullptr, 10);
     if (std::strcmp(argv[i], "--kind") == 0) {
       (accuracy::IsPipelineKind(argv[i + 1]) ? pipeline.kinds : only).push_back(argv[i + 1]);
+    }
+    if (std::strcmp(argv[i], "--layout") == 0 && accuracy::IsPipelineLayout(argv[i + 1])) {
+      pipeline.layouts.push_back(argv[i + 1]);
     }
   }
   pipeline.seeds = seeds;

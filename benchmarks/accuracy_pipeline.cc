@@ -8,6 +8,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
+#include <utility>
 
 #include "collectors/simulator/fleet_model.h"
 #include "operators/step_time_diagnosis.h"
@@ -42,11 +44,22 @@ struct JobLayout {
   PipelineSpec spec;
 };
 
-// The issue's DP 4 x PP 4 x TP 2, the study's ST shape (DP 2 x PP 4), and a wide, short pipe.
+// 1F1B: the issue's DP 4 x PP 4 x TP 2, the study's ST shape (DP 2 x PP 4), and a wide, short
+// pipe. Then torch.distributed.pipelining's schedules (issue #49): interleaved 1F1B on the
+// issue's shape, zero bubble with one chunk a stage (ZB-H1) and two (ZB1P), ZBV and DualPipeV.
+using Sched = PipelineScheduleKind;
 const JobLayout kLayouts[] = {
     {"dp4-pp4-tp2", {.dp = 4, .pp = 4, .tp = 2, .microbatches = 8}},
     {"dp2-pp4-tp1", {.dp = 2, .pp = 4, .tp = 1, .microbatches = 8}},
     {"dp8-pp2-tp2", {.dp = 8, .pp = 2, .tp = 2, .microbatches = 8}},
+    {"dp4-pp4-tp2-interleaved",
+     {.dp = 4, .pp = 4, .tp = 2, .microbatches = 8, .schedule = Sched::kInterleaved1F1B, .vpp = 2}},
+    {"dp2-pp4-zbh1", {.dp = 2, .pp = 4, .microbatches = 8, .schedule = Sched::kZeroBubble}},
+    {"dp2-pp4-zb1p",
+     {.dp = 2, .pp = 4, .microbatches = 8, .schedule = Sched::kZeroBubble, .vpp = 2}},
+    {"dp2-pp4-zbv", {.dp = 2, .pp = 4, .microbatches = 8, .schedule = Sched::kZbv, .vpp = 2}},
+    {"dp4-pp4-dualpipev",
+     {.dp = 4, .pp = 4, .microbatches = 8, .schedule = Sched::kDualPipeV, .vpp = 2}},
 };
 
 struct Scenario {
@@ -116,9 +129,11 @@ FleetOptions Options(const Scenario& s, double noise, std::optional<double> para
 }
 
 // Means over the fault's steps of the noiseless job: its step, its forward and backward ops
-// (every worker's, from its tensor rank 0).
+// (every worker's, from its tensor rank 0), per model chunk. A zero-bubble schedule's backward
+// ops are the input-gradient part where a weight-gradient op of the same microbatch and chunk
+// follows, full backwards (DualPipeV's) where none does.
 struct JobMeans {
-  double step_ns = 0, forward_us = 0, backward_us = 0;
+  double step_ns = 0, forward_us = 0, backward_us = 0, input_us = 0, weight_us = 0;
 };
 
 JobMeans Measure(const FleetOptions& o) {
@@ -127,38 +142,57 @@ JobMeans Measure(const FleetOptions& o) {
   std::vector<v1::StepRecord> records;
   std::vector<bool> reported;
   JobMeans m;
-  double forwards = 0, backwards = 0;
+  double forwards = 0, backwards = 0, inputs = 0, weights = 0;
   for (uint64_t step = kWarmup; step < kWarmup + kFaultSteps; ++step) {
     model.Step(step, &records, &reported);
     m.step_ns += static_cast<double>(records[0].step_time_ns()) / kFaultSteps;
     for (uint32_t r = 0; r < records.size(); r += p.tp) {
+      std::set<std::pair<uint32_t, uint32_t>> split;  // (microbatch, chunk) with a weight op
       for (const v1::OpRecord& op : records[r].ops()) {
+        if (op.type() == v1::OP_BACKWARD_WEIGHT_COMPUTE) {
+          split.emplace(op.microbatch(), op.model_chunk());
+          m.weight_us += static_cast<double>(op.duration_us());
+          ++weights;
+        }
+      }
+      for (const v1::OpRecord& op : records[r].ops()) {
+        const auto us = static_cast<double>(op.duration_us());
         if (op.type() == v1::OP_FORWARD_COMPUTE) {
-          m.forward_us += static_cast<double>(op.duration_us());
+          m.forward_us += us;
           ++forwards;
+        } else if (op.type() == v1::OP_BACKWARD_COMPUTE &&
+                   split.contains({op.microbatch(), op.model_chunk()})) {
+          m.input_us += us;
+          ++inputs;
         } else if (op.type() == v1::OP_BACKWARD_COMPUTE) {
-          m.backward_us += static_cast<double>(op.duration_us());
+          m.backward_us += us;
           ++backwards;
         }
       }
     }
   }
   m.forward_us /= forwards;
-  m.backward_us /= backwards;
+  m.backward_us = backwards > 0 ? m.backward_us / backwards : 0;
+  m.input_us = inputs > 0 ? m.input_us / inputs : 0;
+  m.weight_us = weights > 0 ? m.weight_us / weights : 0;
   return m;
 }
 
 // The slowdown S the fault causes, as the what-if study defines it, without noise: the job's
 // mean step over the step of the same job with every forward and every backward at its kind's
-// mean duration (the faults leave communication and the optimizer alone). A GC pause is part
-// of the forward it interrupts, so the ideal spreads it over every forward. Also the slowdown
-// against the job without the fault (`*job`).
+// mean duration (the faults leave communication and the optimizer alone); a full backward
+// beside split ones is ideally a mean input and a mean weight backward, as the what-if model
+// takes it. A GC pause is part of the forward it interrupts, so the ideal spreads it over every
+// forward. Also the slowdown against the job without the fault (`*job`).
 double TrueSlowdown(const Scenario& s, double parameter, double* job = nullptr) {
   const JobMeans m = Measure(Options(s, 0, parameter));
   FleetOptions ideal = Options(s, 0, std::nullopt);
   FleetOptions::PipelineCosts costs = NominalPipelineCosts(ideal);
-  costs.forward = m.forward_us;
-  costs.backward = m.backward_us;
+  const double chunks = s.layout->spec.vpp;  // the costs are a stage's, an op is a chunk's
+  costs.forward = m.forward_us * chunks;
+  costs.backward_input = m.input_us * chunks;
+  costs.weight = m.weight_us * chunks;
+  costs.backward = m.weight_us > 0 ? costs.backward_input + costs.weight : m.backward_us * chunks;
   ideal.pipeline_costs = costs;
   FleetModel model(ideal);
   std::vector<v1::StepRecord> records;
@@ -370,7 +404,17 @@ struct Totals {
   std::vector<double> steps;
 };
 
+bool Selected(const PipelineAccuracyOptions& options, const JobLayout& layout) {
+  return options.layouts.empty() || std::find(options.layouts.begin(), options.layouts.end(),
+                                              layout.name) != options.layouts.end();
+}
+
 }  // namespace
+
+bool IsPipelineLayout(const std::string& name) {
+  return std::any_of(std::begin(kLayouts), std::end(kLayouts),
+                     [&](const JobLayout& l) { return name == l.name; });
+}
 
 bool IsPipelineKind(const std::string& name) {
   return std::any_of(std::begin(kKinds), std::end(kKinds),
@@ -400,9 +444,10 @@ void RunPipelineAccuracy(const PipelineAccuracyOptions& options) {
       continue;
     }
     for (const JobLayout& layout : kLayouts) {
+      if (!Selected(options, layout)) continue;
       for (double mag : kMagnitudes) {
         Row row;
-        row.key = fmt::format("{:<19} {:<12} {:4.0f}%", kind.name, layout.name, mag * 100);
+        row.key = fmt::format("{:<19} {:<23} {:4.0f}%", kind.name, layout.name, mag * 100);
         for (int seed = 1; seed <= options.seeds; ++seed) {
           Scenario s = MakeScenario(&kind, layout, mag, static_cast<uint64_t>(seed));
           s.parameter = Calibrate(s);
@@ -428,7 +473,7 @@ void RunPipelineAccuracy(const PipelineAccuracyOptions& options) {
     }
   }
   for (size_t i = 0; i < kReaderCount; ++i) {
-    std::printf("\n%s: %-19s %-12s %5s %6s %9s %9s %7s %8s %8s  parameter\n", kReaders[i].name,
+    std::printf("\n%s: %-19s %-23s %5s %6s %9s %9s %7s %8s %8s  parameter\n", kReaders[i].name,
                 "kind", "layout", "mag", "runs", "detected", "wrong", "median", "S seen", "job");
     for (const Row& row : rows) {
       const Totals& t = row.by_reader[i];
@@ -449,6 +494,7 @@ void RunPipelineAccuracy(const PipelineAccuracyOptions& options) {
   std::vector<std::map<std::string, int>> balanced_labels(kReaderCount);
   int balanced_runs = 0;
   for (const JobLayout& layout : kLayouts) {
+    if (!Selected(options, layout)) continue;
     for (int seed = 1; seed <= 3 * options.seeds; ++seed) {
       const Scenario s = MakeScenario(nullptr, layout, 0, static_cast<uint64_t>(seed));
       const std::vector<Outcome> outcomes = Run(s);

@@ -22,10 +22,14 @@ struct PipelineAccuracyOptions {
   int seeds = 3;                   // fault runs per cell; balanced runs per layout: 3 x seeds
   std::vector<std::string> kinds;  // empty: every kind (slow-worker, stage-imbalance,
                                    // sequence-imbalance, gc)
+  // Empty: every layout: 1F1B dp4-pp4-tp2, dp2-pp4-tp1, dp8-pp2-tp2; torch's schedules
+  // dp4-pp4-tp2-interleaved, dp2-pp4-zbh1, dp2-pp4-zb1p, dp2-pp4-zbv, dp4-pp4-dualpipev.
+  std::vector<std::string> layouts;
 };
 
-// Whether `name` is one of this part's kinds.
+// Whether `name` is one of this part's kinds, or layouts.
 bool IsPipelineKind(const std::string& name);
+bool IsPipelineLayout(const std::string& name);
 
 // Runs the matrix; prints a table per reader, the label distributions and one JSON line.
 void RunPipelineAccuracy(const PipelineAccuracyOptions& options);

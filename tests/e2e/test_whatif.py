@@ -115,16 +115,20 @@ class WhatIfReplayTest(DaemonTestCase):
 
     def test_simulated_3d_jobs_live(self):
         """`rankwatch simulate --parallel` jobs, live: a slow worker, a long last stage, and a
-        balanced job that no verdict names."""
+        balanced job that no verdict names; and torch's zero-bubble V schedule (weight-gradient
+        ops, two model chunks a stage placed in a V) with a slow worker, and its balanced job."""
+        one_f_one_b, zbv = "dp=2,pp=4,tp=2,mb=8", "dp=2,pp=4,tp=2,mb=8,schedule=zbv"
         cases = [
-            ("sim-slow-worker", ["--fault", "slow-worker:dp=1,pp=2,factor=1.3"], "slow_worker", (1, 2)),
-            ("sim-stage", ["--fault", "stage-imbalance:stage=3,factor=1.3"], "stage_imbalance", (-1, 3)),
-            ("sim-balanced", [], "balanced", (-1, -1)),
+            ("sim-slow-worker", ["--fault", "slow-worker:dp=1,pp=2,factor=1.3"], "slow_worker", (1, 2), one_f_one_b),
+            ("sim-stage", ["--fault", "stage-imbalance:stage=3,factor=1.3"], "stage_imbalance", (-1, 3), one_f_one_b),
+            ("sim-balanced", [], "balanced", (-1, -1), one_f_one_b),
+            ("sim-zbv-slow-worker", ["--fault", "slow-worker:dp=0,pp=1,factor=1.3"], "slow_worker", (0, 1), zbv),
+            ("sim-zbv-balanced", [], "balanced", (-1, -1), zbv),
         ]
-        for job, fault, verdict, _ in cases:
-            self.fleet.simulate(self.brokers, "--job", job, "--parallel", "dp=2,pp=4,tp=2,mb=8", "--steps", "30",
+        for job, fault, verdict, _, parallel in cases:
+            self.fleet.simulate(self.brokers, "--job", job, "--parallel", parallel, "--steps", "30",
                                 "--step-ms", "40", "--speed", "max", *fault)
-        for job, _, verdict, (dp, stage) in cases:
+        for job, _, verdict, (dp, stage), _ in cases:
             with self.subTest(job=job):
                 d = self.diagnosis(job, 20)
                 w = d.whatif
