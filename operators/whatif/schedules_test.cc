@@ -293,6 +293,32 @@ TEST(WhatifSchedules, Zb1pWithEarlyReceivesAndMergedBackwards) {
   EXPECT_LT(r.decomposition.by_stage[1], 1.05);
 }
 
+TEST(WhatifSchedules, SendsWaitedForAtTheStepsEndChangeNothing) {
+  // torch waits for its asynchronous sends only at the step's end: a send's op may last until
+  // then. Nothing waits for a send, so the step, its ideal and its slowdown stay as they were.
+  const auto orders = ReadOrders("zb1p_2rank_2stagep_comms.csv", true);
+  const Layout layout{.dp = 1, .pp = 2, .tp = 1, .vpp = 2};
+  for (const double slow : {1.0, 1.5}) {
+    const StepOps s = Step(0, orders, Placement{.v = false, .pp = 2}, {{slow, 1}});
+    StepOps late = s;
+    for (auto& ops : late.workers) {
+      const double end = ops.back().start_us;  // the optimizer's start
+      for (Op& op : ops) {
+        if (op.kind == K::kForwardSend || op.kind == K::kBackwardSend) {
+          op.duration_us = end - op.start_us;
+        }
+      }
+    }
+    Analyzer a(layout, Options{}), b(layout, Options{});
+    ASSERT_TRUE(a.AddStep(s).ok());
+    ASSERT_TRUE(b.AddStep(late).ok());
+    const WindowResult ra = a.Window(), rb = b.Window();
+    EXPECT_DOUBLE_EQ(rb.actual_us, ra.actual_us) << slow;
+    EXPECT_DOUBLE_EQ(rb.ideal_us, ra.ideal_us) << slow;
+    EXPECT_DOUBLE_EQ(rb.slowdown, ra.slowdown) << slow;
+  }
+}
+
 TEST(WhatifSchedules, DualPipeVPairsBothDirectionsOfTheV) {
   const auto orders = ReadOrders("dualpipev_4rank_10mb.csv", false);
   ASSERT_EQ(orders.size(), 4u);
