@@ -17,8 +17,10 @@ replicas), recorded by the adapter.
    alert of warning or critical severity.
 2. test_b: the same job recorded by hand and by the adapter: the same layout (the adapter's from
    the mesh and the schedule), the same ops per rank and step (kind, microbatch, model chunk),
-   each compute kind's time a step within 5 % of the hand's (medians over the steps); the
-   transfers' (waits of a few hundred microseconds, mostly noise) within 5 % of the step.
+   each compute kind's median op within 5 % of the hand's (25 us for ops under 0.5 ms: the first
+   stage's empty input-gradient part in zero-bubble schedules); each transfer kind's time a step
+   (waits of a few hundred microseconds, mostly noise; median over the steps) within 5 % of the
+   step.
 
 RANKWATCH_TEST_STEPS sets the recorded steps per case (20); RANKWATCH_PIPELINING_SCHEDULES the
 schedules (1f1b,interleaved,zb)."""
@@ -34,12 +36,12 @@ from torch_job import TorchJob, torch_available
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "pipelining_job.py")
-STEPS = int(os.environ.get("RANKWATCH_TEST_STEPS", "20"))
+STEPS = int(os.environ.get("RANKWATCH_TEST_STEPS", "16"))
 SCHEDULES = tuple(os.environ.get("RANKWATCH_PIPELINING_SCHEDULES", "1f1b,interleaved,zb").split(","))
 PREFIX = "pipelining"
 SEVERE = (service_pb2.SEVERITY_WARN, service_pb2.SEVERITY_CRIT)
 COMPUTE = (telemetry_pb2.OP_FORWARD_COMPUTE, telemetry_pb2.OP_BACKWARD_COMPUTE,
-           telemetry_pb2.OP_BACKWARD_WEIGHT_COMPUTE, telemetry_pb2.OP_OPTIMIZER)
+           telemetry_pb2.OP_BACKWARD_WEIGHT_COMPUTE)
 # (data rank, pipeline rank) -> rank: the mesh ("dp", "pp") of 2 x 2
 RANK = {(d, s): d * 2 + s for d in range(2) for s in range(2)}
 
@@ -140,24 +142,34 @@ class PipeliningTest(DaemonTestCase):
                 chunks = 1 if schedule == "1f1b" else 2
                 self.assertEqual(hand_layout, {RANK[(d, s)]: (d, 2, s, 2, chunks) for d in range(2) for s in range(2)})
                 self.assertEqual(auto_layout, hand_layout)
-                print("\n%s: per rank and op kind (chunk), median ms a step, by hand / adapter" % schedule)
+                print("\n%s: per rank and op kind (chunk), by hand / adapter, ms: compute, the median op; "
+                      "transfers, the median step's total" % schedule)
                 for rank in sorted(hand):
                     self.assertEqual(sorted(hand[rank]), list(range(STEPS)), rank)
                     self.assertEqual(sorted(auto[rank]), list(range(STEPS)), rank)
                     for step in range(STEPS):
-                        ops = [sorted((o.type, o.microbatch, o.model_chunk) for o in steps[rank][step].ops)
+                        ops = [sorted((o.type, o.microbatch, o.model_chunk) for o in steps[rank][step].ops
+                                      if o.type != telemetry_pb2.OP_GC)  # GC pauses come when they come
                                for steps in (hand, auto)]
                         self.assertEqual(ops[1], ops[0], "rank %d step %d" % (rank, step))
                     step_ms = statistics.median(s.step_time_ns for s in hand[rank].values()) / 1e6
-                    kinds = sorted({(o.type, o.model_chunk) for o in hand[rank][0].ops})
+                    kinds = sorted({(o.type, o.model_chunk) for o in hand[rank][0].ops if o.type != telemetry_pb2.OP_GC})
                     line = []
                     for kind, chunk in kinds:
-                        ms = [statistics.median(sum(o.duration_us for o in s.ops if (o.type, o.model_chunk) == (kind, chunk))
-                                                for s in steps[rank].values()) / 1e3 for steps in (hand, auto)]
+                        if kind == telemetry_pb2.OP_OPTIMIZER:
+                            continue  # instrument_optimizer's, not the adapter's (and 0.4 ms of CPU: noise)
+                        if kind in COMPUTE:  # each op a sleep of its device time: the median op
+                            ms = [statistics.median(o.duration_us for s in steps[rank].values() for o in s.ops
+                                                    if (o.type, o.model_chunk) == (kind, chunk)) / 1e3
+                                  for steps in (hand, auto)]
+                            bound = 0.05 * max(ms[0], 0.5)
+                        else:  # waits: a step's total, within 5 % of the step
+                            ms = [statistics.median(sum(o.duration_us for o in s.ops if (o.type, o.model_chunk) == (kind, chunk))
+                                                    for s in steps[rank].values()) / 1e3 for steps in (hand, auto)]
+                            bound = 0.05 * step_ms
                         line.append("%s/%d %.2f/%.2f" % (telemetry_pb2.OpType.Name(kind)[3:].lower(), chunk, *ms))
-                        where = "rank %d %s chunk %d: by hand %.3f ms, adapter %.3f ms a step" % (
+                        where = "rank %d %s chunk %d: by hand %.3f ms, adapter %.3f ms" % (
                             rank, telemetry_pb2.OpType.Name(kind), chunk, *ms)
-                        bound = 0.05 * (ms[0] if kind in COMPUTE else step_ms)
                         self.assertLessEqual(abs(ms[1] - ms[0]), bound, where)
                     print("  rank %d (step %.1f ms): %s" % (rank, step_ms, ", ".join(line)))
 
