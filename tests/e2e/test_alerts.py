@@ -129,9 +129,10 @@ class AlertsTest(unittest.TestCase):
         follower = self.fleet.start("alerts-follow", [os.path.join(BIN, "rankwatch"), "alerts", "--server", listen,
                                                       "--follow", "--json"])
         # Jobs whose straggler fires before the SIGKILL, and jobs started only once the restarted
-        # daemon has its partitions back: a restart waits out the killed member's session (6 s
-        # here, ~10 s on a loaded machine), and a fault that began and ended within that outage
-        # is caught up in one evaluation of the backlog (a clean window), so it raises no alert.
+        # daemon has its partitions back: a restart waits out the killed member's session (3 s
+        # here) and a rebalance, ~5 s in all (more on a loaded machine), and a fault that began
+        # and ended within that outage is caught up in one evaluation of the backlog (a clean
+        # window), so it raises no alert.
         def start_jobs(prefix, rank_offset):
             return [simulate(self.fleet, brokers, "%s%d" % (prefix, i), 700,
                              "slow-compute:%d:0.4:50-350" % ((i + rank_offset) % 8), seed=i + 1)
