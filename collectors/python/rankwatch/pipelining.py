@@ -76,36 +76,28 @@ _P2P_METHODS = {
 _TAG = "_rankwatch_op"  # a P2POp's attribute: the _Tag of the op it belongs to
 _PIPELINE = "_rankwatch_pipeline"  # a stage's attribute: the Pipeline recording it
 
-
-class _Tag:
-    """One transfer op: the P2POps one get_*_ops call returned (several tensors are one op)."""
-    __slots__ = ("pipeline", "op_type", "microbatch", "chunk", "send")
-
-    def __init__(self, pipeline: Pipeline, op_type: int, microbatch: int, chunk: int, send: bool) -> None:
-        self.pipeline, self.op_type, self.microbatch, self.chunk, self.send = (
-            pipeline, op_type, microbatch, chunk, send)
-
-
-class _Batch:
-    """The tagged ops of one _batch_p2p call, with the post's host times and device events."""
-    __slots__ = ("tags", "t0", "t1", "e0", "e1")
-
-    def __init__(self, tags: list[_Tag], t0: int, t1: int, e0: Any, e1: Any) -> None:
-        self.tags, self.t0, self.t1, self.e0, self.e1 = tags, t0, t1, e0, e1
+# One transfer op: the P2POps one get_*_ops call returned (several tensors are one op):
+# (its pipeline, op type, microbatch, model chunk, whether it is a send).
+_Tag = tuple["Pipeline", int, int, int, bool]
+# A posted batch's tagged ops, with the post's host times and device events (None without).
+_Batch = tuple[list[_Tag], int, int, Any, Any]
 
 
 class _Works(list[Any]):
     """What _batch_p2p returned (the transfers' Work handles), carrying their _Batch to the wait."""
     __slots__ = ("rankwatch_batch",)
-
-    def __init__(self, works: Iterable[Any], batch: _Batch) -> None:
-        super().__init__(works)
-        self.rankwatch_batch = batch
+    rankwatch_batch: _Batch
 
 
 class Pipeline:
     """The recorder of one instrumented schedule (or stage, or stages): the wrappers of the
-    stages' methods and the schedule's step(), the transfers in flight, the step it opened."""
+    stages' methods and the schedule's step(), the transfers in flight, the step it opened.
+
+    Kept lean: an op costs the CPU tens of microseconds where its code runs cold (a rank that
+    slept or waited since its last op: every op of a pipeline), about 1 us warm, so a compute
+    op is a wrapper, two clock reads and one native add_op on the host (the collector's op
+    scope, rw.op, with a device clock), and a transfer a tag, a clock read at its post and two
+    at its wait."""
 
     def __init__(self, collector: Collector, schedule: Any, stages: list[Any]) -> None:
         self._rw = collector
@@ -113,8 +105,10 @@ class Pipeline:
         self._timer = collector._timer
         self.schedule, self.stages = schedule, stages
         self.chunks = _chunks(schedule, stages)
-        self._last_post: _Batch | None = None  # the batch posted last, while nothing else ran
-        self._pending_forward: Any = None  # the last stage's forward scope, until its loss is computed
+        self._last_post: _Works | None = None  # the batch posted last, while nothing else ran
+        # The last stage's forward until the schedule computed its loss: (type, microbatch,
+        # chunk, host start) on the host, the op scope with a device clock.
+        self._pending_forward: Any = None
         self._step: Any = None  # the step scope this recorder opened, until it ends it
         self._eval = 0  # inside schedule.eval(): nothing recorded
         self.attachment = _hooks.Attachment(self._install)
@@ -144,6 +138,7 @@ class Pipeline:
 
         def detach() -> None:
             self.end_step()
+            self._last_post = None
             for u in reversed(undo):
                 u()
         return detach
@@ -179,29 +174,49 @@ class Pipeline:
 
     # --- compute ------------------------------------------------------------------------------
     def _compute(self, name: str, chunk: int, last_with_loss: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        op = self._rw.op
-        schedule = self.schedule
+        op_type = _native.OP_TYPES[name]
+        add_op, op_scope, schedule = self._native.add_op, self._rw.op, self.schedule
 
         def make(method: Callable[..., Any]) -> Callable[..., Any]:
-            def wrapper(*args: Any, **kwargs: Any) -> Any:
-                if not self.recording:
+            def host(*args: Any, **kwargs: Any) -> Any:
+                if self._eval:
                     return method(*args, **kwargs)
-                self._close_forward()
+                if self._pending_forward is not None:
+                    self._close_forward()
                 self._last_post = None
                 mb = args[0] if args else next(iter(kwargs.values()), 0)
-                scope = op(name, int(mb), chunk)
+                t0 = now_ns()
+                try:
+                    out = method(*args, **kwargs)
+                except BaseException:
+                    add_op(op_type, mb, chunk, t0, now_ns())
+                    raise
+                if last_with_loss and schedule._loss_fn is not None:
+                    self._pending_forward = (op_type, mb, chunk, t0)  # until the schedule computed its loss
+                else:
+                    add_op(op_type, mb, chunk, t0, now_ns())
+                return out
+
+            def device(*args: Any, **kwargs: Any) -> Any:
+                if self._eval:
+                    return method(*args, **kwargs)
+                if self._pending_forward is not None:
+                    self._close_forward()
+                self._last_post = None
+                mb = args[0] if args else next(iter(kwargs.values()), 0)
+                scope = op_scope(name, mb, chunk)  # events on the current stream at both ends
                 scope.__enter__()
                 try:
                     out = method(*args, **kwargs)
                 except BaseException:
                     scope.__exit__(None, None, None)
                     raise
-                if last_with_loss and getattr(schedule, "_loss_fn", None) is not None:
-                    self._pending_forward = scope  # until the schedule computed its loss
+                if last_with_loss and schedule._loss_fn is not None:
+                    self._pending_forward = scope
                 else:
                     scope.__exit__(None, None, None)
                 return out
-            return wrapper
+            return host if self._timer is None else device
         return make
 
     def _loss_wrapper(self, compute_loss: Callable[..., Any]) -> Callable[..., Any]:
@@ -209,66 +224,30 @@ class Pipeline:
             try:
                 return compute_loss(*args, **kwargs)
             finally:
-                self._close_forward()
+                if self._pending_forward is not None:
+                    self._close_forward()
         return wrapper
 
     def _close_forward(self) -> None:
-        scope, self._pending_forward = self._pending_forward, None
-        if scope is not None:
-            scope.__exit__(None, None, None)
+        pending, self._pending_forward = self._pending_forward, None
+        if isinstance(pending, tuple):
+            op_type, mb, chunk, t0 = pending
+            self._native.add_op(op_type, mb, chunk, t0, now_ns())
+        elif pending is not None:
+            pending.__exit__(None, None, None)
 
-    # --- transfers ----------------------------------------------------------------------------
+    # --- transfers (timed by the wrappers of _batch_p2p and _wait_batch_p2p: _patch_schedules) -
     def _tagger(self, op_type: int, chunk: int, send: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         def make(method: Callable[..., Any]) -> Callable[..., Any]:
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 ops = method(*args, **kwargs)
-                if ops and self.recording:
-                    mb = args[0] if args else next(iter(kwargs.values()), 0)
-                    tag = _Tag(self, op_type, int(mb), chunk, send)
+                if ops and not self._eval:
+                    tag = (self, op_type, args[0] if args else next(iter(kwargs.values()), 0), chunk, send)
                     for p in ops:
-                        setattr(p, _TAG, tag)
+                        p._rankwatch_op = tag
                 return ops
             return wrapper
         return make
-
-    def post(self, batch_p2p: Callable[..., Any], tags: list[_Tag], args: Any, kwargs: Any) -> Any:
-        """schedules._batch_p2p for a batch holding this pipeline's ops."""
-        self._close_forward()
-        timer = self._timer
-        e0 = timer.mark() if timer is not None else None
-        t0 = now_ns()
-        works = batch_p2p(*args, **kwargs)
-        t1 = now_ns()
-        e1 = timer.mark() if timer is not None else None
-        batch = _Batch(tags, t0, t1, e0, e1)
-        self._last_post = batch
-        return _Works(works, batch)
-
-    def wait(self, wait_batch_p2p: Callable[..., Any], works: Any, batch: _Batch) -> Any:
-        """schedules._wait_batch_p2p for a batch this pipeline posted."""
-        at_once = batch is self._last_post  # posted and waited with nothing between
-        self._last_post = None
-        if not self.recording:
-            return wait_batch_p2p(works)
-        self._close_forward()
-        timer = self._timer
-        w0, we0 = batch.t0, batch.e0
-        if not at_once:
-            we0 = timer.mark() if timer is not None else None
-            w0 = now_ns()
-        result = wait_batch_p2p(works)
-        w1 = now_ns()
-        we1 = timer.mark() if timer is not None else None
-        add_op = self._native.add_op
-        for tag in batch.tags:
-            if tag.send and not at_once:
-                t0, t1, e0, e1 = batch.t0, batch.t1, batch.e0, batch.e1
-            else:
-                t0, t1, e0, e1 = w0, w1, we0, we1
-            index = add_op(tag.op_type, tag.microbatch, tag.chunk, t0, t1)
-            if timer is not None:
-                timer.op(index, e0, e1, t0)
-        return result
 
 
 def instrument(collector: Collector, target: Any) -> Pipeline:
@@ -426,20 +405,60 @@ def _patch_schedules() -> None:
     wait_batch_p2p: Callable[..., Any] = found_wait
 
     def posted(p2p_ops: Any, *args: Any, **kwargs: Any) -> Any:
-        tags: list[_Tag] = []
+        tags: list[_Tag] | None = None
         for p in p2p_ops:
             tag = getattr(p, _TAG, None)
-            if tag is not None and tag not in tags:
-                tags.append(tag)
-        if not tags:
+            if tag is not None:
+                if tags is None:
+                    tags = [tag]
+                elif tag not in tags:
+                    tags.append(tag)
+        if tags is None:
             return batch_p2p(p2p_ops, *args, **kwargs)
-        return tags[0].pipeline.post(batch_p2p, tags, (p2p_ops,) + args, kwargs)
+        pipe = tags[0][0]
+        if pipe._pending_forward is not None:
+            pipe._close_forward()
+        timer = pipe._timer
+        e0 = timer.mark() if timer is not None else None
+        t0 = now_ns()
+        works = _Works(batch_p2p(p2p_ops, *args, **kwargs))
+        t1 = now_ns()
+        works.rankwatch_batch = (tags, t0, t1, e0, timer.mark() if timer is not None else None)
+        pipe._last_post = works
+        return works
 
     def waited(work: Any, *args: Any, **kwargs: Any) -> Any:
-        batch = getattr(work, "rankwatch_batch", None)
+        batch: _Batch | None = getattr(work, "rankwatch_batch", None)
         if batch is None or args or kwargs:
             return wait_batch_p2p(work, *args, **kwargs)
-        return batch.tags[0].pipeline.wait(wait_batch_p2p, work, batch)
+        tags, t0, t1, e0, e1 = batch
+        pipe = tags[0][0]
+        at_once = pipe._last_post is work  # posted and waited with nothing between
+        pipe._last_post = None
+        if pipe._eval:
+            return wait_batch_p2p(work)
+        if pipe._pending_forward is not None:
+            pipe._close_forward()
+        timer = pipe._timer
+        if at_once:
+            w0, we0 = t0, e0
+        else:
+            we0 = timer.mark() if timer is not None else None
+            w0 = now_ns()
+        result = wait_batch_p2p(work)
+        w1 = now_ns()
+        we1 = timer.mark() if timer is not None else None
+        add_op = pipe._native.add_op
+        for _, op_type, mb, chunk, send in tags:
+            if send and not at_once:  # a send waited for later: its post
+                index = add_op(op_type, mb, chunk, t0, t1)
+                if timer is not None:
+                    timer.op(index, e0, e1, t0)
+            else:
+                index = add_op(op_type, mb, chunk, w0, w1)
+                if timer is not None:
+                    timer.op(index, we0, we1, w0)
+        return result
 
     for fn, wrapped in ((posted, batch_p2p), (waited, wait_batch_p2p)):
         fn.__wrapped__ = wrapped  # type: ignore[attr-defined]
