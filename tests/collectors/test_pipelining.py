@@ -29,10 +29,16 @@ import statistics
 import time
 import unittest
 
-from harness import DaemonTestCase, metric, parse_metrics, scrape, wait_until
+from harness import DaemonTestCase, Fleet, metric, parse_metrics, scrape, wait_until
 from rankwatch.v1 import service_pb2, telemetry_pb2
 from step_records import read_batches
 from torch_job import TorchJob, torch_available
+
+OPS = None  # rankwatch's op types (rankwatch.collector.OPS), for AdapterTest
+try:
+    from rankwatch.collector import OPS
+except ImportError:  # the package is not built
+    pass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "pipelining_job.py")
@@ -42,6 +48,7 @@ PREFIX = "pipelining"
 SEVERE = (service_pb2.SEVERITY_WARN, service_pb2.SEVERITY_CRIT)
 COMPUTE = (telemetry_pb2.OP_FORWARD_COMPUTE, telemetry_pb2.OP_BACKWARD_COMPUTE,
            telemetry_pb2.OP_BACKWARD_WEIGHT_COMPUTE)
+TORCH = torch_available()  # once: a subprocess importing torch takes seconds
 # (data rank, pipeline rank) -> rank: the mesh ("dp", "pp") of 2 x 2
 RANK = {(d, s): d * 2 + s for d in range(2) for s in range(2)}
 
@@ -57,7 +64,7 @@ def cases():
     return out
 
 
-@unittest.skipUnless(torch_available(), "torch is not installed for this interpreter (scripts/venv.sh)")
+@unittest.skipUnless(TORCH, "torch is not installed for this interpreter (scripts/venv.sh)")
 class PipeliningTest(DaemonTestCase):
 
     @classmethod
@@ -172,6 +179,208 @@ class PipeliningTest(DaemonTestCase):
                             rank, telemetry_pb2.OpType.Name(kind), chunk, *ms)
                         self.assertLessEqual(abs(ms[1] - ms[0]), bound, where)
                     print("  rank %d (step %.1f ms): %s" % (rank, step_ms, ", ".join(line)))
+
+
+# --- the adapter in one process, on stand-ins for torch's stage and schedule -----------------------
+class _P2POp:
+    """A P2POp as the stage's get_*_ops return them: the adapter tags it."""
+
+
+class _Stage:
+    """The methods of a torch.distributed.pipelining stage the schedules call, each taking `ms`."""
+
+    def __init__(self, index, num_stages, group_rank, mapping, ms=2.0):
+        self.stage_index, self.num_stages, self.group_rank, self.group_size = index, num_stages, group_rank, 2
+        self.stage_index_to_group_rank, self.ms = mapping, ms
+        self.is_first, self.is_last = index == 0, index == num_stages - 1
+        self.group = None
+
+    def _work(self):
+        time.sleep(self.ms / 1e3)
+
+    def forward_one_chunk(self, mb, *args, **kwargs):
+        self._work()
+
+    def backward_one_chunk(self, mb, loss=None, full_backward=True, last_backward=False):
+        self._work()
+
+    def backward_weight_one_chunk(self, mb, last_backward=False):
+        self._work()
+
+    def get_fwd_send_ops(self, mb):
+        return [] if self.is_last else [_P2POp()]
+
+    def get_fwd_recv_ops(self, mb):
+        return [] if self.is_first else [_P2POp()]
+
+    def get_bwd_send_ops(self, mb):
+        return [] if self.is_first else [_P2POp()]
+
+    def get_bwd_recv_ops(self, mb):
+        return [] if self.is_last else [_P2POp()]
+
+
+class _Schedule:
+    """A runtime schedule's way with one microbatch on a V's rank 0 (stages 0 and 3 of 4): sends
+    posted after their compute and waited for at the end of step(), a receive posted early and
+    waited for before its forward, the loss after the last stage's forward, I and W apart, and
+    an exchange posted and waited at once. Transfers go through the module functions the adapter
+    wraps."""
+
+    def __init__(self, stages, schedules):
+        self._stages, self.s = stages, schedules
+        self._has_backward, self._loss_fn = True, object()
+        self.loss_ends = []
+
+    def _maybe_compute_loss(self, stage, *args):
+        if stage.is_last:
+            time.sleep(0.002)  # the loss: part of the last stage's forward op
+            self.loss_ends.append(time.monotonic_ns())  # rankwatch's clock (now_ns)
+
+    def step(self, *args, **kwargs):
+        s, (first, last) = self.s, self._stages
+        recv = s._batch_p2p(last.get_fwd_recv_ops(0))       # posted early
+        first.forward_one_chunk(0)
+        self._maybe_compute_loss(first)
+        sends = [s._batch_p2p(first.get_fwd_send_ops(0))]
+        s._wait_batch_p2p(recv)                              # waited for before its forward
+        last.forward_one_chunk(0)
+        self._maybe_compute_loss(last)
+        last.backward_one_chunk(0, full_backward=False)
+        last.backward_weight_one_chunk(0)
+        both = s._batch_p2p(last.get_bwd_send_ops(0) + first.get_bwd_recv_ops(0))
+        s._wait_batch_p2p(both)                              # posted and waited at once
+        first.backward_one_chunk(0, full_backward=False)
+        first.backward_weight_one_chunk(0)
+        time.sleep(0.001)
+        for w in sends:
+            s._wait_batch_p2p(w)                             # the sends, at the end of step()
+
+
+class _Calls:
+    """The native collector with its add_op and begin_step calls logged."""
+
+    def __init__(self, native):
+        self._n, self.log = native, []
+
+    def add_op(self, *args):
+        self.log.append(("op",) + tuple(args))
+        return self._n.add_op(*args)
+
+    def begin_step(self, step):
+        self.log.append(("step", step))
+        return self._n.begin_step(step)
+
+    def set_device_times(self, step, phases, ops, missing=False):
+        self.log.append(("device", step, len(ops), missing))
+        return self._n.set_device_times(step, phases, ops, missing)
+
+    def __getattr__(self, name):
+        return getattr(self._n, name)
+
+
+@unittest.skipUnless(TORCH, "torch is not installed for this interpreter (scripts/venv.sh)")
+class AdapterTest(unittest.TestCase):
+    """rw.instrument_pipeline on stand-ins (no job, no broker read back): the ops, their times,
+    microbatch and chunk (a V's rank 0: stages 0 and 3 are chunks 0 and 1), the steps it opens,
+    eval() and pause(); and the same with a device clock (an emulated device)."""
+
+    @classmethod
+    def setUpClass(cls):
+        import torch.distributed.pipelining.schedules as schedules
+        cls.schedules = schedules
+        # torch's transfer functions, stood in for below the adapter's wrappers (this process
+        # runs no real pipeline).
+        cls.saved = (schedules._batch_p2p, schedules._wait_batch_p2p)
+        schedules._batch_p2p = lambda ops, *a, **k: [object() for _ in ops]
+        schedules._wait_batch_p2p = lambda works: time.sleep(0.0005 * len(works))
+        from rankwatch import pipelining
+        pipelining._patched = False  # the adapter wraps the stand-ins
+        cls.fleet = Fleet()  # a broker: a collector with none waits for it at exit
+        cls.brokers = cls.fleet.start_broker(partitions=1)
+
+    def run_job(self, device_timing=False):
+        import rankwatch
+        rw = rankwatch.init(job="adapter-test", brokers=self.brokers, rank=0, world_size=4,
+                            device_timing=device_timing, control_topic="", watch_gc=False)
+        calls = rw._native = _Calls(rw._native)
+        mapping = {0: 0, 1: 1, 2: 1, 3: 0}  # the V of 2 ranks
+        stages = [_Stage(3, 4, 0, mapping), _Stage(0, 4, 0, mapping)]
+        schedule = _Schedule(sorted(stages, key=lambda st: st.stage_index), self.schedules)
+        self.assertIs(rw.instrument_pipeline(schedule), schedule)
+        self.loss_ends = schedule.loss_ends
+        for _ in range(3):
+            schedule.step()
+        schedule._has_backward = False  # eval(): forward only, recorded nowhere
+        schedule.step()
+        schedule._has_backward = True
+        with rw.pause():
+            schedule.step()
+        schedule.step()
+        rw.close(final=False, timeout_s=5)
+        return calls.log, rw
+
+    def check(self, log, host_times=True):
+        steps = [e[1] for e in log if e[0] == "step"]
+        self.assertEqual(steps, [0, 1, 2, 3])  # eval and the paused step opened none
+        per_step, current = {}, None
+        for e in log:
+            if e[0] == "step":
+                current = per_step.setdefault(e[1], [])
+            elif e[0] == "op":
+                current.append(e[1:])
+        names = {v: k for k, v in OPS.items()}
+        for step, ops in per_step.items():
+            got = sorted((names[t], mb, chunk) for t, mb, chunk, _, _ in ops)
+            self.assertEqual(got, sorted([
+                ("forward-compute", 0, 0), ("forward-send", 0, 0), ("forward-recv", 0, 1),
+                ("forward-compute", 0, 1), ("backward-compute", 0, 1), ("backward-weight-compute", 0, 1),
+                ("backward-send", 0, 1), ("backward-recv", 0, 0), ("backward-compute", 0, 0),
+                ("backward-weight-compute", 0, 0)]), step)
+            by = {(names[t], chunk): (b, e) for t, mb, chunk, b, e in ops}
+            ms = {k: (e - b) / 1e6 for k, (b, e) in by.items()}
+            self.assertEqual(by[("backward-send", 1)], by[("backward-recv", 0)])  # the exchange
+            if not host_times:
+                continue
+            # Orders, not durations (sleeps stretch on a loaded machine):
+            # the last stage's forward holds its loss; the first's ends before its send's post;
+            fc0, fs0, fr1, fc1 = (by[k] for k in (("forward-compute", 0), ("forward-send", 0),
+                                                  ("forward-recv", 1), ("forward-compute", 1)))
+            self.assertGreaterEqual(fc1[1], self.loss_ends[(0, 1, 2, 5)[step]])  # 3, 4: eval, paused
+            self.assertGreaterEqual(ms[("forward-compute", 0)], 2.0)
+            self.assertLessEqual(fc0[1], fs0[0])
+            # a send waited for at the end of step() is its post; a receive posted before the
+            # first stage's forward spans its wait alone, before its forward;
+            self.assertLessEqual(fs0[1], fr1[0])
+            self.assertLessEqual(fr1[1], fc1[0])
+            # the exchange, posted and waited at once, spans both (the wait: 1 ms).
+            self.assertGreaterEqual(ms[("backward-send", 1)], 1.0)
+
+    def test_ops_steps_and_chunks(self):
+        log, rw = self.run_job()
+        self.check(log)
+        self.assertEqual(rw.layout, None)  # group None and world 4: no regular order (stand-ins)
+
+    def test_with_a_device_clock_the_ops_have_device_times(self):
+        from emulated_device import Device
+        device = Device()
+        try:
+            log, _ = self.run_job(device_timing=device.clock())
+        finally:
+            device.close()
+        # Host times only roughly: the emulated device's streams are Python threads, which
+        # hold the GIL the host's ops wait for.
+        self.check(log, host_times=False)
+        device_times = [e for e in log if e[0] == "device"]
+        self.assertEqual([e[1] for e in device_times], [0, 1, 2, 3])
+        self.assertTrue(all(e[2] == 10 and not e[3] for e in device_times), device_times)
+
+    @classmethod
+    def tearDownClass(cls):
+        from rankwatch import pipelining
+        cls.schedules._batch_p2p, cls.schedules._wait_batch_p2p = cls.saved
+        pipelining._patched = False
+        cls.fleet.close()
 
 
 if __name__ == "__main__":

@@ -221,6 +221,7 @@ class Pipeline:
 
     def _loss_wrapper(self, compute_loss: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self._last_post = None  # work between a post and its wait
             try:
                 return compute_loss(*args, **kwargs)
             finally:
