@@ -59,7 +59,8 @@ def main():
         for run in range(args.runs):
             ranks = torch_job.TorchJob(workdir, "adapter-cost-%d" % run, brokers, args.steps,
                                        "--case", "%s:balanced:adapter" % args.schedule,
-                                       "--pause-every", str(args.block), script=script).wait(timeout=args.steps + 300)
+                                       "--pause-every", str(args.block), "--flush-ms", "1000",
+                                       script=script).wait(timeout=args.steps + 300)
             for r in ranks:
                 c = r["cases"][0]
                 wall_rec, wall_pau = split(c["step_seconds"], c["paused"], args.block)
