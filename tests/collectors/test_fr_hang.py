@@ -209,9 +209,12 @@ class FlightRecorderHangTest(unittest.TestCase):
         folder = os.path.join(self.fleet.workdir, job)
         os.makedirs(folder)
         prefix = os.path.join(folder, fr_compare.PREFIX)
+        # The node agent of the ranks' node (the host name, as the ranks say): an agent on
+        # another node claiming rank 0 had rank 0's own batches rejected (a rank claimed by two
+        # nodes), so steps aligned only at --align-timeout (10 s) and the hang came that late.
         self.fleet.start("agent-" + job, [os.path.join(BIN, "rankwatch"), "agent", "--brokers", self.brokers,
                                           "--job", job, "--world-size", str(WORLD), "--rank", "0",
-                                          "--node", "node-0", "--interval", "0.2", "--flight-recorder", prefix])
+                                          "--interval", "0.2", "--flight-recorder", prefix])
         watcher = Watcher(self.server, job=job)
         self.addCleanup(watcher.stop)
         # The job's environment: the recorder on (gloo records nothing without a buffer size),
