@@ -45,6 +45,7 @@ def main():
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--block", type=int, default=20)
     p.add_argument("--schedule", default="interleaved")
+    p.add_argument("--device-ms", default="2", help="the job's device time per layer (the figures: 2)")
     args = p.parse_args()
     os.environ.setdefault("RANKWATCH_PYTHON_DIR", os.path.join(args.build, "python"))
     import torch_job
@@ -60,6 +61,7 @@ def main():
             ranks = torch_job.TorchJob(workdir, "adapter-cost-%d" % run, brokers, args.steps,
                                        "--case", "%s:balanced:adapter" % args.schedule,
                                        "--pause-every", str(args.block), "--flush-ms", "1000",
+                                       "--device-ms", args.device_ms,
                                        script=script).wait(timeout=args.steps + 300)
             for r in ranks:
                 c = r["cases"][0]

@@ -76,7 +76,7 @@ def parse_args():
     p.add_argument("--seq-len", type=int, default=8)
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--layers", type=int, default=8, help="layers of the whole model")
-    p.add_argument("--device-ms", type=float, default=2.0)
+    p.add_argument("--device-ms", type=float, default=3.0)
     p.add_argument("--slow-worker", default="1,0", metavar="DP,PP")
     p.add_argument("--slow-factor", type=float, default=1.5)
     p.add_argument("--heavy-stage", type=int, default=1, metavar="PP")
