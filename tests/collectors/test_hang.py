@@ -141,9 +141,10 @@ class HangStacksTest(unittest.TestCase):
         # With gloo the other ranks' allreduce fails at once ("Connection reset by peer") and
         # their processes exit too (NCCL's would wait): every rank is gone when the hang is
         # diagnosed, and the stacks say so rather than naming anyone as stuck. Late enough that
-        # the daemon knows the job (a job of a few seconds is not diagnosed).
+        # the daemon knows the job (a job of a few seconds is not diagnosed): 100 steps of ~30 ms,
+        # far more than the 8 aligned steps a diagnosis needs (300 took 7-8 s longer).
         job = "hang-die"
-        run = self.start(job, "--hang", "die", "--hang-rank", "3", hang_at=300)
+        run = self.start(job, "--hang", "die", "--hang-rank", "3", hang_at=100)
         d = self.hang_with_stacks(job)
         h = d.hang_stacks
         codes = [p.poll() for p in run.procs]
