@@ -13,7 +13,9 @@ data-parallel group), and steps Adam.
 
 One launch runs several cases one after the other (--case SCHEDULE:FAULT[:INSTRUMENT],
 repeatable), each a rankwatch job of its own (--job PREFIX: PREFIX-SCHEDULE-FAULT-INSTRUMENT),
-with its own stages, schedule and optimizer; the ranks pass a barrier between cases:
+with its own stages, schedule and optimizer; the ranks pass a barrier between cases. INSTRUMENT
+both: the adapter and the script's own scopes record the same run at once, into two collectors
+of the process and two jobs (PREFIX-SCHEDULE-FAULT-adapter, PREFIX-SCHEDULE-FAULT-manual):
 
 | schedule | torch | stages per rank |
 |---|---|---|
@@ -54,6 +56,8 @@ from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleI
 from torch.distributed.pipelining import schedules as torch_schedules
 
 import rankwatch
+import rankwatch.collector
+import rankwatch.identity
 
 SCHEDULES = {"1f1b": (Schedule1F1B, 1, "loop"), "interleaved": (ScheduleInterleaved1F1B, 2, "loop"),
              "zb": (ScheduleInterleavedZeroBubble, 2, "loop"), "zbv": (ScheduleZBVZeroBubble, 2, "v")}
@@ -68,8 +72,9 @@ def parse_args():
     p.add_argument("--steps", type=int, default=20, help="recorded steps per case")
     p.add_argument("--warmup-steps", type=int, default=2)
     p.add_argument("--case", action="append", default=[], metavar="SCHEDULE:FAULT[:INSTRUMENT]")
-    p.add_argument("--instrument", choices=("adapter", "manual", "none"), default="adapter",
-                   help="for cases that do not say: rankwatch's adapter, by hand, or no collector")
+    p.add_argument("--instrument", choices=("adapter", "manual", "both", "none"), default="adapter",
+                   help="for cases that do not say: rankwatch's adapter, by hand, both at once (two jobs, "
+                        "PREFIX-...-adapter and PREFIX-...-manual, over the same run), or no collector")
     p.add_argument("--groups", choices=("mesh", "new_group"), default="mesh")
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--microbatch-size", type=int, default=4)
@@ -191,6 +196,7 @@ class ByHand:
         self.undo = []
         self.pending = None  # (stage, microbatch, chunk, start ns) of a forward awaiting its loss
         self.last_post = None
+        self.posted = {}  # id(batch) -> (batch, labels, post start, post end), until its wait
         chunks = {id(s): i for i, s in enumerate(sorted(case.stages, key=lambda s: s.stage_index))}
         for stage in case.stages:
             chunk = chunks[id(stage)]
@@ -207,8 +213,10 @@ class ByHand:
 
     def patch(self, obj, name, make):
         before = getattr(obj, name)
+        own = obj.__dict__.get(name)  # the adapter's wrapper, when it records the same job too
         setattr(obj, name, make(before))
-        self.undo.append(lambda: setattr(obj, name, before) if obj is torch_schedules else obj.__dict__.pop(name))
+        self.undo.append(lambda: setattr(obj, name, before) if obj is torch_schedules or own is not None
+                         else obj.__dict__.pop(name))
 
     def remove(self):
         for u in reversed(self.undo):
@@ -263,26 +271,25 @@ class ByHand:
             labels = [label for label in dict.fromkeys(getattr(p, "by_hand", None) for p in ops) if label]
             t0 = rankwatch.collector.now_ns()
             works = method(ops, *args, **kwargs)
-            if not labels:
-                return works
-            posted = HandWorks(works)
-            posted.labels, posted.t0, posted.t1 = labels, t0, rankwatch.collector.now_ns()
-            self.last_post = posted
-            return posted
+            if labels:  # the batch object itself goes on to its wait (the adapter's, when it records too)
+                self.posted[id(works)] = (works, labels, t0, rankwatch.collector.now_ns())
+                self.last_post = works
+            return works
         return wrapper
 
     def wait(self, method):
         def wrapper(works, *args, **kwargs):
-            labels = getattr(works, "labels", None)
-            if not labels:
+            posted = self.posted.pop(id(works), None)
+            if posted is None or posted[0] is not works:
                 return method(works, *args, **kwargs)
+            _, labels, p0, p1 = posted
             at_once, self.last_post = self.last_post is works, None
-            t0 = works.t0 if at_once else rankwatch.collector.now_ns()
+            t0 = p0 if at_once else rankwatch.collector.now_ns()
             out = method(works, *args, **kwargs)
             t1 = rankwatch.collector.now_ns()
             for name, mb, chunk in labels:
                 if name.endswith("send") and not at_once:
-                    self.rw.add_op(name, works.t0, works.t1, mb, chunk)
+                    self.rw.add_op(name, p0, p1, mb, chunk)
                 else:
                     self.rw.add_op(name, t0, t1, mb, chunk)
             return out
@@ -293,10 +300,6 @@ class ByHand:
             with self.rw.op("optimizer"):
                 return method(*args, **kwargs)
         return wrapper
-
-
-class HandWorks(list):
-    pass
 
 
 def main():
@@ -330,18 +333,29 @@ def main():
         data = torch.Generator().manual_seed(data_rank)
         for _ in range(args.warmup_steps):
             iteration(case, args, data, dp_group)
-        hand = None
-        if instrument == "adapter":
+        hand = hand_rw = None
+        layout = rankwatch.Layout(data_rank=data_rank, data_size=DP, pipeline_rank=pp_rank, pipeline_size=PP,
+                                  virtual_stages=len(case.stages))
+        if instrument in ("adapter", "both"):
+            if instrument == "both":
+                job = job[:-len(instrument)] + "adapter"
             rw = rankwatch.init(job=job, brokers=args.brokers, flush_interval_ms=args.flush_ms)
             rw.instrument_pipeline(case.schedule)
             rw.instrument_optimizer(case.optimizer)
         elif instrument == "manual":
-            rw = rankwatch.init(job=job, brokers=args.brokers, flush_interval_ms=args.flush_ms, layout=rankwatch.Layout(
-                data_rank=data_rank, data_size=DP, pipeline_rank=pp_rank, pipeline_size=PP,
-                virtual_stages=len(case.stages)))
-            hand = ByHand(rw, case)
+            rw = rankwatch.init(job=job, brokers=args.brokers, flush_interval_ms=args.flush_ms, layout=layout)
         else:
             rw = rankwatch.init(enabled=False)
+        if instrument == "both":
+            # The same run recorded by hand too, into a collector of its own (a job of its own),
+            # its wrappers around the adapter's: both see the same calls.
+            hand_rw = rankwatch.collector.Collector(
+                job[:-len("adapter")] + "manual", args.brokers, layout=layout, watch_gc=False, control_topic="",
+                flush_interval_ms=args.flush_ms, **rankwatch.identity.detect())
+        elif instrument == "manual":
+            hand_rw = rw
+        if hand_rw is not None:
+            hand = ByHand(hand_rw, case)
         # What the set-up made stays out of the collections while the case runs: GC pauses of
         # a few ms, not the ~100 ms of a full collection over torch's objects (after init(): a
         # frozen DeviceMesh is out of gc.get_objects(), where rankwatch looks for it).
@@ -356,26 +370,29 @@ def main():
                 rw.resume()
             t0, c0 = time.perf_counter(), time.thread_time()
             if hand is not None and not pause:
-                with rw.step():
+                with hand.rw.step():
                     iteration(case, args, data, dp_group)
             else:
                 iteration(case, args, data, dp_group)
             step_seconds.append(time.perf_counter() - t0)
             cpu_seconds.append(time.thread_time() - c0)
             paused.append(pause)
-        stats = rw.stats()
-        layout = rw.layout
-        source = rw.layout_source
-        rw.close()
         if hand is not None:
-            hand.remove()
+            hand.remove()  # first: its wrappers sit around the adapter's
+        recorded = [(rw, job, "manual" if instrument == "manual" else instrument.replace("both", "adapter"))]
+        if hand_rw is not None and hand_rw is not rw:
+            recorded.append((hand_rw, hand_rw.job, "manual"))
+        for collector, name, how in recorded:
+            result = {"job": name, "schedule": kind, "fault": fault, "instrument": how,
+                      "layers": case.layers, "stages": case.indices,
+                      "layout": None if collector.layout is None else collector.layout.as_dict(),
+                      "layout_source": collector.layout_source, "median_step_s": statistics.median(step_seconds),
+                      "step_seconds": step_seconds, "cpu_seconds": cpu_seconds, "paused": paused,
+                      "collector": collector.stats()}
+            collector.close()
+            results.append(result)
         gc.unfreeze()
         dist.barrier()
-        results.append({"job": job, "schedule": kind, "fault": fault, "instrument": instrument,
-                        "layers": case.layers, "stages": case.indices,
-                        "layout": None if layout is None else layout.as_dict(), "layout_source": source,
-                        "median_step_s": statistics.median(step_seconds), "step_seconds": step_seconds,
-                        "cpu_seconds": cpu_seconds, "paused": paused, "collector": stats})
     dist.barrier()
     dist.destroy_process_group()
     print(json.dumps({"rank": rank, "data_rank": data_rank, "pipeline_rank": pp_rank, "pid": os.getpid(),
