@@ -8,9 +8,7 @@ targets: analyze <= 2x zcat's time, analyze's peak RSS < 2x the decompressed siz
 import argparse
 import gzip
 import os
-import resource
 import statistics
-import subprocess
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))

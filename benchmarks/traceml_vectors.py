@@ -320,8 +320,6 @@ class _Recorder:
         import traceml_ai.diagnostics.step_memory.api as sm_api
         import traceml_ai.diagnostics.step_memory.rules as sm_rules
         import traceml_ai.step_time.analysis as analysis
-        import traceml_ai.diagnostics.step_time  # noqa: F401  (re-exports to patch)
-        import traceml_ai.diagnostics.step_memory  # noqa: F401
         try:
             import traceml_ai.renderers.step_memory.schema as sm_schema
         except ImportError:

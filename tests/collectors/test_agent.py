@@ -10,7 +10,6 @@ first 2 profiler steps, every event received, and the comparison printed by `cap
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 import unittest

@@ -2,7 +2,6 @@
 `rankwatchd` gives the same per-(rank, step) numbers as `rankwatch analyze --format json` on the
 same files (corrected mode), and the job-level metrics are the aggregates of those numbers."""
 import json
-import math
 import os
 import subprocess
 import unittest
