@@ -49,7 +49,7 @@ void BM_DiagnoseStepTime(benchmark::State& state) {
 BENCHMARK(BM_DiagnoseStepTime)->Arg(1024)->Arg(16384)->Unit(benchmark::kMillisecond);
 
 // A balanced job: no share score names anyone, so the statistical test runs on every signal's
-// candidates (step_time/excess_test.h); range(1) = 0 turns it off (the share scores alone).
+// candidates (step_time/excess_check.h); range(1) = 0 turns it off (the share scores alone).
 void BM_DiagnoseStepTimeBalanced(benchmark::State& state) {
   Job job(static_cast<uint32_t>(state.range(0)), /*fault=*/false);
   StepDiagnosisOptions o;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "sinks/prometheus_registry.h"
+#include "metrics/prometheus_registry.h"
 
 namespace rankwatch {
 namespace {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "ingest/whatif_chrome_trace.h"
 #include "operators/whatif/whatif.h"
+#include "traces/whatif_chrome_trace.h"
 
 namespace rankwatch::whatif {
 namespace {

@@ -14,10 +14,10 @@
 #include "cli/commands.h"
 #include "collectors/agent/node_agent.h"
 #include "collectors/batch_publisher.h"
+#include "common/listen_address.h"
 #include "common/stop_signal.h"
-#include "sinks/listen_address.h"
-#include "sinks/metrics_http_server.h"
-#include "sinks/prometheus_registry.h"
+#include "metrics/prometheus_registry.h"
+#include "serving/metrics_http_server.h"
 #include "wire/schema.h"
 
 namespace rankwatch {

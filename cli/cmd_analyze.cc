@@ -12,10 +12,10 @@
 
 #include "cli/analyze_csv.h"
 #include "cli/commands.h"
-#include "ingest/kineto_trace_reader.h"
 #include "operators/kernel/kernel_report.h"
 #include "operators/kernel/straggler_heuristic.h"
 #include "operators/kernel/timeline_builder.h"
+#include "traces/kineto_trace_reader.h"
 
 namespace rankwatch {
 namespace {

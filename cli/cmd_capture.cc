@@ -16,10 +16,10 @@
 
 #include "cli/commands.h"
 #include "cli/grpc_client.h"
+#include "common/json_string.h"
 #include "common/stop_signal.h"
 #include "rankwatch/v1/service.grpc.pb.h"
-#include "sinks/json_string.h"
-#include "sinks/timeline.h"
+#include "serving/timeline.h"
 
 namespace rankwatch {
 namespace {

@@ -15,10 +15,10 @@
 #include "collectors/batch_publisher.h"
 #include "collectors/kineto_replay.h"
 #include "ingest/batch_decoder.h"
-#include "ingest/iteration_trace.h"
-#include "ingest/kineto_trace_reader.h"
-#include "ingest/step_records_jsonl.h"
-#include "ingest/whatif_chrome_trace.h"
+#include "traces/iteration_trace.h"
+#include "traces/kineto_trace_reader.h"
+#include "traces/step_records_jsonl.h"
+#include "traces/whatif_chrome_trace.h"
 #include "wire/schema.h"
 
 namespace rankwatch {

@@ -1,6 +1,6 @@
 // `rankwatch timeline`: writes a job's aligned steps as a Chrome/Perfetto trace, one process
 // per node (or one for the job), one thread per rank, phases as slices, alerts and captures as
-// instant events (sinks/timeline.h says how the phases are laid out).
+// instant events (serving/timeline.h says how the phases are laid out).
 //
 //   rankwatch timeline --server S --job J [--steps A-B] [--group-by node|rank] -o FILE
 #include <chrono>
@@ -12,7 +12,7 @@
 #include "cli/commands.h"
 #include "cli/grpc_client.h"
 #include "rankwatch/v1/service.grpc.pb.h"
-#include "sinks/timeline.h"
+#include "serving/timeline.h"
 
 namespace rankwatch {
 namespace {

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "ingest/whatif_chrome_trace.h"
 #include "operators/whatif/verdict.h"
 #include "operators/whatif/whatif.h"
+#include "traces/whatif_chrome_trace.h"
 
 namespace rankwatch {
 namespace {

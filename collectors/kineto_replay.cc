@@ -6,8 +6,8 @@
 #include <map>
 
 #include "absl/container/flat_hash_map.h"
-#include "ingest/kineto_trace_reader.h"
 #include "operators/kernel/step_events.h"
+#include "traces/kineto_trace_reader.h"
 #include "wire/schema.h"
 
 namespace rankwatch {

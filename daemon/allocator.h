@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "sinks/prometheus_registry.h"
+#include "metrics/prometheus_registry.h"
 
 namespace rankwatch {
 

@@ -25,12 +25,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/listen_address.h"
 #include "kafka/kafka_properties.h"
 #include "operators/memory_diagnosis.h"
 #include "operators/step_time_diagnosis.h"
 #include "operators/time.h"
 #include "operators/whatif/verdict.h"
-#include "sinks/listen_address.h"
 
 namespace rankwatch {
 
@@ -77,8 +77,8 @@ struct DaemonConfig {
   std::string grpc_tls_key;
   std::string grpc_tls_client_ca;
   int alert_subscriber_queue = 1024;  // alerts a WatchAlerts subscriber may lag behind
-  // Outbound alerts (docs/alerting.md): Alertmanager push (sinks/alertmanager_push.h) and the
-  // action policy (sinks/alert_actions.h). Files hold the secrets; none: no authentication.
+  // Outbound alerts (docs/alerting.md): Alertmanager push (alerting/alertmanager_push.h) and the
+  // action policy (alerting/alert_actions.h). Files hold the secrets; none: no authentication.
   std::vector<std::string> alertmanager;       // Alertmanager URLs; none: no push
   std::string alertmanager_ca;                 // PEM CA of https Alertmanagers; none: the system's
   std::string alertmanager_basic_auth_file;    // "user:password"
@@ -96,7 +96,7 @@ struct DaemonConfig {
   // The job table's bounds (runtime/job_router.h): jobs, and ranks over all jobs.
   int64_t max_jobs = 10'000;
   int64_t max_ranks = 1 << 20;
-  // Cardinality (sinks/job_export_gate.h): an id is a job once a step aligned with two ranks,
+  // Cardinality (metrics/job_export_gate.h): an id is a job once a step aligned with two ranks,
   // or after this many aligned steps; at most max_exported_jobs jobs get per-job series.
   int64_t job_min_steps = 5;
   int64_t max_exported_jobs = 1'000;

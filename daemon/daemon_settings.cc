@@ -7,9 +7,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "alerting/alert_actions.h"
+#include "alerting/outbound_http.h"
 #include "daemon/consumer_group.h"
-#include "sinks/alert_actions.h"
-#include "sinks/outbound_http.h"
 
 namespace rankwatch {
 namespace {

@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "alerting/alert_actions.h"
+#include "alerting/alertmanager_push.h"
 #include "common/logging.h"
 #include "common/protobuf_log.h"
 #include "common/stop_signal.h"
@@ -36,11 +38,9 @@
 #include "runtime/job_router.h"
 #include "runtime/state_health.h"
 #include "runtime/task_manager.h"
-#include "sinks/alert_actions.h"
-#include "sinks/alertmanager_push.h"
-#include "sinks/grpc_server.h"
-#include "sinks/metrics_http_server.h"
-#include "sinks/web_server.h"
+#include "serving/grpc_server.h"
+#include "serving/metrics_http_server.h"
+#include "serving/web_server.h"
 #include "state/checkpoint_writer.h"
 #include "state/state_changelog.h"
 #include "state/state_dir.h"

@@ -26,9 +26,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/listen_address.h"
 #include "daemon/daemon_config.h"
 #include "operators/time.h"
-#include "sinks/listen_address.h"
 
 namespace rankwatch {
 

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_support.h"
-#include "ingest/iteration_trace.h"
+#include "traces/iteration_trace.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -7,8 +7,8 @@
 #include <string_view>
 
 #include "fuzz/fuzz_support.h"
-#include "ingest/kineto_trace_reader.h"
-#include "ingest/trace_file_buffer.h"
+#include "traces/kineto_trace_reader.h"
+#include "traces/trace_file_buffer.h"
 
 using rankwatch::fuzz::ScratchDir;
 

@@ -7,7 +7,7 @@
 #include <system_error>
 
 #include "fuzz/fuzz_support.h"
-#include "ingest/iteration_trace.h"
+#include "traces/iteration_trace.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);

@@ -10,8 +10,8 @@
 #include <string_view>
 
 #include "fuzz/fuzz_support.h"
-#include "ingest/whatif_chrome_trace.h"
 #include "operators/whatif/whatif.h"
+#include "traces/whatif_chrome_trace.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);

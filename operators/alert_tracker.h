@@ -4,7 +4,7 @@
 // (job, kind, subject) fingerprint — the subject is the culprit rank or node, or the job — and
 // an active fingerprint never fires twice. Every event carries this tracker's own strictly
 // increasing sequence number, which only orders its events; the sequence subscribers see is
-// the AlertHub's (sinks/alert_hub.h), assigned when the alerts are stored.
+// the AlertHub's (alerting/alert_hub.h), assigned when the alerts are stored.
 //
 // Pure: a function of the snapshots it is given. Not thread-safe: one tracker per
 // PartitionTask (runtime/partition_task.h), owned by the ingest thread.

@@ -1,5 +1,6 @@
 // JobPipeline: the chain of step operators for one training job — alignment across ranks,
-// then the rolling window — and the read-only snapshot the sinks publish.
+// then the rolling window — and the read-only snapshot the metrics and queries publish
+// (metrics/, serving/).
 //
 // Pure: given the same batches and the same `now` values it produces the same snapshots.
 // Not thread-safe: owned by the PartitionTask of the job's partition (runtime/partition_task.h),

@@ -10,7 +10,7 @@
 
 #include "operators/step_time/cause.h"
 #include "operators/step_time/culprit.h"
-#include "operators/step_time/excess_test.h"
+#include "operators/step_time/excess_check.h"
 #include "operators/step_time/note.h"
 #include "operators/step_time/onset.h"
 #include "operators/step_time/own_time.h"
@@ -19,10 +19,10 @@
 
 // DiagnoseStepTime runs the stages of operators/step_time/ in order: signals (signals.h), own
 // time and the blocked model (own_time.h), the straggler scores (scores.h) and the statistical
-// test of the candidate ranks (excess_test.h); when a score reaches the threshold or a test is
+// test of the candidate ranks (excess_check.h); when a score reaches the threshold or a test is
 // significant, the culprit and its scope (culprit.h), the cause (cause.h), the note (note.h) and
-// the culprit's pattern (excess_test.h); else the "bound" labels. The first label that applies ends
-// the diagnosis; every stage that ran leaves its evidence in the StepDiagnosis.
+// the culprit's pattern (excess_check.h); else the "bound" labels. The first label that applies
+// ends the diagnosis; every stage that ran leaves its evidence in the StepDiagnosis.
 
 namespace rankwatch::step_time {
 namespace {

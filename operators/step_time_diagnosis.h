@@ -61,7 +61,7 @@ enum class StragglerPattern : uint8_t {
 std::string_view StragglerPatternName(StragglerPattern pattern);  // "steady", "periodic", ...
 
 // Thresholds of the spec, with TraceML 0.3.5's share defaults (docs/diagnoses.md), and those of
-// the statistical test (step_time/excess_test.h), measured with accuracy_benchmark and the real
+// the statistical test (step_time/excess_check.h), measured with accuracy_benchmark and the real
 // jobs of tests/collectors (benchmarks/README.md).
 struct StepDiagnosisOptions {
   uint32_t min_steps = 8;        // fewer aligned steps -> no_data

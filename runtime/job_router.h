@@ -24,9 +24,9 @@
 
 #include "absl/status/status.h"
 #include "ingest/batch_decoder.h"
+#include "metrics/daemon_metrics.h"
 #include "runtime/partition_task.h"
-#include "sinks/daemon_metrics.h"
-#include "sinks/snapshot_store.h"
+#include "serving/snapshot_store.h"
 #include "state/state_store.h"
 
 namespace rankwatch {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "alerting/alert_hub.h"
 #include "evidence/evidence.h"
 #include "runtime/test_batches.h"
-#include "sinks/alert_hub.h"
 
 namespace rankwatch {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "sinks/diagnosis_proto.h"
+#include "serving/diagnosis_proto.h"
 
 namespace rankwatch {
 

@@ -24,16 +24,16 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "alerting/alert_hub.h"
 #include "evidence/evidence.h"
 #include "fleet/node_ledger.h"
+#include "metrics/daemon_metrics.h"
 #include "operators/alert_tracker.h"
 #include "operators/job_pipeline.h"
 #include "operators/kernel/kernel_accumulator.h"
 #include "operators/time.h"
-#include "sinks/alert_hub.h"
-#include "sinks/daemon_metrics.h"
-#include "sinks/kernel_snapshot_store.h"
-#include "sinks/snapshot_store.h"
+#include "serving/kernel_snapshot_store.h"
+#include "serving/snapshot_store.h"
 #include "state/job_state_store.h"
 #include "state/state_store.h"
 

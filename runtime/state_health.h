@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "sinks/daemon_metrics.h"
+#include "metrics/daemon_metrics.h"
 
 namespace rankwatch {
 

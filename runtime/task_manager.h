@@ -32,9 +32,9 @@
 #include <string>
 #include <vector>
 
+#include "metrics/daemon_metrics.h"
 #include "runtime/job_router.h"
 #include "runtime/state_health.h"
-#include "sinks/daemon_metrics.h"
 #include "state/checkpoint_writer.h"
 #include "state/state_changelog.h"
 #include "state/state_store.h"

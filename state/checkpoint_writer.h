@@ -1,7 +1,7 @@
 // CheckpointWriter: commits checkpoints to a StateStore on a thread of its own, so that the
 // serialisation of deferred values, the RocksDB write and its fsync never pause the thread that
 // collects them (the daemon's ingest thread). Every write of the daemon's state goes through it:
-// checkpoints (runtime/task_manager.h) and the alert log (sinks/alert_hub.h), so they land in
+// checkpoints (runtime/task_manager.h) and the alert log (alerting/alert_hub.h), so they land in
 // the order they were made.
 //
 // Order: checkpoints are committed whole and in the order they were enqueued. After a commit,

@@ -1,6 +1,6 @@
 // The layout of the outbound deliveries' state in the StateStore: what rankwatchd delivered of
-// its alerts to Alertmanager (sinks/alertmanager_push.h) and what its action policy did
-// (sinks/alert_actions.h). Like the alert log they belong to this instance (they follow its
+// its alerts to Alertmanager (alerting/alertmanager_push.h) and what its action policy did
+// (alerting/alert_actions.h). Like the alert log they belong to this instance (they follow its
 // sequences), so they live in the `metadata` family, never in the changelog:
 //   "outbound/am/" target '\0' 'c'        -> state::v1::PushCursor
 //   "outbound/am/" target '\0' 'f' id     -> state::v1::PushFiring (one per firing alert)

@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 
 #include "collectors/kineto_replay.h"
-#include "ingest/iteration_trace.h"
+#include "traces/iteration_trace.h"
 #include "wire/schema.h"
 
 #ifndef RANKWATCH_VERSION

@@ -1,7 +1,7 @@
 // NodeAgent: the per-node side of the collectors. Every tick it samples the host and the
 // training processes (ProcSampler) and the GPUs when NVML is present (NvmlProbe), and
 // publishes new profiler traces found by a TraceWatcher: Ascend iteration traces as the step
-// records of their rank (read with ingest/iteration_trace.h, as `rankwatch replay` does) and
+// records of their rank (read with traces/iteration_trace.h, as `rankwatch replay` does) and
 // Kineto traces as the kernel events of the rank in their distributedInfo, step by step
 // (collectors/kineto_replay.h, as `rankwatch replay` does, without marking the rank final).
 //

@@ -1,6 +1,6 @@
 #include "collectors/agent/trace_watcher.h"
 
-#include "ingest/iteration_trace.h"
+#include "traces/iteration_trace.h"
 
 namespace rankwatch {
 namespace {

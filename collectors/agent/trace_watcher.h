@@ -1,6 +1,6 @@
 // TraceWatcher: finds new profiler trace files under a directory (searched recursively) as
 // they appear, each exactly once. Kineto (`*.pt.trace.json`, `*.pt.trace.json.gz`) and the
-// Ascend iteration traces of ingest/iteration_trace.h (msprof, MindSpore, torch_npu) are
+// Ascend iteration traces of traces/iteration_trace.h (msprof, MindSpore, torch_npu) are
 // traces; everything else is ignored. A file is reported once its size and modification time
 // held still across two polls, so a profiler still writing it is not caught half-way. Files
 // present at the first poll are taken as already published unless `include_existing`.

@@ -3,7 +3,7 @@
 // exports as metrics, and the ranks whose GPU time stands apart from the others.
 //
 // Plain values; SummarizeJob is a pure function (thread-safe). A KernelJobSnapshot is immutable
-// once published (sinks read it through KernelSnapshotStore).
+// once published (serving/ reads it through KernelSnapshotStore).
 #pragma once
 
 #include <cstdint>

@@ -24,7 +24,7 @@ inline constexpr double kNegativeTransferFloorUs = -10'000;
 struct BoundStep {
   uint64_t step = 0;
   std::shared_ptr<const StepModel> model;
-  std::vector<double> measured;  // model->nodes * dp, node-major (Simulator::Run's `dur`)
+  std::vector<double> measured;  // model->nodes * dp, node-major (ScheduleReplay::Run's `dur`)
   double measured_us = 0;        // last op end - first op start, over every worker
   // Compute-like kinds, by typical slot (a kind, or kFullBackwardTypical): the sum and count
   // of their nodes' measured durations; for kGc the sum of every GC op and the count of workers

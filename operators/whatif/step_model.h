@@ -1,6 +1,6 @@
 // The dependency model of one training step (docs/whatif.md, "The model"): the ops of every
 // stage as nodes, the in-worker dependencies between them, the communication groups across
-// workers, and a precomputed schedule the simulator replays. One model serves every data rank
+// workers, and a precomputed schedule ScheduleReplay replays. One model serves every data rank
 // of a stage (they run the same op sequence) and every step of the same shape.
 //
 // Internal to the what-if analyzer. A StepModel is immutable once built and may be shared
@@ -88,7 +88,7 @@ struct StepModel {
   // In-worker dependencies: node v waits for deps[dep_begin[v] .. dep_begin[v + 1]).
   std::vector<uint32_t> dep_begin;
   std::vector<uint32_t> deps;
-  // The simulator's program, in a topological order: start node `id`, or (finish) end every
+  // ScheduleReplay's program, in a topological order: start node `id`, or (finish) end every
   // member of group `id` once all of them started.
   struct Instr {
     uint32_t id;

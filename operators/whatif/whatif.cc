@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "operators/whatif/simulator.h"
+#include "operators/whatif/schedule_replay.h"
 #include "operators/whatif/step_binding.h"
 #include "operators/whatif/step_model.h"
 
@@ -181,11 +181,11 @@ struct Analyzer::Impl {
   std::vector<std::shared_ptr<const StepModel>> models;  // most recently used first
   std::vector<internal::WorkerIndex> index;
   internal::BindScratch bind;
-  internal::Simulator sim;
+  internal::ScheduleReplay replay;
   std::vector<double> buf;
 
   Typical ComputeTypical() const;
-  // Simulates with `base` everywhere but `sels`, which take `over`. `buf` keeps `base`
+  // Replays the schedule with `base` everywhere but `sels`, which take `over`. `buf` keeps `base`
   // between calls, so a run of calls on one base copies it once.
   double RunWith(const StepModel& m, std::span<const Selection> sels, const double* over,
                  const std::vector<double>& base) {
@@ -196,7 +196,7 @@ struct Analyzer::Impl {
     for (const Selection& sel : sels) {
       ForRanges(m, sel, [&](size_t b, size_t e) { std::copy(over + b, over + e, buf.data() + b); });
     }
-    const double t = sim.Run(m, buf.data());
+    const double t = replay.Run(m, buf.data());
     for (const Selection& sel : sels) {
       ForRanges(m, sel, [&](size_t b, size_t e) {
         std::copy(base.data() + b, base.data() + e, buf.data() + b);
@@ -357,7 +357,7 @@ absl::Status Analyzer::AddStep(StepOps step) {
   if (absl::Status s = internal::BindStep(model, step, im.index, &im.bind, &entry.bound); !s.ok()) {
     return s;
   }
-  entry.actual_us = im.sim.Run(*model, entry.bound.measured.data());
+  entry.actual_us = im.replay.Run(*model, entry.bound.measured.data());
   if (found < im.models.size())
     im.models.erase(im.models.begin() + static_cast<std::ptrdiff_t>(found));
   im.models.insert(im.models.begin(), model);
@@ -392,7 +392,7 @@ WindowResult Analyzer::Window() {
     for (size_t v = 0; v < m.nodes; ++v) {
       std::fill_n(i.dur.begin() + static_cast<std::ptrdiff_t>(v * dp), dp, typical[m.typical[v]]);
     }
-    i.t = im.sim.Run(m, i.dur.data());
+    i.t = im.replay.Run(m, i.dur.data());
     ideals.push_back(std::move(i));
     return ideals.back();
   };

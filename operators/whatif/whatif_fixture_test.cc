@@ -14,8 +14,8 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "ingest/whatif_chrome_trace.h"
 #include "operators/whatif/whatif.h"
+#include "traces/whatif_chrome_trace.h"
 
 namespace rankwatch::whatif {
 namespace {

@@ -40,7 +40,7 @@ FIXTURES = os.environ.get("RANKWATCH_FIXTURES", os.path.join(os.path.dirname(os.
 ARTIFACTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../build/test-artifacts/web_ui")
 JOB = "ui-demo/job"  # a '/' in the id, as Kubeflow namespaces give
 CULPRIT = 37
-CULPRIT_STRIP = [0, 184, 212]  # the culprit marker's colour (sinks/ui/app.js)
+CULPRIT_STRIP = [0, 184, 212]  # the culprit marker's colour (serving/ui/app.js)
 
 
 def browser_available():

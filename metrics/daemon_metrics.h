@@ -1,0 +1,176 @@
+// DaemonMetrics: every metric family rankwatchd exports, registered once. The names are a
+// contract: base units, label `training_job` (never `job`).
+//
+// Per-job series are gated (metrics/job_export_gate.h): an id gets them only once it is a job (a
+// step aligned with at least two ranks present, or JobExportOptions::min_steps aligned steps;
+// kernel results: two ranks or that many analysed steps), and at most
+// JobExportOptions::max_exported jobs get them; the others are counted in rankwatch_job_ids.
+//
+// Thread-safe (see PrometheusRegistry), except that per-job publishing (PublishJob, SetFiring,
+// RemoveJob) is the ingest thread's.
+#pragma once
+
+#include <array>
+#include <set>
+#include <string>
+
+#include "ingest/batch_decoder.h"
+#include "metrics/job_export_gate.h"
+#include "metrics/kernel_metrics.h"
+#include "metrics/prometheus_registry.h"
+#include "operators/alert_tracker.h"
+#include "operators/job_pipeline.h"
+#include "rankwatch/v1/service.pb.h"
+
+namespace rankwatch {
+
+class DaemonMetrics {
+ public:
+  DaemonMetrics(PrometheusRegistry* registry, const std::string& version,
+                JobExportOptions exports = {});
+
+  // Per-kind counters of accepted input ("batch", "step", "kernel", "sample", "op"; and
+  // "unknown_op": ops of a type this build does not know, accepted and skipped).
+  MetricCell* events_batches;
+  MetricCell* events_steps;
+  MetricCell* events_kernels;
+  MetricCell* events_samples;
+  MetricCell* events_ops;
+  MetricCell* events_unknown_ops;
+  // Rejections by reason: RejectReason values, plus record-level "late", "duplicate" and
+  // "rank_out_of_range" from alignment, "too_many_jobs" past the job table's limits, and the
+  // guards of JobPipeline ("rank_conflict", "stale_world_size", "step_jump").
+  std::array<MetricCell*, kRejectReasonCount> rejected_by_reason{};
+  MetricCell* rejected_late;
+  MetricCell* rejected_duplicate;
+  MetricCell* rejected_rank_out_of_range;
+  MetricCell* rejected_too_many_jobs;
+  MetricCell* rejected_rank_conflict;
+  MetricCell* rejected_stale_world_size;
+  MetricCell* rejected_step_jump;
+  MetricCell* world_size_changes;
+  MetricCell* jobs_evicted;
+  MetricCell* ingest_lag_seconds;
+  MetricCell* jobs;
+  MetricCell* assigned_partitions;
+  MetricCell* kafka_fetch_wakeups;  // KafkaConsumer::fetch_wakeups(), set every tick
+  // Durable state: 1 while checkpoints succeed; the last checkpoint's cost (writer thread) and
+  // the ingest thread's pause to collect it; failures. Set from the checkpoint writer thread.
+  MetricCell* state_healthy;
+  MetricCell* checkpoints;
+  MetricCell* checkpoint_seconds;
+  MetricCell* checkpoint_bytes;
+  MetricCell* checkpoint_pause_seconds;
+  MetricCell* state_errors;
+  // Memory the state store holds, by kind: "memtables", "table_readers", "block_cache".
+  MetricCell* state_memtable_bytes;
+  MetricCell* state_table_reader_bytes;
+  MetricCell* state_block_cache_bytes;
+  // Which ids are jobs and which jobs are exported. Declared before `kernel`, which uses it.
+  JobExportGate export_gate;
+  // The live GPU-timeline families, published by the partition tasks (gated by export_gate).
+  KernelMetrics kernel;
+  // Alert subscribers (WatchAlerts streams): connected now, disconnected as too slow, alerts
+  // handed to them.
+  MetricCell* alert_subscribers;
+  MetricCell* alert_subscribers_dropped;
+  MetricCell* alerts_delivered;
+  // Stacks requests to hung jobs (evidence/hang_inspector.h): sent, not sent, and settled with
+  // every rank's stacks or at the deadline with some missing.
+  MetricCell* hang_stacks_requested;
+  MetricCell* hang_stacks_send_failed;
+  MetricCell* hang_stacks_complete;
+  MetricCell* hang_stacks_partial;
+  // Flight Recorder dumps of hung jobs (evidence/flight_recorder_inspector.h): kept, dropped
+  // (over the bounds); requests sent and not sent; analyses.
+  MetricCell* fr_dumps_kept;
+  MetricCell* fr_dumps_dropped;
+  MetricCell* fr_requested;
+  MetricCell* fr_send_failed;
+  MetricCell* fr_analyses;
+
+  // The fleet view of nodes (fleet/node_ledger.h): nodes and (node, job) records it holds, node
+  // alerts firing, and the nodes topic's records published, not delivered, read and ignored.
+  MetricCell* fleet_nodes;
+  MetricCell* fleet_records;
+  MetricCell* node_alerts_firing;
+  MetricCell* nodes_topic_published;
+  MetricCell* nodes_topic_failed;
+  MetricCell* nodes_topic_read;
+  MetricCell* nodes_topic_ignored;
+  // Per-node series of `top` (the costliest nodes): exactly these nodes have them afterwards.
+  // Ingest thread.
+  void PublishNodes(const v1::ListNodesResponse& top);
+
+  // Messages of a telemetry partition skipped because the broker no longer had them.
+  MetricCell* InputLost(const std::string& topic, int32_t partition);
+
+  // Per-job series. The step counters are set from the published snapshot's totals, last, so a
+  // scrape never sees a step count ahead of the statistics of those steps (these accessors
+  // create the series: for tests).
+  MetricCell* StepsAligned(const std::string& job);
+  MetricCell* StepsTimedOut(const std::string& job);
+  // Publishes the job's series when the gate exports it (else only counts the id).
+  void PublishJob(const JobSnapshot& snapshot);
+  // Counts an alert transition and sets the job's firing alerts per kind (kept for a job not
+  // exported, and set when it is).
+  void CountAlert(AlertKind kind, AlertState state);
+  void SetFiring(const std::string& job, const std::map<AlertKind, int>& firing);
+  // Removes the job's series and forgets it in the gate.
+  void RemoveJob(const std::string& job);
+  // Whether `job` became a job (exported or not): the job table evicts other ids first.
+  bool IsJob(const std::string& job) const { return export_gate.IsJob(job); }
+
+ private:
+  MetricFamily* node_jobs_;
+  MetricFamily* node_lost_;
+  MetricFamily* node_window_jobs_;
+  std::set<std::string> exported_nodes_;
+  void PublishMemory(const JobSnapshot& snapshot);
+  void PublishSteps(const JobSnapshot& snapshot);
+  void PublishWhatIf(const JobSnapshot& snapshot);
+
+  MetricFamily* steps_aligned_;
+  MetricFamily* steps_timed_out_;
+  MetricFamily* collector_dropped_;
+  MetricFamily* step_records_;
+  MetricFamily* phase_seconds_;
+  MetricFamily* phase_skew_;
+  MetricFamily* ranks_;
+  MetricFamily* window_steps_;
+  MetricFamily* step_diagnosis_;
+  MetricFamily* step_severity_;
+  MetricFamily* share_ratio_;
+  MetricFamily* straggler_score_;
+  MetricFamily* worst_rank_;
+  MetricFamily* rank_excess_;
+  MetricFamily* straggler_culprit_;
+  MetricFamily* last_record_;
+  MetricFamily* job_info_;
+  MetricFamily* input_lost_ = nullptr;
+  MetricFamily* lost_rank_seconds_ = nullptr;
+  MetricFamily* rank_seconds_ = nullptr;
+  MetricFamily* alerts_firing_;
+  MetricFamily* alerts_total_;
+  MetricFamily* memory_diagnosis_;
+  MetricFamily* memory_severity_;
+  MetricFamily* memory_peak_;
+  MetricFamily* memory_pressure_;
+  MetricFamily* memory_creep_;
+  MetricFamily* memory_steps_to_full_;
+  MetricFamily* memory_creep_rank_;
+  MetricFamily* whatif_slowdown_;
+  MetricFamily* whatif_verdict_;
+  MetricFamily* whatif_stage_;
+  MetricFamily* whatif_op_group_;
+  MetricFamily* whatif_explained_;
+  MetricFamily* whatif_culprit_;
+  MetricFamily* whatif_lost_;
+  MetricCell* ids_candidate_;
+  MetricCell* ids_exported_;
+  MetricCell* ids_over_limit_;
+  // Firing alerts of jobs not exported, set when they are (ingest thread only).
+  std::map<std::string, std::map<AlertKind, int>> unexported_firing_;
+};
+
+}  // namespace rankwatch

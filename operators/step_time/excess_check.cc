@@ -1,0 +1,302 @@
+#include "operators/step_time/excess_check.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "operators/phase_stats.h"
+#include "operators/step_time/onset.h"
+#include "operators/step_time/own_time.h"
+
+namespace rankwatch::step_time {
+namespace {
+
+// Rank `rank`'s entry in `step`, or null. Entries come in rank order from the aligner
+// (StepWindow::Step): O(1) for a complete step, O(log ranks) otherwise.
+const StepWindow::Entry* EntryOf(const StepWindow::Step& step, uint32_t rank) {
+  const auto& e = step.entries;
+  if (rank < e.size() && e[rank].rank == rank) return &e[rank];
+  auto it = std::lower_bound(e.begin(), e.end(), rank,
+                             [](const StepWindow::Entry& a, uint32_t r) { return a.rank < r; });
+  return it != e.end() && it->rank == rank ? &*it : nullptr;
+}
+
+double Mean(const double* v, size_t n) {
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += v[i];
+  return n ? sum / static_cast<double>(n) : 0.0;
+}
+
+double Variance(const double* v, size_t n) {
+  if (n < 2) return 0;
+  const double m = Mean(v, n);
+  double ss = 0;
+  for (size_t i = 0; i < n; ++i) ss += (v[i] - m) * (v[i] - m);
+  return ss / static_cast<double>(n - 1);
+}
+
+// Long-run variance of a series (the variance of its mean times its length) by batch means:
+// about 10 batches when the series is long enough, else its plain variance.
+double LongRunVariance(const std::vector<double>& v) {
+  const size_t n = v.size();
+  const size_t batch = n >= 40 ? n / 10 : (n >= 16 ? 2 : 1);
+  if (batch == 1) return Variance(v.data(), n);
+  std::vector<double> means;
+  for (size_t i = 0; i + batch <= n; i += batch) means.push_back(Mean(v.data() + i, batch));
+  if (means.size() < 4) return Variance(v.data(), n);
+  return static_cast<double>(batch) * Variance(means.data(), means.size());
+}
+
+double MedianOf(std::vector<double> v) { return v.empty() ? 0.0 : MedianInPlace(v); }
+
+// The stall steps of a series: those whose excess rises above both the series' baseline (its
+// median) and its local baseline (the median of the 9 steps around it) by the stall threshold. The
+// local baseline keeps a drift, whose newest steps all lie far above the series' median, from
+// reading as a run of stalls.
+std::vector<bool> StallSteps(const ExcessSeries& s, const SignalReference& ref, double burden,
+                             const StepDiagnosisOptions& o, double* baseline) {
+  *baseline = MedianOf(s.excess);
+  const double threshold =
+      std::max(o.pattern_stall_sigma * std::sqrt(ref.noise_var), o.pattern_stall_share * burden);
+  const size_t n = s.excess.size();
+  std::vector<bool> stall(n, false);
+  if (threshold <= 0) return stall;
+  std::vector<double> around;
+  for (size_t i = 0; i < n; ++i) {
+    if (s.excess[i] - *baseline < threshold) continue;
+    around.assign(s.excess.begin() + static_cast<std::ptrdiff_t>(i >= 4 ? i - 4 : 0),
+                  s.excess.begin() + static_cast<std::ptrdiff_t>(std::min(n, i + 5)));
+    stall[i] = s.excess[i] - MedianInPlace(around) >= threshold;
+  }
+  return stall;
+}
+
+// The stalls of a series at positions `at`: their median gap and whether they are regular (most
+// gaps within 1 step of the median gap, and that gap at least 2 steps).
+struct StallTimes {
+  double period = 0;
+  bool regular = false;
+};
+StallTimes TimesOf(const ExcessSeries& s, const std::vector<size_t>& at) {
+  StallTimes t;
+  if (at.size() < 2) return t;
+  std::vector<double> gaps;
+  for (size_t k = 1; k < at.size(); ++k) {
+    gaps.push_back(static_cast<double>(s.steps[at[k]] - s.steps[at[k - 1]]));
+  }
+  t.period = MedianOf(gaps);
+  const auto near = std::count_if(gaps.begin(), gaps.end(),
+                                  [&](double g) { return std::abs(g - t.period) <= 1.0; });
+  t.regular = t.period >= 2 && 3 * static_cast<size_t>(near) >= 2 * gaps.size();
+  return t;
+}
+
+std::vector<size_t> Positions(const std::vector<bool>& mask) {
+  std::vector<size_t> at;
+  for (size_t i = 0; i < mask.size(); ++i) {
+    if (mask[i]) at.push_back(i);
+  }
+  return at;
+}
+
+// Whether the stalls are what the rank costs (they stay in its mean) rather than events (left
+// out): pattern_min_stalls regular ones, or twice as many irregular ones (a loaded host stalls
+// any rank now and then).
+bool StallsCount(const ExcessSeries& s, const std::vector<size_t>& at,
+                 const StepDiagnosisOptions& o) {
+  if (at.size() >= 2 * size_t{o.pattern_min_stalls}) return true;
+  return at.size() >= o.pattern_min_stalls && TimesOf(s, at).regular;
+}
+
+}  // namespace
+
+double SignalValue(const StepWindow::Entry& e, TestSignal signal, const BlockedModel& model) {
+  if (signal == TestSignal::kInput) {
+    return e.Has(Phase::kDataloader) ? static_cast<double>(e.Get(Phase::kDataloader)) * 1e-9 : NAN;
+  }
+  std::array<double, kPhaseCount> v{};
+  for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(e.ns[p]) * 1e-9;
+  if (signal == TestSignal::kCompute) {
+    return (e.present & kComputeMask) ? ComputeOf(v, e.present, model) : NAN;
+  }
+  return OwnTime(v, e.present, model, static_cast<double>(e.gc_ns) * 1e-9);
+}
+
+SignalReference ReferenceOf(const StepWindow& w, TestSignal signal, const BlockedModel& model) {
+  SignalReference ref;
+  const uint32_t n = w.world_size();
+  std::vector<uint32_t> ranks;
+  if (n <= kReferenceRanks) {
+    for (uint32_t r = 0; r < n; ++r) ranks.push_back(r);
+  } else {
+    const uint32_t stride = n / kReferenceRanks;
+    for (uint32_t r = stride / 2; r < n && ranks.size() < kReferenceRanks; r += stride) {
+      ranks.push_back(r);
+    }
+  }
+  ref.reference_ranks = static_cast<uint32_t>(ranks.size());
+  const auto& steps = w.steps();
+  // values[j * steps + i]: reference rank j's value in step i.
+  std::vector<double> values(ranks.size() * steps.size(), NAN);
+  std::vector<double> scratch;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    ref.steps.push_back(steps[i].step);
+    scratch.clear();
+    for (size_t j = 0; j < ranks.size(); ++j) {
+      const StepWindow::Entry* e = EntryOf(steps[i], ranks[j]);
+      if (e == nullptr) continue;
+      const double v = SignalValue(*e, signal, model);
+      if (!Known(v)) continue;
+      values[j * steps.size() + i] = v;
+      scratch.push_back(v);
+    }
+    ref.value.push_back(scratch.size() >= 2 ? MedianInPlace(scratch) : NAN);
+  }
+  std::vector<double> vars, lrvs, d;
+  for (size_t j = 0; j < ranks.size(); ++j) {
+    d.clear();
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const double v = values[j * steps.size() + i];
+      if (Known(v) && Known(ref.value[i])) d.push_back(v - ref.value[i]);
+    }
+    if (d.size() < 8) continue;
+    vars.push_back(Variance(d.data(), d.size()));
+    lrvs.push_back(LongRunVariance(d));
+  }
+  if (vars.size() < 2) return ref;
+  ref.present = true;
+  ref.noise_var = MedianOf(vars);
+  ref.noise_lrv = MedianOf(lrvs);
+  return ref;
+}
+
+ExcessSeries SeriesOf(const StepWindow& w, TestSignal signal, const BlockedModel& model,
+                      const SignalReference& ref, uint32_t rank) {
+  ExcessSeries s;
+  const auto& steps = w.steps();
+  for (size_t i = 0; i < steps.size() && i < ref.value.size(); ++i) {
+    if (!Known(ref.value[i])) continue;
+    const StepWindow::Entry* e = EntryOf(steps[i], rank);
+    if (e == nullptr) continue;
+    const double v = SignalValue(*e, signal, model);
+    if (!Known(v)) continue;
+    s.steps.push_back(steps[i].step);
+    s.excess.push_back(v - ref.value[i]);
+  }
+  return s;
+}
+
+ExcessTestResult TestExcess(const ExcessSeries& s, const SignalReference& ref, double burden,
+                            const StepDiagnosisOptions& o, uint32_t rank) {
+  ExcessTestResult best;
+  best.rank = rank;
+  const size_t n = s.excess.size();
+  if (!ref.present || burden <= 0 || n < std::max<size_t>(8, o.min_steps)) return best;
+  double baseline = 0;
+  const std::vector<bool> stall = StallSteps(s, ref, burden, o, &baseline);
+  // A few stalls are events (a checkpoint, one GC pass), left out of the mean; regular ones, or
+  // many, are what the rank costs, and stay in. The noise is never taken from the stalls.
+  const bool keep_stalls = StallsCount(s, Positions(stall), o);
+  std::vector<double> kept, quiet;
+  best.present = true;
+  for (size_t len : {size_t{16}, size_t{32}, size_t{64}, n}) {
+    if (len > n) continue;
+    kept.clear();
+    quiet.clear();
+    for (size_t i = n - len; i < n; ++i) {
+      if (!stall[i]) quiet.push_back(s.excess[i]);
+      if (!stall[i] || keep_stalls) kept.push_back(s.excess[i]);
+    }
+    if (kept.size() < 8 || quiet.size() < 2) continue;
+    const double mean = Mean(kept.data(), kept.size());
+    const double var =
+        std::max({ref.noise_lrv, ref.noise_var, Variance(quiet.data(), quiet.size())});
+    const double se = std::sqrt(var / static_cast<double>(kept.size()));
+    const double z = se > 0 ? mean / se : (mean > 0 ? INFINITY : 0.0);
+    const bool significant = z >= o.straggler_z && mean >= o.straggler_min_excess * burden;
+    // The reported length: the significant one with the largest z, else the largest z.
+    if ((significant && (!best.significant || z > best.z)) || (!best.significant && z > best.z) ||
+        best.steps == 0) {
+      best.significant = significant;
+      best.excess = mean;
+      best.noise = se;
+      best.z = z;
+      best.steps = static_cast<uint32_t>(len);
+    }
+  }
+  return best;
+}
+
+ExcessPattern DescribeExcess(const ExcessSeries& s, const SignalReference& ref, double burden,
+                             const StepDiagnosisOptions& o) {
+  ExcessPattern p;
+  const size_t n = s.excess.size();
+  if (n == 0) return p;
+  p.since_step = s.steps.front();
+  double baseline = 0;
+  const std::vector<bool> stall = StallSteps(s, ref, burden, o, &baseline);
+  const std::vector<size_t> at = Positions(stall);
+  if (StallsCount(s, at, o)) {
+    const StallTimes times = TimesOf(s, at);
+    std::vector<double> lengths;
+    for (size_t i : at) lengths.push_back(s.excess[i] - baseline);
+    p.stalls = static_cast<uint32_t>(at.size());
+    p.stall_seconds = MedianOf(lengths);
+    p.period_steps = times.period;
+    p.pattern = times.regular ? StragglerPattern::kPeriodic : StragglerPattern::kIntermittent;
+    p.since_step = s.steps[at.front()];
+    // The first stall is where the pattern began when the window had room for an earlier one.
+    const double room = times.regular ? times.period + 1 : 0.5 * static_cast<double>(n);
+    p.onset_in_window = static_cast<double>(s.steps[at.front()] - s.steps.front()) > room;
+    return p;
+  }
+  // Drift or a step change, on the steps without stalls.
+  std::vector<double> x, y;
+  std::vector<uint64_t> step_of;
+  for (size_t i = 0; i < n; ++i) {
+    if (stall[i]) continue;
+    x.push_back(static_cast<double>(s.steps[i] - s.steps.front()));
+    y.push_back(s.excess[i]);
+    step_of.push_back(s.steps[i]);
+  }
+  const size_t m = y.size();
+  if (m < 8) return p;
+  // The best single step change: two levels, split before index `split`.
+  const StepChangeFit fit = FitStepChange(y);
+  const double sse_flat = fit.sse_flat, sse_step = fit.sse_step;
+  // The best hinge: flat until x[h], then a line (least squares of y on max(0, x - x[h])), so a
+  // drift that began inside the window is fitted from its start.
+  double sse_hinge = INFINITY, slope = 0, hinge_x = 0;
+  for (size_t h = 0; h + 4 <= m; ++h) {
+    double sf = 0, sff = 0, sfy = 0;
+    for (size_t i = h + 1; i < m; ++i) {
+      const double f = x[i] - x[h];
+      sf += f, sff += f * f, sfy += f * y[i];
+    }
+    const double k = static_cast<double>(m), sy = fit.sum;
+    const double var_f = sff - sf * sf / k;
+    if (var_f <= 0) continue;
+    const double b = (sfy - sf * sy / k) / var_f;
+    const double e = sse_flat - b * b * var_f;  // residual of the regression on f
+    if (e < sse_hinge) sse_hinge = e, slope = b, hinge_x = x[h];
+  }
+  const double rise = slope * (x.back() - hinge_x);
+  const double sigma = std::sqrt(ref.noise_var);
+  if (slope > 0 && sse_hinge <= o.pattern_drift_fit * sse_step &&
+      rise >= o.straggler_min_excess * burden && rise >= 4 * sigma) {
+    p.pattern = StragglerPattern::kDrift;
+    p.drift_seconds_per_step = slope;
+    p.since_step = s.steps.front() + static_cast<uint64_t>(std::llround(hinge_x));
+    p.onset_in_window = hinge_x > 0;
+    return p;
+  }
+  // Steady. Since the step change when one explains most of the variation and lifts the excess
+  // from about nothing, else since the window began (or earlier).
+  if (fit.lifts()) {
+    p.since_step = step_of[fit.split];
+    p.onset_in_window = true;
+  }
+  return p;
+}
+
+}  // namespace rankwatch::step_time

@@ -1,0 +1,84 @@
+// GrpcServer: the rankwatch.v1.RankWatch service plus gRPC health checking and server
+// reflection, on its own threads, over plaintext or TLS (mutual TLS with a client CA).
+//
+// RequestCapture asks the CaptureStore (evidence/capture_store.h) for the ranks
+// evidence/capture_ranks.h chooses; GetCapture and ListCaptures read it. GetTimeline reads the
+// job's stored steps from the StateStore (serving/timeline.h). ListNodes asks the NodeView (the
+// fleet view of nodes, docs/fleet.md) as of the wall clock, UNAVAILABLE without one.
+//
+// ListJobs, GetDiagnosis and GetRankDetail answer from the SnapshotStore; WatchAlerts streams
+// the AlertHub's stored alerts after the requested sequence and then live ones. A subscriber
+// that falls `subscriber_queue` alerts behind is disconnected with RESOURCE_EXHAUSTED and a
+// message saying where to resume; the pipeline never waits for it.
+//
+// Health, per service: "rankwatch.v1.RankWatch" is SERVING while queries are answered; the
+// overall service "" and "rankwatch.state" turn NOT_SERVING after a storage error.
+//
+// Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "alerting/alert_hub.h"
+#include "common/listen_address.h"
+#include "evidence/capture_store.h"
+#include "evidence/flight_recorder_inspector.h"
+#include "evidence/hang_inspector.h"
+#include "fleet/node_view.h"
+#include "serving/kernel_snapshot_store.h"
+#include "serving/snapshot_store.h"
+#include "state/state_store.h"
+
+namespace grpc {
+class Server;
+class Service;
+}  // namespace grpc
+
+namespace rankwatch {
+
+struct GrpcTlsOptions {
+  std::string cert_file;       // server certificate chain (PEM); empty: plaintext
+  std::string key_file;        // its private key (PEM)
+  std::string client_ca_file;  // set: clients must present a certificate signed by this CA
+};
+
+struct GrpcServerOptions {
+  ListenAddress address;
+  const SnapshotStore* snapshots = nullptr;      // required
+  AlertHub* alerts = nullptr;                    // null: WatchAlerts is UNAVAILABLE
+  const KernelSnapshotStore* kernels = nullptr;  // per-rank GPU timelines (may be null)
+  CaptureStore* captures = nullptr;              // null: the capture calls are UNAVAILABLE
+  const HangInspector* hang = nullptr;           // null: diagnoses carry no hang stacks
+  const StateStore* state = nullptr;             // null: GetTimeline is UNAVAILABLE
+  // null: diagnoses carry no Flight Recorder verdict
+  const FlightRecorderInspector* flight_recorder = nullptr;
+  const NodeView* nodes = nullptr;  // null: ListNodes is UNAVAILABLE
+  GrpcTlsOptions tls;
+};
+
+class GrpcServer {
+ public:
+  // Unreadable certificate files are InvalidArgument naming the file.
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const GrpcServerOptions& options);
+  ~GrpcServer();
+
+  const ListenAddress& address() const { return address_; }
+  // Every service SERVING (true) or NOT_SERVING (shutdown).
+  void SetServing(bool serving);
+  // After a storage error: "" and "rankwatch.state" NOT_SERVING; queries go on.
+  void SetStateHealthy(bool healthy);
+  // Stops accepting calls, ends alert streams, and waits up to 2 s for running calls.
+  void Stop();
+
+ private:
+  GrpcServer() = default;
+
+  std::unique_ptr<grpc::Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  AlertHub* alerts_ = nullptr;
+  ListenAddress address_;
+};
+
+}  // namespace rankwatch
