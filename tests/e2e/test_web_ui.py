@@ -19,13 +19,13 @@ ListNodes does; `rankwatch nodes` and `rankwatch alerts` print it; in Chromium t
 lists node-1 with 3 jobs, a nonzero cost and the alert firing, its page links to the three jobs,
 and a job page's culprit links to node-1's record (screenshots nodes.png, node.png).
 """
+import importlib.util
 import json
 import math
 import os
 import shutil
 import struct
 import subprocess
-import time
 import unittest
 import urllib.error
 import urllib.request
@@ -44,9 +44,7 @@ CULPRIT_STRIP = [0, 184, 212]  # the culprit marker's colour (serving/ui/app.js)
 
 
 def browser_available():
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("selenium") is None:
         return False
     return shutil.which("chromium") is not None and shutil.which("chromedriver") is not None
 
