@@ -451,10 +451,18 @@ std::vector<v1::ControlRequest> Collector::TakeControlRequests() {
 std::vector<v1::ControlRequest> Collector::WaitStacksRequests(std::chrono::milliseconds timeout) {
   std::shared_ptr<ControlListener> listener;
   {
-    std::lock_guard<std::mutex> lock(control_mu_);
+    std::unique_lock<std::mutex> lock(control_mu_);
     listener = control_;
+    if (listener == nullptr) {
+      // No control channel (none configured, or it did not start): no request can come. The
+      // caller's loop waits out its timeout here rather than spin on an empty answer.
+      const uint64_t wakes = stacks_wakes_;
+      stacks_idle_.wait_for(lock, timeout, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return closed_.load(std::memory_order_relaxed) || stacks_wakes_ != wakes;
+      });
+      return {};
+    }
   }
-  if (listener == nullptr) return {};
   return listener->WaitStacks(timeout);
 }
 
@@ -463,7 +471,9 @@ void Collector::WakeStacksWaiters() {
   {
     std::lock_guard<std::mutex> lock(control_mu_);
     listener = control_;
+    ++stacks_wakes_;
   }
+  stacks_idle_.notify_all();
   if (listener != nullptr) listener->WakeStacks();
 }
 
@@ -960,6 +970,7 @@ absl::Status Collector::Close(bool final, std::chrono::milliseconds timeout) {
     listener = std::move(control_);
   }
   // A thread waiting for stacks requests returns now; the last reference stops the listener.
+  stacks_idle_.notify_all();
   if (listener != nullptr) listener->WakeStacks();
   listener.reset();
   // Steps still waiting for their device times go with their host times, before the last round.

@@ -317,8 +317,9 @@ class Collector {
   // The accepted requests not taken yet, oldest first (each was answered ACCEPTED already).
   std::vector<v1::ControlRequest> TakeControlRequests();
   // Waits up to `timeout` for accepted stacks requests (each answered ACCEPTED already) and
-  // takes them; empty after the timeout, or at once once the collector is closing. For a thread
-  // of the caller's that is not the training thread. Any thread.
+  // takes them; empty after the timeout, or at once once the collector is closing. Without a
+  // control channel it waits out the timeout (no request can come). For a thread of the
+  // caller's that is not the training thread. Any thread.
   std::vector<v1::ControlRequest> WaitStacksRequests(std::chrono::milliseconds timeout);
   // Makes every WaitStacksRequests caller return now (with nothing). Any thread.
   void WakeStacksWaiters();
@@ -467,6 +468,10 @@ class Collector {
   // Set by Create, moved out (under control_mu_) by Close; a WaitStacksRequests caller holds
   // its own reference while it waits.
   std::shared_ptr<ControlListener> control_;
+  // WaitStacksRequests callers without a control channel wait here until their timeout, a
+  // WakeStacksWaiters (which counts stacks_wakes_ up) or Close.
+  std::condition_variable stacks_idle_;
+  uint64_t stacks_wakes_ ABSL_GUARDED_BY(control_mu_) = 0;
   std::vector<v1::ControlReply> replies_ ABSL_GUARDED_BY(control_mu_);
   std::deque<CaptureUpload> captures_ ABSL_GUARDED_BY(control_mu_);
   uint64_t control_replies_ ABSL_GUARDED_BY(control_mu_) = 0;

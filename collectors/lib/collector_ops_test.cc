@@ -187,6 +187,41 @@ TEST(CollectorOpsTest, ALayoutThatDoesNotFitTheWorldIsRefused) {
   EXPECT_FALSE(Collector::Create(id, o).ok());
 }
 
+// Without a control channel no stacks request can come: a waiter waits out its timeout (a
+// caller's loop around it must not spin a core), until woken or the collector closes.
+TEST(CollectorOpsTest, WaitingForStacksWithoutAControlChannelWaitsItsTimeout) {
+  CollectorOptions o;
+  o.brokers = "127.0.0.1:1";
+  o.control_topic.clear();
+  auto c = Collector::Create(Identity(), o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  Collector& rw = **c;
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(rw.WaitStacksRequests(std::chrono::milliseconds(200)).empty());
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(200));
+  // Woken from another thread long before its timeout.
+  std::thread waker([&rw] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    rw.WakeStacksWaiters();
+  });
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(rw.WaitStacksRequests(std::chrono::seconds(60)).empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+  waker.join();
+  // Closing: a waiter returns, and later calls return at once.
+  std::thread closer([&rw] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    (void)rw.Close(false, std::chrono::milliseconds(0));
+  });
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(rw.WaitStacksRequests(std::chrono::seconds(60)).empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+  closer.join();
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(rw.WaitStacksRequests(std::chrono::seconds(60)).empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+}
+
 // GC pauses reported from another thread while the training thread runs steps: each lands in
 // exactly one step.
 TEST(CollectorOpsTest, GcPausesFromAnotherThreadAreEachCountedOnce) {
