@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 namespace rankwatch::whatif {
 namespace {
@@ -150,158 +151,227 @@ void VerdictHold::Restore(const WhatIfVerdict* held, const WhatIfVerdict& candid
   candidate_since_ = candidate_since;
 }
 
-WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
-                          const std::vector<std::vector<uint32_t>>& worker_ranks,
-                          const OpStats& stats, const VerdictOptions& o,
-                          const WhatIfVerdict* held) {
-  WhatIfVerdict v;
-  if (r.steps < o.min_steps || r.ideal_us <= 0) return v;
-  // The held verdict's exit thresholds keep it (hysteresis); any other needs the entry ones.
-  const Verdict held_kind = held != nullptr ? held->verdict : Verdict::kNone;
-  const bool held_finding = held_kind != Verdict::kNone && held_kind != Verdict::kBalanced;
-  // The share of S - 1 a group must explain for `kind` (and, for op groups, `group`).
-  auto share_for = [&](Verdict kind, std::string_view group = {}) {
+namespace {
+
+// What every rule of JudgeWhatIf reads: the window's result, the job's layout, op statistics and
+// options, the verdict held now, and the slowdown's excess over 1.
+struct Judging {
+  Judging(const WindowResult& result, const Layout& job_layout,
+          const std::vector<std::vector<uint32_t>>& ranks_of_workers, const OpStats& op_stats,
+          const VerdictOptions& options, const WhatIfVerdict* held_now)
+      : r(result),
+        layout(job_layout),
+        worker_ranks(ranks_of_workers),
+        stats(op_stats),
+        o(options),
+        held(held_now),
+        held_kind(held_now != nullptr ? held_now->verdict : Verdict::kNone),
+        excess(result.slowdown - 1),
+        need(options.explain_share * excess) {}
+
+  const WindowResult& r;
+  const Layout& layout;
+  const std::vector<std::vector<uint32_t>>& worker_ranks;
+  const OpStats& stats;
+  const VerdictOptions& o;
+  const WhatIfVerdict* held;  // null: none
+  Verdict held_kind;          // kNone without a held verdict
+  double excess;              // S - 1
+  double need;                // the share of S - 1 a group explains to enter a verdict
+
+  // The share of S - 1 a group must explain for `kind` (and, for op groups, `group`): the held
+  // verdict's exit threshold keeps it (hysteresis); any other needs the entry one.
+  double ShareFor(Verdict kind, std::string_view group = {}) const {
     const bool keeps = kind == held_kind && (group.empty() || group == held->op_group);
     return keeps ? std::min(o.keep_share, o.explain_share) : o.explain_share;
-  };
-  v.slowdown = r.slowdown;
-  const uint32_t world = std::max<uint32_t>(1, layout.workers() * std::max<uint32_t>(1, layout.tp));
-  v.lost_rank_seconds = std::max(0.0, r.actual_us - r.ideal_us) * 1e-6 * r.steps * world;
-  const double excess = r.slowdown - 1;
-  const double lost_ms = std::max(0.0, r.actual_us - r.ideal_us) / 1e3;
-  if (r.slowdown < (held_finding ? std::min(o.exit_slowdown, o.warn_slowdown) : o.warn_slowdown)) {
-    v.verdict = Verdict::kBalanced;
-    v.note = fmt::format(
-        "steps take {:.1f} ms, {:.1f}% above a run where every op took its typical time: "
-        "no worker, stage or op type holds the pipeline back",
-        r.actual_us / 1e3, excess * 100);
-    return v;
   }
-  const bool crit = r.slowdown >= o.crit_slowdown ||
-                    (held != nullptr && held->severity == Severity::kCrit &&
-                     r.slowdown >= std::min(o.crit_exit_slowdown, o.crit_slowdown));
-  v.severity = crit ? Severity::kCrit : Severity::kWarn;
-  const double need = o.explain_share * excess;
-  const Decomposition& d = r.decomposition;
-  auto ranks_of = [&](uint32_t worker) {
+  // The global ranks of `worker` (none when the job did not give them).
+  std::vector<uint32_t> RanksOf(uint32_t worker) const {
     return worker < worker_ranks.size() ? worker_ranks[worker] : std::vector<uint32_t>{};
-  };
-  const std::string head = fmt::format(
-      "steps take {:.1f} ms where typical op times give {:.1f} ms (S = {:.3f}, "
-      "{:.1f} ms a step lost)",
-      r.actual_us / 1e3, r.ideal_us / 1e3, r.slowdown, lost_ms);
-
-  // 1. One op group explains it: GC pauses or a kind of communication.
-  if (!d.by_op_group.empty()) {
-    const auto& [group, s] = d.by_op_group.front();
-    if (s - 1 >= share_for(Verdict::kGcPauses, group) * excess &&
-        group == OpGroupName(OpKind::kGc)) {
-      const std::vector<double> gc = stats.WorkerGcUs();
-      const uint32_t w = gc.empty() ? 0 : static_cast<uint32_t>(ArgMax(gc));
-      v.verdict = Verdict::kGcPauses;
-      v.op_group = group;
-      v.explained = (s - 1) / excess;
-      v.data_rank = static_cast<int32_t>(w % layout.dp);
-      v.stage = static_cast<int32_t>(w / layout.dp);
-      v.ranks = ranks_of(w);
-      v.note = fmt::format(
-          "{}; garbage-collection pauses explain {:.0f}% of it, most on data rank {} stage {} "
-          "(ranks {}: {:.1f} ms of GC a step)",
-          head, std::min(1.0, v.explained) * 100, v.data_rank, v.stage, RankList(v.ranks),
-          gc.empty() ? 0.0 : gc[w] / 1e3);
-      v.next_step =
-          "Python's cyclic GC stops the rank that runs it while the others wait: call "
-          "gc.freeze() after start-up, raise the thresholds (gc.set_threshold) or run "
-          "gc.collect() at the same step on every rank";
-      return v;
-    }
-    if (s - 1 >= share_for(Verdict::kSlowCommunication, group) * excess &&
-        IsCommunicationGroup(group)) {
-      v.verdict = Verdict::kSlowCommunication;
-      v.op_group = group;
-      v.explained = (s - 1) / excess;
-      v.note = fmt::format(
-          "{}; {} alone explains {:.0f}% of it (S = {:.3f} with only its "
-          "measured times)",
-          head, group, std::min(1.0, v.explained) * 100, s);
-      v.next_step = fmt::format(
-          "{} transfers take longer than typical: check the links of the ranks in that "
-          "group (NCCL_DEBUG=INFO, the fabric's counters), and whether it overlaps compute",
-          group);
-      return v;
-    }
   }
+  // The note's opening: the step time against the ideal, S and the time lost a step.
+  std::string Head() const {
+    const double lost_ms = std::max(0.0, r.actual_us - r.ideal_us) / 1e3;
+    return fmt::format(
+        "steps take {:.1f} ms where typical op times give {:.1f} ms (S = {:.3f}, "
+        "{:.1f} ms a step lost)",
+        r.actual_us / 1e3, r.ideal_us / 1e3, r.slowdown, lost_ms);
+  }
+};
 
-  // 2. Where compute sits: by data-parallel replica and by stage.
-  if (d.by_dp_rank.empty() || d.by_stage.empty()) {
-    v.verdict = Verdict::kUnattributed;
-    v.note = head + "; not decomposed (below the decomposition threshold)";
+// Where the decompositions by replica and by stage point: the replica and the stage with the
+// highest S, and how many replicas and stages explain the entry share.
+struct WorstParts {
+  size_t dp_top = 0;
+  size_t stage_top = 0;
+  size_t dp_explaining = 0;
+  size_t stage_explaining = 0;
+};
+
+// The verdict's numbers every rule shares: S and the rank-seconds lost over the window.
+WhatIfVerdict MeasureLoss(const Judging& j) {
+  WhatIfVerdict v;
+  v.slowdown = j.r.slowdown;
+  const uint32_t world =
+      std::max<uint32_t>(1, j.layout.workers() * std::max<uint32_t>(1, j.layout.tp));
+  v.lost_rank_seconds = std::max(0.0, j.r.actual_us - j.r.ideal_us) * 1e-6 * j.r.steps * world;
+  return v;
+}
+
+// S below warn_slowdown (below exit_slowdown while a finding is held): balanced.
+std::optional<WhatIfVerdict> BalancedVerdict(const Judging& j, const WhatIfVerdict& base) {
+  const bool held_finding = j.held_kind != Verdict::kNone && j.held_kind != Verdict::kBalanced;
+  const double below =
+      held_finding ? std::min(j.o.exit_slowdown, j.o.warn_slowdown) : j.o.warn_slowdown;
+  if (!(j.r.slowdown < below)) return std::nullopt;
+  WhatIfVerdict v = base;
+  v.verdict = Verdict::kBalanced;
+  v.note = fmt::format(
+      "steps take {:.1f} ms, {:.1f}% above a run where every op took its typical time: "
+      "no worker, stage or op type holds the pipeline back",
+      j.r.actual_us / 1e3, j.excess * 100);
+  return v;
+}
+
+// Critical from crit_slowdown on; a held critical verdict stays critical down to
+// crit_exit_slowdown.
+Severity SeverityOf(const Judging& j) {
+  const bool crit = j.r.slowdown >= j.o.crit_slowdown ||
+                    (j.held != nullptr && j.held->severity == Severity::kCrit &&
+                     j.r.slowdown >= std::min(j.o.crit_exit_slowdown, j.o.crit_slowdown));
+  return crit ? Severity::kCrit : Severity::kWarn;
+}
+
+// Rule 1. One op group explains S: GC pauses, or a kind of communication.
+std::optional<WhatIfVerdict> OpGroupVerdict(const Judging& j, const WhatIfVerdict& base) {
+  const Decomposition& d = j.r.decomposition;
+  if (d.by_op_group.empty()) return std::nullopt;
+  const auto& [group, s] = d.by_op_group.front();
+  if (s - 1 >= j.ShareFor(Verdict::kGcPauses, group) * j.excess &&
+      group == OpGroupName(OpKind::kGc)) {
+    const std::vector<double> gc = j.stats.WorkerGcUs();
+    const uint32_t w = gc.empty() ? 0 : static_cast<uint32_t>(ArgMax(gc));
+    WhatIfVerdict v = base;
+    v.verdict = Verdict::kGcPauses;
+    v.op_group = group;
+    v.explained = (s - 1) / j.excess;
+    v.data_rank = static_cast<int32_t>(w % j.layout.dp);
+    v.stage = static_cast<int32_t>(w / j.layout.dp);
+    v.ranks = j.RanksOf(w);
+    v.note = fmt::format(
+        "{}; garbage-collection pauses explain {:.0f}% of it, most on data rank {} stage {} "
+        "(ranks {}: {:.1f} ms of GC a step)",
+        j.Head(), std::min(1.0, v.explained) * 100, v.data_rank, v.stage, RankList(v.ranks),
+        gc.empty() ? 0.0 : gc[w] / 1e3);
+    v.next_step =
+        "Python's cyclic GC stops the rank that runs it while the others wait: call "
+        "gc.freeze() after start-up, raise the thresholds (gc.set_threshold) or run "
+        "gc.collect() at the same step on every rank";
     return v;
   }
-  const size_t dp_top = ArgMax(d.by_dp_rank);
-  const size_t stage_top = ArgMax(d.by_stage);
-  const size_t dp_explaining = CountExplaining(d.by_dp_rank, need);
-  const size_t stage_explaining = CountExplaining(d.by_stage, need);
+  if (s - 1 >= j.ShareFor(Verdict::kSlowCommunication, group) * j.excess &&
+      IsCommunicationGroup(group)) {
+    WhatIfVerdict v = base;
+    v.verdict = Verdict::kSlowCommunication;
+    v.op_group = group;
+    v.explained = (s - 1) / j.excess;
+    v.note = fmt::format(
+        "{}; {} alone explains {:.0f}% of it (S = {:.3f} with only its "
+        "measured times)",
+        j.Head(), group, std::min(1.0, v.explained) * 100, s);
+    v.next_step = fmt::format(
+        "{} transfers take longer than typical: check the links of the ranks in that "
+        "group (NCCL_DEBUG=INFO, the fabric's counters), and whether it overlaps compute",
+        group);
+    return v;
+  }
+  return std::nullopt;
+}
 
-  // 3. A stage that explains S and holds more compute than the stages' mean on every replica:
-  // a badly cut pipeline, whichever replica is slowest in each step (with few replicas, noise
-  // decides that). Checked before sequence imbalance: the decomposition by stage decides.
-  const std::vector<double> compute = stats.StageComputeUs();
+// Rule 2. Where compute sits: by data-parallel replica and by stage.
+WorstParts FindWorstParts(const Judging& j) {
+  const Decomposition& d = j.r.decomposition;
+  WorstParts worst;
+  worst.dp_top = ArgMax(d.by_dp_rank);
+  worst.stage_top = ArgMax(d.by_stage);
+  worst.dp_explaining = CountExplaining(d.by_dp_rank, j.need);
+  worst.stage_explaining = CountExplaining(d.by_stage, j.need);
+  return worst;
+}
+
+// Whether `stage` holds more compute than the stages' mean on every replica (by
+// min_stage_excess), whichever replica is slowest in each step.
+bool HeavierOnEveryReplica(const Judging& j, size_t stage) {
+  const std::vector<double> worker_compute = j.stats.WorkerComputeUs();
+  bool heavier = j.layout.pp > 1;
+  for (uint32_t dp = 0; dp < j.layout.dp && heavier; ++dp) {
+    double replica_total = 0;
+    for (uint32_t st = 0; st < j.layout.pp; ++st) {
+      const uint32_t w = st * j.layout.dp + dp;
+      replica_total += w < worker_compute.size() ? worker_compute[w] : 0;
+    }
+    const uint32_t w = static_cast<uint32_t>(stage) * j.layout.dp + dp;
+    const double replica_mine = w < worker_compute.size() ? worker_compute[w] : 0;
+    heavier = replica_mine >= (1 + j.o.min_stage_excess) * replica_total / j.layout.pp;
+  }
+  return heavier;
+}
+
+// Rule 3. A stage that explains S and holds more compute than the stages' mean on every
+// replica: a badly cut pipeline, whichever replica is slowest in each step (with few replicas,
+// noise decides that). Checked before sequence imbalance: the decomposition by stage decides.
+std::optional<WhatIfVerdict> StageImbalanceVerdict(const Judging& j, const WorstParts& worst,
+                                                   const WhatIfVerdict& base) {
+  const Decomposition& d = j.r.decomposition;
+  const size_t stage_top = worst.stage_top;
+  const std::vector<double> compute = j.stats.StageComputeUs();
   double total = 0;
   for (double c : compute) total += c;
   const double mean = total / std::max<size_t>(1, compute.size());
   const double mine = stage_top < compute.size() ? compute[stage_top] : 0;
-  const std::vector<double> worker_compute = stats.WorkerComputeUs();
-  bool heavier_on_every_replica = layout.pp > 1;
-  for (uint32_t dp = 0; dp < layout.dp && heavier_on_every_replica; ++dp) {
-    double replica_total = 0;
-    for (uint32_t st = 0; st < layout.pp; ++st) {
-      const uint32_t w = st * layout.dp + dp;
-      replica_total += w < worker_compute.size() ? worker_compute[w] : 0;
-    }
-    const uint32_t w = static_cast<uint32_t>(stage_top) * layout.dp + dp;
-    const double replica_mine = w < worker_compute.size() ? worker_compute[w] : 0;
-    heavier_on_every_replica = replica_mine >= (1 + o.min_stage_excess) * replica_total / layout.pp;
-  }
+  const bool heavier_on_every_replica = HeavierOnEveryReplica(j, stage_top);
   const bool keeps_stage =
-      held_kind == Verdict::kStageImbalance && held->stage == static_cast<int32_t>(stage_top);
-  const double stage_need = keeps_stage ? share_for(Verdict::kStageImbalance) * excess : need;
-  if (d.by_stage[stage_top] - 1 >= stage_need && heavier_on_every_replica) {
-    v.verdict = Verdict::kStageImbalance;
-    v.stage = static_cast<int32_t>(stage_top);
-    v.explained = (d.by_stage[stage_top] - 1) / excess;
-    v.move_fraction = mine > 0 ? std::max(0.0, (mine - mean) / mine) : 0;
-    for (uint32_t w = static_cast<uint32_t>(stage_top) * layout.dp;
-         w < (stage_top + 1) * layout.dp && w < worker_ranks.size(); ++w) {
-      v.ranks.insert(v.ranks.end(), worker_ranks[w].begin(), worker_ranks[w].end());
-    }
-    std::sort(v.ranks.begin(), v.ranks.end());
-    v.note = fmt::format(
-        "{}; pipeline stage {} holds more work than the others on every replica: its compute "
-        "is {:.0f}% above the stages' mean; with only its times measured S = {:.3f}, and "
-        "typical times on it alone take back {:.0f}% of the loss (M_S)",
-        head, stage_top, mean > 0 ? (mine / mean - 1) * 100 : 0.0, d.by_stage[stage_top],
-        std::min(1.0, r.m_s) * 100);
-    v.next_step = fmt::format(
-        "repartition the pipeline: move about {:.0f}% of stage {}'s layers (or its loss / "
-        "embedding work) to other stages (Megatron: --decoder-first/last-pipeline-num-layers, "
-        "or uneven --num-layers-per-virtual-pipeline-stage)",
-        v.move_fraction * 100, stage_top);
-    return v;
+      j.held_kind == Verdict::kStageImbalance && j.held->stage == static_cast<int32_t>(stage_top);
+  const double stage_need = keeps_stage ? j.ShareFor(Verdict::kStageImbalance) * j.excess : j.need;
+  if (!(d.by_stage[stage_top] - 1 >= stage_need && heavier_on_every_replica)) return std::nullopt;
+  WhatIfVerdict v = base;
+  v.verdict = Verdict::kStageImbalance;
+  v.stage = static_cast<int32_t>(stage_top);
+  v.explained = (d.by_stage[stage_top] - 1) / j.excess;
+  v.move_fraction = mine > 0 ? std::max(0.0, (mine - mean) / mine) : 0;
+  for (uint32_t w = static_cast<uint32_t>(stage_top) * j.layout.dp;
+       w < (stage_top + 1) * j.layout.dp && w < j.worker_ranks.size(); ++w) {
+    v.ranks.insert(v.ranks.end(), j.worker_ranks[w].begin(), j.worker_ranks[w].end());
   }
+  std::sort(v.ranks.begin(), v.ranks.end());
+  v.note = fmt::format(
+      "{}; pipeline stage {} holds more work than the others on every replica: its compute "
+      "is {:.0f}% above the stages' mean; with only its times measured S = {:.3f}, and "
+      "typical times on it alone take back {:.0f}% of the loss (M_S)",
+      j.Head(), stage_top, mean > 0 ? (mine / mean - 1) * 100 : 0.0, d.by_stage[stage_top],
+      std::min(1.0, j.r.m_s) * 100);
+  v.next_step = fmt::format(
+      "repartition the pipeline: move about {:.0f}% of stage {}'s layers (or its loss / "
+      "embedding work) to other stages (Megatron: --decoder-first/last-pipeline-num-layers, "
+      "or uneven --num-layers-per-virtual-pipeline-stage)",
+      v.move_fraction * 100, stage_top);
+  return v;
+}
 
-  // 4. The slowest replica of each step: does it move, and is it alone? Sequence imbalance makes
-  // one replica (or a few) slow in a step, a different one the next; a long stage makes every
-  // replica slow in every step; a slow worker the same replica in every step.
+// Rule 4. The slowest replica of each step: does it move, and is it alone? Sequence imbalance
+// makes one replica (or a few) slow in a step, a different one the next; a long stage makes
+// every replica slow in every step; a slow worker the same replica in every step.
+std::optional<WhatIfVerdict> SequenceImbalanceVerdict(const Judging& j, const WorstParts& worst,
+                                                      const WhatIfVerdict& base) {
   std::map<size_t, uint32_t> slowest_counts;
   uint32_t decomposed_steps = 0, lone_steps = 0;
-  for (const StepResult& sr : r.per_step) {
+  for (const StepResult& sr : j.r.per_step) {
     const std::vector<double>& by_dp = sr.decomposition.by_dp_rank;
-    if (by_dp.empty() || sr.slowdown < o.warn_slowdown) continue;
+    if (by_dp.empty() || sr.slowdown < j.o.warn_slowdown) continue;
     const size_t top = ArgMax(by_dp);
     ++slowest_counts[top];
     ++decomposed_steps;
-    const double step_need = o.explain_share * (sr.slowdown - 1);
+    const double step_need = j.o.explain_share * (sr.slowdown - 1);
     if (by_dp[top] - 1 >= step_need &&
         CountExplaining(by_dp, step_need) <= std::max<size_t>(1, by_dp.size() / 2)) {
       ++lone_steps;
@@ -309,64 +379,106 @@ WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
   }
   uint32_t mode = 0;
   for (const auto& [dp, n] : slowest_counts) mode = std::max(mode, n);
-  const bool moving = layout.dp > 1 && decomposed_steps >= o.min_steps &&
-                      mode <= o.moving_max_share * decomposed_steps &&
+  const bool moving = j.layout.dp > 1 && decomposed_steps >= j.o.min_steps &&
+                      mode <= j.o.moving_max_share * decomposed_steps &&
                       lone_steps >= 0.5 * decomposed_steps;
+  if (!moving) return std::nullopt;
+  WhatIfVerdict v = base;
+  v.verdict = Verdict::kSequenceImbalance;
+  v.moving_replicas = static_cast<uint32_t>(slowest_counts.size());
+  v.explained = (j.r.decomposition.by_dp_rank[worst.dp_top] - 1) / j.excess;
+  v.note = fmt::format(
+      "{}; the slowest data-parallel replica changes from step to step ({} of {} replicas "
+      "were the slowest in some step, none in more than {:.0f}% of steps, and in {:.0f}% of "
+      "steps it alone held the others back): the replicas get unequal work, e.g. sequence "
+      "lengths",
+      j.Head(), v.moving_replicas, j.layout.dp,
+      100.0 * mode / std::max<uint32_t>(1, decomposed_steps),
+      100.0 * lone_steps / std::max<uint32_t>(1, decomposed_steps));
+  v.next_step =
+      "balance the work per replica, not the samples: pack or bucket sequences by length "
+      "(token-count batching), or sort each global batch by length before splitting it";
+  return v;
+}
 
-  if (moving) {
-    v.verdict = Verdict::kSequenceImbalance;
-    v.moving_replicas = static_cast<uint32_t>(slowest_counts.size());
-    v.explained = (d.by_dp_rank[dp_top] - 1) / excess;
-    v.note = fmt::format(
-        "{}; the slowest data-parallel replica changes from step to step ({} of {} replicas "
-        "were the slowest in some step, none in more than {:.0f}% of steps, and in {:.0f}% of "
-        "steps it alone held the others back): the replicas get unequal work, e.g. sequence "
-        "lengths",
-        head, v.moving_replicas, layout.dp, 100.0 * mode / std::max<uint32_t>(1, decomposed_steps),
-        100.0 * lone_steps / std::max<uint32_t>(1, decomposed_steps));
-    v.next_step =
-        "balance the work per replica, not the samples: pack or bucket sequences by length "
-        "(token-count batching), or sort each global batch by length before splitting it";
-    return v;
+// Rule 5. One replica and one stage: one worker. A held slow worker stays while it explains
+// keep_share on both decompositions and no other replica explains the entry share.
+std::optional<WhatIfVerdict> SlowWorkerVerdict(const Judging& j, const WorstParts& worst,
+                                               const WhatIfVerdict& base) {
+  const Decomposition& d = j.r.decomposition;
+  const size_t dp_top = worst.dp_top, stage_top = worst.stage_top;
+  const bool keeps_worker = j.held_kind == Verdict::kSlowWorker &&
+                            j.held->data_rank == static_cast<int32_t>(dp_top) &&
+                            j.held->stage == static_cast<int32_t>(stage_top);
+  const double worker_need = keeps_worker ? j.ShareFor(Verdict::kSlowWorker) * j.excess : j.need;
+  if (!(d.by_dp_rank[dp_top] - 1 >= worker_need && d.by_stage[stage_top] - 1 >= worker_need &&
+        worst.dp_explaining <= 1 && (worst.stage_explaining >= 1 || keeps_worker))) {
+    return std::nullopt;
   }
+  const uint32_t w = static_cast<uint32_t>(stage_top * j.layout.dp + dp_top);
+  WhatIfVerdict v = base;
+  v.verdict = Verdict::kSlowWorker;
+  v.data_rank = static_cast<int32_t>(dp_top);
+  v.stage = static_cast<int32_t>(stage_top);
+  v.ranks = j.RanksOf(w);
+  v.explained = std::min(d.by_dp_rank[dp_top], d.by_stage[stage_top]) - 1;
+  v.explained /= j.excess;
+  v.note = fmt::format(
+      "{}; one worker holds the job back: data rank {}, stage {} (ranks {}); with only its "
+      "times measured S = {:.3f}, and typical times on it alone take back {:.0f}% of the "
+      "loss (M_W)",
+      j.Head(), dp_top, stage_top, RankList(v.ranks),
+      std::min(d.by_dp_rank[dp_top], d.by_stage[stage_top]), std::min(1.0, j.r.m_w) * 100);
+  v.next_step =
+      "look at that worker's host and device: thermal throttling, a degraded GPU or link, "
+      "a noisy neighbour; `rankwatch capture` on its rank compares it with a typical one; "
+      "cordon the node if it repeats";
+  return v;
+}
 
-  // 5. One replica and one stage: one worker. A held slow worker stays while it explains
-  // keep_share on both decompositions and no other replica explains the entry share.
-  const bool keeps_worker = held_kind == Verdict::kSlowWorker &&
-                            held->data_rank == static_cast<int32_t>(dp_top) &&
-                            held->stage == static_cast<int32_t>(stage_top);
-  const double worker_need = keeps_worker ? share_for(Verdict::kSlowWorker) * excess : need;
-  if (d.by_dp_rank[dp_top] - 1 >= worker_need && d.by_stage[stage_top] - 1 >= worker_need &&
-      dp_explaining <= 1 && (stage_explaining >= 1 || keeps_worker)) {
-    const uint32_t w = static_cast<uint32_t>(stage_top * layout.dp + dp_top);
-    v.verdict = Verdict::kSlowWorker;
-    v.data_rank = static_cast<int32_t>(dp_top);
-    v.stage = static_cast<int32_t>(stage_top);
-    v.ranks = ranks_of(w);
-    v.explained = std::min(d.by_dp_rank[dp_top], d.by_stage[stage_top]) - 1;
-    v.explained /= excess;
-    v.note = fmt::format(
-        "{}; one worker holds the job back: data rank {}, stage {} (ranks {}); with only its "
-        "times measured S = {:.3f}, and typical times on it alone take back {:.0f}% of the "
-        "loss (M_W)",
-        head, dp_top, stage_top, RankList(v.ranks),
-        std::min(d.by_dp_rank[dp_top], d.by_stage[stage_top]), std::min(1.0, r.m_w) * 100);
-    v.next_step =
-        "look at that worker's host and device: thermal throttling, a degraded GPU or link, "
-        "a noisy neighbour; `rankwatch capture` on its rank compares it with a typical one; "
-        "cordon the node if it repeats";
-    return v;
-  }
-
+// Slower than ideal, but without a decomposition (below its threshold).
+WhatIfVerdict NotDecomposedVerdict(const Judging& j, WhatIfVerdict v) {
   v.verdict = Verdict::kUnattributed;
-  v.severity = r.slowdown >= o.crit_slowdown ? Severity::kCrit : Severity::kInfo;
+  v.note = j.Head() + "; not decomposed (below the decomposition threshold)";
+  return v;
+}
+
+// Slower than ideal, and no replica, stage or op type explains it: info, unless S reaches
+// crit_slowdown.
+WhatIfVerdict UnattributedVerdict(const Judging& j, const WorstParts& worst, WhatIfVerdict v) {
+  const Decomposition& d = j.r.decomposition;
+  v.verdict = Verdict::kUnattributed;
+  v.severity = j.r.slowdown >= j.o.crit_slowdown ? Severity::kCrit : Severity::kInfo;
   v.explained = 0;
   v.note = fmt::format(
       "{}; no single replica, stage or op type explains half of it (worst: data rank {} "
       "S = {:.3f}, stage {} S = {:.3f})",
-      head, dp_top, d.by_dp_rank[dp_top], stage_top, d.by_stage[stage_top]);
+      j.Head(), worst.dp_top, d.by_dp_rank[worst.dp_top], worst.stage_top,
+      d.by_stage[worst.stage_top]);
   v.next_step = "look at the stage x replica grid in the web UI for where the time goes";
   return v;
+}
+
+}  // namespace
+
+WhatIfVerdict JudgeWhatIf(const WindowResult& r, const Layout& layout,
+                          const std::vector<std::vector<uint32_t>>& worker_ranks,
+                          const OpStats& stats, const VerdictOptions& o,
+                          const WhatIfVerdict* held) {
+  if (r.steps < o.min_steps || r.ideal_us <= 0) return {};
+  const Judging j(r, layout, worker_ranks, stats, o, held);
+  WhatIfVerdict v = MeasureLoss(j);
+  if (std::optional<WhatIfVerdict> balanced = BalancedVerdict(j, v)) return *balanced;
+  v.severity = SeverityOf(j);
+  if (std::optional<WhatIfVerdict> found = OpGroupVerdict(j, v)) return *found;
+  if (r.decomposition.by_dp_rank.empty() || r.decomposition.by_stage.empty()) {
+    return NotDecomposedVerdict(j, std::move(v));
+  }
+  const WorstParts worst = FindWorstParts(j);
+  if (std::optional<WhatIfVerdict> found = StageImbalanceVerdict(j, worst, v)) return *found;
+  if (std::optional<WhatIfVerdict> found = SequenceImbalanceVerdict(j, worst, v)) return *found;
+  if (std::optional<WhatIfVerdict> found = SlowWorkerVerdict(j, worst, v)) return *found;
+  return UnattributedVerdict(j, worst, std::move(v));
 }
 
 }  // namespace rankwatch::whatif
