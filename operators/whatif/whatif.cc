@@ -173,6 +173,185 @@ auto* Find(Cache& cache, uint32_t key) {
   return found;
 }
 
+// The ideal run of each step model of the window: every node at its kind's typical duration,
+// one replay per model.
+class IdealRuns {
+ public:
+  struct Ideal {
+    const StepModel* model;
+    std::vector<double> dur;  // node-major, a duration per (node, data rank)
+    double t;                 // the step's time
+  };
+
+  IdealRuns(internal::ScheduleReplay* replay, const Typical& typical, uint32_t dp)
+      : replay_(replay), typical_(typical), dp_(dp) {}
+
+  const Ideal& Of(const StepModel& m) {
+    for (const Ideal& i : ideals_) {
+      if (i.model == &m) return i;
+    }
+    Ideal i{&m, std::vector<double>(size_t{m.nodes} * dp_), 0};
+    for (size_t v = 0; v < m.nodes; ++v) {
+      std::fill_n(i.dur.begin() + static_cast<std::ptrdiff_t>(v * dp_), dp_,
+                  typical_[m.typical[v]]);
+    }
+    i.t = replay_->Run(m, i.dur.data());
+    ideals_.push_back(std::move(i));
+    return ideals_.back();
+  }
+
+ private:
+  internal::ScheduleReplay* replay_;
+  const Typical& typical_;
+  uint32_t dp_;
+  std::deque<Ideal> ideals_;  // references stay valid as it grows
+};
+
+// The mean over the window's `n` steps of value_of(step index).
+template <typename ValueOf>
+double MeanOverSteps(size_t n, ValueOf&& value_of) {
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += value_of(i);
+  return sum / n;
+}
+
+// Orders (key, value) pairs by value, highest first.
+struct HighestValueFirst {
+  template <typename Pair>
+  bool operator()(const Pair& a, const Pair& b) const {
+    return a.second > b.second;
+  }
+};
+
+// The window's totals: measured, actual and ideal mean step time, each stage's compute, S, and
+// each step's own.
+WindowResult MeasureWindow(const std::deque<StepEntry>& window, const Typical& typical,
+                           const Layout& layout, IdealRuns* ideals) {
+  WindowResult r;
+  const uint32_t dp = layout.dp, pp = layout.pp;
+  const size_t n = window.size();
+  r.steps = static_cast<uint32_t>(n);
+  r.first_step = window.front().bound.step;
+  r.last_step = window.back().bound.step;
+  r.stage_compute_us.assign(pp, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    const StepEntry& e = window[i];
+    const double ideal_t = ideals->Of(*e.bound.model).t;
+    r.measured_us += e.bound.measured_us;
+    r.actual_us += e.actual_us;
+    r.ideal_us += ideal_t;
+    for (uint32_t s = 0; s < pp; ++s) r.stage_compute_us[s] += e.bound.stage_compute_us[s];
+    StepResult sr;
+    sr.step = e.bound.step;
+    sr.measured_us = e.bound.measured_us;
+    sr.actual_us = e.actual_us;
+    sr.ideal_us = ideal_t;
+    sr.slowdown = ideal_t > 0 ? e.actual_us / ideal_t : 1.0;
+    r.per_step.push_back(std::move(sr));
+  }
+  r.measured_us /= n;
+  r.actual_us /= n;
+  r.ideal_us /= n;
+  for (double& c : r.stage_compute_us) c /= static_cast<double>(n) * dp;
+  r.slowdown = r.ideal_us > 0 ? r.actual_us / r.ideal_us : 1.0;
+  std::copy_n(typical.begin(), kOpKindCount, r.typical_us.begin());
+  return r;
+}
+
+// Which op groups the window has.
+std::vector<bool> GroupsPresent(const std::deque<StepEntry>& window) {
+  const OpGroups& groups = Groups();
+  std::vector<bool> present(groups.names.size(), false);
+  for (const StepEntry& e : window) {
+    for (int k = 0; k < kOpKindCount; ++k) {
+      if (e.bound.ops[k] > 0 && groups.of_kind[k] >= 0) present[groups.of_kind[k]] = true;
+    }
+  }
+  return present;
+}
+
+// S by data rank, by stage and by op group (the ideal with that part measured), over the
+// window; op groups highest first.
+void DecomposeWindow(const std::deque<StepEntry>& window, const std::vector<bool>& present,
+                     const Layout& layout, WindowResult* r) {
+  const OpGroups& groups = Groups();
+  const size_t n = window.size();
+  Decomposition& dec = r->decomposition;
+  dec.by_dp_rank.resize(layout.dp);
+  dec.by_stage.resize(layout.pp);
+  for (uint32_t d = 0; d < layout.dp; ++d) {
+    dec.by_dp_rank[d] = MeanOverSteps(n, [&](size_t i) { return window[i].dp_t[d]; }) / r->ideal_us;
+  }
+  for (uint32_t s = 0; s < layout.pp; ++s) {
+    dec.by_stage[s] =
+        MeanOverSteps(n, [&](size_t i) { return window[i].stage_t[s]; }) / r->ideal_us;
+  }
+  for (uint32_t g = 0; g < groups.names.size(); ++g) {
+    if (!present[g]) continue;
+    dec.by_op_group.emplace_back(std::string(groups.names[g]), MeanOverSteps(n, [&](size_t i) {
+                                                                 return window[i].group_t[g];
+                                                               }) / r->ideal_us);
+  }
+  std::stable_sort(dec.by_op_group.begin(), dec.by_op_group.end(), HighestValueFirst{});
+}
+
+// M_W's workers: the top workers by score = min(S by data rank, S by stage), ties the lower
+// index first; M_S's stage: the worst (the lowest index on ties).
+void PickWorstParts(const Layout& layout, const Options& opt, WindowResult* r) {
+  const Decomposition& dec = r->decomposition;
+  const uint32_t dp = layout.dp, workers = layout.workers();
+  std::vector<std::pair<uint32_t, double>> scores(workers);
+  for (uint32_t w = 0; w < workers; ++w) {
+    scores[w] = {w, std::min(dec.by_dp_rank[w % dp], dec.by_stage[w / dp])};
+  }
+  std::stable_sort(scores.begin(), scores.end(), HighestValueFirst{});
+  const auto top =
+      static_cast<size_t>(std::max(1.0, std::ceil(opt.top_worker_fraction * workers - 1e-9)));
+  for (size_t i = 0; i < std::min<size_t>(top, workers); ++i)
+    r->m_w_workers.push_back(scores[i].first);
+  r->m_s_stage = static_cast<uint32_t>(std::max_element(dec.by_stage.begin(), dec.by_stage.end()) -
+                                       dec.by_stage.begin());
+}
+
+// S by each of M_W's workers, and M_W, M_S and M_S of the last stage: the share of the loss
+// that typical durations on the worst workers, the worst stage or the last stage take back.
+void ExplainByWorstParts(const std::deque<StepEntry>& window, const Layout& layout,
+                         WindowResult* r) {
+  const size_t n = window.size();
+  const uint32_t last_stage = layout.pp - 1;
+  for (uint32_t w : r->m_w_workers) {
+    r->decomposition.by_worker.emplace_back(
+        w, MeanOverSteps(n, [&](size_t i) { return *Find(window[i].worker_t, w); }) / r->ideal_us);
+  }
+  const double lost = r->actual_us - r->ideal_us;
+  auto explained = [&](double rem) { return std::abs(lost) > 0 ? (r->actual_us - rem) / lost : 0; };
+  r->m_w = explained(MeanOverSteps(n, [&](size_t i) { return window[i].rem_workers_t; }));
+  r->m_s = explained(
+      MeanOverSteps(n, [&](size_t i) { return *Find(window[i].stage_rem_t, r->m_s_stage); }));
+  r->m_s_last = explained(
+      MeanOverSteps(n, [&](size_t i) { return *Find(window[i].stage_rem_t, last_stage); }));
+}
+
+// Each step's own decomposition, against its own ideal time.
+void DecomposeEachStep(const std::deque<StepEntry>& window, const std::vector<bool>& present,
+                       WindowResult* r) {
+  const OpGroups& groups = Groups();
+  for (size_t i = 0; i < window.size(); ++i) {
+    const StepEntry& e = window[i];
+    Decomposition& pd = r->per_step[i].decomposition;
+    const double it = r->per_step[i].ideal_us;
+    for (double t : e.dp_t) pd.by_dp_rank.push_back(t / it);
+    for (double t : e.stage_t) pd.by_stage.push_back(t / it);
+    for (uint32_t g = 0; g < groups.names.size(); ++g) {
+      if (present[g]) pd.by_op_group.emplace_back(std::string(groups.names[g]), e.group_t[g] / it);
+    }
+    std::stable_sort(pd.by_op_group.begin(), pd.by_op_group.end(), HighestValueFirst{});
+    for (uint32_t w : r->m_w_workers) {
+      pd.by_worker.emplace_back(w, *Find(e.worker_t, w) / it);
+    }
+  }
+}
+
 }  // namespace
 
 struct Analyzer::Impl {
@@ -185,6 +364,13 @@ struct Analyzer::Impl {
   std::vector<double> buf;
 
   Typical ComputeTypical() const;
+  // Pass 1: re-simulates each step with one data rank, stage or op group measured (the groups
+  // in `present`), where its cache does not hold the result for `typical` already.
+  void SimulatePartsMeasured(const Typical& typical, const std::vector<bool>& present,
+                             const Layout& layout, IdealRuns* ideals);
+  // Pass 2: each of M_W's workers measured alone in the ideal step, and the actual step with
+  // M_W's workers, then M_S's stage and the last stage, at their ideal durations.
+  void SimulateWorstParts(const WindowResult& r, const Layout& layout, IdealRuns* ideals);
   // Replays the schedule with `base` everywhere but `sels`, which take `over`. `buf` keeps `base`
   // between calls, so a run of calls on one base copies it once.
   double RunWith(const StepModel& m, std::span<const Selection> sels, const double* over,
@@ -367,186 +553,76 @@ absl::Status Analyzer::AddStep(StepOps step) {
   return absl::OkStatus();
 }
 
-WindowResult Analyzer::Window() {
-  WindowResult r;
-  Impl& im = *impl_;
-  if (im.window.empty()) return r;
-  const Options& opt = im.options;
-  const uint32_t dp = layout_.dp, pp = layout_.pp, workers = layout_.workers();
-  const size_t n = im.window.size();
-  const Typical typical = im.ComputeTypical();
-  im.loaded = nullptr;
-
-  // The ideal: every node at its kind's typical duration; one simulation per model.
-  struct Ideal {
-    const StepModel* model;
-    std::vector<double> dur;
-    double t;
-  };
-  std::deque<Ideal> ideals;  // references stay valid as it grows
-  auto ideal_of = [&](const StepModel& m) -> const Ideal& {
-    for (const Ideal& i : ideals) {
-      if (i.model == &m) return i;
-    }
-    Ideal i{&m, std::vector<double>(size_t{m.nodes} * dp), 0};
-    for (size_t v = 0; v < m.nodes; ++v) {
-      std::fill_n(i.dur.begin() + static_cast<std::ptrdiff_t>(v * dp), dp, typical[m.typical[v]]);
-    }
-    i.t = im.replay.Run(m, i.dur.data());
-    ideals.push_back(std::move(i));
-    return ideals.back();
-  };
-
-  r.steps = static_cast<uint32_t>(n);
-  r.first_step = im.window.front().bound.step;
-  r.last_step = im.window.back().bound.step;
-  std::vector<double> ideal_t(n);
-  r.stage_compute_us.assign(pp, 0.0);
-  for (size_t i = 0; i < n; ++i) {
-    const StepEntry& e = im.window[i];
-    ideal_t[i] = ideal_of(*e.bound.model).t;
-    r.measured_us += e.bound.measured_us;
-    r.actual_us += e.actual_us;
-    r.ideal_us += ideal_t[i];
-    for (uint32_t s = 0; s < pp; ++s) r.stage_compute_us[s] += e.bound.stage_compute_us[s];
-    StepResult sr;
-    sr.step = e.bound.step;
-    sr.measured_us = e.bound.measured_us;
-    sr.actual_us = e.actual_us;
-    sr.ideal_us = ideal_t[i];
-    sr.slowdown = ideal_t[i] > 0 ? e.actual_us / ideal_t[i] : 1.0;
-    r.per_step.push_back(std::move(sr));
-  }
-  r.measured_us /= n;
-  r.actual_us /= n;
-  r.ideal_us /= n;
-  for (double& c : r.stage_compute_us) c /= static_cast<double>(n) * dp;
-  r.slowdown = r.ideal_us > 0 ? r.actual_us / r.ideal_us : 1.0;
-  std::copy_n(typical.begin(), kOpKindCount, r.typical_us.begin());
-  if (r.slowdown < opt.decompose_min_slowdown) return r;
-
-  // Which op groups the window has.
+void Analyzer::Impl::SimulatePartsMeasured(const Typical& typical, const std::vector<bool>& present,
+                                           const Layout& layout, IdealRuns* ideals) {
   const OpGroups& groups = Groups();
-  std::vector<bool> present(groups.names.size(), false);
-  for (const StepEntry& e : im.window) {
-    for (int k = 0; k < kOpKindCount; ++k) {
-      if (e.bound.ops[k] > 0 && groups.of_kind[k] >= 0) present[groups.of_kind[k]] = true;
-    }
-  }
-
-  // Pass 1: by data rank, stage, op group (the ideal with that part measured).
-  for (StepEntry& e : im.window) {
-    if (!e.cached || !Close(e.typical, typical, opt.recompute_tolerance)) {
-      e.ResetCache(typical, layout_);
+  for (StepEntry& e : window) {
+    if (!e.cached || !Close(e.typical, typical, options.recompute_tolerance)) {
+      e.ResetCache(typical, layout);
     }
     const StepModel& m = *e.bound.model;
-    const Ideal& ideal = ideal_of(m);
+    const IdealRuns::Ideal& ideal = ideals->Of(m);
     const double* measured = e.bound.measured.data();
     auto run = [&](Selection sel) {
-      return im.RunWith(m, std::span<const Selection>(&sel, 1), measured, ideal.dur);
+      return RunWith(m, std::span<const Selection>(&sel, 1), measured, ideal.dur);
     };
-    for (uint32_t d = 0; d < dp; ++d) {
+    for (uint32_t d = 0; d < layout.dp; ++d) {
       if (std::isnan(e.dp_t[d])) e.dp_t[d] = run({Selection::kDpRank, d});
     }
-    for (uint32_t s = 0; s < pp; ++s) {
+    for (uint32_t s = 0; s < layout.pp; ++s) {
       if (std::isnan(e.stage_t[s])) e.stage_t[s] = run({Selection::kStage, s});
     }
     for (uint32_t g = 0; g < groups.names.size(); ++g) {
       if (present[g] && std::isnan(e.group_t[g])) e.group_t[g] = run({Selection::kOpGroup, g});
     }
   }
-  auto mean = [&](auto&& value_of) {
-    double sum = 0;
-    for (size_t i = 0; i < n; ++i) sum += value_of(i);
-    return sum / n;
-  };
-  Decomposition& dec = r.decomposition;
-  dec.by_dp_rank.resize(dp);
-  dec.by_stage.resize(pp);
-  for (uint32_t d = 0; d < dp; ++d) {
-    dec.by_dp_rank[d] = mean([&](size_t i) { return im.window[i].dp_t[d]; }) / r.ideal_us;
-  }
-  for (uint32_t s = 0; s < pp; ++s) {
-    dec.by_stage[s] = mean([&](size_t i) { return im.window[i].stage_t[s]; }) / r.ideal_us;
-  }
-  for (uint32_t g = 0; g < groups.names.size(); ++g) {
-    if (!present[g]) continue;
-    dec.by_op_group.emplace_back(std::string(groups.names[g]), mean([&](size_t i) {
-                                                                 return im.window[i].group_t[g];
-                                                               }) / r.ideal_us);
-  }
-  auto by_value = [](const auto& a, const auto& b) { return a.second > b.second; };
-  std::stable_sort(dec.by_op_group.begin(), dec.by_op_group.end(), by_value);
+}
 
-  // The top workers by score = min(S by data rank, S by stage); ties: the lower index first.
-  std::vector<std::pair<uint32_t, double>> scores(workers);
-  for (uint32_t w = 0; w < workers; ++w) {
-    scores[w] = {w, std::min(dec.by_dp_rank[w % dp], dec.by_stage[w / dp])};
-  }
-  std::stable_sort(scores.begin(), scores.end(), by_value);
-  const auto top =
-      static_cast<size_t>(std::max(1.0, std::ceil(opt.top_worker_fraction * workers - 1e-9)));
-  for (size_t i = 0; i < std::min<size_t>(top, workers); ++i)
-    r.m_w_workers.push_back(scores[i].first);
-
-  // The worst stage (lowest index on ties) and the last.
-  r.m_s_stage = static_cast<uint32_t>(std::max_element(dec.by_stage.begin(), dec.by_stage.end()) -
-                                      dec.by_stage.begin());
-  const uint32_t last_stage = pp - 1;
-
-  // Pass 2: by worker (ideal but the worker measured), and M_W / M_S (actual but the workers /
-  // the stage ideal).
+void Analyzer::Impl::SimulateWorstParts(const WindowResult& r, const Layout& layout,
+                                        IdealRuns* ideals) {
+  const uint32_t dp = layout.dp, last_stage = layout.pp - 1;
   std::vector<Selection> worker_sels;
   for (uint32_t w : r.m_w_workers) worker_sels.push_back({Selection::kWorker, w / dp, w % dp});
-  for (StepEntry& e : im.window) {
+  for (StepEntry& e : window) {
     const StepModel& m = *e.bound.model;
-    const Ideal& ideal = ideal_of(m);
+    const IdealRuns::Ideal& ideal = ideals->Of(m);
     const double* measured = e.bound.measured.data();
     for (const Selection& sel : worker_sels) {
       const uint32_t w = sel.a * dp + sel.b;
       if (Find(e.worker_t, w) == nullptr) {
         e.worker_t.emplace_back(
-            w, im.RunWith(m, std::span<const Selection>(&sel, 1), measured, ideal.dur));
+            w, RunWith(m, std::span<const Selection>(&sel, 1), measured, ideal.dur));
       }
     }
     if (std::isnan(e.rem_workers_t) || e.rem_workers != r.m_w_workers) {
       e.rem_workers = r.m_w_workers;
-      e.rem_workers_t = im.RunWith(m, worker_sels, ideal.dur.data(), e.bound.measured);
+      e.rem_workers_t = RunWith(m, worker_sels, ideal.dur.data(), e.bound.measured);
     }
     for (uint32_t s : {r.m_s_stage, last_stage}) {
       if (Find(e.stage_rem_t, s) == nullptr) {
         const Selection sel{Selection::kStage, s};
-        e.stage_rem_t.emplace_back(s, im.RunWith(m, std::span<const Selection>(&sel, 1),
-                                                 ideal.dur.data(), e.bound.measured));
+        e.stage_rem_t.emplace_back(
+            s, RunWith(m, std::span<const Selection>(&sel, 1), ideal.dur.data(), e.bound.measured));
       }
     }
   }
-  for (uint32_t w : r.m_w_workers) {
-    dec.by_worker.emplace_back(
-        w, mean([&](size_t i) { return *Find(im.window[i].worker_t, w); }) / r.ideal_us);
-  }
-  const double lost = r.actual_us - r.ideal_us;
-  auto explained = [&](double rem) { return std::abs(lost) > 0 ? (r.actual_us - rem) / lost : 0; };
-  r.m_w = explained(mean([&](size_t i) { return im.window[i].rem_workers_t; }));
-  r.m_s = explained(mean([&](size_t i) { return *Find(im.window[i].stage_rem_t, r.m_s_stage); }));
-  r.m_s_last =
-      explained(mean([&](size_t i) { return *Find(im.window[i].stage_rem_t, last_stage); }));
+}
 
-  // Per step.
-  for (size_t i = 0; i < n; ++i) {
-    const StepEntry& e = im.window[i];
-    Decomposition& pd = r.per_step[i].decomposition;
-    const double it = ideal_t[i];
-    for (double t : e.dp_t) pd.by_dp_rank.push_back(t / it);
-    for (double t : e.stage_t) pd.by_stage.push_back(t / it);
-    for (uint32_t g = 0; g < groups.names.size(); ++g) {
-      if (present[g]) pd.by_op_group.emplace_back(std::string(groups.names[g]), e.group_t[g] / it);
-    }
-    std::stable_sort(pd.by_op_group.begin(), pd.by_op_group.end(), by_value);
-    for (uint32_t w : r.m_w_workers) {
-      pd.by_worker.emplace_back(w, *Find(e.worker_t, w) / it);
-    }
-  }
+WindowResult Analyzer::Window() {
+  Impl& im = *impl_;
+  if (im.window.empty()) return {};
+  const Typical typical = im.ComputeTypical();
+  im.loaded = nullptr;
+  IdealRuns ideals(&im.replay, typical, layout_.dp);
+  WindowResult r = MeasureWindow(im.window, typical, layout_, &ideals);
+  if (r.slowdown < im.options.decompose_min_slowdown) return r;
+  const std::vector<bool> present = GroupsPresent(im.window);
+  im.SimulatePartsMeasured(typical, present, layout_, &ideals);
+  DecomposeWindow(im.window, present, layout_, &r);
+  PickWorstParts(layout_, im.options, &r);
+  im.SimulateWorstParts(r, layout_, &ideals);
+  ExplainByWorstParts(im.window, layout_, &r);
+  DecomposeEachStep(im.window, present, &r);
   return r;
 }
 
