@@ -321,25 +321,28 @@ using internal::Pending;
 using internal::Unique;
 using internal::When;
 
-FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
-                                const FrAnalysisOptions& options) {
-  FrVerdict v;
-  const uint32_t world = std::min(
-      options.world_size ? options.world_size : internal::InferWorld(dumps), kMaxWorldSize);
-  v.world_size = world;
-  Built b = internal::BuildGroups(dumps, world);
+namespace {
+
+// Which ranks' dumps were read, empty, unreadable or missing.
+void SortDumpsByState(const Built& b, uint32_t world, FrVerdict* v) {
   for (uint32_t r = 0; r < world; ++r) {
     switch (b.state[r]) {
-      case DumpState::kRead: v.read.push_back(r); break;
-      case DumpState::kEmpty: v.empty.push_back(r); break;
-      case DumpState::kUnreadable: v.unreadable.push_back(r); break;
-      case DumpState::kMissing: v.missing.push_back(r); break;
+      case DumpState::kRead: v->read.push_back(r); break;
+      case DumpState::kEmpty: v->empty.push_back(r); break;
+      case DumpState::kUnreadable: v->unreadable.push_back(r); break;
+      case DumpState::kMissing: v->missing.push_back(r); break;
     }
   }
+}
+
+// Every group of two ranks or more, analysed on its own (its collectives, then its
+// point-to-point operations): the groups with work pending go into the analysis with their
+// reports, then who waits for whom across groups is resolved.
+Analysis AnalyzeGroups(const Built& b, uint32_t world) {
   Analysis a;
   a.world = world;
   a.waits.assign(world, {});
-  for (Group& g : b.groups) {
+  for (const Group& g : b.groups) {
     if (g.ranks.size() < 2) continue;
     FrGroupReport r;
     r.desc = g.desc;
@@ -356,13 +359,17 @@ FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
     Unique(&r.no_dump);
     const bool pending = !r.frontier.name.empty() || !r.not_completing.empty();
     if (!pending) continue;
-    v.hang_found = true;
     a.reports.push_back(std::move(r));
     a.in_collective.push_back(std::move(in_collective));
   }
   internal::ResolveWaits(&a);
+  return a;
+}
 
-  // Groups: the ones that name ranks first, by when their frontier was created.
+// The groups' reports, the ones that name ranks first, by when their frontier was created; at
+// most `max`.
+std::vector<FrGroupReport> OrderGroupReports(const std::vector<FrGroupReport>& reports,
+                                             size_t max) {
   auto rank_of = [](const FrGroupReport& r) {
     switch (r.state) {
       case FrGroupReport::State::kMismatch:
@@ -372,24 +379,29 @@ FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
       default: return 2;
     }
   };
-  v.groups = a.reports;
-  std::stable_sort(v.groups.begin(), v.groups.end(),
+  std::vector<FrGroupReport> groups = reports;
+  std::stable_sort(groups.begin(), groups.end(),
                    [&](const FrGroupReport& x, const FrGroupReport& y) {
                      if (rank_of(x) != rank_of(y)) return rank_of(x) < rank_of(y);
                      // Collectives first: a rank missing from one is why its p2p peers wait.
                      if (x.frontier.p2p != y.frontier.p2p) return !x.frontier.p2p;
                      return When(x.frontier) < When(y.frontier);
                    });
-  if (v.groups.size() > options.max_groups_reported) v.groups.resize(options.max_groups_reported);
+  if (groups.size() > max) groups.resize(max);
+  return groups;
+}
 
-  // Per rank: its last operation per group, pending first.
-  v.ranks.resize(world);
+// Per rank: its dump's state and error, and its last operation in each group, pending ones
+// first.
+std::vector<FrRankReport> ReportRanks(const std::vector<RankDump>& dumps, const Built& b,
+                                      uint32_t world) {
+  std::vector<FrRankReport> ranks(world);
   for (uint32_t r = 0; r < world; ++r) {
-    v.ranks[r].rank = r;
-    v.ranks[r].dump = b.state[r];
+    ranks[r].rank = r;
+    ranks[r].dump = b.state[r];
   }
   for (const RankDump& rd : dumps)
-    if (rd.rank < world) v.ranks[rd.rank].error = rd.error;
+    if (rd.rank < world) ranks[rd.rank].error = rd.error;
   for (const Group& g : b.groups) {
     if (g.ranks.size() < 2) continue;
     for (const auto& [rank, m] : g.members) {
@@ -406,10 +418,10 @@ FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
       last.group_ranks = g.ranks;
       last.op = MakeOp(*pick, g.ranks);
       last.state = pick->state;
-      v.ranks[rank].last.push_back(std::move(last));
+      ranks[rank].last.push_back(std::move(last));
     }
   }
-  for (FrRankReport& rr : v.ranks)
+  for (FrRankReport& rr : ranks)
     std::stable_sort(rr.last.begin(), rr.last.end(),
                      [](const FrRankReport::Last& x, const FrRankReport::Last& y) {
                        const bool px = x.state != FrState::kCompleted,
@@ -417,13 +429,27 @@ FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
                        if (px != py) return px;
                        return When(x.op) < When(y.op);
                      });
+  return ranks;
+}
 
+}  // namespace
+
+FrVerdict AnalyzeFlightRecorder(const std::vector<RankDump>& dumps,
+                                const FrAnalysisOptions& options) {
+  FrVerdict v;
+  const uint32_t world = std::min(
+      options.world_size ? options.world_size : internal::InferWorld(dumps), kMaxWorldSize);
+  v.world_size = world;
+  const Built b = internal::BuildGroups(dumps, world);
+  SortDumpsByState(b, world, &v);
+  const Analysis a = AnalyzeGroups(b, world);
+  v.hang_found = !a.reports.empty();
+  v.groups = OrderGroupReports(a.reports, options.max_groups_reported);
+  v.ranks = ReportRanks(dumps, b, world);
   // Who waits for whom, who holds the job, what is undecided, the summary.
   internal::NameCulprits(b, a, &v);
   return v;
 }
-
-// --- the whole history, matched --------------------------------------------------------------
 
 // --- the whole history, matched --------------------------------------------------------------
 
