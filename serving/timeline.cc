@@ -185,22 +185,60 @@ absl::StatusOr<v1::Timeline> BuildTimeline(const JobSnapshot& snapshot,
   return out;
 }
 
-std::string TimelineChromeTrace(const v1::Timeline& t, TimelineGrouping grouping) {
-  const std::set<uint32_t> culprits(t.culprit_ranks().begin(), t.culprit_ranks().end());
-  auto node_of = [&](uint32_t rank) -> std::string {
+namespace {
+
+// The trace's tracks: a thread per rank shown, in a process per node (by name, the unknown node
+// last) or in one process for the job.
+struct TraceTracks {
+  const v1::Timeline& t;
+  TimelineGrouping grouping;
+  std::set<uint32_t> ranks;                // every rank with a step shown
+  std::map<std::string, int> pid_of_node;  // "" : the unknown node, or the job's process
+
+  std::string NodeOf(uint32_t rank) const {
     return rank < static_cast<uint32_t>(t.rank_nodes_size()) ? t.rank_nodes(rank) : "";
-  };
-  // Processes: one per node (sorted by name, unknown last), or one for the job.
-  std::set<uint32_t> ranks;
-  for (const v1::TimelineStep& s : t.steps()) {
-    for (const v1::TimelineRankStep& r : s.ranks()) ranks.insert(r.rank());
   }
-  std::map<std::string, int> pid_of_node;
+  // The process of a rank shown.
+  int PidOf(uint32_t rank) const {
+    return grouping == TimelineGrouping::kNode ? pid_of_node.at(NodeOf(rank)) : 1;
+  }
+  // "pid": P, "tid": rank.
+  std::string Ids(uint32_t rank) const {
+    return "\"pid\": " + std::to_string(PidOf(rank)) + ", \"tid\": " + std::to_string(rank);
+  }
+};
+
+// The trace's text: the opening, then events one after another.
+struct TraceText {
+  std::string out;
+  bool first_event = true;
+
+  void Event(const std::string& body) {
+    if (!first_event) out += ",\n";
+    first_event = false;
+    out += "  {" + body + "}";
+  }
+};
+
+// Where each rank's step began and ended, where each step ended (its last rank), and where the
+// first step shown began; the collectors' clock.
+struct StepBounds {
+  std::map<std::pair<uint64_t, uint32_t>, std::pair<int64_t, int64_t>> of_rank;  // start, end
+  std::map<uint64_t, int64_t> step_end;
+  int64_t first_start = std::numeric_limits<int64_t>::max();
+  uint64_t first_shown = 0;  // the first step shown (0: none)
+};
+
+TraceTracks LayOutTracks(const v1::Timeline& t, TimelineGrouping grouping) {
+  TraceTracks tracks{t, grouping, {}, {}};
+  for (const v1::TimelineStep& s : t.steps()) {
+    for (const v1::TimelineRankStep& r : s.ranks()) tracks.ranks.insert(r.rank());
+  }
   if (grouping == TimelineGrouping::kNode) {
     std::set<std::string> nodes;
     bool unknown = false;
-    for (uint32_t r : ranks) {
-      const std::string n = node_of(r);
+    for (uint32_t r : tracks.ranks) {
+      const std::string n = tracks.NodeOf(r);
       if (n.empty()) {
         unknown = true;
       } else {
@@ -208,17 +246,17 @@ std::string TimelineChromeTrace(const v1::Timeline& t, TimelineGrouping grouping
       }
     }
     int pid = 1;
-    for (const std::string& n : nodes) pid_of_node[n] = pid++;
-    if (unknown) pid_of_node[""] = pid;
+    for (const std::string& n : nodes) tracks.pid_of_node[n] = pid++;
+    if (unknown) tracks.pid_of_node[""] = pid;
   } else {
-    pid_of_node[""] = 1;
+    tracks.pid_of_node[""] = 1;
   }
-  auto pid_of = [&](uint32_t rank) {
-    return grouping == TimelineGrouping::kNode ? pid_of_node[node_of(rank)] : 1;
-  };
+  return tracks;
+}
 
-  std::string out;
-  out.reserve(256 + static_cast<size_t>(t.steps_size()) * ranks.size() * 400);
+// The opening: the display unit, and what the trace shows (otherData).
+void WriteHeader(const v1::Timeline& t, TimelineGrouping grouping, TraceText* text) {
+  std::string& out = text->out;
   out += "{\"displayTimeUnit\": \"ms\",\n \"otherData\": {\"generator\": \"rankwatch timeline\", ";
   out += "\"training_job\": " + JsonString(t.training_job()) +
          ", \"world_size\": " + std::to_string(t.world_size());
@@ -231,80 +269,76 @@ std::string TimelineChromeTrace(const v1::Timeline& t, TimelineGrouping grouping
   out += ", \"grouping\": ";
   out += grouping == TimelineGrouping::kNode ? "\"node\"" : "\"rank\"";
   out += "},\n \"traceEvents\": [\n";
-  bool first_event = true;
-  auto event = [&](const std::string& body) {
-    if (!first_event) out += ",\n";
-    first_event = false;
-    out += "  {" + body + "}";
-  };
+}
 
-  // Names and order of the tracks.
-  for (const auto& [node, pid] : pid_of_node) {
-    const std::string name = grouping == TimelineGrouping::kRank ? "job " + t.training_job()
-                             : node.empty()                      ? "node unknown"
-                                                                 : "node " + node;
-    event("\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " + std::to_string(pid) +
-          ", \"args\": {\"name\": " + JsonString(name) + "}");
-    event("\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": " + std::to_string(pid) +
-          ", \"args\": {\"sort_index\": " + std::to_string(pid) + "}");
+// Names and order of the processes and of the ranks' threads; a culprit rank says so.
+void WriteTrackNames(const TraceTracks& tracks, TraceText* text) {
+  const v1::Timeline& t = tracks.t;
+  for (const auto& [node, pid] : tracks.pid_of_node) {
+    const std::string name = tracks.grouping == TimelineGrouping::kRank ? "job " + t.training_job()
+                             : node.empty()                             ? "node unknown"
+                                                                        : "node " + node;
+    text->Event("\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " + std::to_string(pid) +
+                ", \"args\": {\"name\": " + JsonString(name) + "}");
+    text->Event("\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": " + std::to_string(pid) +
+                ", \"args\": {\"sort_index\": " + std::to_string(pid) + "}");
   }
-  for (uint32_t r : ranks) {
+  const std::set<uint32_t> culprits(t.culprit_ranks().begin(), t.culprit_ranks().end());
+  for (uint32_t r : tracks.ranks) {
     std::string name = "rank " + std::to_string(r);
-    if (grouping == TimelineGrouping::kRank && !node_of(r).empty()) name += " (" + node_of(r) + ")";
-    if (culprits.count(r)) name += " culprit";
-    const std::string ids =
-        "\"pid\": " + std::to_string(pid_of(r)) + ", \"tid\": " + std::to_string(r);
-    event("\"ph\": \"M\", \"name\": \"thread_name\", " + ids +
-          ", \"args\": {\"name\": " + JsonString(name) + "}");
-    event("\"ph\": \"M\", \"name\": \"thread_sort_index\", " + ids +
-          ", \"args\": {\"sort_index\": " + std::to_string(r) + "}");
-  }
-
-  // Steps and their phases.
-  for (const v1::TimelineStep& s : t.steps()) {
-    for (const v1::TimelineRankStep& r : s.ranks()) {
-      std::map<v1::Phase, int64_t> ns;
-      for (const v1::TimelinePhase& p : r.phases()) ns[p.phase()] = p.ns();
-      int64_t laid = 0;
-      for (Phase p : kLaidOut) {
-        if (auto it = ns.find(ToProto(p)); it != ns.end()) laid += std::max<int64_t>(0, it->second);
-      }
-      const auto step_it = ns.find(v1::PHASE_STEP);
-      const int64_t step_ns = step_it != ns.end() ? step_it->second : laid;
-      const int64_t start = r.end_unix_ns() - step_ns;
-      const std::string ids =
-          "\"pid\": " + std::to_string(pid_of(r.rank())) + ", \"tid\": " + std::to_string(r.rank());
-      std::string args = "\"step\": " + std::to_string(s.step());
-      if (auto c = ns.find(v1::PHASE_COLLECTIVE); c != ns.end()) {
-        args += ", \"collective_ms\": " + Millis(c->second);
-      }
-      if (s.timed_out()) args += ", \"timed_out\": true";
-      event("\"name\": \"step " + std::to_string(s.step()) +
-            "\", \"cat\": \"step\", \"ph\": \"X\", " + ids + ", \"ts\": " + Micros(start) +
-            ", \"dur\": " + Micros(step_ns) + ", \"args\": {" + args + "}");
-      int64_t at = start;
-      const int64_t end = r.end_unix_ns();
-      for (Phase p : kLaidOut) {
-        auto it = ns.find(ToProto(p));
-        if (it == ns.end() || it->second <= 0 || at >= end) continue;
-        const int64_t dur = std::min(it->second, end - at);
-        event("\"name\": " + JsonString(PhaseLabel(ToProto(p))) + ", \"cat\": \"phase\", " +
-              "\"ph\": \"X\", " + ids + ", \"ts\": " + Micros(at) + ", \"dur\": " + Micros(dur) +
-              ", \"args\": {\"step\": " + std::to_string(s.step()) + "}");
-        at += dur;
-      }
-      if (end > at && step_it != ns.end()) {
-        event("\"name\": \"wait\", \"cat\": \"phase\", \"ph\": \"X\", " + ids +
-              ", \"ts\": " + Micros(at) + ", \"dur\": " + Micros(end - at) +
-              ", \"args\": {\"step\": " + std::to_string(s.step()) + "}");
-      }
+    if (tracks.grouping == TimelineGrouping::kRank && !tracks.NodeOf(r).empty()) {
+      name += " (" + tracks.NodeOf(r) + ")";
     }
+    if (culprits.count(r)) name += " culprit";
+    const std::string ids = tracks.Ids(r);
+    text->Event("\"ph\": \"M\", \"name\": \"thread_name\", " + ids +
+                ", \"args\": {\"name\": " + JsonString(name) + "}");
+    text->Event("\"ph\": \"M\", \"name\": \"thread_sort_index\", " + ids +
+                ", \"args\": {\"sort_index\": " + std::to_string(r) + "}");
   }
+}
 
-  // Where a step of a rank ended and began, and where the first step shown began.
-  std::map<std::pair<uint64_t, uint32_t>, std::pair<int64_t, int64_t>> bounds;  // start, end
-  std::map<uint64_t, int64_t> step_end;                                         // the last rank's
-  int64_t first_start = std::numeric_limits<int64_t>::max();
+// One rank's step: its slice, its phases laid end to end inside it, and the wait after them.
+void WriteRankStep(const v1::TimelineStep& s, const v1::TimelineRankStep& r,
+                   const TraceTracks& tracks, TraceText* text) {
+  std::map<v1::Phase, int64_t> ns;
+  for (const v1::TimelinePhase& p : r.phases()) ns[p.phase()] = p.ns();
+  int64_t laid = 0;
+  for (Phase p : kLaidOut) {
+    if (auto it = ns.find(ToProto(p)); it != ns.end()) laid += std::max<int64_t>(0, it->second);
+  }
+  const auto step_it = ns.find(v1::PHASE_STEP);
+  const int64_t step_ns = step_it != ns.end() ? step_it->second : laid;
+  const int64_t start = r.end_unix_ns() - step_ns;
+  const std::string ids = tracks.Ids(r.rank());
+  std::string args = "\"step\": " + std::to_string(s.step());
+  if (auto c = ns.find(v1::PHASE_COLLECTIVE); c != ns.end()) {
+    args += ", \"collective_ms\": " + Millis(c->second);
+  }
+  if (s.timed_out()) args += ", \"timed_out\": true";
+  text->Event("\"name\": \"step " + std::to_string(s.step()) +
+              "\", \"cat\": \"step\", \"ph\": \"X\", " + ids + ", \"ts\": " + Micros(start) +
+              ", \"dur\": " + Micros(step_ns) + ", \"args\": {" + args + "}");
+  int64_t at = start;
+  const int64_t end = r.end_unix_ns();
+  for (Phase p : kLaidOut) {
+    auto it = ns.find(ToProto(p));
+    if (it == ns.end() || it->second <= 0 || at >= end) continue;
+    const int64_t dur = std::min(it->second, end - at);
+    text->Event("\"name\": " + JsonString(PhaseLabel(ToProto(p))) + ", \"cat\": \"phase\", " +
+                "\"ph\": \"X\", " + ids + ", \"ts\": " + Micros(at) + ", \"dur\": " + Micros(dur) +
+                ", \"args\": {\"step\": " + std::to_string(s.step()) + "}");
+    at += dur;
+  }
+  if (end > at && step_it != ns.end()) {
+    text->Event("\"name\": \"wait\", \"cat\": \"phase\", \"ph\": \"X\", " + ids +
+                ", \"ts\": " + Micros(at) + ", \"dur\": " + Micros(end - at) +
+                ", \"args\": {\"step\": " + std::to_string(s.step()) + "}");
+  }
+}
+
+StepBounds FindStepBounds(const v1::Timeline& t) {
+  StepBounds b;
   for (const v1::TimelineStep& s : t.steps()) {
     for (const v1::TimelineRankStep& r : s.ranks()) {
       int64_t step_ns = 0;
@@ -312,17 +346,20 @@ std::string TimelineChromeTrace(const v1::Timeline& t, TimelineGrouping grouping
         if (p.phase() == v1::PHASE_STEP) step_ns = p.ns();
       }
       if (r.end_unix_ns() <= 0) continue;
-      bounds[{s.step(), r.rank()}] = {r.end_unix_ns() - step_ns, r.end_unix_ns()};
-      step_end[s.step()] = std::max(step_end[s.step()], r.end_unix_ns());
-      first_start = std::min(first_start, r.end_unix_ns() - step_ns);
+      b.of_rank[{s.step(), r.rank()}] = {r.end_unix_ns() - step_ns, r.end_unix_ns()};
+      b.step_end[s.step()] = std::max(b.step_end[s.step()], r.end_unix_ns());
+      b.first_start = std::min(b.first_start, r.end_unix_ns() - step_ns);
     }
   }
-  const uint64_t first_shown = t.steps_size() > 0 ? t.steps(0).step() : 0;
+  b.first_shown = t.steps_size() > 0 ? t.steps(0).step() : 0;
+  return b;
+}
 
-  // Alerts: on the culprit rank's track, the node's process, or the whole trace; at the end of
-  // the step they were raised at (the collectors' clock, like the steps), or at the first
-  // step's start when they fired before it; by their time when their step is not known.
-  for (const v1::TimelineAlert& ta : t.alerts()) {
+// Alerts: on the culprit rank's track, the node's process, or the whole trace; at the end of
+// the step they were raised at (the collectors' clock, like the steps), or at the first step's
+// start when they fired before it; by their time when their step is not known.
+void WriteAlertMarks(const TraceTracks& tracks, const StepBounds& bounds, TraceText* text) {
+  for (const v1::TimelineAlert& ta : tracks.t.alerts()) {
     const v1::Alert& a = ta.alert();
     std::string name = EnumLabel(v1::AlertKind_Name(a.kind()), "ALERT_") + " " +
                        EnumLabel(v1::AlertState_Name(a.state()), "ALERT_") + ": " + a.subject();
@@ -331,57 +368,76 @@ std::string TimelineChromeTrace(const v1::Timeline& t, TimelineGrouping grouping
       rank = static_cast<int64_t>(std::strtoul(a.subject().c_str() + 5, nullptr, 10));
     }
     int64_t at = a.at_unix_ns();
-    const bool shown_step = ta.step() > 0 && step_end.count(ta.step());
-    if (ta.step() > 0 && ta.step() < first_shown) {
-      at = first_start;
+    const bool shown_step = ta.step() > 0 && bounds.step_end.count(ta.step());
+    if (ta.step() > 0 && ta.step() < bounds.first_shown) {
+      at = bounds.first_start;
       name += " (since before the first step shown)";
     } else if (shown_step) {
-      auto b = bounds.find({ta.step(), static_cast<uint32_t>(std::max<int64_t>(rank, 0))});
-      at = rank >= 0 && b != bounds.end() ? b->second.second : step_end[ta.step()];
-    } else if (at < first_start && first_start != std::numeric_limits<int64_t>::max()) {
-      at = first_start;
+      auto b = bounds.of_rank.find({ta.step(), static_cast<uint32_t>(std::max<int64_t>(rank, 0))});
+      at =
+          rank >= 0 && b != bounds.of_rank.end() ? b->second.second : bounds.step_end.at(ta.step());
+    } else if (at < bounds.first_start &&
+               bounds.first_start != std::numeric_limits<int64_t>::max()) {
+      at = bounds.first_start;
       name += " (since before the first step shown)";
     }
     std::string where = "\"s\": \"g\", \"pid\": 1, \"tid\": 0";
-    if (rank >= 0 && ranks.count(static_cast<uint32_t>(rank))) {
-      where = "\"s\": \"t\", \"pid\": " + std::to_string(pid_of(static_cast<uint32_t>(rank))) +
-              ", \"tid\": " + std::to_string(rank);
-    } else if (a.subject().rfind("node:", 0) == 0 && grouping == TimelineGrouping::kNode) {
-      if (auto it = pid_of_node.find(a.subject().substr(5)); it != pid_of_node.end()) {
+    if (rank >= 0 && tracks.ranks.count(static_cast<uint32_t>(rank))) {
+      where = "\"s\": \"t\", " + tracks.Ids(static_cast<uint32_t>(rank));
+    } else if (a.subject().rfind("node:", 0) == 0 && tracks.grouping == TimelineGrouping::kNode) {
+      if (auto it = tracks.pid_of_node.find(a.subject().substr(5));
+          it != tracks.pid_of_node.end()) {
         where = "\"s\": \"p\", \"pid\": " + std::to_string(it->second) + ", \"tid\": 0";
       }
     }
-    event("\"name\": " + JsonString(name) + ", \"cat\": \"alert\", \"ph\": \"i\", " + where +
-          ", \"ts\": " + Micros(at) + ", \"args\": {\"id\": " + JsonString(a.id()) +
-          ", \"step\": " + std::to_string(ta.step()) +
-          ", \"at_unix_ns\": " + std::to_string(a.at_unix_ns()) +
-          ", \"severity\": " + JsonString(EnumLabel(v1::Severity_Name(a.severity()), "SEVERITY_")) +
-          ", \"sequence\": " + std::to_string(a.sequence()) + "}");
+    text->Event("\"name\": " + JsonString(name) + ", \"cat\": \"alert\", \"ph\": \"i\", " + where +
+                ", \"ts\": " + Micros(at) + ", \"args\": {\"id\": " + JsonString(a.id()) +
+                ", \"step\": " + std::to_string(ta.step()) +
+                ", \"at_unix_ns\": " + std::to_string(a.at_unix_ns()) + ", \"severity\": " +
+                JsonString(EnumLabel(v1::Severity_Name(a.severity()), "SEVERITY_")) +
+                ", \"sequence\": " + std::to_string(a.sequence()) + "}");
   }
+}
 
-  // Captures: on each captured rank's track, at the start of the first step it profiled when
-  // that step is shown, else when the capture was asked for (the daemon's clock).
-  for (const v1::Capture& c : t.captures()) {
+// Captures: on each captured rank's track, at the start of the first step it profiled when
+// that step is shown, else when the capture was asked for (the daemon's clock).
+void WriteCaptureMarks(const TraceTracks& tracks, const StepBounds& bounds, TraceText* text) {
+  for (const v1::Capture& c : tracks.t.captures()) {
     for (const v1::CaptureRank& cr : c.ranks()) {
-      if (!ranks.count(cr.rank())) continue;
+      if (!tracks.ranks.count(cr.rank())) continue;
       std::string name = "capture " + c.id();
       if (!cr.role().empty()) name += " (" + cr.role() + ")";
       int64_t at = c.requested_unix_ns();
       if (cr.first_step() >= 0) {
-        auto b = bounds.find({static_cast<uint64_t>(cr.first_step()), cr.rank()});
-        if (b != bounds.end()) at = b->second.first;
+        auto b = bounds.of_rank.find({static_cast<uint64_t>(cr.first_step()), cr.rank()});
+        if (b != bounds.of_rank.end()) at = b->second.first;
       }
-      event("\"name\": " + JsonString(name) +
-            ", \"cat\": \"capture\", \"ph\": \"i\", \"s\": \"t\", " + "\"pid\": " +
-            std::to_string(pid_of(cr.rank())) + ", \"tid\": " + std::to_string(cr.rank()) +
-            ", \"ts\": " + Micros(at) + ", \"args\": {\"id\": " + JsonString(c.id()) +
-            ", \"first_step\": " + std::to_string(cr.first_step()) +
-            ", \"state\": " + JsonString(EnumLabel(v1::CaptureState_Name(c.state()), "CAPTURE_")) +
-            ", \"requested_by\": " + JsonString(c.requested_by()) + "}");
+      text->Event("\"name\": " + JsonString(name) +
+                  ", \"cat\": \"capture\", \"ph\": \"i\", \"s\": \"t\", " + tracks.Ids(cr.rank()) +
+                  ", \"ts\": " + Micros(at) + ", \"args\": {\"id\": " + JsonString(c.id()) +
+                  ", \"first_step\": " + std::to_string(cr.first_step()) + ", \"state\": " +
+                  JsonString(EnumLabel(v1::CaptureState_Name(c.state()), "CAPTURE_")) +
+                  ", \"requested_by\": " + JsonString(c.requested_by()) + "}");
     }
   }
-  out += "\n ]}\n";
-  return out;
+}
+
+}  // namespace
+
+std::string TimelineChromeTrace(const v1::Timeline& t, TimelineGrouping grouping) {
+  const TraceTracks tracks = LayOutTracks(t, grouping);
+  TraceText text;
+  text.out.reserve(256 + static_cast<size_t>(t.steps_size()) * tracks.ranks.size() * 400);
+  WriteHeader(t, grouping, &text);
+  WriteTrackNames(tracks, &text);
+  for (const v1::TimelineStep& s : t.steps()) {
+    for (const v1::TimelineRankStep& r : s.ranks()) WriteRankStep(s, r, tracks, &text);
+  }
+  const StepBounds bounds = FindStepBounds(t);
+  WriteAlertMarks(tracks, bounds, &text);
+  WriteCaptureMarks(tracks, bounds, &text);
+  text.out += "\n ]}\n";
+  return std::move(text.out);
 }
 
 }  // namespace rankwatch
