@@ -15,7 +15,7 @@ One launch runs several cases one after the other (--case SCHEDULE:FAULT[:INSTRU
 repeatable), each a rankwatch job of its own (--job PREFIX: PREFIX-SCHEDULE-FAULT-INSTRUMENT),
 with its own stages, schedule and optimizer; the ranks pass a barrier between cases. INSTRUMENT
 both: the adapter and the script's own scopes record the same run at once, into two collectors
-of the process and two jobs (PREFIX-SCHEDULE-FAULT-adapter, PREFIX-SCHEDULE-FAULT-manual):
+of the process and two jobs (PREFIX-SCHEDULE-FAULT-both, PREFIX-SCHEDULE-FAULT-manual):
 
 | schedule | torch | stages per rank |
 |---|---|---|
@@ -74,7 +74,7 @@ def parse_args():
     p.add_argument("--case", action="append", default=[], metavar="SCHEDULE:FAULT[:INSTRUMENT]")
     p.add_argument("--instrument", choices=("adapter", "manual", "both", "none"), default="adapter",
                    help="for cases that do not say: rankwatch's adapter, by hand, both at once (two jobs, "
-                        "PREFIX-...-adapter and PREFIX-...-manual, over the same run), or no collector")
+                        "PREFIX-...-both and PREFIX-...-manual, over the same run), or no collector")
     p.add_argument("--groups", choices=("mesh", "new_group"), default="mesh")
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--microbatch-size", type=int, default=4)
@@ -337,8 +337,6 @@ def main():
         layout = rankwatch.Layout(data_rank=data_rank, data_size=DP, pipeline_rank=pp_rank, pipeline_size=PP,
                                   virtual_stages=len(case.stages))
         if instrument in ("adapter", "both"):
-            if instrument == "both":
-                job = job[:-len(instrument)] + "adapter"
             rw = rankwatch.init(job=job, brokers=args.brokers, flush_interval_ms=args.flush_ms)
             rw.instrument_pipeline(case.schedule)
             rw.instrument_optimizer(case.optimizer)
@@ -350,7 +348,7 @@ def main():
             # The same run recorded by hand too, into a collector of its own (a job of its own),
             # its wrappers around the adapter's: both see the same calls.
             hand_rw = rankwatch.collector.Collector(
-                job[:-len("adapter")] + "manual", args.brokers, layout=layout, watch_gc=False, control_topic="",
+                job[:-len("both")] + "manual", args.brokers, layout=layout, watch_gc=False, control_topic="",
                 flush_interval_ms=args.flush_ms, **rankwatch.identity.detect())
         elif instrument == "manual":
             hand_rw = rw
@@ -379,7 +377,7 @@ def main():
             paused.append(pause)
         if hand is not None:
             hand.remove()  # first: its wrappers sit around the adapter's
-        recorded = [(rw, job, "manual" if instrument == "manual" else instrument.replace("both", "adapter"))]
+        recorded = [(rw, job, instrument)]
         if hand_rw is not None and hand_rw is not rw:
             recorded.append((hand_rw, hand_rw.job, "manual"))
         for collector, name, how in recorded:
