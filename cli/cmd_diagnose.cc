@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/diagnose_flight_recorder.h"
 #include "cli/grpc_client.h"
+#include "common/rank_ranges.h"
 #include "rankwatch/v1/service.grpc.pb.h"
 
 namespace rankwatch {
@@ -146,19 +147,6 @@ void PrintCapture(const v1::Capture& c) {
   std::printf("           all operators: rankwatch capture show %s\n", c.id().c_str());
 }
 
-// "0-2, 4"
-std::string RankRanges(const google::protobuf::RepeatedField<uint32_t>& ranks) {
-  std::string out;
-  for (int i = 0; i < ranks.size();) {
-    int j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]);
-    if (j > i) out += "-" + std::to_string(ranks[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
 // Where each rank of a hung job is: its training thread's stack, grouped, culprits first.
 void PrintHangStacks(const v1::HangStacks& h) {
   if (h.request_id().empty()) return;
@@ -168,7 +156,7 @@ void PrintHangStacks(const v1::HangStacks& h) {
   constexpr int kFrames = 8;  // innermost frames shown a group
   for (const v1::StackGroup& g : h.groups()) {
     std::printf("           %s %s:\n", g.ranks_size() == 1 ? "rank" : "ranks",
-                RankRanges(g.ranks()).c_str());
+                FormatRankRanges(g.ranks()).c_str());
     const int first = std::max(0, g.frames_size() - kFrames);
     if (first > 0 || g.frames_omitted() > 0) {
       std::printf("             ... %u outer frames\n",
@@ -184,10 +172,10 @@ void PrintHangStacks(const v1::HangStacks& h) {
     if (p.behind_ranks_size() == 0) std::printf(" every rank entered as many;");
     if (p.behind_ranks_size() > 0) {
       std::printf(" behind (never entered the last one): %s;",
-                  RankRanges(p.behind_ranks()).c_str());
+                  FormatRankRanges(p.behind_ranks()).c_str());
     }
     if (p.waiting_ranks_size() > 0) {
-      std::printf(" waiting in one: %s", RankRanges(p.waiting_ranks()).c_str());
+      std::printf(" waiting in one: %s", FormatRankRanges(p.waiting_ranks()).c_str());
     }
     std::printf("\n");
   }

@@ -4,6 +4,8 @@
 #include <map>
 #include <vector>
 
+#include "common/rank_ranges.h"
+
 namespace rankwatch {
 namespace {
 
@@ -30,14 +32,7 @@ std::string OpStateWord(v1::FlightRecorderOpState s) {
 }
 
 std::string List(const google::protobuf::RepeatedField<uint32_t>& ranks, uint32_t total = 0) {
-  std::string out;
-  for (int i = 0; i < ranks.size();) {
-    int j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]);
-    if (j > i) out += "-" + std::to_string(ranks[j]);
-    i = j + 1;
-  }
+  std::string out = FormatRankRanges(ranks);
   if (total > static_cast<uint32_t>(ranks.size())) {
     out += " and " + std::to_string(total - ranks.size()) + " more";
   }

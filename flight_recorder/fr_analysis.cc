@@ -9,6 +9,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/rank_ranges.h"
 #include "flight_recorder/fr_analysis_internal.h"
 
 // Each group's frontier and the verdict's groups and ranks; the wait-for graph across groups is
@@ -60,16 +61,7 @@ const char* CulpritReasonName(FrCulprit::Reason r) {
 }
 
 std::string RankRanges(const std::vector<uint32_t>& sorted) {
-  std::string out;
-  for (size_t i = 0; i < sorted.size();) {
-    size_t j = i;
-    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
-    if (!out.empty()) out += ",";
-    out += std::to_string(sorted[i]);
-    if (j > i) out += (j == i + 1 ? "," : "-") + std::to_string(sorted[j]);
-    i = j + 1;
-  }
-  return out;
+  return FormatRankRanges(sorted, {.separator = ",", .dash = "-", .min_run = 3});
 }
 
 namespace internal {

@@ -192,7 +192,8 @@ std::vector<FrCollective> MatchCollectives(const std::vector<RankDump>& dumps);
 // false and fills `m` (rank left 0) on a mismatch.
 bool CompareOps(const FrEntry& a, const FrEntry& b, size_t group_size, FrMismatch* m);
 
-// "0-3,5,7,8" for sorted ranks.
+// "0-3,5,7,8" for sorted ranks: the reports' compact style of FormatRankRanges
+// (common/rank_ranges.h), a run from three ranks on.
 std::string RankRanges(const std::vector<uint32_t>& sorted);
 
 }  // namespace rankwatch::fr
