@@ -12,6 +12,8 @@
 #include <map>
 #include <sstream>
 
+#include "common/wall_clock.h"
+
 namespace rankwatch {
 
 absl::StatusOr<HttpUrl> ParseHttpUrl(std::string_view url) {
@@ -121,10 +123,7 @@ void DeliveryLoop::Start(std::chrono::milliseconds period, Round round) {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
       lock.unlock();
-      round(std::chrono::steady_clock::now(),
-            std::chrono::duration_cast<std::chrono::nanoseconds>(
-                std::chrono::system_clock::now().time_since_epoch())
-                .count());
+      round(std::chrono::steady_clock::now(), WallNowUnixNs());
       lock.lock();
       cv_.wait_for(lock, period, [this] { return stop_; });
     }

@@ -16,6 +16,7 @@
 #include "collectors/batch_publisher.h"
 #include "common/listen_address.h"
 #include "common/stop_signal.h"
+#include "common/wall_clock.h"
 #include "metrics/prometheus_registry.h"
 #include "serving/metrics_http_server.h"
 #include "wire/schema.h"
@@ -34,12 +35,6 @@ struct AgentFlags {
   std::string control_topic = "rankwatch.control";
   size_t max_message_bytes = kDefaultMaxMessageBytes;
 };
-
-int64_t UnixNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 int RunAgent(AgentFlags f) {
   auto listen = ParseListenAddress(f.metrics_listen);
@@ -156,7 +151,7 @@ int RunAgent(AgentFlags f) {
     dump_requests->WithLabels({"failed"})->Set(c.fr_ranks_failed.load());
   };
   while (true) {
-    agent.Tick(UnixNowNs());
+    agent.Tick(WallNowUnixNs());
     (void)(*publisher)->Flush(std::chrono::milliseconds(0));  // serves delivery reports
     update();
     if (f.duration_s > 0 &&

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/grpc_client.h"
 #include "cli/nodes_table.h"
+#include "common/wall_clock.h"
 #include "rankwatch/v1/service.grpc.pb.h"
 
 namespace rankwatch {
@@ -44,9 +45,7 @@ int RunNodes(const NodesFlags& f) {
     std::printf("%s", AnswerJson(response).c_str());
     return f.node.empty() || response.nodes_size() > 0 ? 0 : 1;
   }
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const int64_t now = WallNowUnixNs();
   if (f.node.empty()) {
     std::printf("%s", NodesTable(response, now).c_str());
     return 0;

@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "collectors/batch_publisher.h"
 #include "collectors/kineto_replay.h"
+#include "common/wall_clock.h"
 #include "ingest/batch_decoder.h"
 #include "traces/iteration_trace.h"
 #include "traces/kineto_trace_reader.h"
@@ -42,12 +43,6 @@ struct RankTrace {
   std::optional<v1::ParallelLayout> layout;
 };
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // A producer that blocks when its queue is full (a replay must not lose data), connected
 // within 10 s: InvalidArgument for a bad configuration, Unavailable when no broker answers.
 absl::StatusOr<std::unique_ptr<BatchPublisher>> ConnectPublisher(const ReplayFlags& f) {
@@ -73,7 +68,7 @@ int RunKinetoReplay(const ReplayFlags& f, const std::vector<std::filesystem::pat
   o.world_size = f.world_size;
   o.max_events = f.chunk_events;
   o.max_bytes = (*publisher)->max_batch_bytes();
-  o.created_unix_ns = NowNs();
+  o.created_unix_ns = WallNowUnixNs();
   KinetoReplayStats stats;
   std::string buffer;
   absl::Status s = ReplayKinetoTraces(
@@ -119,9 +114,7 @@ int PublishSteps(const ReplayFlags& f, std::map<uint32_t, RankTrace>& ranks, uin
   std::map<uint32_t, std::map<uint64_t, v1::StepRecord>::iterator> cursor;
   for (auto& [rank, r] : ranks) cursor[rank] = r.steps.begin();
   uint64_t records = 0, messages = 0, sequence = 0, steps_without_ops = 0, ops_dropped = 0;
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const int64_t now = WallNowUnixNs();
   bool more = true;
   std::string buffer;
   while (more) {
@@ -241,7 +234,7 @@ int RunWhatifReplay(const ReplayFlags& f) {
     }
   }
   // The trace's time 0, so that its last op ended a second ago.
-  const int64_t base_ns = NowNs() - static_cast<int64_t>(last_end_us * 1e3) - 1'000'000'000;
+  const int64_t base_ns = WallNowUnixNs() - static_cast<int64_t>(last_end_us * 1e3) - 1'000'000'000;
   std::map<uint32_t, RankTrace> ranks;
   for (uint32_t stage = 0; stage < l.pp; ++stage) {
     for (uint32_t dp = 0; dp < l.dp; ++dp) {

@@ -15,6 +15,7 @@
 #include "collectors/batch_publisher.h"
 #include "collectors/simulator/fleet_model.h"
 #include "common/stop_signal.h"
+#include "common/wall_clock.h"
 #include "ingest/batch_decoder.h"
 #include "operators/time.h"
 #include "wire/schema.h"
@@ -45,12 +46,6 @@ struct SimulateFlags {
   double rate = 0;  // records/s across the fleet with --speed max; 0 = unpaced
   std::string compression = "lz4";
 };
-
-int64_t WallNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Each rank's batch of step records, sent when it has --batch-steps records or when the next
 // record would take it over what a message of --max-message-bytes holds; a record too large
@@ -106,7 +101,7 @@ class FleetPublisher {
     v1::Batch& b = batches_[rank];
     if (b.steps_size() == 0) return absl::OkStatus();
     b.set_sequence(sequence_[rank]++);
-    b.set_created_unix_ns(WallNowNs());
+    b.set_created_unix_ns(WallNowUnixNs());
     b.SerializeToString(&buffer_);
     const uint64_t records = b.steps_size();
     records_ += records;
@@ -129,7 +124,7 @@ class FleetPublisher {
     b.clear_steps();
     b.set_final(true);
     b.set_sequence(sequence_[rank]++);
-    b.set_created_unix_ns(WallNowNs());
+    b.set_created_unix_ns(WallNowUnixNs());
     b.SerializeToString(&buffer_);
     ++messages_;
     return publisher_->Publish(b.source().training_job(), buffer_);
@@ -227,7 +222,7 @@ int RunSimulate(SimulateFlags f) {
     std::vector<bool> reported;
   };
   std::vector<Job> jobs(f.jobs);
-  const int64_t start_wall = WallNowNs();
+  const int64_t start_wall = WallNowUnixNs();
   for (uint32_t i = 0; i < f.jobs; ++i) {
     FleetOptions jo = o;
     jo.training_job = JobId(f.job, i, f.jobs);

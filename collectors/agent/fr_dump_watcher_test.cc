@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "common/wall_clock.h"
 
 #include <chrono>
 #include <fstream>
@@ -72,9 +73,7 @@ TEST_F(FrDumpWatcherTest, ReportsStableDumpsOnceAndAgainWhenRewritten) {
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].file, dir_ / "nccl_trace_rank_3");
   EXPECT_EQ(found[0].bytes, 6u);
-  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+  const int64_t now_ns = WallNowUnixNs();
   EXPECT_LT(std::abs(found[0].mtime_unix_ns - now_ns), int64_t{60'000'000'000});
   EXPECT_EQ(Ranks(w.Poll()), (std::vector<uint32_t>{10}));
   EXPECT_TRUE(w.Poll().empty());

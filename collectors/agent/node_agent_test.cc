@@ -20,6 +20,7 @@
 #include <set>
 #include <thread>
 
+#include "common/wall_clock.h"
 #include "kafka/embedded_broker.h"
 #include "kafka/kafka_properties.h"
 
@@ -223,12 +224,6 @@ TEST(NodeAgentConcurrencyTest, TicksDeliveriesAndCounterReadsRaceWithoutLosingBa
   fs::remove_all(dir);
 }
 
-int64_t WallNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // An agent of job `job` against the embedded broker, with a control listener for every rank,
 // and a producer of control requests: what the capture and Flight Recorder tests share.
 class AgentOnBroker {
@@ -290,7 +285,7 @@ class AgentOnBroker {
 
   // One tick at wall time + `ahead_ns`.
   void Tick(int64_t ahead_ns = 0) {
-    agent_->Tick(WallNowNs() + ahead_ns);
+    agent_->Tick(WallNowUnixNs() + ahead_ns);
     publisher_->Poll(std::chrono::milliseconds(0));
   }
   // Ticks until `done` (at most 60 s).
@@ -306,7 +301,7 @@ class AgentOnBroker {
   void Send(v1::ControlRequest r, std::vector<uint32_t> ranks, int64_t deadline_ns) {
     r.set_training_job(job_);
     for (uint32_t rank : ranks) r.add_ranks(rank);
-    r.set_issued_unix_ns(WallNowNs());
+    r.set_issued_unix_ns(WallNowUnixNs());
     r.set_deadline_unix_ns(deadline_ns);
     const std::string bytes = r.SerializeAsString();
     ASSERT_EQ(rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC("rankwatch.control"),
@@ -367,8 +362,8 @@ TEST(NodeAgentCaptureTest, CapturesAreAnsweredWithTheNextTraceOfEachAddressedRan
     r.mutable_capture()->set_steps(steps);
     a.Send(r, std::move(ranks), deadline_ns);
   };
-  send("cap-a", {0, 1}, 2, WallNowNs() + 120'000'000'000);
-  send("cap-c", {7}, 2, WallNowNs() + 120'000'000'000);
+  send("cap-a", {0, 1}, 2, WallNowUnixNs() + 120'000'000'000);
+  send("cap-c", {7}, 2, WallNowUnixNs() + 120'000'000'000);
   ASSERT_TRUE(a.TickUntil([&] { return c.capture_requests.load() == 2; }));
   // The next traces: rank 1's first, then rank 0's second.
   fs::copy_file(fixtures / "sampled_rank-1.json.gz", dir / "a.1.pt.trace.json.gz");
@@ -377,7 +372,7 @@ TEST(NodeAgentCaptureTest, CapturesAreAnsweredWithTheNextTraceOfEachAddressedRan
   ASSERT_TRUE(a.TickUntil([&] { return c.trace_files_published.load() == 3; }));
   EXPECT_EQ(c.capture_ranks_done.load(), 2u);
 
-  send("cap-b", {0}, 1, WallNowNs() + 30'000'000'000);
+  send("cap-b", {0}, 1, WallNowUnixNs() + 30'000'000'000);
   ASSERT_TRUE(a.TickUntil([&] { return c.capture_requests.load() == 3; }));
   a.Tick(60'000'000'000);  // a minute on: cap-b's (and not cap-a's or cap-c's) deadline passed
   EXPECT_EQ(c.capture_ranks_failed.load(), 1u);
@@ -472,7 +467,7 @@ TEST(NodeAgentFlightRecorderTest, DumpsArePublishedAndRequestsGoThroughThePipes)
   v1::ControlRequest fr;
   fr.mutable_flight_recorder();
   fr.set_id("fr-a");
-  a.Send(fr, {}, WallNowNs() + 120'000'000'000);
+  a.Send(fr, {}, WallNowUnixNs() + 120'000'000'000);
   ASSERT_TRUE(a.TickUntil([&] { return c.fr_requests.load() == 1; }));
   EXPECT_EQ(c.fr_ranks_triggered.load(), 1u);
   EXPECT_EQ(c.fr_ranks_failed.load(), 1u);  // rank 1: nobody reads its pipe
@@ -485,7 +480,7 @@ TEST(NodeAgentFlightRecorderTest, DumpsArePublishedAndRequestsGoThroughThePipes)
   EXPECT_EQ(c.fr_dumps_published.load(), 3u);
 
   fr.set_id("fr-b");
-  a.Send(fr, {0}, WallNowNs() + 30'000'000'000);
+  a.Send(fr, {0}, WallNowUnixNs() + 30'000'000'000);
   ASSERT_TRUE(a.TickUntil([&] { return c.fr_requests.load() == 2; }));
   EXPECT_EQ(c.fr_ranks_triggered.load(), 2u);
   a.Tick(60'000'000'000);  // a minute on: fr-b's deadline passed
@@ -591,7 +586,7 @@ TEST(NodeAgentSizeTest, TracesCapturesAndDumpsGoInMessagesThatFit) {
   v1::ControlRequest r;
   r.set_id("cap-s");
   r.mutable_capture()->set_steps(2);
-  a.Send(r, {0}, WallNowNs() + 120'000'000'000);
+  a.Send(r, {0}, WallNowUnixNs() + 120'000'000'000);
   ASSERT_TRUE(a.TickUntil([&] { return c.capture_requests.load() == 1; }));
   fs::copy_file(
       fs::path(RANKWATCH_FIXTURES) / "kineto/hta-trace-filter-2rank/sampled_rank-0.json.gz",

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "common/wall_clock.h"
 #include "wire/parallel_layout.h"
 #include "wire/schema.h"
 
@@ -35,12 +36,6 @@ constexpr std::chrono::milliseconds kFirstRecreateBackoff{1000};
 constexpr std::chrono::milliseconds kMaxRecreateBackoff{60'000};
 // A batch that fails this many times in a row, a fresh producer in between, is dropped.
 constexpr int kMaxFatalFailuresPerBatch = 2;
-
-int64_t UnixNowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
 
 void AtomicMax(std::atomic<uint64_t>& a, uint64_t v) {
   uint64_t cur = a.load(std::memory_order_relaxed);
@@ -221,7 +216,7 @@ void Collector::EndStep(uint64_t now_ns) {
   TimedStep s;
   s.step = step_;
   s.step_time_ns = now_ns > step_begin_ns_ ? now_ns - step_begin_ns_ : 0;
-  s.end_unix_ns = UnixNowNs();
+  s.end_unix_ns = WallNowUnixNs();
   for (int i = 0; i < kStepPhaseCount; ++i) {
     s.phase_ns[i] = phase_ns_[i].exchange(0, std::memory_order_relaxed);
   }
@@ -613,7 +608,7 @@ void Collector::SealBatch(Filling* f) {
   }
   b->set_schema_version(kSchemaVersion);
   b->set_sequence(sequence_++);
-  b->set_created_unix_ns(UnixNowNs());
+  b->set_created_unix_ns(WallNowUnixNs());
   // Drops are reported in the job's own batches: the daemon reads a capture's as evidence only.
   if (!capture) {
     uint64_t dropped_total = ring_.dropped() + pending_.dropped_records() +

@@ -9,6 +9,7 @@
 
 #include "collectors/lib/collector_test_support.h"
 #include "collectors/lib/rankwatch_collector.h"
+#include "common/wall_clock.h"
 
 namespace rankwatch {
 namespace {
@@ -20,10 +21,7 @@ v1::ControlRequest CaptureRequest(const std::string& id, const std::string& job,
   request.set_id(id);
   request.set_training_job(job);
   request.add_ranks(rank);
-  request.set_deadline_unix_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count() +
-                               60'000'000'000);
+  request.set_deadline_unix_ns(WallNowUnixNs() + 60'000'000'000);
   request.mutable_capture()->set_steps(steps);
   return request;
 }

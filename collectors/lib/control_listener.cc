@@ -3,10 +3,10 @@
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
-#include <time.h>
 
 #include <algorithm>
 
+#include "common/wall_clock.h"
 #include "kafka/client_factory.h"
 #include "kafka/cluster_requests.h"
 
@@ -14,12 +14,6 @@ namespace rankwatch {
 namespace {
 
 constexpr size_t kRecentIds = 256;  // request ids remembered for duplicate detection
-
-int64_t UnixNowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
 
 ControlCheck Refusal(ControlRefusal why, std::string detail) {
   ControlCheck c;
@@ -157,7 +151,7 @@ ControlListener::ControlListener(ControlListenerOptions options, ReplySink reply
     : options_(std::move(options)),
       reply_(std::move(reply)),
       rk_(std::move(rk)),
-      started_unix_ns_(UnixNowNs()) {
+      started_unix_ns_(WallNowUnixNs()) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -250,7 +244,7 @@ void ControlListener::Run() {
 void ControlListener::Handle(std::string_view key, std::string_view payload) {
   v1::ControlRequest request;
   const ControlCheck check = CheckControlRequest(key, payload, options_.training_job, options_.rank,
-                                                 UnixNowNs(), options_.limits, &request);
+                                                 WallNowUnixNs(), options_.limits, &request);
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.messages;

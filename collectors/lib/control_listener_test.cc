@@ -3,11 +3,12 @@
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
-#include <time.h>
 
 #include <atomic>
 #include <chrono>
 #include <thread>
+
+#include "common/wall_clock.h"
 
 namespace rankwatch {
 namespace {
@@ -15,19 +16,13 @@ namespace {
 constexpr char kTopic[] = "rankwatch.control";
 constexpr int64_t kSecond = 1'000'000'000;
 
-int64_t Now() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t{ts.tv_sec} * kSecond + ts.tv_nsec;
-}
-
 v1::ControlRequest Capture(const std::string& id, const std::string& job,
                            std::vector<uint32_t> ranks, uint32_t steps, int64_t deadline) {
   v1::ControlRequest r;
   r.set_id(id);
   r.set_training_job(job);
   for (uint32_t k : ranks) r.add_ranks(k);
-  r.set_issued_unix_ns(Now());
+  r.set_issued_unix_ns(WallNowUnixNs());
   r.set_deadline_unix_ns(deadline);
   r.mutable_capture()->set_steps(steps);
   return r;
@@ -37,7 +32,7 @@ v1::ControlRequest Stacks(const std::string& id, uint32_t max_frames, int64_t de
   v1::ControlRequest r;
   r.set_id(id);
   r.set_training_job("job");
-  r.set_issued_unix_ns(Now());
+  r.set_issued_unix_ns(WallNowUnixNs());
   r.set_deadline_unix_ns(deadline);
   r.mutable_stacks()->set_max_frames(max_frames);
   return r;
@@ -45,7 +40,7 @@ v1::ControlRequest Stacks(const std::string& id, uint32_t max_frames, int64_t de
 
 ControlCheck Check(const std::string& key, const std::string& payload, v1::ControlRequest* out,
                    uint32_t rank = 1) {
-  return CheckControlRequest(key, payload, "job", rank, Now(), ControlLimits{}, out);
+  return CheckControlRequest(key, payload, "job", rank, WallNowUnixNs(), ControlLimits{}, out);
 }
 
 std::string Bytes(const v1::ControlRequest& r) { return r.SerializeAsString(); }
@@ -58,7 +53,7 @@ TEST(CheckControlRequestTest, AnotherJobsMessageIsIgnoredWithoutParsing) {
 
 TEST(CheckControlRequestTest, ThisRanksCaptureIsAccepted) {
   v1::ControlRequest out;
-  const int64_t deadline = Now() + 60 * kSecond;
+  const int64_t deadline = WallNowUnixNs() + 60 * kSecond;
   EXPECT_EQ(Check("job", Bytes(Capture("c1", "job", {1, 3}, 5, deadline)), &out).kind,
             ControlCheck::Kind::kAccept);
   EXPECT_EQ(out.id(), "c1");
@@ -72,7 +67,7 @@ TEST(CheckControlRequestTest, ThisRanksCaptureIsAccepted) {
 }
 
 TEST(CheckControlRequestTest, EachBadRequestIsRefusedWithItsReason) {
-  const int64_t deadline = Now() + 60 * kSecond;
+  const int64_t deadline = WallNowUnixNs() + 60 * kSecond;
   struct Case {
     std::string name, key, payload;
     ControlRefusal want;
@@ -94,9 +89,10 @@ TEST(CheckControlRequestTest, EachBadRequestIsRefusedWithItsReason) {
        ControlRefusal::kBadRequest},
       {"101 steps", "job", Bytes(Capture("c", "job", {1}, 101, deadline)),
        ControlRefusal::kBadRequest},
-      {"expired", "job", Bytes(Capture("c", "job", {1}, 5, Now() - kSecond)),
+      {"expired", "job", Bytes(Capture("c", "job", {1}, 5, WallNowUnixNs() - kSecond)),
        ControlRefusal::kExpired},
-      {"deadline in two hours", "job", Bytes(Capture("c", "job", {1}, 5, Now() + 7200 * kSecond)),
+      {"deadline in two hours", "job",
+       Bytes(Capture("c", "job", {1}, 5, WallNowUnixNs() + 7200 * kSecond)),
        ControlRefusal::kExpired},
       {"no action", "job", Bytes(no_action), ControlRefusal::kUnsupported},
   };
@@ -208,15 +204,15 @@ TEST(ControlListenerTest, AcceptsRefusesAndIgnoresOverKafkaAndAnswersEach) {
   WaitReading(**listener);
   EXPECT_FALSE((*listener)->pending());
 
-  const int64_t deadline = Now() + 60 * kSecond;
-  channel.Send("other", Bytes(Capture("x1", "other", {1}, 5, deadline)));     // another job
-  channel.Send("job", Bytes(Capture("x2", "job", {0, 2}, 5, deadline)));      // other ranks
-  channel.Send("job", Bytes(Capture("a1", "job", {1}, 5, deadline)));         // accepted
-  channel.Send("job", Bytes(Capture("a1", "job", {1}, 5, deadline)));         // its duplicate
-  channel.Send("job", Bytes(Capture("e1", "job", {1}, 5, Now() - kSecond)));  // expired
-  channel.Send("job", "\xff\xff\xff");                                        // malformed, no id
-  channel.Send("job", Bytes(Capture("a2", "job", {}, 3, deadline)));          // accepted (all)
-  channel.Send("job", Bytes(Capture("b1", "job", {1}, 3, deadline)));         // queue full: busy
+  const int64_t deadline = WallNowUnixNs() + 60 * kSecond;
+  channel.Send("other", Bytes(Capture("x1", "other", {1}, 5, deadline)));  // another job
+  channel.Send("job", Bytes(Capture("x2", "job", {0, 2}, 5, deadline)));   // other ranks
+  channel.Send("job", Bytes(Capture("a1", "job", {1}, 5, deadline)));      // accepted
+  channel.Send("job", Bytes(Capture("a1", "job", {1}, 5, deadline)));      // its duplicate
+  channel.Send("job", Bytes(Capture("e1", "job", {1}, 5, WallNowUnixNs() - kSecond)));  // expired
+  channel.Send("job", "\xff\xff\xff");                                 // malformed, no id
+  channel.Send("job", Bytes(Capture("a2", "job", {}, 3, deadline)));   // accepted (all)
+  channel.Send("job", Bytes(Capture("b1", "job", {1}, 3, deadline)));  // queue full: busy
 
   const std::vector<v1::ControlReply> got = replies.Wait(4);
   ASSERT_EQ(got.size(), 4u);
@@ -252,7 +248,7 @@ TEST(ControlListenerTest, AcceptsRefusesAndIgnoresOverKafkaAndAnswersEach) {
 
 TEST(CheckControlRequestTest, StacksAreCheckedAndIgnoredByAListenerForEveryRank) {
   v1::ControlRequest out;
-  const int64_t deadline = Now() + 10 * kSecond;
+  const int64_t deadline = WallNowUnixNs() + 10 * kSecond;
   EXPECT_EQ(Check("job", Bytes(Stacks("s1", 64, deadline)), &out).kind,
             ControlCheck::Kind::kAccept);
   EXPECT_EQ(out.stacks().max_frames(), 64u);
@@ -261,14 +257,14 @@ TEST(CheckControlRequestTest, StacksAreCheckedAndIgnoredByAListenerForEveryRank)
   EXPECT_EQ(big.refusal, ControlRefusal::kBadRequest);
   ControlLimits none;
   none.max_stack_frames = 0;
-  const ControlCheck refused =
-      CheckControlRequest("job", Bytes(Stacks("s3", 64, deadline)), "job", 1, Now(), none, &out);
+  const ControlCheck refused = CheckControlRequest("job", Bytes(Stacks("s3", 64, deadline)), "job",
+                                                   1, WallNowUnixNs(), none, &out);
   EXPECT_EQ(refused.kind, ControlCheck::Kind::kRefuse);
   EXPECT_EQ(refused.refusal, ControlRefusal::kUnsupported);
   EXPECT_EQ(refused.detail, "this collector takes no stacks");
   // A node agent (every rank, no stacks): not its business, each rank answers for itself.
-  EXPECT_EQ(CheckControlRequest("job", Bytes(Stacks("s4", 64, deadline)), "job", kEveryRank, Now(),
-                                none, &out)
+  EXPECT_EQ(CheckControlRequest("job", Bytes(Stacks("s4", 64, deadline)), "job", kEveryRank,
+                                WallNowUnixNs(), none, &out)
                 .kind,
             ControlCheck::Kind::kIgnore);
 }
@@ -287,7 +283,7 @@ TEST(ControlListenerTest, StacksRequestsGoToTheStacksWaiterNotTheTrainingLoop) {
       got = (*listener)->WaitStacks(std::chrono::milliseconds(200));
     }
   });
-  channel.Send("job", Bytes(Stacks("s1", 32, Now() + 10 * kSecond)));
+  channel.Send("job", Bytes(Stacks("s1", 32, WallNowUnixNs() + 10 * kSecond)));
   waiter.join();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].id(), "s1");
@@ -319,9 +315,9 @@ TEST(ControlListenerTest, StacksRequestsGoToTheStacksWaiterNotTheTrainingLoop) {
 TEST(ControlListenerTest, ARequestSentJustBeforeTheCollectorStartedIsStillSeen) {
   ControlChannel channel;
   for (int i = 0; i < 5; ++i) channel.Send("other", "old traffic of another job");
-  channel.Send("job", Bytes(Capture("early", "job", {1}, 5, Now() + 60 * kSecond)));
+  channel.Send("job", Bytes(Capture("early", "job", {1}, 5, WallNowUnixNs() + 60 * kSecond)));
   // Expired by the time the listener reads it: skipped without an answer.
-  channel.Send("job", Bytes(Capture("stale", "job", {1}, 5, Now() + 1)));
+  channel.Send("job", Bytes(Capture("stale", "job", {1}, 5, WallNowUnixNs() + 1)));
   Replies replies;
   ControlListenerOptions o = Options(channel, 1);
   o.lookback_messages = 2;  // the two requests, not the traffic before them
@@ -351,7 +347,7 @@ TEST(ControlListenerTest, ABrokerDownAtStartOnlyDelaysRequests) {
   EXPECT_FALSE((*listener)->stats().reading);
   channel.SetDown(false);
   WaitReading(**listener);
-  channel.Send("job", Bytes(Capture("late", "job", {0}, 2, Now() + 60 * kSecond)));
+  channel.Send("job", Bytes(Capture("late", "job", {0}, 2, WallNowUnixNs() + 60 * kSecond)));
   const std::vector<v1::ControlReply> got = replies.Wait(1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].state(), v1::CONTROL_ACCEPTED);
