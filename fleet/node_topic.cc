@@ -37,12 +37,11 @@ absl::StatusOr<std::unique_ptr<NodeTopic>> NodeTopic::Open(const NodeTopicOption
                                           {
                                               {"bootstrap.servers", options.brokers},
                                               {"client.id", "rankwatchd-nodes"},
-                                              {"enable.idempotence", "true"},
-                                              {"acks", "all"},
                                               {"linger.ms", "50"},
                                               {"queue.buffering.max.messages", "100000"},
                                               {"allow.auto.create.topics", "false"},
                                           });
+  SetIdempotentDelivery(&config.defaults);
   config.opaque = topic.get();
   config.on_delivery = &NodeTopic::OnDelivery;
   auto producer = NewKafkaClient(config);

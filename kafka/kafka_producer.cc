@@ -19,12 +19,12 @@ absl::StatusOr<std::unique_ptr<KafkaProducer>> KafkaProducer::Create(
   config.defaults = {
       {"bootstrap.servers", options.brokers},
       {"client.id", options.client_id},
-      {"enable.idempotence", "true"},
       {"compression.codec", options.compression},
       {"linger.ms", std::to_string(options.linger_ms)},
       {"queue.buffering.max.messages", std::to_string(options.queue_max_messages)},
       {"message.max.bytes", std::to_string(options.max_message_bytes)},
   };
+  SetIdempotentDelivery(&config.defaults);
   config.overrides = options.properties;
   config.opaque = producer.get();
   config.on_delivery = &KafkaProducer::OnDelivery;

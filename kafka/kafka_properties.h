@@ -12,4 +12,13 @@ namespace rankwatch {
 
 using KafkaProperties = std::map<std::string, std::string>;
 
+// Sets, in a producer's properties, idempotent delivery acknowledged by every in-sync replica
+// (enable.idempotence=true, acks=all): a retry never duplicates or reorders a message. The one
+// place rankwatch's producers (telemetry, control requests, the state changelog, the nodes
+// topic) take these settings from; as defaults, the user's properties may still override them.
+inline void SetIdempotentDelivery(KafkaProperties* properties) {
+  (*properties)["enable.idempotence"] = "true";
+  (*properties)["acks"] = "all";
+}
+
 }  // namespace rankwatch

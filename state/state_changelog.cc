@@ -174,14 +174,13 @@ absl::StatusOr<std::unique_ptr<StateChangelog>> StateChangelog::Open(
       {
           {"bootstrap.servers", options.brokers},
           {"client.id", "rankwatchd-changelog"},
-          {"enable.idempotence", "true"},
-          {"acks", "all"},
           {"linger.ms", "2"},
           {"compression.codec", "lz4"},
           {"message.max.bytes", "16777216"},
           // Metadata requests must not create the topic with the broker's default partitions.
           {"allow.auto.create.topics", "false"},
       });
+  SetIdempotentDelivery(&config.defaults);
   config.opaque = changelog.get();
   config.on_delivery = &StateChangelog::OnDelivery;
   auto producer = NewKafkaClient(config);
