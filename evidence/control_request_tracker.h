@@ -1,5 +1,6 @@
 // ControlRequestTracker: the lifecycle of the control requests one kind of evidence sends to the
-// ranks of a job (proto/rankwatch/v1/control.proto), written once for captures and hang stacks.
+// ranks of a job (proto/rankwatch/v1/control.proto), written once for captures, hang stacks and
+// Flight Recorder dumps.
 //
 // A request gets an id, "<prefix>-<milliseconds>-<sequence>" (unique within a tracker: the
 // sequence grows with each request), a deadline (`answer_deadline` after it is issued; a

@@ -1,7 +1,8 @@
 // AlertTracker: turns diagnoses into alerts with a lifecycle (docs/spec/step-diagnosis.md §6):
 // `pending` when a condition is first seen, `firing` once it held for `fire_after` consecutive
 // evaluations, `resolved` after `resolve_after` consecutive clean ones. One alert per
-// (job, kind, subject) fingerprint — the subject is the culprit rank or node, or the job — and
+// (job, kind, subject) fingerprint — the subject is the culprit rank or node, the what-if's
+// imbalanced pipeline stage, or the job — and
 // an active fingerprint never fires twice. Every event carries this tracker's own strictly
 // increasing sequence number, which only orders its events; the sequence subscribers see is
 // the AlertHub's (alerting/alert_hub.h), assigned when the alerts are stored.
@@ -46,7 +47,7 @@ struct AlertEvent {
   uint64_t sequence = 0;
   std::string training_job;
   AlertKind kind = AlertKind::kStraggler;
-  std::string subject;  // "rank:17", "node:node-2" or "job"
+  std::string subject;  // "rank:17", "node:node-2", "stage:3" (what-if) or "job"
   AlertState state = AlertState::kPending;
   Severity severity = Severity::kWarn;
   StragglerCause cause = StragglerCause::kNone;

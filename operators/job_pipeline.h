@@ -1,6 +1,7 @@
-// JobPipeline: the chain of step operators for one training job — alignment across ranks,
-// then the rolling window — and the read-only snapshot the metrics and queries publish
-// (metrics/, serving/).
+// JobPipeline: the chain of step operators for one training job — alignment across ranks, then
+// the rolling windows of steps and memory, the lifetime memory trend, lost time and, for a
+// pipeline-parallel job, the what-if (operators/whatif/) — and the read-only snapshot of its
+// step-time and memory diagnoses that the metrics and queries publish (metrics/, serving/).
 //
 // Pure: given the same batches and the same `now` values it produces the same snapshots.
 // Not thread-safe: owned by the PartitionTask of the job's partition (runtime/partition_task.h),

@@ -1,7 +1,8 @@
-// The layout of rankwatchd's durable state in the StateStore: the one file that builds and
-// parses state keys. Everything the daemon stores — a job's metadata, its window's steps, its
-// alert lifecycle state, the alert log — is written into a Checkpoint and read back through
-// the functions below; nothing else knows the keys.
+// The layout of the jobs' durable state in the StateStore: the one file that builds and parses
+// the keys of the `jobs` and `alerts` families. A job's metadata, its window's steps, its alert
+// lifecycle state and a pipeline job's what-if ops, and the alert log, are written into a
+// Checkpoint and read back through the functions below; nothing else knows these keys (the
+// outbound deliveries' keys are state/outbound_state.h's, the node records' fleet/node_ledger.h's).
 //
 // Keys of the `jobs` family (StateFamily::kJobs), one group per training job:
 //   "m" job                        -> state::v1::JobMeta (carries the job's telemetry partition)

@@ -38,11 +38,14 @@ namespace rankwatch {
 // The kinds of durable state, one RocksDB column family each. The values are part of the
 // changelog's record keys: never renumber them.
 enum class StateFamily : uint8_t {
-  kMetadata = 0,  // schema version, daemon identity
-  kOffsets = 1,   // consumed offset per (topic, partition)
+  // Schema version, daemon identity; this instance's outbound deliveries (state/outbound_state.h)
+  // and its fleet view's node records (fleet/node_ledger.h).
+  kMetadata = 0,
+  kOffsets = 1,  // consumed offset per (topic, partition)
   // 2 is reserved: a family ("pending_steps") that earlier builds created and never wrote. It
   // is still opened, so their stores open.
-  kJobs = 3,    // each job's metadata, window steps and alert state (state/job_state_store.h)
+  // Each job's metadata, window steps, alert state and what-if ops (state/job_state_store.h).
+  kJobs = 3,
   kAlerts = 4,  // the alert log (state/job_state_store.h)
 };
 // Column families, the reserved one included.

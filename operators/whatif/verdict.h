@@ -2,8 +2,9 @@
 // analyzer's window result (whatif.h) and simple per-stage and per-worker op statistics, says
 // what kind of straggling costs the job — one slow worker, an imbalanced pipeline stage,
 // sequence (data) imbalance whose slow replica moves step to step, slow communication of one
-// op type, GC pauses — or that it is balanced, with the slowdown S, the rank-seconds lost, the
-// culprit, a note and a next step.
+// op type, GC pauses — or that it is balanced, or slower than ideal with no one group to blame
+// (unattributed), with the slowdown S, the rank-seconds lost, the culprit, a note and a next
+// step.
 //
 // Pure functions and plain value types; OpStats is not thread-safe (owned by the JobPipeline
 // of the job, next to its Analyzer).
