@@ -53,12 +53,13 @@ TEST(DaemonCommandLineTest, ListsRepeatTheFlagOrTakeAYamlListAndFlagsReplaceTheF
                                      "action-dry-run: true\n");
   Outcome o = Read({"--config", path});
   ASSERT_EQ(o.line.exit_code, -1) << o.err;
-  EXPECT_EQ(o.line.config.alertmanager,
+  EXPECT_EQ(o.line.config.alerting.alertmanager,
             (std::vector<std::string>{"http://am-1:9093", "http://am-2:9093"}));
-  EXPECT_EQ(o.line.config.action, (std::vector<std::string>{"hang:critical=webhook"}));
+  EXPECT_EQ(o.line.config.alerting.action, (std::vector<std::string>{"hang:critical=webhook"}));
   o = Read({"--config", path, "--alertmanager", "http://a:1", "--alertmanager=http://b:2"});
   ASSERT_EQ(o.line.exit_code, -1) << o.err;
-  EXPECT_EQ(o.line.config.alertmanager, (std::vector<std::string>{"http://a:1", "http://b:2"}));
+  EXPECT_EQ(o.line.config.alerting.alertmanager,
+            (std::vector<std::string>{"http://a:1", "http://b:2"}));
   ExpectOneLineNaming(Read({"--alertmanager", "http://a:1", "--alertmanager", "gopher://b"}),
                       "--alertmanager");
   ExpectOneLineNaming(
@@ -87,7 +88,7 @@ TEST(DaemonCommandLineTest, TheFileIsReadFirstAndFlagsWinOverIt) {
   }
   const Outcome empty = Read({"--control-topic", "", "--ui-listen", ""});
   ASSERT_EQ(empty.line.exit_code, -1) << empty.err;
-  EXPECT_EQ(empty.line.config.control_topic, "");
+  EXPECT_EQ(empty.line.config.evidence.control_topic, "");
   EXPECT_FALSE(empty.line.config.ui_listen.has_value());
 }
 

@@ -25,12 +25,16 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "alerting/alerting_part.h"
 #include "common/listen_address.h"
+#include "evidence/evidence_part.h"
+#include "fleet/fleet_part.h"
 #include "kafka/kafka_properties.h"
 #include "operators/memory_diagnosis.h"
 #include "operators/step_time_diagnosis.h"
 #include "operators/time.h"
 #include "operators/whatif/verdict.h"
+#include "state/changelog_part.h"
 
 namespace rankwatch {
 
@@ -53,23 +57,6 @@ struct DaemonConfig {
   // While reading a backlog, telemetry read (MiB of message payload) after which a checkpoint
   // is due before checkpoint_interval has passed: bounds the changes held in memory.
   int checkpoint_input_mib = 8;
-  // Compacted topic holding a copy of the state, so partitions can move between instances of
-  // one group. Empty (default): none, for a single instance.
-  std::string changelog_topic;
-  // Topic of the control channel to the collectors (captures); empty: no captures.
-  std::string control_topic = "rankwatch.control";
-  bool auto_capture = true;  // a firing straggler alert captures culprit + typical rank
-  int capture_steps = 5;     // steps a capture profiles, per rank
-  Duration capture_interval = std::chrono::minutes(10);  // at most one automatic capture a job
-  // The collectors must take a capture request this soon; the request is not retried after.
-  Duration capture_deadline = std::chrono::seconds(60);
-  // A job diagnosed hung: its ranks are asked for their stacks (on the control topic).
-  bool hang_stacks = true;
-  // A job diagnosed hung: its ranks are asked for their Flight Recorder dumps (control topic).
-  bool flight_recorder = true;
-  // A job's Flight Recorder dumps are analyzed this long after the newest one when not every
-  // rank's came.
-  Duration flight_recorder_settle = std::chrono::seconds(2);
   Duration job_ttl = std::chrono::hours(1);        // no input this long: the job is finished
   Duration job_retention = std::chrono::hours(1);  // finished jobs stay queryable this long
   // gRPC TLS (all PEM files; none: plaintext). A client CA turns on mutual TLS.
@@ -77,22 +64,6 @@ struct DaemonConfig {
   std::string grpc_tls_key;
   std::string grpc_tls_client_ca;
   int alert_subscriber_queue = 1024;  // alerts a WatchAlerts subscriber may lag behind
-  // Outbound alerts (docs/alerting.md): Alertmanager push (alerting/alertmanager_push.h) and the
-  // action policy (alerting/alert_actions.h). Files hold the secrets; none: no authentication.
-  std::vector<std::string> alertmanager;       // Alertmanager URLs; none: no push
-  std::string alertmanager_ca;                 // PEM CA of https Alertmanagers; none: the system's
-  std::string alertmanager_basic_auth_file;    // "user:password"
-  std::string alertmanager_bearer_token_file;  // a token
-  Duration alertmanager_resend_interval = std::chrono::minutes(1);
-  std::string ui_external_url;      // the web UI's URL for links; none: derived from ui_listen
-  std::string alert_runbook_url;    // runbook_url template ({alertname}, {kind}, {training_job})
-  std::vector<std::string> action;  // the action policy's rules, KIND[:SEVERITY]=ACTION
-  std::vector<std::string> action_webhook;  // webhook URLs of `webhook` actions
-  std::string action_secret_file;           // the HMAC key of the webhook signatures
-  std::string action_ca;                    // PEM CA of https webhooks; none: the system's
-  bool action_dry_run = false;              // log the actions, call nothing
-  // A hang alert's action waits this long for the alert's re-publication with its stacks.
-  Duration action_evidence_wait = std::chrono::seconds(30);
   // The job table's bounds (runtime/job_router.h): jobs, and ranks over all jobs.
   int64_t max_jobs = 10'000;
   int64_t max_ranks = 1 << 20;
@@ -100,15 +71,7 @@ struct DaemonConfig {
   // or after this many aligned steps; at most max_exported_jobs jobs get per-job series.
   int64_t job_min_steps = 5;
   int64_t max_exported_jobs = 1'000;
-  // The fleet view of nodes (fleet/node_ledger.h): the topic the instances share it through
-  // (empty: not shared, this instance's jobs only), how long records are kept, and the node
-  // alert: a node culprit of node_alert_jobs jobs (0: no alert) within node_alert_window.
-  std::string nodes_topic = "rankwatch.nodes";
-  Duration node_horizon = std::chrono::hours(24 * 7);
-  Duration node_alert_window = std::chrono::hours(24);
-  int64_t node_alert_jobs = 3;
-  int64_t max_exported_nodes = 50;  // nodes with per-node series at most (the costliest)
-  std::string log_level = "info";   // trace, debug, info, warn, error, critical, off
+  std::string log_level = "info";  // trace, debug, info, warn, error, critical, off
   // Static group membership: the consumer group's group.instance.id. Empty (default): derived
   // from the pod or host name and the state directory (DefaultInstanceId), so that the same
   // instance restarted on its state keeps its id; "none": a dynamic member. The development
@@ -124,6 +87,12 @@ struct DaemonConfig {
   int memory_window_steps = 100;            // `memory-diagnosis: window-steps`
   whatif::Options whatif;                   // `whatif:` section: the analyzer
   whatif::VerdictOptions whatif_verdict;    // `whatif:` section: the verdict's thresholds
+
+  // The daemon's parts' own options (parts/daemon_part.h), each documented in its part's header.
+  EvidencePartOptions evidence;    // captures, hang stacks, Flight Recorder (evidence/)
+  FleetPartOptions fleet;          // the fleet view of nodes (fleet/)
+  AlertingPartOptions alerting;    // Alertmanager push, actions (alerting/, docs/alerting.md)
+  ChangelogPartOptions changelog;  // the state changelog, for scale-out (state/)
 };
 
 // Reads `path` into `config` through the settings table, leaving keys the file does not name

@@ -99,37 +99,37 @@ std::vector<Setting> BuildSettings() {
           .Help("while the daemon reads a backlog, telemetry read (MiB of messages) after which "
                 "a checkpoint is written before `checkpoint-interval` has passed: bounds the "
                 "changes held in memory"),
-      Declare("changelog-topic", &D::changelog_topic)
+      Declare("changelog-topic", &D::changelog, &ChangelogPartOptions::topic)
           .DefaultNote("none")
           .Help("compacted Kafka topic with a copy of the state, so partitions can move between "
                 "instances; set the same on every instance of a group"),
-      Declare("control-topic", &D::control_topic)
+      Declare("control-topic", &D::evidence, &EvidencePartOptions::control_topic)
           .Help("topic on which rankwatchd asks the collectors for captures, hang stacks and "
                 "Flight Recorder dumps; `\"\"` turns them off")
           .Details(" ([formats.md](formats.md#control-channel-rankwatchcontrol)); the capture "
                    "calls then answer `UNAVAILABLE`"),
-      Declare("hang-stacks", &D::hang_stacks)
+      Declare("hang-stacks", &D::evidence, &EvidencePartOptions::hang_stacks)
           .Help("a job diagnosed hung: its ranks are asked for their stacks and collective "
                 "counters (on the control topic)")
           .Details(" ([diagnoses.md](diagnoses.md#hang-stacks))"),
-      Declare("flight-recorder", &D::flight_recorder)
+      Declare("flight-recorder", &D::evidence, &EvidencePartOptions::flight_recorder)
           .Help("a job diagnosed hung: its ranks are asked for their PyTorch Flight Recorder "
                 "dumps (on the control topic); the dumps node agents publish are analyzed either "
                 "way")
           .Details(" ([diagnoses.md](diagnoses.md#flight-recorder))"),
-      Declare("flight-recorder-settle", &D::flight_recorder_settle)
+      Declare("flight-recorder-settle", &D::evidence, &EvidencePartOptions::flight_recorder_settle)
           .Within(seconds(0), std::chrono::minutes(10))
           .Help("a job's Flight Recorder dumps are analyzed once every rank's came, or this long "
                 "after the newest one"),
-      Declare("auto-capture", &D::auto_capture)
+      Declare("auto-capture", &D::evidence, &EvidencePartOptions::auto_capture)
           .Help("a straggler alert that fires captures its culprit rank and a typical rank")
           .Details(" (the median non-culprit rank by compute time)"),
-      Declare("capture-steps", &D::capture_steps)
+      Declare("capture-steps", &D::evidence, &EvidencePartOptions::capture_steps)
           .Within(1, 100)
           .Help("steps a capture profiles on each rank"),
-      Declare("capture-interval", &D::capture_interval)
+      Declare("capture-interval", &D::evidence, &EvidencePartOptions::capture_interval)
           .Help("at most one automatic capture per job this often"),
-      Declare("capture-deadline", &D::capture_deadline)
+      Declare("capture-deadline", &D::evidence, &EvidencePartOptions::capture_deadline)
           .Within(seconds(1), hours(1))
           .Help("the collectors must take a capture request this soon: a request the broker "
                 "has not taken by then is dropped, not retried")
@@ -166,21 +166,21 @@ std::vector<Setting> BuildSettings() {
                 "jobs are exported, the others counted in "
                 "`rankwatch_job_ids{state=\"over_limit\"}`")
           .Details(" ([metrics.md](metrics.md#cardinality))"),
-      Declare("nodes-topic", &D::nodes_topic)
+      Declare("nodes-topic", &D::fleet, &FleetPartOptions::nodes_topic)
           .Help("Kafka topic through which every instance shares the fleet view of nodes "
                 "(created compacted); `\"\"`: this instance's jobs only")
           .Details(" ([fleet.md](fleet.md))"),
-      Declare("node-horizon", &D::node_horizon)
+      Declare("node-horizon", &D::fleet, &FleetPartOptions::node_horizon)
           .Within(std::chrono::minutes(1), hours(24 * 366))
           .Help("the fleet view keeps a node's charge in a job this long after its last change"),
-      Declare("node-alert-window", &D::node_alert_window)
+      Declare("node-alert-window", &D::fleet, &FleetPartOptions::node_alert_window)
           .Within(std::chrono::minutes(1), hours(24 * 366))
           .Help("the node alert counts the jobs that charged a node within this long"),
-      Declare("node-alert-jobs", &D::node_alert_jobs)
+      Declare("node-alert-jobs", &D::fleet, &FleetPartOptions::node_alert_jobs)
           .Within(0, 100000)
           .Help("a node that was the straggler culprit of this many different jobs within "
                 "`node-alert-window` raises the node alert (`drain it`); 0: no node alert"),
-      Declare("max-exported-nodes", &D::max_exported_nodes)
+      Declare("max-exported-nodes", &D::fleet, &FleetPartOptions::max_exported_nodes)
           .Within(0, 100000)
           .Help("nodes with per-node metrics at most: those that cost most within the horizon"),
       Declare("alert-subscriber-queue", &D::alert_subscriber_queue)
@@ -188,57 +188,60 @@ std::vector<Setting> BuildSettings() {
           .Help("alerts a `WatchAlerts` subscriber may fall behind before its stream ends (it "
                 "can resume)"),
       // Outbound alerts (docs/alerting.md).
-      Declare("alertmanager", &D::alertmanager)
+      Declare("alertmanager", &D::alerting, &AlertingPartOptions::alertmanager)
           .Require(HttpUrlItem)
           .DefaultNote("none")
           .Help("Alertmanager URLs (`http(s)://host:port`; repeat the flag or list them) to push "
                 "every alert to (`POST /api/v2/alerts`), re-sent while it fires, ended when it "
                 "resolves; an outage loses nothing")
           .Details(" ([alerting.md](alerting.md#alertmanager-push))"),
-      Declare("alertmanager-ca", &D::alertmanager_ca)
+      Declare("alertmanager-ca", &D::alerting, &AlertingPartOptions::alertmanager_ca)
           .Require(ReadableFile)
           .DefaultNote("system CAs")
           .Help("PEM CA that https Alertmanagers' certificates must chain to"),
-      Declare("alertmanager-basic-auth-file", &D::alertmanager_basic_auth_file)
+      Declare("alertmanager-basic-auth-file", &D::alerting,
+              &AlertingPartOptions::alertmanager_basic_auth_file)
           .Require(ReadableFile)
           .Help("file holding `user:password` for the Alertmanagers (basic authentication)"),
-      Declare("alertmanager-bearer-token-file", &D::alertmanager_bearer_token_file)
+      Declare("alertmanager-bearer-token-file", &D::alerting,
+              &AlertingPartOptions::alertmanager_bearer_token_file)
           .Require(ReadableFile)
           .Help("file holding a bearer token for the Alertmanagers"),
-      Declare("alertmanager-resend-interval", &D::alertmanager_resend_interval)
+      Declare("alertmanager-resend-interval", &D::alerting,
+              &AlertingPartOptions::alertmanager_resend_interval)
           .Within(std::chrono::seconds(1), hours(1))
           .Help("a firing alert is sent again this often, with `endsAt` 4 intervals ahead"),
-      Declare("ui-external-url", &D::ui_external_url)
+      Declare("ui-external-url", &D::alerting, &AlertingPartOptions::ui_external_url)
           .DefaultNote("from ui-listen")
           .Help("the web UI's URL as its users reach it: pushed alerts and webhooks link to the "
                 "job's page (`generatorURL`)"),
-      Declare("alert-runbook-url", &D::alert_runbook_url)
+      Declare("alert-runbook-url", &D::alerting, &AlertingPartOptions::alert_runbook_url)
           .DefaultNote("none")
           .Help("`runbook_url` of pushed alerts and webhooks; `{alertname}`, `{kind}` and "
                 "`{training_job}` are replaced"),
-      Declare("action", &D::action)
+      Declare("action", &D::alerting, &AlertingPartOptions::action)
           .Require(ActionRuleItem)
           .DefaultNote("observe")
           .Help("action policy rules `KIND[:SEVERITY]=ACTION`, ACTION `observe` or `webhook` "
                 "(repeatable; the first match decides; KIND `*` for any, SEVERITY the least), "
                 "e.g. `hang:critical=webhook`")
           .Details(" ([alerting.md](alerting.md#actions))"),
-      Declare("action-webhook", &D::action_webhook)
+      Declare("action-webhook", &D::alerting, &AlertingPartOptions::action_webhook)
           .Require(HttpUrlItem)
           .DefaultNote("none")
           .Help("webhook URLs that `webhook` actions POST the alert and its evidence to, once "
                 "per firing, signed, retried with backoff"),
-      Declare("action-secret-file", &D::action_secret_file)
+      Declare("action-secret-file", &D::alerting, &AlertingPartOptions::action_secret_file)
           .Require(ReadableFile)
           .Help("file holding the shared secret: `X-Rankwatch-Signature` is `sha256=` and the "
                 "HMAC-SHA256 of the body with it, in hex"),
-      Declare("action-ca", &D::action_ca)
+      Declare("action-ca", &D::alerting, &AlertingPartOptions::action_ca)
           .Require(ReadableFile)
           .DefaultNote("system CAs")
           .Help("PEM CA that https webhooks' certificates must chain to"),
-      Declare("action-dry-run", &D::action_dry_run)
+      Declare("action-dry-run", &D::alerting, &AlertingPartOptions::action_dry_run)
           .Help("actions are logged (and recorded), nothing is called"),
-      Declare("action-evidence-wait", &D::action_evidence_wait)
+      Declare("action-evidence-wait", &D::alerting, &AlertingPartOptions::action_evidence_wait)
           .Within(seconds(0), std::chrono::minutes(10))
           .Help("a hang alert's action waits this long for its hang stacks, then goes without"),
       Declare("grpc-tls-cert", &D::grpc_tls_cert)
@@ -507,19 +510,21 @@ absl::Status CheckDaemonConfig(const DaemonConfig& c) {
   if (!c.grpc_tls_client_ca.empty() && c.grpc_tls_cert.empty()) {
     return absl::InvalidArgumentError("grpc-tls-client-ca needs grpc-tls-cert and grpc-tls-key");
   }
-  if (!c.alertmanager_basic_auth_file.empty() && !c.alertmanager_bearer_token_file.empty()) {
+  if (!c.alerting.alertmanager_basic_auth_file.empty() &&
+      !c.alerting.alertmanager_bearer_token_file.empty()) {
     return absl::InvalidArgumentError(
         "alertmanager-basic-auth-file and alertmanager-bearer-token-file: set one or neither");
   }
   bool webhook_rule = false;
-  for (const std::string& text : c.action) {
+  for (const std::string& text : c.alerting.action) {
     auto rule = ParseActionRule(text);
     webhook_rule |= rule.ok() && rule->action == ActionRule::Action::kWebhook;
   }
-  if (webhook_rule && c.action_webhook.empty() && !c.action_dry_run) {
+  if (webhook_rule && c.alerting.action_webhook.empty() && !c.alerting.action_dry_run) {
     return absl::InvalidArgumentError("a webhook action needs action-webhook (or action-dry-run)");
   }
-  if (!c.action_webhook.empty() && c.action_secret_file.empty() && !c.action_dry_run) {
+  if (!c.alerting.action_webhook.empty() && c.alerting.action_secret_file.empty() &&
+      !c.alerting.action_dry_run) {
     return absl::InvalidArgumentError(
         "action-webhook needs action-secret-file (the signature's key)");
   }

@@ -1,7 +1,7 @@
 // The declaration table of rankwatchd's settings: one row per setting (setting.h), from which the
 // command-line flags, the config file's keys, their checks, --help and the flag table of
-// docs/operating.md come. Adding a setting is a DaemonConfig field with its default and one row
-// in daemon_settings.cc.
+// docs/operating.md come. Adding a setting is a DaemonConfig field with its default (a part's: a
+// field of its options struct, parts/daemon_part.h) and one row in daemon_settings.cc.
 //
 // The table is built once, on first use, and is immutable after: safe from any thread.
 #pragma once

@@ -192,7 +192,7 @@ TEST(DaemonSettingsTest, TheTypedFieldsGetTheParsedValues) {
   EXPECT_EQ(c.step_diagnosis.onset_steps, 12u);
   // Lists: comma-separated items, spaces around them dropped.
   ASSERT_TRUE(FindDaemonSetting("alertmanager")->set(" http://a:1 , http://b:2,", &c).ok());
-  EXPECT_EQ(c.alertmanager, (std::vector<std::string>{"http://a:1", "http://b:2"}));
+  EXPECT_EQ(c.alerting.alertmanager, (std::vector<std::string>{"http://a:1", "http://b:2"}));
   EXPECT_TRUE(FindDaemonSetting("alertmanager")->is_list);
   EXPECT_FALSE(FindDaemonSetting("alertmanager-ca")->is_list);
 }
@@ -269,22 +269,22 @@ TEST(DaemonSettingsTest, SettingsThatGoTogetherAreCheckedTogether) {
   EXPECT_FALSE(CheckDaemonConfig(c).ok());
   // Alertmanager: one kind of credentials.
   c = DaemonConfig{};
-  c.alertmanager_basic_auth_file = c.alertmanager_bearer_token_file = "/dev/null";
+  c.alerting.alertmanager_basic_auth_file = c.alerting.alertmanager_bearer_token_file = "/dev/null";
   EXPECT_FALSE(CheckDaemonConfig(c).ok());
   // A webhook action needs a webhook, and a webhook the secret (but for a dry run).
   c = DaemonConfig{};
-  c.action = {"straggler=observe"};
+  c.alerting.action = {"straggler=observe"};
   EXPECT_TRUE(CheckDaemonConfig(c).ok());
-  c.action = {"hang=webhook"};
+  c.alerting.action = {"hang=webhook"};
   s = CheckDaemonConfig(c);
   EXPECT_NE(s.message().find("action-webhook"), std::string::npos) << s;
-  c.action_webhook = {"http://hooks/"};
+  c.alerting.action_webhook = {"http://hooks/"};
   s = CheckDaemonConfig(c);
   EXPECT_NE(s.message().find("action-secret-file"), std::string::npos) << s;
-  c.action_dry_run = true;
+  c.alerting.action_dry_run = true;
   EXPECT_TRUE(CheckDaemonConfig(c).ok());
-  c.action_dry_run = false;
-  c.action_secret_file = "/dev/null";
+  c.alerting.action_dry_run = false;
+  c.alerting.action_secret_file = "/dev/null";
   EXPECT_TRUE(CheckDaemonConfig(c).ok());
 }
 

@@ -262,7 +262,7 @@ auto Declare(std::string key, T DaemonConfig::*field) {
 }
 
 // Declares the setting `key` of the field `field` of the options struct `section` of DaemonConfig
-// (the operators' options: StepDiagnosisOptions, ...).
+// (the operators' options: StepDiagnosisOptions, ...; the parts' own: FleetPartOptions, ...).
 template <typename Section, typename T>
 auto Declare(std::string key, Section DaemonConfig::*section, T Section::*field) {
   auto access = [ section, field ](auto& config) -> auto& { return (config.*section).*field; };

@@ -298,7 +298,7 @@ void CaptureStore::OnAlert(const v1::Alert& alert, const JobSnapshot* snapshot,
   }
 }
 
-void CaptureStore::OnTick(const EvidenceTick& tick, std::vector<v1::Alert>* alerts) {
+void CaptureStore::OnTick(const TickView& tick, std::vector<v1::Alert>* alerts) {
   // The job's newest comparison goes into each alert's evidence; a straggler alert that fires
   // may ask its culprit and a typical rank for a new capture.
   for (v1::Alert& a : *alerts) {

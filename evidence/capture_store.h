@@ -10,7 +10,7 @@
 // deadline, or finished some time after (three times the steps asked at the rank's step time,
 // at least a minute), is EXPIRED, naming the ranks.
 //
-// As Evidence (evidence/evidence.h), after each tick: the job's newest comparison goes into the
+// As a tick hook (parts/tick_hook.h), after each tick: the job's newest comparison goes into the
 // evidence of its alerts; a straggler alert that fires triggers an automatic capture of its
 // culprit rank and a typical rank (evidence/capture_ranks.h), at most one per job per
 // `auto_interval`; captures past their time expire.
@@ -33,8 +33,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "evidence/control_request_tracker.h"
-#include "evidence/evidence.h"
 #include "operators/job_pipeline.h"
+#include "parts/tick_hook.h"
 #include "rankwatch/v1/service.pb.h"
 
 namespace rankwatch {
@@ -54,7 +54,7 @@ struct CaptureStoreOptions {
   size_t comparison_rows = 25;
 };
 
-class CaptureStore : public Evidence {
+class CaptureStore : public TickHook {
  public:
   // Sends one control request (key: the training job). Unavailable when it cannot.
   using Sender = std::function<absl::Status(const std::string& key, const std::string& payload)>;
@@ -75,7 +75,7 @@ class CaptureStore : public Evidence {
   void OnBatch(const v1::Batch& batch) override;
   // After each tick: the newest comparison into the alerts' evidence, automatic captures for
   // firing straggler alerts (OnAlert), expiry (Expire).
-  void OnTick(const EvidenceTick& tick, std::vector<v1::Alert>* alerts) override;
+  void OnTick(const TickView& tick, std::vector<v1::Alert>* alerts) override;
   // An alert was published: a straggler alert that fires may trigger an automatic capture.
   void OnAlert(const v1::Alert& alert, const JobSnapshot* snapshot, int64_t now_unix_ns);
   // Captures past their deadline expire.

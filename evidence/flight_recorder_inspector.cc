@@ -143,7 +143,7 @@ void FlightRecorderInspector::Request(
   }
 }
 
-void FlightRecorderInspector::Analyze(const EvidenceTick& tick) {
+void FlightRecorderInspector::Analyze(const TickView& tick) {
   struct Due {
     std::string job;
     std::vector<fr::RankDump> dumps;
@@ -220,7 +220,7 @@ void FlightRecorderInspector::Analyze(const EvidenceTick& tick) {
   }
 }
 
-void FlightRecorderInspector::OnTick(const EvidenceTick& tick, std::vector<v1::Alert>* alerts) {
+void FlightRecorderInspector::OnTick(const TickView& tick, std::vector<v1::Alert>* alerts) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const std::string& job : *tick.removed) {

@@ -38,9 +38,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "evidence/control_request_tracker.h"
-#include "evidence/evidence.h"
 #include "flight_recorder/fr_analysis.h"
 #include "flight_recorder/fr_reader.h"
+#include "parts/tick_hook.h"
 #include "rankwatch/v1/service.pb.h"
 
 namespace rankwatch {
@@ -64,7 +64,7 @@ struct FlightRecorderInspectorCounters {
   uint64_t analyses = 0;
 };
 
-class FlightRecorderInspector : public Evidence {
+class FlightRecorderInspector : public TickHook {
  public:
   // Sends one control request (key: the training job). Unavailable when it cannot. May be
   // empty: no requests are sent.
@@ -77,7 +77,7 @@ class FlightRecorderInspector : public Evidence {
   // After each tick: requests for newly hung jobs, analyses due, removed and recovered jobs
   // forgotten; the verdict into the job's hang alerts, and a hang alert raised before it
   // appended again with it.
-  void OnTick(const EvidenceTick& tick, std::vector<v1::Alert>* alerts) override;
+  void OnTick(const TickView& tick, std::vector<v1::Alert>* alerts) override;
 
   // The job's newest verdict (analyzed_unix_ns and last_dump_unix_ns set).
   std::optional<v1::FlightRecorderVerdict> Get(const std::string& job) const;
@@ -110,7 +110,7 @@ class FlightRecorderInspector : public Evidence {
   };
   void Request(const std::vector<std::shared_ptr<const JobSnapshot>>& snapshots,
                int64_t now_unix_ns);
-  void Analyze(const EvidenceTick& tick);
+  void Analyze(const TickView& tick);
   // Frees room for `bytes` more by dropping other jobs' dumps (oldest newest-dump first).
   bool MakeRoom(const std::string& job, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Drop(std::map<std::string, Job>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -37,7 +37,7 @@ struct Ticker {
                               std::vector<std::string> removed = {}) {
     auto latest = std::make_shared<JobSnapshotMap>();
     for (const auto& s : jobs) (*latest)[s->training_job] = s;
-    EvidenceTick t;
+    TickView t;
     t.now_unix_ns = now;
     t.evaluated = &jobs;
     t.removed = &removed;

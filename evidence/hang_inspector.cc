@@ -358,7 +358,7 @@ void HangInspector::OnBatch(const v1::Batch& batch) {
   }
 }
 
-void HangInspector::OnTick(const EvidenceTick& tick, std::vector<v1::Alert>* alerts) {
+void HangInspector::OnTick(const TickView& tick, std::vector<v1::Alert>* alerts) {
   OnSnapshots(*tick.evaluated, tick.now_unix_ns);
   for (const std::string& job : *tick.removed) Forget(job);
   std::lock_guard<std::mutex> lock(mu_);

@@ -23,7 +23,7 @@
 // and a settled one is handed out once (TakeSettled). At most `max_inquiries` jobs are followed;
 // the oldest settled ones go first.
 //
-// As Evidence (evidence/evidence.h), after each tick (OnTick): the evaluated jobs are inspected
+// As a tick hook (parts/tick_hook.h), after each tick (OnTick): the evaluated jobs are inspected
 // (OnSnapshots), removed jobs forgotten; a hang alert carries the job's settled stacks, and one
 // raised before its stacks came is published again with them (same id and state).
 //
@@ -44,8 +44,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "evidence/control_request_tracker.h"
-#include "evidence/evidence.h"
 #include "operators/job_pipeline.h"
+#include "parts/tick_hook.h"
 #include "rankwatch/v1/service.pb.h"
 
 namespace rankwatch {
@@ -65,7 +65,7 @@ struct HangInspectorCounters {
   uint64_t settled_partial = 0;  // settled at the deadline with some ranks missing
 };
 
-class HangInspector : public Evidence {
+class HangInspector : public TickHook {
  public:
   // Sends one control request (key: the training job). Unavailable when it cannot.
   using Sender = std::function<absl::Status(const std::string& key, const std::string& payload)>;
@@ -82,7 +82,7 @@ class HangInspector : public Evidence {
   void OnBatch(const v1::Batch& batch) override;
   // After each tick: OnSnapshots and Forget; the settled stacks into the job's hang alerts, and
   // a hang alert raised before them appended again with them (a new `at`).
-  void OnTick(const EvidenceTick& tick, std::vector<v1::Alert>* alerts) override;
+  void OnTick(const TickView& tick, std::vector<v1::Alert>* alerts) override;
 
   // The job's inquiry for its current hang (settled or still awaiting answers).
   std::optional<v1::HangStacks> Get(const std::string& job) const;

@@ -114,39 +114,6 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version,
   alerts_delivered = r->Counter("rankwatch_alerts_delivered_total",
                                 "Alerts handed to WatchAlerts subscribers.", {})
                          ->WithLabels({});
-  fleet_nodes =
-      r->Gauge("rankwatch_fleet_nodes",
-               "Nodes in the fleet view: culprits of a straggler alert within the horizon.", {})
-          ->WithLabels({});
-  fleet_records = r->Gauge("rankwatch_fleet_node_records",
-                           "(node, job) records the fleet view of nodes holds.", {})
-                      ->WithLabels({});
-  node_alerts_firing =
-      r->Gauge(
-           "rankwatch_node_alerts_firing",
-           "Node alerts (a node culprit of several jobs) firing, whichever instance raised them.",
-           {})
-          ->WithLabels({});
-  MetricFamily* topic_records = r->Counter(
-      "rankwatch_nodes_topic_records_total",
-      "Records of the nodes topic: published by this instance, not delivered, read (every "
-      "instance's), ignored (not a record this build writes).",
-      {"outcome"});
-  nodes_topic_published = topic_records->WithLabels({"published"});
-  nodes_topic_failed = topic_records->WithLabels({"failed"});
-  nodes_topic_read = topic_records->WithLabels({"read"});
-  nodes_topic_ignored = topic_records->WithLabels({"ignored"});
-  node_jobs_ = r->Gauge("rankwatch_node_culprit_jobs",
-                        "Jobs whose straggler alerts named the node (or one of its ranks) within "
-                        "the horizon; the costliest nodes only (--max-exported-nodes).",
-                        {"node"});
-  node_lost_ = r->Gauge("rankwatch_node_lost_rank_seconds",
-                        "Rank-seconds those jobs lost to the node while the alerts fired, within "
-                        "the horizon.",
-                        {"node"});
-  node_window_jobs_ = r->Gauge(
-      "rankwatch_node_culprit_jobs_in_alert_window",
-      "Of those jobs, the ones that charged the node within the node alert's window.", {"node"});
   steps_aligned_ = r->Counter("rankwatch_steps_aligned_total",
                               "Steps aligned across the ranks of a job.", {"training_job"});
   steps_timed_out_ =
@@ -246,31 +213,6 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version,
       "torchrun), its job id, the Kubernetes namespace and owner. One series per job, for joins "
       "(e.g. on namespace).",
       {"training_job", "scheduler", "scheduler_job", "namespace", "owner"});
-  MetricFamily* hang_stacks = r->Counter(
-      "rankwatch_hang_stacks_total",
-      "Stacks requests to the ranks of hung jobs: requested, send_failed, and settled complete "
-      "(every rank's stacks) or partial (some ranks missing at the deadline).",
-      {"result"});
-  hang_stacks_requested = hang_stacks->WithLabels({"requested"});
-  hang_stacks_send_failed = hang_stacks->WithLabels({"send_failed"});
-  hang_stacks_complete = hang_stacks->WithLabels({"complete"});
-  hang_stacks_partial = hang_stacks->WithLabels({"partial"});
-  MetricFamily* fr_dumps = r->Counter(
-      "rankwatch_flight_recorder_dumps_total",
-      "PyTorch Flight Recorder dumps the node agents published: kept, or dropped (over the "
-      "inspector's bounds on jobs and bytes).",
-      {"result"});
-  fr_dumps_kept = fr_dumps->WithLabels({"kept"});
-  fr_dumps_dropped = fr_dumps->WithLabels({"dropped"});
-  MetricFamily* fr_requests =
-      r->Counter("rankwatch_flight_recorder_requests_total",
-                 "Flight Recorder dump requests to the ranks of hung jobs: requested, send_failed.",
-                 {"result"});
-  fr_requested = fr_requests->WithLabels({"requested"});
-  fr_send_failed = fr_requests->WithLabels({"send_failed"});
-  fr_analyses = r->Counter("rankwatch_flight_recorder_analyses_total",
-                           "Analyses of a job's Flight Recorder dumps (each gives a verdict).", {})
-                    ->WithLabels({});
   input_lost_ =
       r->Counter("rankwatch_input_lost_messages_total",
                  "Telemetry messages the daemon never read because the broker no longer had them "
@@ -317,22 +259,6 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version,
       "While a job's memory diagnosis is a creep of one rank: that rank's own growth per step, "
       "with the kind and the rank's node (one series per job at most).",
       {"training_job", "kind", "rank", "node"});
-}
-
-void DaemonMetrics::PublishNodes(const v1::ListNodesResponse& top) {
-  std::set<std::string> now;
-  for (const v1::NodeRecord& n : top.nodes()) {
-    now.insert(n.node());
-    node_jobs_->WithLabels({n.node()})->Set(n.jobs());
-    node_lost_->WithLabels({n.node()})->Set(n.lost_rank_seconds());
-    node_window_jobs_->WithLabels({n.node()})->Set(n.jobs_in_alert_window());
-  }
-  for (const std::string& gone : exported_nodes_) {
-    if (now.count(gone) > 0) continue;
-    for (MetricFamily* f : {node_jobs_, node_lost_, node_window_jobs_}) f->RemoveSeries({gone});
-  }
-  exported_nodes_ = std::move(now);
-  fleet_nodes->Set(top.nodes_total());
 }
 
 MetricCell* DaemonMetrics::InputLost(const std::string& topic, int32_t partition) {

@@ -1,4 +1,6 @@
-// DaemonMetrics: every metric family rankwatchd exports, registered once. The names are a
+// DaemonMetrics: the metric families of rankwatchd's runtime — its input, its jobs, their
+// diagnoses and alerts, its durable state — registered once. The daemon's parts register their
+// own (parts/daemon_part.h: evidence/evidence_part.cc, fleet/fleet_metrics.h). The names are a
 // contract: base units, label `training_job` (never `job`).
 //
 // Per-job series are gated (metrics/job_export_gate.h): an id gets them only once it is a job (a
@@ -75,33 +77,6 @@ class DaemonMetrics {
   MetricCell* alert_subscribers;
   MetricCell* alert_subscribers_dropped;
   MetricCell* alerts_delivered;
-  // Stacks requests to hung jobs (evidence/hang_inspector.h): sent, not sent, and settled with
-  // every rank's stacks or at the deadline with some missing.
-  MetricCell* hang_stacks_requested;
-  MetricCell* hang_stacks_send_failed;
-  MetricCell* hang_stacks_complete;
-  MetricCell* hang_stacks_partial;
-  // Flight Recorder dumps of hung jobs (evidence/flight_recorder_inspector.h): kept, dropped
-  // (over the bounds); requests sent and not sent; analyses.
-  MetricCell* fr_dumps_kept;
-  MetricCell* fr_dumps_dropped;
-  MetricCell* fr_requested;
-  MetricCell* fr_send_failed;
-  MetricCell* fr_analyses;
-
-  // The fleet view of nodes (fleet/node_ledger.h): nodes and (node, job) records it holds, node
-  // alerts firing, and the nodes topic's records published, not delivered, read and ignored.
-  MetricCell* fleet_nodes;
-  MetricCell* fleet_records;
-  MetricCell* node_alerts_firing;
-  MetricCell* nodes_topic_published;
-  MetricCell* nodes_topic_failed;
-  MetricCell* nodes_topic_read;
-  MetricCell* nodes_topic_ignored;
-  // Per-node series of `top` (the costliest nodes): exactly these nodes have them afterwards.
-  // Ingest thread.
-  void PublishNodes(const v1::ListNodesResponse& top);
-
   // Messages of a telemetry partition skipped because the broker no longer had them.
   MetricCell* InputLost(const std::string& topic, int32_t partition);
 
@@ -122,10 +97,6 @@ class DaemonMetrics {
   bool IsJob(const std::string& job) const { return export_gate.IsJob(job); }
 
  private:
-  MetricFamily* node_jobs_;
-  MetricFamily* node_lost_;
-  MetricFamily* node_window_jobs_;
-  std::set<std::string> exported_nodes_;
   void PublishMemory(const JobSnapshot& snapshot);
   void PublishSteps(const JobSnapshot& snapshot);
   void PublishWhatIf(const JobSnapshot& snapshot);

@@ -145,12 +145,20 @@ MetricFamily* PrometheusRegistry::Add(const std::string& name, const std::string
   return families_.back().get();
 }
 
+void PrometheusRegistry::OnScrape(std::function<void()> refresh) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_scrape_.push_back(std::move(refresh));
+}
+
 std::string PrometheusRegistry::Render() const {
   std::vector<const MetricFamily*> families;
+  std::vector<std::function<void()>> refresh;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& f : families_) families.push_back(f.get());  // never removed
+    refresh = on_scrape_;
   }
+  for (const auto& r : refresh) r();
   // One family at a time: the library's data model (a ClientMetric of ~200 bytes a series) is
   // built for one family, written and freed before the next, so a scrape of 10,000 jobs holds
   // one family's copy, not the whole registry's.

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -99,6 +100,11 @@ class PrometheusRegistry {
   MetricFamily* Gauge(const std::string& name, const std::string& help,
                       std::vector<std::string> labels);
 
+  // Runs `refresh` at the start of every Render, before any family is read: values kept
+  // elsewhere (a part's counters) are read at scrape. Scrapes may overlap: `refresh` must be
+  // thread-safe, and whatever it reads must outlive the last Render.
+  void OnScrape(std::function<void()> refresh);
+
   // The text exposition of every family, in registration order (prometheus::TextSerializer).
   std::string Render() const;
 
@@ -108,6 +114,7 @@ class PrometheusRegistry {
 
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<MetricFamily>> families_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void()>> on_scrape_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rankwatch

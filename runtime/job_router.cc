@@ -10,7 +10,7 @@
 namespace rankwatch {
 
 static_assert(std::is_same_v<SnapshotStore::Map, JobSnapshotMap>,
-              "evidence reads the SnapshotStore's map as it is");
+              "tick hooks read the SnapshotStore's map as it is");
 
 JobRouter::JobRouter(JobRouterOptions options, TaskSinks sinks)
     : options_(std::move(options)),
@@ -218,14 +218,14 @@ void JobRouter::Tick(TimePoint now, int64_t wall_now_unix_ns) {
     sinks_.snapshots->Update(out.snapshots, out.removed_snapshots);
   }
   for (auto& [partition, task] : tasks_) task->RaiseAlerts(wall_now_unix_ns, &out);
-  if (sinks_.nodes != nullptr && !out.node_charges.empty()) sinks_.nodes->Charge(out.node_charges);
-  if (!sinks_.evidence.empty()) {
-    EvidenceTick tick;
+  if (!sinks_.hooks.empty()) {
+    TickView tick;
     tick.now_unix_ns = wall_now_unix_ns;
     tick.evaluated = &out.snapshots;
     tick.removed = &out.removed_snapshots;
     tick.latest = sinks_.snapshots->Get();
-    for (Evidence* evidence : sinks_.evidence) evidence->OnTick(tick, &out.alerts);
+    tick.node_charges = &out.node_charges;
+    for (TickHook* hook : sinks_.hooks) hook->OnTick(tick, &out.alerts);
   }
   // Every alert of the tick in one write; the ingest thread never waits for it.
   if (sinks_.alert_hub != nullptr && (!out.alerts.empty() || !out.alert_states.empty())) {

@@ -1,9 +1,9 @@
 // JobRouter: the daemon's ingest stage without Kafka. It decodes and validates each message,
 // dispatches its records to the PartitionTask of the message's partition (which owns the job's
-// state), hands each batch to every kind of evidence, counts everything in the daemon metrics,
+// state), hands each batch to the parts' tick hooks, counts everything in the daemon metrics,
 // and every tick publishes what the tasks evaluated: snapshots to the metrics, then to the
-// SnapshotStore; then the tasks' alerts, which each kind of evidence may add to, to the AlertHub
-// (one write per tick). Checkpoints are collected task by task (whole partitions: jobs and offset
+// SnapshotStore; then the tasks' alerts, which each hook may add to, to the AlertHub (one write
+// per tick). Checkpoints are collected task by task (whole partitions: jobs and offset
 // together), within a byte budget.
 //
 // Not thread-safe: owned by the ingest thread (the single owner of every task). Time comes in
@@ -64,8 +64,9 @@ class JobRouter {
 
   // Expires jobs, closes alignment timeouts and evaluates the jobs that changed, then publishes
   // in this order: their snapshots to the metrics (those of ids that are jobs, step counts
-  // last), then to the SnapshotStore; their alerts are evaluated; each kind of evidence, in order,
-  // runs its tick hook over the alerts (evidence/evidence.h); the alerts go to the AlertHub.
+  // last), then to the SnapshotStore; their alerts are evaluated; each part's tick hook, in
+  // order, sees what the tick produced and may add to its alerts (parts/tick_hook.h); the alerts
+  // go to the AlertHub.
   void Tick(TimePoint now, int64_t wall_now_unix_ns);
 
   // Adds to `checkpoint` the changes of the tasks that changed, whole tasks oldest-changed

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "alerting/alert_hub.h"
-#include "evidence/evidence.h"
+#include "parts/tick_hook.h"
 #include "runtime/test_batches.h"
 
 namespace rankwatch {
@@ -16,16 +16,16 @@ namespace {
 
 using testing::EncodedStep;
 
-// A kind of evidence that records what the router hands it, appends its name to the subject of
+// A tick hook that records what the router hands it, appends its name to the subject of
 // every alert it sees, and appends `append` (when set) to the first tick's alerts.
-class RecordingEvidence : public Evidence {
+class RecordingEvidence : public TickHook {
  public:
   explicit RecordingEvidence(std::string name) : name_(std::move(name)) {}
 
   void OnBatch(const v1::Batch& batch) override {
     batches.push_back(batch.source().training_job());
   }
-  void OnTick(const EvidenceTick& tick, std::vector<v1::Alert>* alerts) override {
+  void OnTick(const TickView& tick, std::vector<v1::Alert>* alerts) override {
     ++ticks;
     now_unix_ns = tick.now_unix_ns;
     evaluated.clear();

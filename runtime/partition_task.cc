@@ -40,7 +40,7 @@ PartitionTask::Job& PartitionTask::Insert(const std::string& name,
 void PartitionTask::Add(const v1::Batch& batch, TimePoint now, int64_t wall_now_unix_ns) {
   ReadAgain(now);  // input arrives: whatever the offsets said, the partition is read again
   const v1::SourceIdentity& source = batch.source();
-  for (Evidence* evidence : sinks_->evidence) evidence->OnBatch(batch);
+  for (TickHook* hook : sinks_->hooks) hook->OnBatch(batch);
   // Events that answer a control request (trace.capture_id) are evidence, not the rank's live
   // telemetry.
   if (!batch.trace().capture_id().empty()) {
@@ -221,8 +221,8 @@ void PartitionTask::Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput
     job.dirty = false;
     job.published_at = now;
     // Ranks serving evidence (a capture) may lag: their silence is not a hang.
-    for (const Evidence* evidence : sinks_->evidence) {
-      job.pipeline->NoteEvidenceBusy(evidence->BusyRanks(name, wall_now_unix_ns), now);
+    for (const TickHook* hook : sinks_->hooks) {
+      job.pipeline->NoteEvidenceBusy(hook->BusyRanks(name, wall_now_unix_ns), now);
     }
     const TimePoint started = options_->stopwatch();
     auto snapshot = std::make_shared<JobSnapshot>(job.pipeline->Snapshot(now));

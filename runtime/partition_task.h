@@ -25,13 +25,12 @@
 
 #include "absl/status/status.h"
 #include "alerting/alert_hub.h"
-#include "evidence/evidence.h"
-#include "fleet/node_ledger.h"
 #include "metrics/daemon_metrics.h"
 #include "operators/alert_tracker.h"
 #include "operators/job_pipeline.h"
 #include "operators/kernel/kernel_accumulator.h"
 #include "operators/time.h"
+#include "parts/tick_hook.h"
 #include "serving/kernel_snapshot_store.h"
 #include "serving/snapshot_store.h"
 #include "state/job_state_store.h"
@@ -59,22 +58,21 @@ struct TaskSinks {
   SnapshotStore* snapshots = nullptr;
   AlertHub* alert_hub = nullptr;                    // null: alerts are not stored or published
   KernelSnapshotStore* kernel_snapshots = nullptr;  // null: kernel results are not served
-  // Every kind of evidence (evidence/evidence.h), in the order they are called: each gets
-  // every batch, and a hook after each tick that may add to the tick's alerts. Empty: none.
-  std::vector<Evidence*> evidence = {};
-  // The fleet view of nodes: what the jobs' straggler alerts charged their nodes. Null: none.
-  NodeLedger* nodes = nullptr;
+  // The daemon's parts' tick hooks (parts/tick_hook.h), in the order they are called: each
+  // gets every batch, and what each tick produced — where it may add to the tick's alerts.
+  // Empty: none.
+  std::vector<TickHook*> hooks = {};
 };
 
 // What the tasks' evaluations of one tick produced, published by the router: new snapshots
-// first (to the metrics, then the SnapshotStore), then the alerts (with what the evidence adds,
+// first (to the metrics, then the SnapshotStore), then the alerts (with what the hooks add,
 // stored, then published by the AlertHub together with the lifecycle state of their jobs).
 struct TickOutput {
   std::vector<std::shared_ptr<const JobSnapshot>> snapshots;
   std::vector<std::string> removed_snapshots;  // jobs dropped since the last tick
   std::vector<v1::Alert> alerts;
   Checkpoint alert_states;
-  std::vector<NodeCharge> node_charges;  // for the fleet view of nodes
+  std::vector<NodeCharge> node_charges;  // what the straggler alerts charged their nodes
 };
 
 class PartitionTask {

@@ -110,7 +110,8 @@ TEST_F(AlertStreamTest, ConcurrentStreamsGetEveryAlertOnceInOrderWhileAppendsGoO
   SnapshotStore snapshots;
   GrpcServerOptions server_options;
   server_options.address = {"127.0.0.1", 0};
-  server_options.snapshots = &snapshots;
+  server_options.sources.snapshots = &snapshots;
+  server_options.sources.alerts = &hub;
   server_options.alerts = &hub;
   auto server = GrpcServer::Start(server_options);
   ASSERT_TRUE(server.ok()) << server.status();

@@ -10,6 +10,7 @@
 
 #include "alerting/alert_actions.h"
 #include "evidence/capture_ranks.h"
+#include "evidence/capture_store.h"
 #include "rankwatch/v1/service.grpc.pb.h"
 #include "serving/diagnosis_proto.h"
 #include "serving/queries.h"
@@ -198,10 +199,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   auto self = std::unique_ptr<GrpcServer>(new GrpcServer());
-  const QuerySources sources{options.snapshots,       options.alerts, options.kernels,
-                             options.captures,        options.hang,   options.state,
-                             options.flight_recorder, options.nodes};
-  self->service_ = std::make_unique<RankWatchService>(sources, options.alerts, options.captures);
+  const PartServices* parts = options.sources.parts;
+  CaptureStore* captures = parts == nullptr ? nullptr : parts->Find<CaptureStore>();
+  self->service_ = std::make_unique<RankWatchService>(options.sources, options.alerts, captures);
   self->alerts_ = options.alerts;
   grpc::ServerBuilder builder;
   int port = 0;

@@ -1,10 +1,11 @@
 // GrpcServer: the rankwatch.v1.RankWatch service plus gRPC health checking and server
 // reflection, on its own threads, over plaintext or TLS (mutual TLS with a client CA).
 //
-// RequestCapture asks the CaptureStore (evidence/capture_store.h) for the ranks
+// RequestCapture asks the CaptureStore (evidence/capture_store.h) a part serves for the ranks
 // evidence/capture_ranks.h chooses; GetCapture and ListCaptures read it. GetTimeline reads the
-// job's stored steps from the StateStore (serving/timeline.h). ListNodes asks the NodeView (the
-// fleet view of nodes, docs/fleet.md) as of the wall clock, UNAVAILABLE without one.
+// job's stored steps from the StateStore (serving/timeline.h). ListNodes asks the NodeView a part
+// serves (the fleet view of nodes, docs/fleet.md) as of the wall clock. A call whose service no
+// part serves is UNAVAILABLE.
 //
 // ListJobs, GetDiagnosis and GetRankDetail answer from the SnapshotStore; WatchAlerts streams
 // the AlertHub's stored alerts after the requested sequence and then live ones. A subscriber
@@ -23,13 +24,7 @@
 #include "absl/status/statusor.h"
 #include "alerting/alert_hub.h"
 #include "common/listen_address.h"
-#include "evidence/capture_store.h"
-#include "evidence/flight_recorder_inspector.h"
-#include "evidence/hang_inspector.h"
-#include "fleet/node_view.h"
-#include "serving/kernel_snapshot_store.h"
-#include "serving/snapshot_store.h"
-#include "state/state_store.h"
+#include "serving/queries.h"
 
 namespace grpc {
 class Server;
@@ -46,15 +41,11 @@ struct GrpcTlsOptions {
 
 struct GrpcServerOptions {
   ListenAddress address;
-  const SnapshotStore* snapshots = nullptr;      // required
-  AlertHub* alerts = nullptr;                    // null: WatchAlerts is UNAVAILABLE
-  const KernelSnapshotStore* kernels = nullptr;  // per-rank GPU timelines (may be null)
-  CaptureStore* captures = nullptr;              // null: the capture calls are UNAVAILABLE
-  const HangInspector* hang = nullptr;           // null: diagnoses carry no hang stacks
-  const StateStore* state = nullptr;             // null: GetTimeline is UNAVAILABLE
-  // null: diagnoses carry no Flight Recorder verdict
-  const FlightRecorderInspector* flight_recorder = nullptr;
-  const NodeView* nodes = nullptr;  // null: ListNodes is UNAVAILABLE
+  // What the queries read (serving/queries.h): `sources.snapshots` is required; without
+  // `sources.state` GetTimeline is UNAVAILABLE; without `sources.parts`, or a part serving
+  // captures or nodes, the capture calls and ListNodes are.
+  QuerySources sources;
+  AlertHub* alerts = nullptr;  // WatchAlerts streams it; null: UNAVAILABLE
   GrpcTlsOptions tls;
 };
 

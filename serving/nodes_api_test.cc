@@ -121,12 +121,13 @@ class NodesApiTest : public ::testing::Test {
         Record("node-7", 700, 2, false)});
   }
 
-  // Starts both servers over `view` (null: none).
-  void Start(const NodeView* view) {
+  // Starts both servers over `view` (null: none), served as a part serves it.
+  void Start(NodeView* view) {
+    if (view != nullptr) parts_.Offer<NodeView>(view);
     GrpcServerOptions grpc_options;
     grpc_options.address = {"127.0.0.1", 0};
-    grpc_options.snapshots = &snapshots_;
-    grpc_options.nodes = view;
+    grpc_options.sources.snapshots = &snapshots_;
+    grpc_options.sources.parts = &parts_;
     auto grpc_server = GrpcServer::Start(grpc_options);
     ASSERT_TRUE(grpc_server.ok()) << grpc_server.status();
     grpc_ = std::move(*grpc_server);
@@ -135,7 +136,7 @@ class NodesApiTest : public ::testing::Test {
     WebServerOptions web_options;
     web_options.address = {"127.0.0.1", 0};
     web_options.sources.snapshots = &snapshots_;
-    web_options.sources.nodes = view;
+    web_options.sources.parts = &parts_;
     auto web_server = WebServer::Start(web_options);
     ASSERT_TRUE(web_server.ok()) << web_server.status();
     web_ = std::move(*web_server);
@@ -168,6 +169,7 @@ class NodesApiTest : public ::testing::Test {
   }
 
   SnapshotStore snapshots_;
+  PartServices parts_;
   std::unique_ptr<FakeNodeView> view_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<v1::RankWatch::Stub> stub_;

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <future>
 
+#include "evidence/capture_store.h"
+#include "fleet/node_view.h"
 #include "operators/step_codec.h"
 #include "operators/step_time_diagnosis.h"
 #include "serving/diagnosis_proto.h"
@@ -15,6 +17,12 @@
 
 namespace rankwatch {
 namespace {
+
+// The service of type T a part offers, or null.
+template <typename T>
+const T* Served(const QuerySources& s) {
+  return s.parts == nullptr ? nullptr : s.parts->Find<T>();
+}
 
 absl::Status NoJob(const std::string& job) {
   return absl::NotFoundError("no training job '" + job + "'");
@@ -92,16 +100,10 @@ absl::StatusOr<v1::Diagnosis> Queries::GetDiagnosis(const std::string& job) cons
       out->set_median_bytes(p.median);
     }
   }
-  if (s_.captures != nullptr) {
-    if (auto c = s_.captures->LatestComparison(job, kEvidenceCaptureRows)) {
-      *response.mutable_capture() = std::move(*c);
+  if (s_.parts != nullptr) {
+    for (const DiagnosisContributor* part : s_.parts->diagnosis()) {
+      part->AddTo(*it->second, &response);
     }
-  }
-  if (s_.hang != nullptr && it->second->step.label == StepLabel::kHang) {
-    if (auto s = s_.hang->Get(job)) *response.mutable_hang_stacks() = std::move(*s);
-  }
-  if (s_.flight_recorder != nullptr) {
-    if (auto v = s_.flight_recorder->Get(job)) *response.mutable_flight_recorder() = std::move(*v);
   }
   return response;
 }
@@ -150,17 +152,19 @@ absl::StatusOr<v1::RankDetail> Queries::GetRankDetail(const std::string& job, ui
 }
 
 absl::StatusOr<v1::ListCapturesResponse> Queries::ListCaptures(const std::string& job) const {
-  if (s_.captures == nullptr) return absl::UnavailableError("captures are off");
+  const CaptureStore* captures = Served<CaptureStore>(s_);
+  if (captures == nullptr) return absl::UnavailableError("captures are off");
   v1::ListCapturesResponse response;
-  for (v1::Capture& c : s_.captures->List(job)) *response.add_captures() = std::move(c);
+  for (v1::Capture& c : captures->List(job)) *response.add_captures() = std::move(c);
   return response;
 }
 
 absl::StatusOr<v1::GetCaptureResponse> Queries::GetCapture(const std::string& id,
                                                            bool with_events) const {
-  if (s_.captures == nullptr) return absl::UnavailableError("captures are off");
+  const CaptureStore* captures = Served<CaptureStore>(s_);
+  if (captures == nullptr) return absl::UnavailableError("captures are off");
   std::vector<v1::CaptureTrace> traces;
-  auto c = s_.captures->Get(id, with_events ? &traces : nullptr);
+  auto c = captures->Get(id, with_events ? &traces : nullptr);
   if (!c) return absl::NotFoundError("no capture '" + id + "'");
   v1::GetCaptureResponse response;
   *response.mutable_capture() = std::move(*c);
@@ -173,7 +177,7 @@ absl::StatusOr<v1::Timeline> Queries::GetTimeline(const v1::GetTimelineRequest& 
   auto snapshots = s_.snapshots->Get();
   auto it = snapshots->find(request.training_job());
   if (it == snapshots->end()) return NoJob(request.training_job());
-  return BuildTimeline(*it->second, request, *s_.state, s_.alerts, s_.captures);
+  return BuildTimeline(*it->second, request, *s_.state, s_.alerts, Served<CaptureStore>(s_));
 }
 
 absl::StatusOr<JobHeatmap> Queries::GetHeatmap(const std::string& job, const std::string& metric,
@@ -350,14 +354,15 @@ absl::StatusOr<std::vector<v1::Alert>> Queries::RecentAlerts(const std::string& 
 
 absl::StatusOr<v1::ListNodesResponse> Queries::ListNodes(
     const v1::ListNodesRequest& request) const {
-  if (s_.nodes == nullptr) {
+  const NodeView* nodes = Served<NodeView>(s_);
+  if (nodes == nullptr) {
     return absl::UnavailableError(
         "the fleet view of nodes is not enabled in this rankwatchd (see --nodes-topic)");
   }
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
-  return s_.nodes->ListNodes(request, now);
+  return nodes->ListNodes(request, now);
 }
 
 absl::StatusOr<v1::ListNodesResponse> Queries::GetNode(const std::string& node) const {

@@ -1,8 +1,9 @@
 // Queries: the read-only answers rankwatchd gives about its jobs — every job's summary, a
-// job's diagnosis, one rank's detail, captures, the cross-rank timeline, a job's alerts, the
-// fleet view of nodes — built
-// once for every front end (the gRPC service, the web UI's JSON API), so that they say the same
-// thing about the same snapshot.
+// job's diagnosis (with what the daemon's parts add to it), one rank's detail, captures, the
+// cross-rank timeline, a job's alerts, the fleet view of nodes — built once for every front end
+// (the gRPC service, the web UI's JSON API), so that they say the same thing about the same
+// snapshot. What the parts serve (captures, nodes, diagnosis evidence) is found in their
+// PartServices (parts/part_services.h); a service no part offers answers Unavailable.
 //
 // Errors are absl statuses: NotFound (no such job, capture), OutOfRange (a rank past the
 // world size), Unavailable (the feature is off), InvalidArgument (a bad request), DataLoss
@@ -19,10 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "alerting/alert_hub.h"
-#include "evidence/capture_store.h"
-#include "evidence/flight_recorder_inspector.h"
-#include "evidence/hang_inspector.h"
-#include "fleet/node_view.h"
+#include "parts/part_services.h"
 #include "rankwatch/v1/service.pb.h"
 #include "serving/kernel_snapshot_store.h"
 #include "serving/snapshot_store.h"
@@ -35,12 +33,10 @@ struct QuerySources {
   const SnapshotStore* snapshots = nullptr;
   const AlertHub* alerts = nullptr;              // firing alerts, a job's alerts
   const KernelSnapshotStore* kernels = nullptr;  // per-rank GPU timelines
-  const CaptureStore* captures = nullptr;        // captures and their comparisons
-  const HangInspector* hang = nullptr;           // hang stacks in a hung job's diagnosis
   const StateStore* state = nullptr;             // timelines
-  // The Flight Recorder verdict in a job's diagnosis.
-  const FlightRecorderInspector* flight_recorder = nullptr;
-  const NodeView* nodes = nullptr;  // the fleet view of nodes (docs/fleet.md)
+  // What the daemon's parts serve: what they add to a diagnosis, the capture store
+  // (evidence/capture_store.h), the fleet view of nodes (fleet/node_view.h).
+  const PartServices* parts = nullptr;
 };
 
 // A job's window of steps, rank by rank, as the web UI's heatmap draws it: per step its number
