@@ -53,6 +53,173 @@ void FillKernel(const kernel::RankKernelSummary& r, const kernel::KernelJobSnaps
   }
 }
 
+// --- the heatmap's stages (Queries::GetHeatmap) ---------------------------------------------
+
+// A metric's name: its phase's, upper case ("DATALOADER").
+std::string MetricName(Phase p) {
+  std::string n(PhaseName(p));
+  for (char& c : n) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return n;
+}
+
+// The heatmap of `job` before its steps: its ranks, their nodes, the culprits.
+JobHeatmap HeatmapOfJob(const std::string& job, const JobSnapshot& snapshot,
+                        std::optional<uint32_t> rank) {
+  JobHeatmap h;
+  h.training_job = job;
+  h.rank = rank;
+  h.world_size = snapshot.world_size;
+  h.culprit_ranks = snapshot.step.culprit_ranks;
+  for (uint32_t r = 0; r < snapshot.world_size; ++r) h.rank_nodes.push_back(snapshot.NodeOf(r));
+  return h;
+}
+
+// The phase a metric shows; -1: own time ("OWN"). InvalidArgument for another name.
+absl::StatusOr<int> PhaseOfMetric(const std::string& metric) {
+  int phase = -1;
+  for (int p = 0; p < kPhaseCount; ++p) {
+    if (MetricName(static_cast<Phase>(p)) == metric) phase = p;
+  }
+  if (phase < 0 && metric != "OWN") {
+    return absl::InvalidArgumentError("no metric '" + metric +
+                                      "' (STEP, OWN or a phase: DATALOADER, FORWARD, ...)");
+  }
+  return phase;
+}
+
+// Stored steps, each reduced to the metric's column: a value a rank (NaN where none).
+struct HeatmapSteps {
+  absl::Status status;
+  std::vector<uint64_t> steps;
+  std::vector<bool> timed_out;
+  std::vector<uint32_t> ranks;  // rank-steps of each step, for max_rank_steps
+  std::vector<std::vector<float>> columns;
+  uint32_t present = 0;    // phases any rank reported
+  bool truncated = false;  // older steps were left out (KeepNewestThatFit)
+};
+
+// Steps [first, last] of the job, each decoded and reduced to the metric's column at once: the
+// decoded samples of a whole window would take ~100 bytes a rank-step.
+HeatmapSteps ReadColumns(const StateStore& store, const std::string& job, uint32_t n, int phase,
+                         const BlockedModel& blocked, uint64_t first, uint64_t last) {
+  HeatmapSteps half;
+  auto stored = job_state::ReadStepRange(store, job, first, last);
+  if (!stored.ok()) {
+    half.status = stored.status();
+    return half;
+  }
+  AlignedStep step;
+  for (const state::v1::StoredStep& st : *stored) {
+    if (absl::Status d = DecodeStep(st, &step); !d.ok()) {
+      half.status = absl::DataLossError("stored step " + std::to_string(st.step()) + " of job '" +
+                                        job + "': " + std::string(d.message()));
+      return half;
+    }
+    half.steps.push_back(step.step);
+    half.timed_out.push_back(step.timed_out);
+    half.ranks.push_back(static_cast<uint32_t>(step.samples.size()));
+    std::vector<float>& column = half.columns.emplace_back(n, NAN);
+    for (const StepSample& sample : step.samples) {
+      half.present |= sample.present;
+      if (sample.rank >= n) continue;
+      if (phase >= 0) {
+        if (sample.Has(static_cast<Phase>(phase))) {
+          column[sample.rank] = static_cast<float>(static_cast<double>(sample.ns[phase]) * 1e-6);
+        }
+        continue;
+      }
+      std::array<double, kPhaseCount> v{};
+      for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(sample.ns[p]) * 1e-6;
+      column[sample.rank] = static_cast<float>(
+          OwnTime(v, sample.present, blocked, static_cast<double>(sample.gc_ns) * 1e-6));
+    }
+  }
+  return half;
+}
+
+// The window's steps, read and decoded in two halves at once (a 16,384-rank window is ~60 MB
+// of stored columns), the older half on a thread of its own.
+absl::StatusOr<HeatmapSteps> ReadWindowColumns(const StateStore& store, const std::string& job,
+                                               const JobSnapshot& snapshot, int phase) {
+  const uint32_t n = snapshot.world_size;
+  const BlockedModel& blocked = snapshot.step.blocked;
+  const uint64_t first = snapshot.window_first_step, last = snapshot.window_last_step;
+  const uint64_t middle = first + (last - first) / 2;
+  std::future<HeatmapSteps> older_future = std::async(std::launch::async, [&] {
+    return ReadColumns(store, job, n, phase, blocked, first, middle);
+  });
+  HeatmapSteps newer = ReadColumns(store, job, n, phase, blocked, middle + 1, last);
+  HeatmapSteps older = older_future.get();
+  if (!older.status.ok()) return older.status;
+  if (!newer.status.ok()) return newer.status;
+  HeatmapSteps all = std::move(older);
+  all.steps.insert(all.steps.end(), newer.steps.begin(), newer.steps.end());
+  all.timed_out.insert(all.timed_out.end(), newer.timed_out.begin(), newer.timed_out.end());
+  all.ranks.insert(all.ranks.end(), newer.ranks.begin(), newer.ranks.end());
+  for (auto& c : newer.columns) all.columns.push_back(std::move(c));
+  all.present |= newer.present;
+  return all;
+}
+
+// Keeps the newest steps whose rank-steps fit in `max_rank_steps`.
+void KeepNewestThatFit(uint32_t max_rank_steps, HeatmapSteps* s) {
+  size_t begin = s->ranks.size();
+  uint64_t rank_steps = 0;
+  while (begin > 0 && rank_steps + s->ranks[begin - 1] <= max_rank_steps) {
+    rank_steps += s->ranks[--begin];
+  }
+  s->truncated = begin > 0;
+  const auto cut = static_cast<std::ptrdiff_t>(begin);
+  s->steps.erase(s->steps.begin(), s->steps.begin() + cut);
+  s->timed_out.erase(s->timed_out.begin(), s->timed_out.begin() + cut);
+  s->ranks.erase(s->ranks.begin(), s->ranks.begin() + cut);
+  s->columns.erase(s->columns.begin(), s->columns.begin() + cut);
+}
+
+// The metrics the steps hold: STEP and OWN (own time needs the step time and a blocked model)
+// first, then each phase any rank reported.
+std::vector<std::string> MetricsPresent(uint32_t present, bool own_known) {
+  std::vector<std::string> metrics;
+  if (present & (1u << static_cast<int>(Phase::kStep))) {
+    metrics.push_back("STEP");
+    if (own_known) metrics.push_back("OWN");
+  }
+  for (int p = 0; p < kPhaseCount; ++p) {
+    if (p != static_cast<int>(Phase::kStep) && (present & (1u << p))) {
+      metrics.push_back(MetricName(static_cast<Phase>(p)));
+    }
+  }
+  return metrics;
+}
+
+// One rank's values, step by step, and each step's median over every rank that reported it.
+void FillRankValues(const std::vector<std::vector<float>>& columns, uint32_t rank, JobHeatmap* h) {
+  std::vector<float> column;
+  for (const std::vector<float>& step : columns) {
+    h->values.push_back(step[rank]);
+    column.clear();
+    for (float v : step) {
+      if (!std::isnan(v)) column.push_back(v);
+    }
+    float median = NAN;
+    if (!column.empty()) {
+      auto mid = column.begin() + static_cast<std::ptrdiff_t>(column.size() / 2);
+      std::nth_element(column.begin(), mid, column.end());
+      median = *mid;
+    }
+    h->medians.push_back(median);
+  }
+}
+
+// Every rank's values: rank-major, a row of steps per rank.
+void FillGrid(const std::vector<std::vector<float>>& columns, uint32_t ranks, JobHeatmap* h) {
+  const size_t steps = columns.size();
+  h->values.assign(static_cast<size_t>(ranks) * steps, NAN);
+  for (size_t s = 0; s < steps; ++s) {
+    for (uint32_t r = 0; r < ranks; ++r) h->values[r * steps + s] = columns[s][r];
+  }
+}
+
 }  // namespace
 
 v1::ListJobsResponse Queries::ListJobs() const {
@@ -192,112 +359,19 @@ absl::StatusOr<JobHeatmap> Queries::GetHeatmap(const std::string& job, const std
     return absl::OutOfRangeError("training job '" + job + "' has " +
                                  std::to_string(snapshot.world_size) + " ranks");
   }
-  JobHeatmap h;
-  h.training_job = job;
-  h.rank = rank;
-  h.world_size = snapshot.world_size;
-  h.culprit_ranks = snapshot.step.culprit_ranks;
-  for (uint32_t r = 0; r < snapshot.world_size; ++r) h.rank_nodes.push_back(snapshot.NodeOf(r));
+  JobHeatmap h = HeatmapOfJob(job, snapshot, rank);
   if (!snapshot.has_window) return h;
-
-  const auto upper = [](Phase p) {
-    std::string n(PhaseName(p));
-    for (char& c : n) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    return n;
-  };
   const bool own_known = snapshot.step.blocked.kind != BlockedModel::Kind::kUnknown;
   h.metric = metric.empty() ? (own_known ? "OWN" : "STEP") : metric;
-  int phase = -1;  // the metric's phase; -1: own time
-  for (int p = 0; p < kPhaseCount; ++p) {
-    if (upper(static_cast<Phase>(p)) == h.metric) phase = p;
-  }
-  if (phase < 0 && h.metric != "OWN") {
-    return absl::InvalidArgumentError("no metric '" + h.metric +
-                                      "' (STEP, OWN or a phase: DATALOADER, FORWARD, ...)");
-  }
-  // The window's steps, read and decoded in two halves at once (a 16,384-rank window is ~60 MB
-  // of stored columns), the older half on a thread of its own. Each step is decoded and reduced
-  // to the metric's column at once: the decoded samples of a whole window would take ~100
-  // bytes a rank-step.
-  struct Half {
-    absl::Status status;
-    std::vector<uint64_t> steps;
-    std::vector<bool> timed_out;
-    std::vector<uint32_t> ranks;  // rank-steps of each step, for max_rank_steps
-    std::vector<std::vector<float>> columns;
-    uint32_t present = 0;  // phases any rank reported
-  };
-  const uint32_t n = snapshot.world_size;
-  const BlockedModel& blocked = snapshot.step.blocked;
-  const auto read = [this, &job, n, phase, &blocked](uint64_t first, uint64_t last) {
-    Half half;
-    auto stored = job_state::ReadStepRange(*s_.state, job, first, last);
-    if (!stored.ok()) {
-      half.status = stored.status();
-      return half;
-    }
-    AlignedStep step;
-    for (const state::v1::StoredStep& st : *stored) {
-      if (absl::Status d = DecodeStep(st, &step); !d.ok()) {
-        half.status = absl::DataLossError("stored step " + std::to_string(st.step()) + " of job '" +
-                                          job + "': " + std::string(d.message()));
-        return half;
-      }
-      half.steps.push_back(step.step);
-      half.timed_out.push_back(step.timed_out);
-      half.ranks.push_back(static_cast<uint32_t>(step.samples.size()));
-      std::vector<float>& column = half.columns.emplace_back(n, NAN);
-      for (const StepSample& sample : step.samples) {
-        half.present |= sample.present;
-        if (sample.rank >= n) continue;
-        if (phase >= 0) {
-          if (sample.Has(static_cast<Phase>(phase))) {
-            column[sample.rank] = static_cast<float>(static_cast<double>(sample.ns[phase]) * 1e-6);
-          }
-          continue;
-        }
-        std::array<double, kPhaseCount> v{};
-        for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(sample.ns[p]) * 1e-6;
-        column[sample.rank] = static_cast<float>(
-            OwnTime(v, sample.present, blocked, static_cast<double>(sample.gc_ns) * 1e-6));
-      }
-    }
-    return half;
-  };
-  const uint64_t first = snapshot.window_first_step, last = snapshot.window_last_step;
-  const uint64_t middle = first + (last - first) / 2;
-  std::future<Half> older_future = std::async(std::launch::async, read, first, middle);
-  Half newer = read(middle + 1, last);
-  Half older = older_future.get();
-  if (!older.status.ok()) return older.status;
-  if (!newer.status.ok()) return newer.status;
-  for (Half* half : {&older, &newer}) {
-    h.steps.insert(h.steps.end(), half->steps.begin(), half->steps.end());
-    h.timed_out.insert(h.timed_out.end(), half->timed_out.begin(), half->timed_out.end());
-  }
-  std::vector<uint32_t> ranks = older.ranks;
-  ranks.insert(ranks.end(), newer.ranks.begin(), newer.ranks.end());
-  std::vector<std::vector<float>> columns = std::move(older.columns);
-  for (auto& c : newer.columns) columns.push_back(std::move(c));
-  // The newest steps that fit.
-  size_t begin = ranks.size();
-  uint64_t rank_steps = 0;
-  while (begin > 0 && rank_steps + ranks[begin - 1] <= max_rank_steps) rank_steps += ranks[--begin];
-  h.truncated = begin > 0;
-  h.steps.erase(h.steps.begin(), h.steps.begin() + static_cast<std::ptrdiff_t>(begin));
-  h.timed_out.erase(h.timed_out.begin(), h.timed_out.begin() + static_cast<std::ptrdiff_t>(begin));
-  columns.erase(columns.begin(), columns.begin() + static_cast<std::ptrdiff_t>(begin));
-
-  const uint32_t present = older.present | newer.present;
-  if (present & (1u << static_cast<int>(Phase::kStep))) {
-    h.metrics.push_back("STEP");
-    if (own_known) h.metrics.push_back("OWN");
-  }
-  for (int p = 0; p < kPhaseCount; ++p) {
-    if (p != static_cast<int>(Phase::kStep) && (present & (1u << p))) {
-      h.metrics.push_back(upper(static_cast<Phase>(p)));
-    }
-  }
+  const absl::StatusOr<int> phase = PhaseOfMetric(h.metric);
+  if (!phase.ok()) return phase.status();
+  absl::StatusOr<HeatmapSteps> steps = ReadWindowColumns(*s_.state, job, snapshot, *phase);
+  if (!steps.ok()) return steps.status();
+  KeepNewestThatFit(max_rank_steps, &*steps);
+  h.truncated = steps->truncated;
+  h.steps = std::move(steps->steps);
+  h.timed_out = std::move(steps->timed_out);
+  h.metrics = MetricsPresent(steps->present, own_known);
   if (!h.steps.empty() &&
       std::find(h.metrics.begin(), h.metrics.end(), h.metric) == h.metrics.end()) {
     std::string known;
@@ -305,28 +379,10 @@ absl::StatusOr<JobHeatmap> Queries::GetHeatmap(const std::string& job, const std
     return absl::InvalidArgumentError("no metric '" + h.metric + "' in the steps of job '" + job +
                                       "' (" + known + ")");
   }
-  const size_t steps = h.steps.size();
   if (rank) {
-    std::vector<float> column;
-    for (size_t s = 0; s < steps; ++s) {
-      h.values.push_back(columns[s][*rank]);
-      column.clear();
-      for (float v : columns[s]) {
-        if (!std::isnan(v)) column.push_back(v);
-      }
-      float median = NAN;
-      if (!column.empty()) {
-        auto mid = column.begin() + static_cast<std::ptrdiff_t>(column.size() / 2);
-        std::nth_element(column.begin(), mid, column.end());
-        median = *mid;
-      }
-      h.medians.push_back(median);
-    }
-    return h;
-  }
-  h.values.assign(static_cast<size_t>(n) * steps, NAN);
-  for (size_t s = 0; s < steps; ++s) {
-    for (uint32_t r = 0; r < n; ++r) h.values[r * steps + s] = columns[s][r];
+    FillRankValues(steps->columns, *rank, &h);
+  } else {
+    FillGrid(steps->columns, snapshot.world_size, &h);
   }
   return h;
 }
