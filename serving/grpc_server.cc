@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "alerting/alert_actions.h"
+#include "common/wall_clock.h"
 #include "evidence/capture_ranks.h"
 #include "evidence/capture_store.h"
 #include "rankwatch/v1/service.grpc.pb.h"
@@ -104,9 +105,7 @@ class RankWatchService final : public v1::RankWatch::Service {
     const JobSnapshot& s = *it->second;
     auto target = ChooseCaptureRanks(*request, s);
     if (!target.ok()) return ToGrpc(target.status());
-    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
+    const int64_t now = WallNowUnixNs();
     auto c =
         captures_->Request(s.training_job, std::move(target->ranks), target->culprit,
                            target->reference, request->steps(), "rankwatch capture", "", &s, now);

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/wall_clock.h"
 #include "fleet/node_view.h"
 #include "rankwatch/v1/service.grpc.pb.h"
 #include "serving/grpc_server.h"
@@ -27,12 +28,6 @@ namespace rankwatch {
 namespace {
 
 using google::protobuf::util::MessageDifferencer;
-
-int64_t WallNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Records in memory: the top `limit` by lost rank-seconds (0: 50) without their jobs, or the
 // one node asked for with its jobs. Remembers what it was asked.
@@ -181,9 +176,9 @@ TEST_F(NodesApiTest, GrpcHandsTheRequestAndTheWallClockToTheView) {
   v1::ListNodesRequest request;
   request.set_limit(2);
   v1::ListNodesResponse top;
-  const int64_t before = WallNowNs();
+  const int64_t before = WallNowUnixNs();
   ASSERT_TRUE(Call(request, &top).ok());
-  const int64_t after = WallNowNs();
+  const int64_t after = WallNowUnixNs();
   ASSERT_EQ(view_->requests().size(), 1u);
   EXPECT_TRUE(MessageDifferencer::Equals(view_->requests()[0], request));
   EXPECT_GE(view_->nows()[0], before);

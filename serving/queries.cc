@@ -7,6 +7,7 @@
 #include <cmath>
 #include <future>
 
+#include "common/wall_clock.h"
 #include "evidence/capture_store.h"
 #include "fleet/node_view.h"
 #include "operators/step_codec.h"
@@ -415,9 +416,7 @@ absl::StatusOr<v1::ListNodesResponse> Queries::ListNodes(
     return absl::UnavailableError(
         "the fleet view of nodes is not enabled in this rankwatchd (see --nodes-topic)");
   }
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const int64_t now = WallNowUnixNs();
   return nodes->ListNodes(request, now);
 }
 
