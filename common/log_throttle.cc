@@ -2,9 +2,9 @@
 
 namespace rankwatch {
 
-std::optional<uint64_t> LogThrottle::Admit(TimePoint now) {
+std::optional<uint64_t> LogThrottle::Admit(TimePoint now, uint64_t events) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++since_;
+  since_ += events;
   if (reported_ && now - *reported_ < interval_) return std::nullopt;
   reported_ = now;
   const uint64_t count = since_;

@@ -1,7 +1,8 @@
 // LogThrottle: lets one report of a repeating event through per interval and counts the events it
 // held back, so that a source that can repeat without bound (protobuf's complaints about a
-// hostile producer's batches) cannot flood the log. The caller logs when Admit says so, with the
-// count it returns.
+// hostile producer's batches, rejected telemetry, a full job table) cannot flood the log. The
+// caller logs when Admit says so, with the count it returns. The one throttle of log lines:
+// nothing else times its own.
 //
 // Thread-safe: Admit may be called from any thread.
 #pragma once
@@ -19,12 +20,14 @@ class LogThrottle {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
 
-  // At most one report per `interval`; the first event is always reported.
-  explicit LogThrottle(std::chrono::steady_clock::duration interval) : interval_(interval) {}
+  // At most one report per `interval` (default: one minute); the first Admit always reports.
+  explicit LogThrottle(std::chrono::steady_clock::duration interval = std::chrono::minutes(1))
+      : interval_(interval) {}
 
-  // Counts one event at `now`. When it is to be logged: the events since the last report, this
-  // one included (>= 1). Else nullopt: the event is counted toward the next report.
-  std::optional<uint64_t> Admit(TimePoint now);
+  // Counts `events` events at `now` (0: none, only asking whether a report is due). When it is to
+  // be logged: the events since the last report, these included. Else nullopt: they are counted
+  // toward the next report.
+  std::optional<uint64_t> Admit(TimePoint now, uint64_t events = 1);
 
  private:
   const std::chrono::steady_clock::duration interval_;

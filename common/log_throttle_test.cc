@@ -26,5 +26,17 @@ TEST(LogThrottleTest, AnEventAtTheClocksEpochIsReportedToo) {
   EXPECT_EQ(throttle.Admit(LogThrottle::TimePoint{} + seconds(1)), std::nullopt);
 }
 
+TEST(LogThrottleTest, CountsSeveralEventsOrNoneAtATime) {
+  LogThrottle throttle;  // one minute
+  const LogThrottle::TimePoint t0{seconds(1000)};
+  // The first call reports, even one that counts nothing: a report of other news is due.
+  EXPECT_EQ(throttle.Admit(t0, 0), 0u);
+  EXPECT_EQ(throttle.Admit(t0 + seconds(1), 3), std::nullopt);
+  EXPECT_EQ(throttle.Admit(t0 + seconds(2), 0), std::nullopt);
+  EXPECT_EQ(throttle.Admit(t0 + seconds(59), 2), std::nullopt);
+  EXPECT_EQ(throttle.Admit(t0 + seconds(60), 0), 5u);
+  EXPECT_EQ(throttle.Admit(t0 + seconds(120)), 1u);
+}
+
 }  // namespace
 }  // namespace rankwatch

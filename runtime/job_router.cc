@@ -53,12 +53,10 @@ void JobRouter::Rejected(RejectReason reason, TimePoint now) {
   sinks_.metrics->rejected_by_reason[static_cast<int>(reason)]->Add(1);
   // Rejected input means a producer to fix: one line the first time, then at most one a
   // minute per reason with the count since (a flood of bad messages cannot flood the log).
-  RejectLog& log = reject_log_[static_cast<int>(reason)];
-  ++log.since;
-  if (log.ever && now - log.logged < std::chrono::minutes(1)) return;
-  spdlog::warn("rejected {} telemetry message{} ({}); the latest: {}", log.since,
-               log.since == 1 ? "" : "s", RejectReasonName(reason), detail_);
-  log = {now, true, 0};
+  if (std::optional<uint64_t> since = reject_log_[static_cast<int>(reason)].Admit(now)) {
+    spdlog::warn("rejected {} telemetry message{} ({}); the latest: {}", *since,
+                 *since == 1 ? "" : "s", RejectReasonName(reason), detail_);
+  }
 }
 
 JobRouter::Index::iterator JobRouter::Track(const std::string& name, int32_t partition,
@@ -132,17 +130,15 @@ bool JobRouter::MakeRoom(size_t jobs, uint64_t ranks, std::string_view keep, Tim
     Evict(victim);  // invalidates only its own key in provisional_, which `next` has passed
   }
   const bool ok = fits();
-  RejectLog& log = reject_log_[kRejectReasonCount];
-  if (!ok) ++log.since;
-  if ((!ok || evicted_since_log_ > 0) &&
-      (!log.ever || now - log.logged >= std::chrono::minutes(1))) {
+  if (ok && evicted_since_log_ == 0) return ok;
+  // Refused messages are the events counted; evictions alone make a report due too.
+  if (std::optional<uint64_t> refused = reject_log_[kRejectReasonCount].Admit(now, ok ? 0 : 1)) {
     spdlog::warn(
         "the job table is full ({} jobs of at most {}, {} ranks of at most {}): evicted {} jobs "
         "that had not completed {} steps and refused {} messages of new jobs since the last "
         "report (max-jobs, max-ranks)",
         job_partition_.size(), options_.max_jobs, total_ranks_, options_.max_ranks,
-        evicted_since_log_, options_.established_steps, log.since);
-    log = {now, true, 0};
+        evicted_since_log_, options_.established_steps, *refused);
     evicted_since_log_ = 0;
   }
   return ok;

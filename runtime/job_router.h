@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/log_throttle.h"
 #include "ingest/batch_decoder.h"
 #include "metrics/daemon_metrics.h"
 #include "runtime/partition_task.h"
@@ -158,12 +159,7 @@ class JobRouter {
   std::set<EvictionKey> provisional_;
   uint64_t provisional_ranks_ = 0;  // ranks of the provisional jobs
   // Log lines for rejected input: at most one per reason a minute, with the count since.
-  struct RejectLog {
-    TimePoint logged{};
-    bool ever = false;
-    uint64_t since = 0;
-  };
-  std::array<RejectLog, kRejectReasonCount + 1> reject_log_;  // the last: too_many_jobs
+  std::array<LogThrottle, kRejectReasonCount + 1> reject_log_;  // the last: too_many_jobs
   uint64_t evicted_since_log_ = 0;
   // Checkpoint calls so far, and per task with uncollected changes the call that first saw
   // them (the order budgeted checkpoints collect tasks in).
