@@ -7,6 +7,9 @@
 // serves (the fleet view of nodes, docs/fleet.md) as of the wall clock. A call whose service no
 // part serves is UNAVAILABLE.
 //
+// ListActions reads the action policy's records of a job from the StateStore
+// (alerting/alert_actions.h, StoredActions).
+//
 // ListJobs, GetDiagnosis and GetRankDetail answer from the SnapshotStore; WatchAlerts streams
 // the AlertHub's stored alerts after the requested sequence and then live ones. A subscriber
 // that falls `subscriber_queue` alerts behind is disconnected with RESOURCE_EXHAUSTED and a

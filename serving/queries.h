@@ -1,9 +1,10 @@
 // Queries: the read-only answers rankwatchd gives about its jobs — every job's summary, a
 // job's diagnosis (with what the daemon's parts add to it), one rank's detail, captures, the
-// cross-rank timeline, a job's alerts, the fleet view of nodes — built once for every front end
-// (the gRPC service, the web UI's JSON API), so that they say the same thing about the same
-// snapshot. What the parts serve (captures, nodes, diagnosis evidence) is found in their
-// PartServices (parts/part_services.h); a service no part offers answers Unavailable.
+// cross-rank timeline, the ranks x steps heatmap, a job's alerts, the fleet view of nodes — built
+// once for every front end (the gRPC service, the web UI's JSON API), so that they say the same
+// thing about the same snapshot. What the parts serve (captures, nodes, diagnosis evidence) is
+// found in their PartServices (parts/part_services.h); a service no part offers answers
+// Unavailable.
 //
 // Errors are absl statuses: NotFound (no such job, capture), OutOfRange (a rank past the
 // world size), Unavailable (the feature is off), InvalidArgument (a bad request), DataLoss
