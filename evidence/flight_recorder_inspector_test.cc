@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/wall_clock.h"
 #include "evidence/control_requests_test_util.h"
 #include "flight_recorder/fr_proto.h"
 #include "flight_recorder/fr_test_dumps.h"
@@ -11,12 +12,6 @@ namespace rankwatch {
 namespace {
 
 constexpr int64_t kSecond = 1'000'000'000;
-
-int64_t WallNow() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::shared_ptr<const JobSnapshot> Job(const std::string& job, uint32_t world_size,
                                        uint64_t aligned_steps, bool hung) {
@@ -91,7 +86,7 @@ TEST(FlightRecorderInspectorTest, AHungJobIsAskedOnceAndItsDumpsNameTheRankThatH
   Sent sent;
   FlightRecorderInspector inspector({}, sent.Sender());
   Ticker t{&inspector};
-  const int64_t now = WallNow();
+  const int64_t now = WallNowUnixNs();
   // The hang alert fires before any dump came: no verdict in it.
   std::vector<v1::Alert> out = t.Tick(now, {Job("job", 4, 120, true)}, {HangAlert("job")});
   ASSERT_EQ(out.size(), 1u);
@@ -151,7 +146,7 @@ TEST(FlightRecorderInspectorTest, AHungJobIsAskedOnceAndItsDumpsNameTheRankThatH
 TEST(FlightRecorderInspectorTest, MissingDumpsSettleAndLaterDumpsAreAnalyzedAgain) {
   FlightRecorderInspector inspector({}, nullptr);  // no control topic: dumps still count
   Ticker t{&inspector};
-  const int64_t now = WallNow();
+  const int64_t now = WallNowUnixNs();
   const std::vector<fr::FrDump> dumps = fr::testing::HungJobDumps();
   for (uint32_t r = 0; r < 2; ++r) inspector.OnBatch(DumpBatch("job", 4, dumps[r]));
   t.Tick(now, {Job("job", 4, 10, true)});
@@ -163,14 +158,14 @@ TEST(FlightRecorderInspectorTest, MissingDumpsSettleAndLaterDumpsAreAnalyzedAgai
   EXPECT_EQ(v->dumps(), 2u);
   // One more: analyzed again once it settles.
   inspector.OnBatch(DumpBatch("job", 4, dumps[2]));
-  t.Tick(WallNow(), {Job("job", 4, 10, true)});
+  t.Tick(WallNowUnixNs(), {Job("job", 4, 10, true)});
   EXPECT_EQ(inspector.counters().analyses, 1u);
-  t.Tick(WallNow() + 3 * kSecond, {Job("job", 4, 10, true)});
+  t.Tick(WallNowUnixNs() + 3 * kSecond, {Job("job", 4, 10, true)});
   EXPECT_EQ(inspector.counters().analyses, 2u);
   EXPECT_EQ(Ranks(inspector.Get("job")->missing()), std::vector<uint32_t>{3});
   // Rank 3's file is unreadable: the last one, analyzed at once.
   inspector.OnBatch(UnreadableBatch("job", 4, 3));
-  t.Tick(WallNow(), {Job("job", 4, 10, true)});
+  t.Tick(WallNowUnixNs(), {Job("job", 4, 10, true)});
   EXPECT_EQ(inspector.counters().analyses, 3u);
   v = inspector.Get("job");
   ASSERT_TRUE(v.has_value());
@@ -191,7 +186,7 @@ TEST(FlightRecorderInspectorTest, DumpsAreBoundedByJobsAndBytes) {
   o.max_bytes = 3 * one;
   FlightRecorderInspector inspector(o, nullptr);
   Ticker t{&inspector};
-  const int64_t now = WallNow();
+  const int64_t now = WallNowUnixNs();
   for (const std::string job : {"a", "b"}) {
     for (uint32_t r = 0; r < 2; ++r) {
       fr::FrDump d = fr::testing::HungJobDump(r);
