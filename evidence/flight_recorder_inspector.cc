@@ -97,7 +97,7 @@ bool FlightRecorderInspector::MakeRoom(const std::string& job, size_t bytes) {
 
 void FlightRecorderInspector::Drop(std::map<std::string, Job>::iterator it) {
   bytes_ -= it->second.bytes;
-  hang_alerts_.erase(it->first);
+  hang_alerts_.Forget(it->first);
   jobs_.erase(it);
 }
 
@@ -225,37 +225,28 @@ void FlightRecorderInspector::OnTick(const TickView& tick, std::vector<v1::Alert
     std::lock_guard<std::mutex> lock(mu_);
     for (const std::string& job : *tick.removed) {
       if (auto it = jobs_.find(job); it != jobs_.end()) Drop(it);
-      hang_alerts_.erase(job);
+      hang_alerts_.Forget(job);
     }
   }
   Request(*tick.evaluated, tick.now_unix_ns);
   Analyze(tick);
   std::lock_guard<std::mutex> lock(mu_);
-  for (v1::Alert& a : *alerts) {
-    if (a.kind() != v1::ALERT_HANG) continue;
-    if (a.state() == v1::ALERT_RESOLVED) {
-      hang_alerts_.erase(a.training_job());
-      continue;
-    }
-    auto it = jobs_.find(a.training_job());
-    if (a.has_evidence() && it != jobs_.end() && it->second.verdict) {
-      *a.mutable_evidence()->mutable_flight_recorder() = *it->second.verdict;
-      it->second.republish = false;
-    }
-    hang_alerts_[a.training_job()] = a;
-  }
-  // A verdict that came after the job's hang alert was raised: the alert again (same id and
-  // state, a new `at`), with it.
+  hang_alerts_.Attach(alerts, [this](const std::string& job, v1::Alert* a) {
+    auto it = jobs_.find(job);
+    if (it == jobs_.end() || !it->second.verdict) return false;
+    *a->mutable_evidence()->mutable_flight_recorder() = *it->second.verdict;
+    it->second.republish = false;
+    return true;
+  });
+  // A verdict that came after the job's hang alert was raised: the alert again, with it.
   for (auto& [name, job] : jobs_) {
     if (!job.republish || !job.verdict) continue;
     job.republish = false;
-    auto it = hang_alerts_.find(name);
-    if (it == hang_alerts_.end() || !it->second.has_evidence()) continue;
-    v1::Alert again = it->second;
-    *again.mutable_evidence()->mutable_flight_recorder() = *job.verdict;
-    again.set_at_unix_ns(tick.now_unix_ns);
-    it->second = again;
-    alerts->push_back(std::move(again));
+    const auto verdict = [&job](const std::string&, v1::Alert* a) {
+      *a->mutable_evidence()->mutable_flight_recorder() = *job.verdict;
+      return true;
+    };
+    hang_alerts_.Republish(name, tick.now_unix_ns, verdict, alerts);
   }
 }
 

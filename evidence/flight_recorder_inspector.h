@@ -38,6 +38,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "evidence/control_request_tracker.h"
+#include "evidence/hang_alert_republisher.h"
 #include "flight_recorder/fr_analysis.h"
 #include "flight_recorder/fr_reader.h"
 #include "parts/tick_hook.h"
@@ -123,7 +124,7 @@ class FlightRecorderInspector : public TickHook {
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   FlightRecorderInspectorCounters counters_ ABSL_GUARDED_BY(mu_);
   // The newest hang alert of each job (pending or firing), to publish again with a verdict.
-  std::map<std::string, v1::Alert> hang_alerts_ ABSL_GUARDED_BY(mu_);
+  HangAlertRepublisher hang_alerts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rankwatch

@@ -323,7 +323,7 @@ void HangInspector::Erase(std::map<std::string, Inquiry>::iterator it) {
 void HangInspector::Forget(const std::string& job) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = inquiries_.find(job); it != inquiries_.end()) Erase(it);
-  hang_alerts_.erase(job);
+  hang_alerts_.Forget(job);
 }
 
 void HangInspector::OnBatch(const v1::Batch& batch) {
@@ -363,35 +363,25 @@ void HangInspector::OnTick(const TickView& tick, std::vector<v1::Alert>* alerts)
   for (const std::string& job : *tick.removed) Forget(job);
   std::lock_guard<std::mutex> lock(mu_);
   // A hang alert carries the stacks once they came.
-  for (v1::Alert& a : *alerts) {
-    if (a.kind() != v1::ALERT_HANG) continue;
-    if (a.state() == v1::ALERT_RESOLVED) {
-      hang_alerts_.erase(a.training_job());
-      continue;
-    }
-    if (a.has_evidence()) {
-      if (auto s = GetLocked(a.training_job()); s && s->settled_unix_ns() > 0) {
-        *a.mutable_evidence()->mutable_hang_stacks() = std::move(*s);
-      }
-    }
-    hang_alerts_[a.training_job()] = a;
-  }
-  // Stacks that came after the job's hang alert was raised: the alert again (same id and
-  // state, a new sequence), with them.
-  for (const std::string& job : std::exchange(settled_, {})) {
-    auto it = hang_alerts_.find(job);
-    if (it == hang_alerts_.end() || !it->second.has_evidence()) continue;
+  hang_alerts_.Attach(alerts, [this](const std::string& job, v1::Alert* a) {
     auto s = GetLocked(job);
-    if (!s) continue;
-    const v1::Diagnosis& carried = it->second.evidence();
+    if (!s || s->settled_unix_ns() == 0) return false;
+    *a->mutable_evidence()->mutable_hang_stacks() = std::move(*s);
+    return true;
+  });
+  // Stacks that came after the job's hang alert was raised: the alert again, with them.
+  const auto newer_stacks = [this](const std::string& job, v1::Alert* a) {
+    auto s = GetLocked(job);
+    if (!s) return false;
+    const v1::Diagnosis& carried = a->evidence();
     if (carried.has_hang_stacks() && carried.hang_stacks().request_id() == s->request_id()) {
-      continue;
+      return false;
     }
-    v1::Alert again = it->second;
-    *again.mutable_evidence()->mutable_hang_stacks() = std::move(*s);
-    again.set_at_unix_ns(tick.now_unix_ns);
-    it->second = again;
-    alerts->push_back(std::move(again));
+    *a->mutable_evidence()->mutable_hang_stacks() = std::move(*s);
+    return true;
+  };
+  for (const std::string& job : std::exchange(settled_, {})) {
+    hang_alerts_.Republish(job, tick.now_unix_ns, newer_stacks, alerts);
   }
 }
 

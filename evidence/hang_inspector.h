@@ -44,6 +44,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "evidence/control_request_tracker.h"
+#include "evidence/hang_alert_republisher.h"
 #include "operators/job_pipeline.h"
 #include "parts/tick_hook.h"
 #include "rankwatch/v1/service.pb.h"
@@ -138,7 +139,7 @@ class HangInspector : public TickHook {
   HangInspectorCounters counters_ ABSL_GUARDED_BY(mu_);
   // The newest hang alert of each hung job (pending or firing), to publish again when its
   // stacks arrive.
-  std::map<std::string, v1::Alert> hang_alerts_ ABSL_GUARDED_BY(mu_);
+  HangAlertRepublisher hang_alerts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rankwatch
