@@ -6,27 +6,15 @@
 #include <set>
 #include <utility>
 
+#include "common/rank_ranges.h"
 #include "operators/step_time_diagnosis.h"
 
 namespace rankwatch {
 namespace {
 
-// "0–2, 4, 6–7"
-std::string RankRanges(const std::vector<uint32_t>& sorted) {
-  std::string out;
-  for (size_t i = 0; i < sorted.size();) {
-    size_t j = i;
-    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
-    if (!out.empty()) out += ", ";
-    out += std::to_string(sorted[i]);
-    if (j > i) out += "\u2013" + std::to_string(sorted[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
+// "rank 3", "ranks 0–2, 4, 6–7" (an en dash in runs)
 std::string Ranks(const std::vector<uint32_t>& sorted) {
-  return (sorted.size() == 1 ? "rank " : "ranks ") + RankRanges(sorted);
+  return (sorted.size() == 1 ? "rank " : "ranks ") + FormatRankRanges(sorted, {.dash = "\u2013"});
 }
 
 std::string Basename(const std::string& path) {
