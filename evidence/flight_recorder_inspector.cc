@@ -5,17 +5,12 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/wall_clock.h"
 #include "flight_recorder/fr_proto.h"
 #include "operators/step_time_diagnosis.h"
 
 namespace rankwatch {
 namespace {
-
-int64_t WallNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Steps every rank completed: steps aligned at their timeout with ranks missing are not.
 uint64_t CompleteSteps(const JobSnapshot& s) {
@@ -42,7 +37,7 @@ size_t FlightRecorderInspector::KeptBytes(const v1::FlightRecorderDump& d) {
 void FlightRecorderInspector::OnBatch(const v1::Batch& batch) {
   if (batch.flight_recorder_dumps_size() == 0) return;
   const std::string& name = batch.source().training_job();
-  const int64_t now = WallNowNs();
+  const int64_t now = WallNowUnixNs();
   std::lock_guard<std::mutex> lock(mu_);
   for (const v1::FlightRecorderDump& d : batch.flight_recorder_dumps()) {
     const size_t bytes = KeptBytes(d);
