@@ -19,12 +19,13 @@ alone.
    alert of warning or critical severity.
 2. test_b: the same run recorded by hand and by the adapter: the same layout (the adapter's from
    the mesh and the schedule), the same ops per rank and step (kind, microbatch, model chunk),
-   and each kind's median op within 5 % of the hand's (25 us for ops under 0.5 ms: the first
-   stage's empty input-gradient part in zero-bubble schedules, a send's post, short waits). The
-   hand's scopes sit around the adapter's, so the hand's ops hold the adapter's own cost.
+   and each kind's ops within 5 % of the hand's (the median of the differences of the same ops,
+   paired by step and microbatch; 25 us for ops under 0.5 ms: the first stage's empty
+   input-gradient part in zero-bubble schedules, a send's post, short waits). The hand's scopes
+   sit around the adapter's, so the hand's ops hold the adapter's own cost.
 
-RANKWATCH_TEST_STEPS sets the recorded steps per case (20); RANKWATCH_PIPELINING_SCHEDULES the
-schedules (1f1b,interleaved,zb)."""
+RANKWATCH_TEST_STEPS sets the recorded steps per case (16); RANKWATCH_PIPELINING_SCHEDULES the
+schedules (1f1b,interleaved,zb); RANKWATCH_PIPELINING_DEVICE_MS each layer's device time (5)."""
 import os
 import statistics
 import time
@@ -44,6 +45,10 @@ except ImportError:  # the package is not built
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "pipelining_job.py")
 STEPS = int(os.environ.get("RANKWATCH_TEST_STEPS", "16"))
+# Each layer's device time a microbatch and pass. A balanced job on a loaded machine loses a
+# few ms a step to late wake-ups whatever its ops last: with 3 ms a layer a CI run (two tests at
+# once beside the sanitizer build) read S 1.050-1.063 and fired warnings; 5 ms halves that share.
+DEVICE_MS = float(os.environ.get("RANKWATCH_PIPELINING_DEVICE_MS", "5"))
 SCHEDULES = tuple(os.environ.get("RANKWATCH_PIPELINING_SCHEDULES", "1f1b,interleaved,zb").split(","))
 PREFIX = "pipelining"
 SEVERE = (service_pb2.SEVERITY_WARN, service_pb2.SEVERITY_CRIT)
@@ -72,7 +77,8 @@ class PipeliningTest(DaemonTestCase):
         try:
             start = time.monotonic()
             args = [a for c in cases() for a in ("--case", c)]
-            ranks = TorchJob(cls.fleet.workdir, PREFIX, cls.brokers, STEPS, *args, script=JOB).wait(timeout=400)
+            ranks = TorchJob(cls.fleet.workdir, PREFIX, cls.brokers, STEPS, "--device-ms", str(DEVICE_MS), *args,
+                             script=JOB).wait(timeout=400)
             cls.job_seconds = time.monotonic() - start
             cls.results = {}  # job -> [rank's case result]
             for r in ranks:
@@ -163,14 +169,19 @@ class PipeliningTest(DaemonTestCase):
                     for kind, chunk in kinds:
                         if kind == telemetry_pb2.OP_OPTIMIZER:
                             continue  # instrument_optimizer's, not the adapter's
-                        ms = [statistics.median(o.duration_us for s in steps[rank].values() for o in s.ops
-                                                if (o.type, o.model_chunk) == (kind, chunk)) / 1e3
-                              for steps in (hand, auto)]
+                        # The same ops of one run, paired (step, microbatch): the median op of each
+                        # recording, and the median of the pairs' differences.
+                        ops = [{(n, o.microbatch): o.duration_us / 1e3 for n, s in steps[rank].items() for o in s.ops
+                                if (o.type, o.model_chunk) == (kind, chunk)} for steps in (hand, auto)]
+                        ms = [statistics.median(v.values()) for v in ops]
+                        diff = statistics.median(abs(ops[0][k] - ops[1][k]) for k in ops[0])
                         bound = 0.05 * max(ms[0], 0.5)
-                        line.append("%s/%d %.2f/%.2f" % (telemetry_pb2.OpType.Name(kind)[3:].lower(), chunk, *ms))
-                        where = "rank %d %s chunk %d: by hand %.3f ms, adapter %.3f ms" % (
-                            rank, telemetry_pb2.OpType.Name(kind), chunk, *ms)
-                        self.assertLessEqual(abs(ms[1] - ms[0]), bound, where)
+                        off = sum(abs(ops[0][k] - ops[1][k]) > bound for k in ops[0])
+                        line.append("%s/%d %.2f/%.2f%s" % (telemetry_pb2.OpType.Name(kind)[3:].lower(), chunk, *ms,
+                                                           " (%d of %d ops apart)" % (off, len(ops[0])) if off else ""))
+                        where = "rank %d %s chunk %d: by hand %.3f ms, adapter %.3f ms, median difference %.3f ms" % (
+                            rank, telemetry_pb2.OpType.Name(kind), chunk, *ms, diff)
+                        self.assertLessEqual(diff, bound, where)
                     print("  rank %d (step %.1f ms): %s" % (rank, step_ms, ", ".join(line)))
 
 
