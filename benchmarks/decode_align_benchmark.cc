@@ -66,7 +66,41 @@ void BM_DecodeAlign(benchmark::State& state) {
   if (aligned != steps * state.iterations()) state.SkipWithError("not every step aligned");
   state.SetItemsProcessed(records);
 }
-BENCHMARK(BM_DecodeAlign)->Arg(64)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DecodeAlign)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+
+// The daemon's path: the same, with every aligned step kept for the state (record_changes) and
+// taken by a checkpoint every 20 messages a rank, and the job re-evaluated (Snapshot) every 10
+// aligned steps.
+void BM_DecodeAlignRecorded(benchmark::State& state) {
+  const auto ranks = static_cast<uint32_t>(state.range(0));
+  const uint64_t steps = 200;
+  const std::vector<std::string> messages = MakeMessages(ranks, steps);
+  BatchDecoder decoder;
+  v1::Batch batch;
+  int64_t records = 0;
+  uint64_t aligned = 0;
+  const TimePoint now{};
+  JobPipelineOptions options;
+  options.record_changes = true;
+  for (auto _ : state) {
+    JobPipeline pipeline("bench", ranks, options);
+    size_t n = 0;
+    uint64_t evaluated_at = 0;
+    for (const std::string& m : messages) {
+      if (decoder.Decode(m, &batch) != RejectReason::kNone) state.SkipWithError("rejected");
+      aligned += pipeline.AddBatch(batch, now).aligned;
+      records += batch.steps_size();
+      if (++n % (20 * ranks) == 0) benchmark::DoNotOptimize(pipeline.TakeCheckpoint(now, 0));
+      if (pipeline.complete_steps() >= evaluated_at + 10) {
+        evaluated_at = pipeline.complete_steps();
+        benchmark::DoNotOptimize(pipeline.Snapshot(now));
+      }
+    }
+  }
+  if (aligned != steps * state.iterations()) state.SkipWithError("not every step aligned");
+  state.SetItemsProcessed(records);
+}
+BENCHMARK(BM_DecodeAlignRecorded)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 
 void BM_ParseOnly(benchmark::State& state) {
   const auto ranks = static_cast<uint32_t>(state.range(0));

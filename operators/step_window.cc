@@ -32,7 +32,7 @@ void StepWindow::Apply(const Entry& e, int sign) {
 }
 
 void StepWindow::Add(const AlignedStep& aligned) {
-  Step step{aligned.step, 0, {}};
+  Step step{aligned.step, 0, {}, {}};
   step.entries.reserve(aligned.samples.size());
   for (const StepSample& s : aligned.samples) {
     if (s.rank >= world_size_) continue;

@@ -68,10 +68,19 @@ class StepWindow {
     bool HasGc() const { return present & kGcBit; }
     int64_t Get(Phase p) const { return ns[static_cast<int>(p)]; }
   };
+  // Values a diagnosis derives from one step alone, kept with the step so that re-evaluating a
+  // sliding window derives only its new steps' (step_time::ReferenceOf, one slot per signal).
+  // `key` names what they were derived under (the owner's; a change re-derives them).
+  struct Derived {
+    bool valid = false;
+    std::array<double, 3> key{};
+    std::vector<double> values;
+  };
   struct Step {
     uint64_t step;
     uint32_t ranks_present;
     std::vector<Entry> entries;  // in the aligned step's sample order: ascending rank
+    mutable std::array<Derived, 3> derived{};
   };
   // The steps of the window, oldest first.
   const std::deque<Step>& steps() const { return steps_; }

@@ -122,9 +122,11 @@ double SignalValue(const StepWindow::Entry& e, TestSignal signal, const BlockedM
   return OwnTime(v, e.present, model, static_cast<double>(e.gc_ns) * 1e-9);
 }
 
-SignalReference ReferenceOf(const StepWindow& w, TestSignal signal, const BlockedModel& model) {
-  SignalReference ref;
-  const uint32_t n = w.world_size();
+namespace {
+
+// The reference ranks of a world: all of them up to kReferenceRanks, else that many evenly
+// strided.
+std::vector<uint32_t> ReferenceRanks(uint32_t n) {
   std::vector<uint32_t> ranks;
   if (n <= kReferenceRanks) {
     for (uint32_t r = 0; r < n; ++r) ranks.push_back(r);
@@ -134,6 +136,44 @@ SignalReference ReferenceOf(const StepWindow& w, TestSignal signal, const Blocke
       ranks.push_back(r);
     }
   }
+  return ranks;
+}
+
+// One step's reference values of `signal`, derived once per step and model and kept with the
+// step (StepWindow::Step::derived): [0] the median of the known values (NaN with fewer than 2),
+// then each reference rank's value (NaN when missing or unknown).
+const std::vector<double>& StepReference(const StepWindow::Step& step, TestSignal signal,
+                                         const BlockedModel& model,
+                                         const std::vector<uint32_t>& ranks,
+                                         std::vector<double>* scratch) {
+  const std::array<double, 3> key =
+      signal == TestSignal::kInput
+          ? std::array<double, 3>{}
+          : std::array<double, 3>{static_cast<double>(model.kind), model.ratio,
+                                  model.least_forward_backward};
+  StepWindow::Derived& d = step.derived[static_cast<size_t>(signal)];
+  if (d.valid && d.key == key) return d.values;
+  d.valid = true;
+  d.key = key;
+  d.values.assign(ranks.size() + 1, NAN);
+  scratch->clear();
+  for (size_t j = 0; j < ranks.size(); ++j) {
+    const StepWindow::Entry* e = EntryOf(step, ranks[j]);
+    if (e == nullptr) continue;
+    const double v = SignalValue(*e, signal, model);
+    if (!Known(v)) continue;
+    d.values[j + 1] = v;
+    scratch->push_back(v);
+  }
+  if (scratch->size() >= 2) d.values[0] = MedianInPlace(*scratch);
+  return d.values;
+}
+
+}  // namespace
+
+SignalReference ReferenceOf(const StepWindow& w, TestSignal signal, const BlockedModel& model) {
+  SignalReference ref;
+  const std::vector<uint32_t> ranks = ReferenceRanks(w.world_size());
   ref.reference_ranks = static_cast<uint32_t>(ranks.size());
   const auto& steps = w.steps();
   // values[j * steps + i]: reference rank j's value in step i.
@@ -141,16 +181,9 @@ SignalReference ReferenceOf(const StepWindow& w, TestSignal signal, const Blocke
   std::vector<double> scratch;
   for (size_t i = 0; i < steps.size(); ++i) {
     ref.steps.push_back(steps[i].step);
-    scratch.clear();
-    for (size_t j = 0; j < ranks.size(); ++j) {
-      const StepWindow::Entry* e = EntryOf(steps[i], ranks[j]);
-      if (e == nullptr) continue;
-      const double v = SignalValue(*e, signal, model);
-      if (!Known(v)) continue;
-      values[j * steps.size() + i] = v;
-      scratch.push_back(v);
-    }
-    ref.value.push_back(scratch.size() >= 2 ? MedianInPlace(scratch) : NAN);
+    const std::vector<double>& derived = StepReference(steps[i], signal, model, ranks, &scratch);
+    for (size_t j = 0; j < ranks.size(); ++j) values[j * steps.size() + i] = derived[j + 1];
+    ref.value.push_back(derived[0]);
   }
   std::vector<double> vars, lrvs, d;
   for (size_t j = 0; j < ranks.size(); ++j) {
