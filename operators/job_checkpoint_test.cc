@@ -299,6 +299,39 @@ TEST(JobCheckpointTest, ARestoredJobContinuesExactlyLikeTheOriginal) {
   ExpectSameSnapshot(original.Snapshot(t0), b);
 }
 
+// A job checkpointed rarely (a fast job: thousands of steps between checkpoints) hands over only
+// the steps its windows still hold, not every step aligned since the last checkpoint, and
+// restores exactly like the job checkpointed often.
+TEST(JobCheckpointTest, ARareCheckpointCarriesOnlyTheStepsTheWindowsHold) {
+  const std::vector<v1::Batch> batches = FleetBatches(8, 400, 5);
+  JobPipelineOptions options;
+  options.record_changes = true;
+  const TimePoint t0{};
+  const int64_t wall0 = 1'795'000'000'000'000'000;
+  JobPipeline often("ckpt", 8, options), rarely("ckpt", 8, options);
+  FakeStore often_store, rarely_store;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    often.AddBatch(batches[i], t0);
+    rarely.AddBatch(batches[i], t0);
+    if (i % 11 == 10) often_store.Apply(often.TakeCheckpoint(t0, wall0));
+  }
+  often_store.Apply(often.TakeCheckpoint(t0, wall0));
+  JobCheckpoint once = rarely.TakeCheckpoint(t0, wall0);
+  ASSERT_FALSE(once.new_steps.empty());
+  EXPECT_GE(once.new_steps.front().step(), once.keep_from_step);
+  EXPECT_LE(once.new_steps.size(), 100u);  // of 400 aligned steps
+  rarely_store.Apply(std::move(once));
+  ASSERT_EQ(often_store.steps.size(), rarely_store.steps.size());
+  for (const auto& [step, stored] : often_store.steps) {
+    EXPECT_EQ(stored.SerializeAsString(), rarely_store.steps.at(step).SerializeAsString()) << step;
+  }
+  auto a = JobPipeline::Restore(often_store.meta, often_store.Steps(), options, t0, wall0);
+  auto b = JobPipeline::Restore(rarely_store.meta, rarely_store.Steps(), options, t0, wall0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ExpectSameSnapshot((*a)->Snapshot(t0), (*b)->Snapshot(t0));
+  ExpectSameSnapshot(often.Snapshot(t0), (*b)->Snapshot(t0));
+}
+
 // `batches` with GC pauses: rank 2 reports 40 ms in 3 collections every step, the others none.
 std::vector<v1::Batch> WithGc(std::vector<v1::Batch> batches) {
   for (v1::Batch& b : batches) {

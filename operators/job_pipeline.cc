@@ -242,7 +242,24 @@ void JobPipeline::Consume(TimePoint now, JobDelta* delta) {
     if (aligned_steps_ % every == 0 && !whatif_->active()) CheckOnset();
   }
   if (!closed_.empty()) whatif_->Evaluate();
+  if (options_.record_changes && !closed_.empty()) {
+    const uint64_t keep = KeepFromStep();
+    while (!unsaved_steps_.empty() && unsaved_steps_.front().step() < keep) {
+      unsaved_steps_.pop_front();
+    }
+    const uint64_t whatif_keep = whatif_->window_first_step();
+    while (!unsaved_whatif_steps_.empty() && unsaved_whatif_steps_.front().step() < whatif_keep) {
+      unsaved_whatif_steps_.pop_front();
+    }
+  }
   closed_.clear();
+}
+
+uint64_t JobPipeline::KeepFromStep() const {
+  uint64_t keep = UINT64_MAX;
+  if (!window_->empty()) keep = std::min(keep, window_->first_step());
+  if (!memory_window_->steps().empty()) keep = std::min(keep, memory_window_->steps().front().step);
+  return keep == UINT64_MAX ? 0 : keep;
 }
 
 void JobPipeline::CheckOnset() {
@@ -403,16 +420,15 @@ JobCheckpoint JobPipeline::TakeCheckpoint(TimePoint now, int64_t wall_now_unix_n
   }
   if (whatif_->active()) whatif_->ExportState(m.mutable_whatif());
   if (!straggler_onset_.culprit().empty()) straggler_onset_.Export(m.mutable_straggler_onset());
-  c.new_steps = std::move(unsaved_steps_);
+  c.new_steps.assign(std::make_move_iterator(unsaved_steps_.begin()),
+                     std::make_move_iterator(unsaved_steps_.end()));
   unsaved_steps_.clear();
-  c.new_whatif_steps = std::move(unsaved_whatif_steps_);
+  c.new_whatif_steps.assign(std::make_move_iterator(unsaved_whatif_steps_.begin()),
+                            std::make_move_iterator(unsaved_whatif_steps_.end()));
   unsaved_whatif_steps_.clear();
   c.whatif_keep_from_step = whatif_->window_first_step();
-  // The oldest step either window still holds; stored steps before it are no longer needed.
-  uint64_t keep = UINT64_MAX;
-  if (!window_->empty()) keep = std::min(keep, window_->first_step());
-  if (!memory_window_->steps().empty()) keep = std::min(keep, memory_window_->steps().front().step);
-  c.keep_from_step = keep == UINT64_MAX ? 0 : keep;
+  // Stored steps before the oldest step either window still holds are no longer needed.
+  c.keep_from_step = KeepFromStep();
   return c;
 }
 

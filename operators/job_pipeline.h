@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -204,6 +205,8 @@ class JobPipeline {
   bool StaleWorldSize(uint32_t world_size, TimePoint now, JobDelta* delta);
   // Sets delta->note to `note` the first time the job sees input of `kind`.
   void NoteOnce(int kind, JobDelta* delta, std::string note);
+  // The oldest step either window still holds (0: none).
+  uint64_t KeepFromStep() const;
 
   const std::string training_job_;
   const JobPipelineOptions options_;
@@ -217,10 +220,13 @@ class JobPipeline {
   double hang_counted_seconds_ = 0;  // hang loss counted since the last progress
   uint64_t input_lost_messages_ = 0;
   uint64_t collector_dropped_records_ = 0;
-  std::array<uint64_t, 3> step_records_by_clock_{};             // as JobSnapshot's
-  std::vector<AlignedStep> closed_;                             // scratch, reused
-  std::vector<state::v1::StoredStep> unsaved_steps_;            // with options.record_changes
-  std::vector<state::v1::WhatIfStepOps> unsaved_whatif_steps_;  // the same, the what-if's ops
+  std::array<uint64_t, 3> step_records_by_clock_{};  // as JobSnapshot's
+  std::vector<AlignedStep> closed_;                  // scratch, reused
+  // With options.record_changes: the steps aligned since the last checkpoint that a window
+  // still holds (older ones are dropped as the windows slide: a checkpoint would delete them),
+  // encoded; the same for the what-if's ops.
+  std::deque<state::v1::StoredStep> unsaved_steps_;
+  std::deque<state::v1::WhatIfStepOps> unsaved_whatif_steps_;
   // The step diagnosis' straggler onset, held (updated by CheckOnset; snapshots read it).
   step_time::OnsetHold straggler_onset_;
   std::shared_ptr<const std::vector<std::string>> rank_nodes_;
