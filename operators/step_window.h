@@ -69,7 +69,8 @@ class StepWindow {
     int64_t Get(Phase p) const { return ns[static_cast<int>(p)]; }
   };
   // Values a diagnosis derives from one step alone, kept with the step so that re-evaluating a
-  // sliding window derives only its new steps' (step_time::ReferenceOf, one slot per signal).
+  // sliding window derives only its new steps' (step_time::ReferenceOf, one slot per signal;
+  // step_time::NewestSteps, the fourth).
   // `key` names what they were derived under (the owner's; a change re-derives them).
   struct Derived {
     bool valid = false;
@@ -80,7 +81,7 @@ class StepWindow {
     uint64_t step;
     uint32_t ranks_present;
     std::vector<Entry> entries;  // in the aligned step's sample order: ascending rank
-    mutable std::array<Derived, 3> derived{};
+    mutable std::array<Derived, 4> derived{};
   };
   // The steps of the window, oldest first.
   const std::deque<Step>& steps() const { return steps_; }

@@ -176,20 +176,19 @@ SignalReference ReferenceOf(const StepWindow& w, TestSignal signal, const Blocke
   const std::vector<uint32_t> ranks = ReferenceRanks(w.world_size());
   ref.reference_ranks = static_cast<uint32_t>(ranks.size());
   const auto& steps = w.steps();
-  // values[j * steps + i]: reference rank j's value in step i.
-  std::vector<double> values(ranks.size() * steps.size(), NAN);
+  // Each step's derived references: [0] the median, [1 + j] reference rank j's value.
+  std::vector<const double*> derived(steps.size());
   std::vector<double> scratch;
   for (size_t i = 0; i < steps.size(); ++i) {
     ref.steps.push_back(steps[i].step);
-    const std::vector<double>& derived = StepReference(steps[i], signal, model, ranks, &scratch);
-    for (size_t j = 0; j < ranks.size(); ++j) values[j * steps.size() + i] = derived[j + 1];
-    ref.value.push_back(derived[0]);
+    derived[i] = StepReference(steps[i], signal, model, ranks, &scratch).data();
+    ref.value.push_back(derived[i][0]);
   }
   std::vector<double> vars, lrvs, d;
   for (size_t j = 0; j < ranks.size(); ++j) {
     d.clear();
     for (size_t i = 0; i < steps.size(); ++i) {
-      const double v = values[j * steps.size() + i];
+      const double v = derived[i][j + 1];
       if (Known(v) && Known(ref.value[i])) d.push_back(v - ref.value[i]);
     }
     if (d.size() < 8) continue;

@@ -124,6 +124,64 @@ OwnTimeSignals ModelOwnTime(const StepWindow& w, const WindowSignals& s,
   return t;
 }
 
+namespace {
+
+// One step's values of the three onset signals, rank by rank (NaN: unknown).
+struct OnsetValues {
+  double dl = NAN, compute = NAN, own = NAN;
+};
+OnsetValues OnsetValuesOf(const StepWindow::Entry& e, const BlockedModel& model) {
+  std::array<double, kPhaseCount> v{};
+  for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(e.ns[p]) * 1e-9;
+  OnsetValues o;
+  if (e.Has(Phase::kDataloader)) o.dl = v[PhaseIndex(Phase::kDataloader)];
+  if (e.present & kComputeMask) o.compute = LocalCompute(v, e.present, model);
+  o.own = OwnTime(v, e.present, model, static_cast<double>(e.gc_ns) * 1e-9);
+  return o;
+}
+
+// One step's median rank of `values` (the known ones). Above kOnsetSample ranks, from an evenly
+// strided sample of them: its error (~1.25 sigma / sqrt(sample)) is far below the 10 %
+// threshold, and 24 exact medians of 16,384 values would take half the evaluation.
+double OnsetMedian(const std::vector<double>& values, std::vector<double>* scratch) {
+  const size_t n = values.size();
+  if (n <= 2 * kOnsetSample) {
+    scratch->assign(values.begin(), values.end());
+  } else {
+    scratch->clear();
+    const size_t stride = n / kOnsetSample;
+    for (size_t j = stride / 2; j < n; j += stride) scratch->push_back(values[j]);
+  }
+  return MedianInPlace(*scratch);
+}
+
+// One step's medians of the three signals (NaN: no rank knows it), derived once per step and
+// model and kept with the step (StepWindow::Step::derived, slot kOnsetSlot).
+constexpr size_t kOnsetSlot = 3;
+const std::vector<double>& OnsetMedians(const StepWindow::Step& step, const BlockedModel& model,
+                                        std::vector<double>* scratch) {
+  const std::array<double, 3> key{static_cast<double>(model.kind), model.ratio,
+                                  model.least_forward_backward};
+  StepWindow::Derived& d = step.derived[kOnsetSlot];
+  if (d.valid && d.key == key) return d.values;
+  std::vector<double> dl, compute, own;
+  for (const StepWindow::Entry& e : step.entries) {
+    const OnsetValues v = OnsetValuesOf(e, model);
+    if (Known(v.dl)) dl.push_back(v.dl);
+    if (Known(v.compute)) compute.push_back(v.compute);
+    if (Known(v.own)) own.push_back(v.own);
+  }
+  d.valid = true;
+  d.key = key;
+  d.values.assign(3, NAN);
+  if (!dl.empty()) d.values[0] = OnsetMedian(dl, scratch);
+  if (!compute.empty()) d.values[1] = OnsetMedian(compute, scratch);
+  if (!own.empty()) d.values[2] = OnsetMedian(own, scratch);
+  return d.values;
+}
+
+}  // namespace
+
 OnsetSignals NewestSteps(const StepWindow& w, uint32_t k, const BlockedModel& model) {
   const uint32_t n = w.world_size();
   const auto& steps = w.steps();
@@ -132,55 +190,25 @@ OnsetSignals NewestSteps(const StepWindow& w, uint32_t k, const BlockedModel& mo
   s.dl_excess.assign(n, INFINITY);
   s.compute_excess.assign(n, INFINITY);
   s.own_excess.assign(n, INFINITY);
-  // One step's values and their ranks, and a copy to select the median from.
-  struct Series {
-    std::vector<double> values;
-    std::vector<uint32_t> ranks;
-    std::vector<double> medians;  // one per step
-    void Add(double v, uint32_t r) {
-      if (Known(v)) values.push_back(v), ranks.push_back(r);
-    }
-  } dl, comp, own;
-  std::vector<double> scratch;
-  auto excess_of_step = [&scratch](Series& series, RankValues& excess) {
-    if (!series.values.empty()) {
-      // One step's median rank. Above kOnsetSample ranks, from an evenly strided sample of
-      // them: its error (~1.25 sigma / sqrt(sample)) is far below the 10 % threshold, and 24
-      // exact medians of 16,384 values would take half the evaluation.
-      const size_t n = series.values.size();
-      if (n <= 2 * kOnsetSample) {
-        scratch.assign(series.values.begin(), series.values.end());
-      } else {
-        scratch.clear();
-        const size_t stride = n / kOnsetSample;
-        for (size_t j = stride / 2; j < n; j += stride) scratch.push_back(series.values[j]);
-      }
-      const double median = MedianInPlace(scratch);
-      series.medians.push_back(median);
-      for (size_t j = 0; j < series.values.size(); ++j) {
-        excess[series.ranks[j]] = std::min(excess[series.ranks[j]], series.values[j] - median);
-      }
-    }
-    series.values.clear();
-    series.ranks.clear();
-  };
+  std::vector<double> dl_medians, compute_medians, scratch;
   for (size_t i = first; i < steps.size(); ++i) {
+    const std::vector<double>& median = OnsetMedians(steps[i], model, &scratch);
+    if (Known(median[0])) dl_medians.push_back(median[0]);
+    if (Known(median[1])) compute_medians.push_back(median[1]);
     for (const StepWindow::Entry& e : steps[i].entries) {
-      std::array<double, kPhaseCount> v{};
-      for (int p = 0; p < kPhaseCount; ++p) v[p] = static_cast<double>(e.ns[p]) * 1e-9;
-      if (e.Has(Phase::kDataloader)) dl.Add(v[PhaseIndex(Phase::kDataloader)], e.rank);
-      if (e.present & kComputeMask) comp.Add(LocalCompute(v, e.present, model), e.rank);
-      own.Add(OwnTime(v, e.present, model, static_cast<double>(e.gc_ns) * 1e-9), e.rank);
+      const OnsetValues v = OnsetValuesOf(e, model);
+      if (Known(v.dl)) s.dl_excess[e.rank] = std::min(s.dl_excess[e.rank], v.dl - median[0]);
+      if (Known(v.compute)) {
+        s.compute_excess[e.rank] = std::min(s.compute_excess[e.rank], v.compute - median[1]);
+      }
+      if (Known(v.own)) s.own_excess[e.rank] = std::min(s.own_excess[e.rank], v.own - median[2]);
     }
-    excess_of_step(dl, s.dl_excess);
-    excess_of_step(comp, s.compute_excess);
-    excess_of_step(own, s.own_excess);
   }
   for (RankValues* excess : {&s.dl_excess, &s.compute_excess, &s.own_excess}) {
     for (double& x : *excess) x = std::isinf(x) ? NAN : x;
   }
-  if (!dl.medians.empty()) s.burden += MedianInPlace(dl.medians);
-  if (!comp.medians.empty()) s.burden += MedianInPlace(comp.medians);
+  if (!dl_medians.empty()) s.burden += MedianInPlace(dl_medians);
+  if (!compute_medians.empty()) s.burden += MedianInPlace(compute_medians);
   return s;
 }
 
