@@ -201,13 +201,16 @@ void JobRouter::Route(int32_t partition, TimePoint now, int64_t wall_now_unix_ns
 
 void JobRouter::Tick(TimePoint now, int64_t wall_now_unix_ns) {
   TickOutput out;
+  Duration costs{};
   for (auto& [partition, task] : tasks_) {
-    task->Evaluate(now, wall_now_unix_ns, &out);
+    task->Evaluate(now, wall_now_unix_ns, &out, evaluation_costs_);
+    costs += task->evaluation_costs();
     for (const std::string& name : task->TakeRemoved()) {
       if (auto it = job_partition_.find(name); it != job_partition_.end()) Untrack(it);
     }
     task->TakeDroppedSnapshots(&out.removed_snapshots);
   }
+  evaluation_costs_ = costs;
   sinks_.metrics->jobs->Set(static_cast<double>(job_partition_.size()));
   for (const auto& s : out.snapshots) sinks_.metrics->PublishJob(*s);
   if (!out.snapshots.empty() || !out.removed_snapshots.empty()) {

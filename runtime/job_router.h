@@ -164,6 +164,7 @@ class JobRouter {
   // Checkpoint calls so far, and per task with uncollected changes the call that first saw
   // them (the order budgeted checkpoints collect tasks in).
   uint64_t checkpoint_calls_ = 0;
+  Duration evaluation_costs_{};  // of every job, as of the last Tick (PartitionTask::Evaluate)
   std::map<int32_t, uint64_t> changed_since_;
   MetricCell* rejected_too_many_jobs_;
 };

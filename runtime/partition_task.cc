@@ -13,6 +13,7 @@ struct PartitionTask::Job {
   bool alerts_unsaved = false;  // alert lifecycle changed since the last checkpoint
   TimePoint published_at{};
   Duration evaluation_cost{};  // of the last snapshot (bounds how often it is re-evaluated)
+  bool evaluated = false;      // a snapshot was taken
   TimePoint last_input{};
   bool expired = false;
   TimePoint expired_at{};
@@ -193,9 +194,11 @@ void PartitionTask::Expire(TimePoint now, int64_t wall_now_unix_ns, TickOutput* 
   }
 }
 
-void PartitionTask::Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput* out) {
+void PartitionTask::Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput* out,
+                             Duration fleet_evaluation_cost) {
   evaluated_.clear();
   Expire(now, wall_now_unix_ns, out);
+  evaluation_costs_ = {};
   for (auto& [name, job_ptr] : jobs_) {
     Job& job = *job_ptr;
     if (job.kernel_dirty) {
@@ -205,7 +208,8 @@ void PartitionTask::Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput
       if (sinks_->kernel_snapshots != nullptr)
         sinks_->kernel_snapshots->Update(std::move(snapshot));
     }
-    if (job.expired) continue;  // its last diagnosis is frozen
+    if (job.expired) continue;                 // its last diagnosis is frozen
+    evaluation_costs_ += job.evaluation_cost;  // its latest (updated below when re-evaluated)
     // Until its partition is read again, a restored job's open steps wait (ResumeAt).
     if (!restored_unread_since_) Count(job, job.pipeline->Tick(now), wall_now_unix_ns);
     // Silent jobs are re-evaluated every second too: silence is itself a diagnosis (a hang),
@@ -215,10 +219,16 @@ void PartitionTask::Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput
         (!job.pipeline->judged() || now - job.published_at < std::chrono::seconds(1))) {
       continue;
     }
-    // A job whose evaluation is costly (thousands of ranks) is re-evaluated at most every ten
-    // times that cost, so that evaluating it takes at most ~10% of the ingest thread.
-    if (job.dirty && now - job.published_at < 10 * job.evaluation_cost) continue;
+    // A job whose evaluation is costly (thousands of ranks), or one of many that change (a
+    // fleet of jobs, a backlog read at many steps a second), is re-evaluated at most every ten
+    // times its cost or the fleet's, so that evaluating takes at most ~10% of the ingest thread.
+    // A job's first evaluation does not wait.
+    if (job.dirty && job.evaluated &&
+        now - job.published_at < 10 * std::max(job.evaluation_cost, fleet_evaluation_cost)) {
+      continue;
+    }
     job.dirty = false;
+    job.evaluated = true;
     job.published_at = now;
     // Ranks serving evidence (a capture) may lag: their silence is not a hang.
     for (const TickHook* hook : sinks_->hooks) {
@@ -226,7 +236,9 @@ void PartitionTask::Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput
     }
     const TimePoint started = options_->stopwatch();
     auto snapshot = std::make_shared<JobSnapshot>(job.pipeline->Snapshot(now));
+    evaluation_costs_ -= job.evaluation_cost;
     job.evaluation_cost = options_->stopwatch() - started;
+    evaluation_costs_ += job.evaluation_cost;
     snapshot->evaluated_unix_ns = wall_now_unix_ns;
     evaluated_.emplace_back(&job, snapshot);
     out->snapshots.push_back(std::move(snapshot));

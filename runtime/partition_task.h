@@ -131,8 +131,14 @@ class PartitionTask {
   // Expires silent jobs, removes those past their retention (their alerts resolve), closes
   // alignment timeouts and evaluates the jobs that changed (re-evaluating silent ones every
   // second: silence is itself a diagnosis). New snapshots go to `out->snapshots`; kernel
-  // results are published.
-  void Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput* out);
+  // results are published. A changed job is re-evaluated at most every ten times the larger of
+  // its own evaluation's cost and `fleet_evaluation_cost` (what evaluating every job of the
+  // daemon once costs), so that evaluations take at most ~10% of the ingest thread however
+  // many jobs change.
+  void Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput* out,
+                Duration fleet_evaluation_cost = {});
+  // The sum of the last evaluation's cost of every job (as of the last Evaluate).
+  Duration evaluation_costs() const { return evaluation_costs_; }
 
   // After the router published the snapshots of the last Evaluate (their step counts last,
   // DaemonMetrics::PublishJob): evaluates their alerts (into `out`).
@@ -203,6 +209,7 @@ class PartitionTask {
   std::vector<std::string> removed_;       // state to delete at the next checkpoint
   std::vector<std::string> just_removed_;  // removed since the last TakeRemoved
   std::vector<std::string> dropped_snapshots_;
+  Duration evaluation_costs_{};  // see evaluation_costs()
   // Evaluated by the last Evaluate, for RaiseAlerts: (job, its new snapshot).
   std::vector<std::pair<Job*, std::shared_ptr<const JobSnapshot>>> evaluated_;
 };
