@@ -184,13 +184,20 @@ SignalReference ReferenceOf(const StepWindow& w, TestSignal signal, const Blocke
     derived[i] = StepReference(steps[i], signal, model, ranks, &scratch).data();
     ref.value.push_back(derived[i][0]);
   }
-  std::vector<double> vars, lrvs, d;
-  for (size_t j = 0; j < ranks.size(); ++j) {
-    d.clear();
-    for (size_t i = 0; i < steps.size(); ++i) {
+  // Each reference rank's excess over the step's reference, step by step (read step by step:
+  // each step's values lie together).
+  std::vector<std::vector<double>> excess(ranks.size());
+  for (std::vector<double>& d : excess) d.reserve(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const double reference = ref.value[i];
+    if (!Known(reference)) continue;
+    for (size_t j = 0; j < ranks.size(); ++j) {
       const double v = derived[i][j + 1];
-      if (Known(v) && Known(ref.value[i])) d.push_back(v - ref.value[i]);
+      if (Known(v)) excess[j].push_back(v - reference);
     }
+  }
+  std::vector<double> vars, lrvs;
+  for (const std::vector<double>& d : excess) {
     if (d.size() < 8) continue;
     vars.push_back(Variance(d.data(), d.size()));
     lrvs.push_back(LongRunVariance(d));
@@ -206,11 +213,22 @@ ExcessSeries SeriesOf(const StepWindow& w, TestSignal signal, const BlockedModel
                       const SignalReference& ref, uint32_t rank) {
   ExcessSeries s;
   const auto& steps = w.steps();
+  // A reference rank's values were derived with the step's references (StepReference).
+  const std::vector<uint32_t> ranks = ReferenceRanks(w.world_size());
+  const auto at = std::lower_bound(ranks.begin(), ranks.end(), rank);
+  const bool reference_rank = at != ranks.end() && *at == rank;
+  const size_t j = static_cast<size_t>(at - ranks.begin());
+  std::vector<double> scratch;
   for (size_t i = 0; i < steps.size() && i < ref.value.size(); ++i) {
     if (!Known(ref.value[i])) continue;
-    const StepWindow::Entry* e = EntryOf(steps[i], rank);
-    if (e == nullptr) continue;
-    const double v = SignalValue(*e, signal, model);
+    double v;
+    if (reference_rank) {
+      v = StepReference(steps[i], signal, model, ranks, &scratch)[j + 1];
+    } else {
+      const StepWindow::Entry* e = EntryOf(steps[i], rank);
+      if (e == nullptr) continue;
+      v = SignalValue(*e, signal, model);
+    }
     if (!Known(v)) continue;
     s.steps.push_back(steps[i].step);
     s.excess.push_back(v - ref.value[i]);
