@@ -10,6 +10,8 @@
 //   2  pipeline+ddp:  a 256-rank pipeline job (dp 8 x pp 4 x tp 8, 8 microbatches, 1F1B: a
 //                     middle stage's rank-step carries 54 ops) and a 256-rank DDP job, their
 //                     messages interleaved
+//   3  ddp-256-straggler: workload 0 with rank 17 50% slower in compute from the first step
+//                     (`simulate --fault slow-compute:17:0.5`)
 // Messages as `rankwatch simulate` publishes them: one rank's 20 consecutive steps a message,
 // in step-chunk order across ranks, 2,000 steps a job.
 #include <benchmark/benchmark.h>
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "collectors/simulator/fault_spec.h"
 #include "collectors/simulator/fleet_model.h"
 #include "collectors/simulator/pipeline_schedule.h"
 #include "common/wall_clock.h"
@@ -39,11 +42,12 @@ struct Message {
 
 // One job's messages, in the order the simulator publishes them.
 std::vector<Message> JobMessages(const std::string& job, uint32_t ranks,
-                                 const std::string& parallel = "") {
+                                 const std::string& parallel = "", const std::string& fault = "") {
   FleetOptions o;
   o.training_job = job;
   o.ranks = ranks;
   o.report_collective = true;
+  if (!fault.empty()) o.faults.push_back(*ParseFaultSpec(fault));
   if (!parallel.empty()) o.parallel = *ParsePipelineSpec(parallel);
   FleetModel model(o);
   model.set_job_start_unix_ns(WallNowUnixNs() - 2 * static_cast<int64_t>(kSteps) * 100'000'000);
@@ -93,6 +97,7 @@ std::vector<Message> Workload(int64_t kind) {
       for (int j = 0; j < 16; ++j) jobs.push_back(JobMessages("ddp-16-" + std::to_string(j), 16));
       return Interleave(jobs);
     }
+    case 3: return JobMessages("ddp-256", 256, "", "slow-compute:17:0.5");
     default:
       return Interleave({JobMessages("pipeline-256", 256, "dp=8,pp=4,tp=8,mb=8"),
                          JobMessages("ddp-256", 256)});
@@ -143,6 +148,7 @@ BENCHMARK(BM_Ingest)
     ->Arg(0)
     ->Arg(1)
     ->Arg(2)
+    ->Arg(3)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -210,8 +210,7 @@ void JobPipeline::Consume(TimePoint now, JobDelta* delta) {
     last_progress_ = now;
     hang_counted_seconds_ = 0;
   }
-  for (const AlignedStep& step : closed_) {
-    if (options_.record_changes) unsaved_steps_.push_back(EncodeStep(step));
+  for (AlignedStep& step : closed_) {
     window_->Add(step);
     lost_->AddStep(window_->steps().back(), BlockedModelOf(*window_, options_.diagnosis, sharded_),
                    ends_hang);
@@ -240,11 +239,13 @@ void JobPipeline::Consume(TimePoint now, JobDelta* delta) {
             ? options_.onset_check_steps
             : static_cast<uint32_t>(std::max<size_t>(1, options_.window.steps / 10));
     if (aligned_steps_ % every == 0 && !whatif_->active()) CheckOnset();
+    // Encoded when a checkpoint takes it: most steps of a fast job leave the windows first.
+    if (options_.record_changes) unsaved_steps_.push_back(std::move(step));
   }
   if (!closed_.empty()) whatif_->Evaluate();
   if (options_.record_changes && !closed_.empty()) {
     const uint64_t keep = KeepFromStep();
-    while (!unsaved_steps_.empty() && unsaved_steps_.front().step() < keep) {
+    while (!unsaved_steps_.empty() && unsaved_steps_.front().step < keep) {
       unsaved_steps_.pop_front();
     }
     const uint64_t whatif_keep = whatif_->window_first_step();
@@ -420,8 +421,8 @@ JobCheckpoint JobPipeline::TakeCheckpoint(TimePoint now, int64_t wall_now_unix_n
   }
   if (whatif_->active()) whatif_->ExportState(m.mutable_whatif());
   if (!straggler_onset_.culprit().empty()) straggler_onset_.Export(m.mutable_straggler_onset());
-  c.new_steps.assign(std::make_move_iterator(unsaved_steps_.begin()),
-                     std::make_move_iterator(unsaved_steps_.end()));
+  c.new_steps.reserve(unsaved_steps_.size());
+  for (const AlignedStep& step : unsaved_steps_) c.new_steps.push_back(EncodeStep(step));
   unsaved_steps_.clear();
   c.new_whatif_steps.assign(std::make_move_iterator(unsaved_whatif_steps_.begin()),
                             std::make_move_iterator(unsaved_whatif_steps_.end()));

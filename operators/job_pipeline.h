@@ -224,8 +224,8 @@ class JobPipeline {
   std::vector<AlignedStep> closed_;                  // scratch, reused
   // With options.record_changes: the steps aligned since the last checkpoint that a window
   // still holds (older ones are dropped as the windows slide: a checkpoint would delete them),
-  // encoded; the same for the what-if's ops.
-  std::deque<state::v1::StoredStep> unsaved_steps_;
+  // encoded when a checkpoint takes them; the what-if's ops of the same steps, encoded.
+  std::deque<AlignedStep> unsaved_steps_;
   std::deque<state::v1::WhatIfStepOps> unsaved_whatif_steps_;
   // The step diagnosis' straggler onset, held (updated by CheckOnset; snapshots read it).
   step_time::OnsetHold straggler_onset_;

@@ -14,6 +14,10 @@ state::v1::StoredStep EncodeStep(const AlignedStep& step) {
   out.mutable_ranks()->Reserve(static_cast<int>(n));
   out.mutable_present()->Reserve(static_cast<int>(n));
   out.mutable_phase_ns_delta()->Reserve(static_cast<int>(n * kPhaseCount));
+  out.mutable_peak_allocated_delta()->Reserve(static_cast<int>(n));
+  out.mutable_peak_reserved_delta()->Reserve(static_cast<int>(n));
+  out.mutable_capacity_delta()->Reserve(static_cast<int>(n));
+  out.mutable_end_unix_ns_delta()->Reserve(static_cast<int>(n));
   std::array<int64_t, kPhaseCount> prev{};
   int64_t prev_alloc = 0, prev_reserved = 0, prev_capacity = 0, prev_end = 0;
   for (const StepSample& s : step.samples) {
