@@ -15,6 +15,7 @@
 // Messages as `rankwatch simulate` publishes them: one rank's 20 consecutive steps a message,
 // in step-chunk order across ranks, 2,000 steps a job.
 #include <benchmark/benchmark.h>
+#include <spdlog/spdlog.h>
 
 #include <string>
 #include <vector>
@@ -29,6 +30,9 @@
 
 namespace rankwatch {
 namespace {
+
+// The daemon's log lines (a new job, an alert firing) are not what is measured.
+const bool kQuiet = (spdlog::set_level(spdlog::level::err), true);
 
 constexpr uint32_t kStepsPerBatch = 20;
 constexpr uint64_t kSteps = 2000;
@@ -99,8 +103,8 @@ std::vector<Message> Workload(int64_t kind) {
     }
     case 3: return JobMessages("ddp-256", 256, "", "slow-compute:17:0.5");
     default:
-      return Interleave({JobMessages("pipeline-256", 256, "dp=8,pp=4,tp=8,mb=8"),
-                         JobMessages("ddp-256", 256)});
+      return Interleave(
+          {JobMessages("pipeline-256", 256, "dp=8,pp=4,tp=8,mb=8"), JobMessages("ddp-256", 256)});
   }
 }
 
