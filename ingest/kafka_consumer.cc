@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <map>
 #include <vector>
 
@@ -10,6 +12,20 @@
 #include "kafka/cluster_requests.h"
 
 namespace rankwatch {
+namespace {
+
+// A client's setting in milliseconds; `fallback` where it cannot be read.
+std::chrono::milliseconds ConfMilliseconds(const rd_kafka_conf_t* conf, const char* name,
+                                           std::chrono::milliseconds fallback) {
+  char value[64];
+  size_t size = sizeof(value);
+  if (rd_kafka_conf_get(conf, name, value, &size) != RD_KAFKA_CONF_OK) return fallback;
+  char* end = nullptr;
+  const long long v = std::strtoll(value, &end, 10);
+  return end != value && v >= 0 ? std::chrono::milliseconds(v) : fallback;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
     const KafkaConsumerOptions& options) {
@@ -25,7 +41,11 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
       {"group.id", options.group},
       {"client.id", "rankwatchd"},
       // A position no longer in the log (retention deleted it): from the log start, as far as
-      // librdkafka can tell; RecoverStuckPartitions handles the start moving on meanwhile.
+      // librdkafka can tell (the start it saw in the failing fetch answer); the consumer jumps
+      // further itself when producers move the start on meanwhile (CatchUpWithLogStarts).
+      // Also where a partition assigned with neither a stored nor a committed offset begins
+      // (StartPositions could not learn its log's end). Not "error": librdkafka 2.0 stops
+      // fetching such a partition, and a seek cannot restart it (only an assignment can).
       {"auto.offset.reset", "earliest"},
       {"enable.auto.commit", "true"},
       {"enable.partition.eof", "false"},
@@ -34,10 +54,13 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
       // a real cluster: ~100 small fetch requests/s per broker. Override with kafka: in config.
       {"fetch.wait.max.ms", "10"},
       // After a failed fetch (an offset retention has deleted, a broker going away) librdkafka
-      // waits this long before fetching from that broker again (default 500 ms). A position
-      // moved past a log start that producers keep moving must be fetched before the start
-      // passes it again (see RecoverStuckPartitions).
-      {"fetch.error.backoff.ms", "100"},
+      // waits this long before fetching that partition (or from that broker) again, whatever
+      // its position meanwhile (default 500 ms; a seek does not shorten it). A position moved
+      // past a log start that producers keep moving must be fetched before the start passes it
+      // again: the development broker's 5 MiB a partition last ~50 ms at 2 M records/s, so a
+      // jump must be fetched well within that (CatchUpWithLogStarts). The cost: a partition or
+      // broker that keeps failing is retried up to 100 times a second.
+      {"fetch.error.backoff.ms", "10"},
       // What a backlog (after a broker outage, a restart, a rebalance) may hold in memory before
       // the daemon takes it: librdkafka queues up to 64 MiB of messages ahead, and one fetch
       // answer may bring 50 MiB more (compressed) on top; 16 MiB ahead and 4 MiB a fetch here.
@@ -73,6 +96,10 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
   consumer->queue_.reset(rd_kafka_queue_get_consumer(rk));
   rd_kafka_poll_set_consumer(rk);
   consumer->refill_ = FetchRefill(FetchQueueLimitsOf(rk));
+  consumer->fetch_error_backoff_ =
+      ConfMilliseconds(rd_kafka_conf(rk), "fetch.error.backoff.ms", consumer->fetch_error_backoff_);
+  consumer->fetch_wait_max_ =
+      ConfMilliseconds(rd_kafka_conf(rk), "fetch.wait.max.ms", consumer->fetch_wait_max_);
   KafkaPartitionList topics(rd_kafka_topic_partition_list_new(1));
   rd_kafka_topic_partition_list_add(topics.get(), options.topic.c_str(), RD_KAFKA_PARTITION_UA);
   const rd_kafka_resp_err_t e = rd_kafka_subscribe(rk, topics.get());
@@ -251,6 +278,7 @@ void KafkaConsumer::ReportLoss(const char* topic, int32_t partition, int64_t exp
     expected = std::max(expected, start->second);
   }
   if (got <= expected) return;
+  if (topic == options_.topic) progress_[partition].last_loss = std::chrono::steady_clock::now();
   spdlog::warn(
       "kafka: {} [{}] lost {} messages: the consumer should have read offset {} next, the "
       "broker's log {} (retention deleted them before they were read: a consumer lagging behind "
@@ -282,50 +310,144 @@ void KafkaConsumer::CheckContinuity(const rd_kafka_message_t* m) {
   next_offset_[m->partition] = m->offset + 1;
 }
 
-void KafkaConsumer::RecoverStuckPartitions() {
+void KafkaConsumer::CatchUpWithLogStarts(size_t taken, bool drained) {
+  taken_ += taken;
+  if (drained) ++drained_polls_;
   const auto now = std::chrono::steady_clock::now();
-  if (now < next_stuck_check_) return;
-  next_stuck_check_ = now + kStuckCheckInterval;
-  for (auto& [partition, expected] : next_offset_) {
-    // The bounds librdkafka last saw in a fetch response (no request).
+  const auto before = last_check_ == std::chrono::steady_clock::time_point{} ? now : last_check_;
+  last_check_ = now;
+  for (const auto& [partition, expected] : next_offset_) {
+    // The bounds librdkafka last saw in a fetch answer (no request), read before the queue's
+    // length below: the answer that set them came after every earlier answer's messages were
+    // queued.
     const std::optional<Watermarks> bounds = CachedWatermarks(rk_.get(), options_.topic, partition);
     PartitionProgress& progress = progress_[partition];
+    if (bounds && bounds->high >= bounds->low) {
+      if (bounds->low != progress.seen_low) {
+        progress.seen_low = bounds->low;
+        progress.seen_after = before;
+        progress.seen_at = now;
+      }
+      // The producers' rate, from the log end as first seen after each answer: an answer came
+      // after the check before, so a sample taken long after that one is not used.
+      if (bounds->high != progress.seen_high) {
+        progress.seen_high = bounds->high;
+        if (now - before > kSampleAge) {
+          progress.rate_high = -1;  // the next answer starts a window
+        } else if (progress.rate_high < 0 || bounds->high < progress.rate_high ||
+                   now - progress.rate_since > kRateWindowMax) {
+          // A new window: the first, after the log was replaced, or after the end stood still
+          // (idle producers: an average over their pause would not be their rate now).
+          progress.rate_high = bounds->high;
+          progress.rate_since = now;
+        } else if (now - progress.rate_since >= kRateWindow) {
+          const double seconds = std::chrono::duration<double>(now - progress.rate_since).count();
+          const double rate = static_cast<double>(bounds->high - progress.rate_high) / seconds;
+          progress.rate = std::max(
+              rate, progress.rate_at + kRateTrusted > now ? progress.last_window_rate : -1.0);
+          progress.last_window_rate = rate;
+          progress.rate_at = now;
+          progress.rate_high = bounds->high;
+          progress.rate_since = now;
+        }
+      }
+    }
     if (!bounds || bounds->low <= expected || bounds->high < bounds->low) {
-      progress.behind_since = {};
+      progress.behind = false;
       continue;
     }
-    // The log starts past the position. librdkafka resets to the log start it last saw, and
-    // the next message names the loss (CheckContinuity), unless producers move the start past
-    // that offset again before it is fetched, reset after reset, reading nothing.
-    if (progress.behind_since == std::chrono::steady_clock::time_point{}) {
+    // The log starts past the next offset: the message there is queued (fetched before it was
+    // deleted), or lost, and then so is the position librdkafka fetches at.
+    if (!progress.behind || progress.behind_at != expected) {
+      progress.behind = true;
+      progress.behind_at = expected;
       progress.behind_since = now;
-      continue;
+      progress.behind_drained = drained_polls_;
+      const auto queued = static_cast<uint64_t>(rd_kafka_queue_length(queue_.get()));
+      progress.behind_taken = taken_ + queued;
+      if (queued > 0) continue;
+    } else if (taken_ < progress.behind_taken && drained_polls_ == progress.behind_drained &&
+               now - progress.behind_since < kStuckAfter) {
+      continue;  // it may still be in the queue
     }
-    if (now - progress.behind_since < kStuckAfter || now - progress.last_message < kStuckAfter) {
-      continue;
+    if (progress.RateNow(bounds->high, now) < 0 &&
+        now - progress.behind_since < fetch_error_backoff_ + fetch_wait_max_ + kFetchSlack) {
+      continue;  // librdkafka's own reset reads on if the start has stopped moving
     }
-    // Stuck: a little past the start, so that it is still there when fetched — a tenth of the
-    // log, twice as far each time the last seek read nothing.
-    const double fraction =
-        std::min(1.0, kResetMargin * static_cast<double>(1 << std::min(progress.seeks, 8)));
-    const int64_t low = bounds->low;
-    const int64_t high = bounds->high;
-    const int64_t target =
-        std::min(high, low + static_cast<int64_t>(fraction * static_cast<double>(high - low)));
-    ++progress.seeks;
-    progress.behind_since = {};
-    ReportLoss(options_.topic.c_str(), partition, expected, target,
-               "now starts at offset " + std::to_string(low) + "; reading resumes at offset " +
-                   std::to_string(target));
-    expected = target;
-    KafkaPartitionList list(rd_kafka_topic_partition_list_new(1));
-    rd_kafka_topic_partition_list_add(list.get(), options_.topic.c_str(), partition)->offset =
-        target;
-    if (KafkaError s{rd_kafka_seek_partitions(rk_.get(), list.get(), /*async=*/0)}) {
-      spdlog::error("kafka: {} [{}] seek to offset {}: {}", options_.topic, partition, target,
-                    rd_kafka_error_string(s.get()));
-    }
+    JumpPastLogStart(partition, expected, *bounds, now);
   }
+}
+
+void KafkaConsumer::JumpPastLogStart(int32_t partition, int64_t expected, const Watermarks& cached,
+                                     std::chrono::steady_clock::time_point now) {
+  PartitionProgress& progress = progress_[partition];
+  progress.behind = false;
+  const double rate = progress.RateNow(cached.high, now);
+  const bool rate_known = rate >= 0;
+  // Until the fetch: the watermarks' age (at most), librdkafka's backoff after the fetch that
+  // failed, the fetch the broker may be holding, the way there.
+  const std::chrono::duration<double> until_fetch =
+      (now - progress.seen_after) + fetch_error_backoff_ + fetch_wait_max_ + kFetchSlack;
+  double margin = rate_known ? kMarginFactor * rate * until_fetch.count()
+                             : kResetMargin * static_cast<double>(cached.high - cached.low);
+  margin *= static_cast<double>(1 << std::min(progress.jumps, 8));
+  // At most to where the log ends now: the cached end, moved on by the producers' rate over
+  // the watermarks' age (at least).
+  const double end =
+      static_cast<double>(cached.high) +
+      (rate_known ? rate * std::chrono::duration<double>(now - progress.seen_at).count() : 0.0);
+  const int64_t target = static_cast<int64_t>(
+      std::ceil(std::min(static_cast<double>(cached.low) + margin, std::floor(end))));
+  // Synchronous: once it returns, librdkafka hands out nothing fetched before it (its
+  // messages carry the old version and are dropped).
+  KafkaPartitionList list(rd_kafka_topic_partition_list_new(1));
+  rd_kafka_topic_partition_list_add(list.get(), options_.topic.c_str(), partition)->offset = target;
+  KafkaError e{
+      rd_kafka_seek_partitions(rk_.get(), list.get(), static_cast<int>(kSeekTimeout.count()))};
+  const rd_kafka_resp_err_t err = e ? rd_kafka_error_code(e.get()) : list->elems[0].err;
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    spdlog::error("kafka: {} [{}] seek to offset {}: {}", options_.topic, partition, target,
+                  e ? rd_kafka_error_string(e.get()) : rd_kafka_err2str(err));
+    // Tried again after kStuckAfter.
+    progress.behind = true;
+    progress.behind_at = expected;
+    progress.behind_since = now;
+    progress.behind_taken = UINT64_MAX;
+    progress.behind_drained = UINT64_MAX;
+    return;
+  }
+  spdlog::debug(
+      "kafka: {} [{}] jumps to offset {}: the log was at {}-{} {:.0f} ms ago at most, producers "
+      "add {:.0f} messages a second",
+      options_.topic, partition, target, cached.low, cached.high,
+      std::chrono::duration<double, std::milli>(now - progress.seen_after).count(), rate);
+  ++progress.jumps;
+  ReportLoss(options_.topic.c_str(), partition, expected, target,
+             "now starts at offset " + std::to_string(cached.low) + "; reading resumes at offset " +
+                 std::to_string(target));
+  next_offset_[partition] = target;
+}
+
+std::vector<KafkaConsumer::PartitionLag> KafkaConsumer::PartitionLags(
+    std::chrono::steady_clock::duration losing_window) const {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<PartitionLag> out;
+  out.reserve(next_offset_.size());
+  for (const auto& [partition, next] : next_offset_) {
+    PartitionLag lag;
+    lag.partition = partition;
+    if (const std::optional<Watermarks> bounds =
+            CachedWatermarks(rk_.get(), options_.topic, partition);
+        bounds && bounds->high >= 0) {
+      lag.messages = std::max<int64_t>(0, bounds->high - next);
+    }
+    if (auto p = progress_.find(partition); p != progress_.end()) {
+      lag.losing = p->second.last_loss != std::chrono::steady_clock::time_point{} &&
+                   now - p->second.last_loss < losing_window;
+    }
+    out.push_back(lag);
+  }
+  return out;
 }
 
 size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_messages,
@@ -376,15 +498,14 @@ size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_message
       if (rd_kafka_topic_name(m->rkt) == options_.topic) {
         NoteFetchedPartition(m->partition);
         CheckContinuity(m);
-        PartitionProgress& progress = progress_[m->partition];
-        progress.last_message = std::chrono::steady_clock::now();
-        progress.seeks = 0;
+        progress_[m->partition].jumps = 0;
       }
       on_message(msg);
       ++handled;
     }
   }
-  RecoverStuckPartitions();
+  CatchUpWithLogStarts(static_cast<size_t>(std::max<ssize_t>(n, 0)),
+                       n >= 0 && static_cast<size_t>(n) < max_messages);
   if (refill_.Taken(static_cast<size_t>(std::max<ssize_t>(n, 0)), payload_bytes,
                     static_cast<size_t>(rd_kafka_queue_length(queue_.get())))) {
     WakeFetchers(rk_.get(), options_.topic, fetched_partitions_);

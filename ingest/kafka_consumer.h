@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "ingest/fetch_refill.h"
+#include "kafka/cluster_requests.h"
 #include "kafka/handles.h"
 #include "kafka/kafka_properties.h"
 
@@ -105,6 +106,20 @@ class KafkaConsumer {
   // Times Poll woke librdkafka's fetcher after reading down a full queue (FetchRefill).
   uint64_t fetch_wakeups() const { return refill_.wakeups(); }
 
+  // How far behind its producers this member is on one telemetry partition it reads.
+  struct PartitionLag {
+    int32_t partition = 0;
+    // The log's end as librdkafka last saw it in a fetch answer (no request) less the next
+    // offset to read: messages produced and not yet handed out, those fetched and queued
+    // included. nullopt before the first fetch answer or while the next offset is unknown.
+    std::optional<int64_t> messages;
+    // Messages of the partition were lost (on_lost) within the window asked for.
+    bool losing = false;
+  };
+  // Every telemetry partition assigned to this member whose next offset is known, in partition
+  // order. `losing_window`: how recent a loss makes a partition `losing`.
+  std::vector<PartitionLag> PartitionLags(std::chrono::steady_clock::duration losing_window) const;
+
  private:
   KafkaConsumer() = default;
   static void OnRebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
@@ -117,21 +132,54 @@ class KafkaConsumer {
   std::map<int32_t, int64_t> StartPositions(const std::vector<int32_t>& partitions);
   // Checks message `m` against the next offset expected on its partition, and reports a loss.
   void CheckContinuity(const rd_kafka_message_t* m);
-  // Every kStuckCheckInterval: a partition whose position the broker's log has started past
-  // for kStuckAfter, with no message read meanwhile, is moved a little past the log start
-  // (librdkafka's own reset to the log start it cached can repeat for minutes while producers
-  // move the start on); the messages skipped are reported as lost.
-  void RecoverStuckPartitions();
+  // After each batch: a partition whose log the broker has started past its next offset (the
+  // watermarks librdkafka last saw in a fetch answer), once the message at that offset cannot
+  // be in the consumer queue any more, jumps at once to an offset still in the log when it is
+  // fetched (JumpPastLogStart). librdkafka's own reset (auto.offset.reset=earliest) goes to the
+  // log start it saw in the failing fetch answer, which it fetches only fetch.error.backoff.ms
+  // later: producers that fill the log faster have moved the start on again by then, and the
+  // partition reads nothing, reset after reset, until they stop. `taken`: messages this Poll
+  // took; `drained`: it took all the queue held.
+  void CatchUpWithLogStarts(size_t taken, bool drained);
+  // Moves `partition` from `expected` (its next offset, gone from the log) past the log start
+  // `cached` (librdkafka's; no request: a request waits behind the fetch the broker holds) by
+  // kMarginFactor times what producers add before the partition is fetched: their rate times
+  // the watermarks' age, fetch.error.backoff.ms, fetch.wait.max.ms and kFetchSlack (a tenth of
+  // the log while their rate is not known; twice as far for each jump in a row that read
+  // nothing; at most to where the log ends now). Reports the skipped messages.
+  void JumpPastLogStart(int32_t partition, int64_t expected, const Watermarks& cached,
+                        std::chrono::steady_clock::time_point now);
   // Logs one warning for a loss of [expected, got) and calls on_lost.
   void ReportLoss(const char* topic, int32_t partition, int64_t expected, int64_t got,
                   const std::string& where);
 
   static constexpr std::chrono::milliseconds kStartQueryTimeout{10000};
-  static constexpr std::chrono::milliseconds kStuckCheckInterval{250};
+  // How long a jump waits for librdkafka's main thread to take its seek.
+  static constexpr std::chrono::milliseconds kSeekTimeout{1000};
+  // A partition behind its log start whose next message may still be queued (behind other
+  // partitions' messages) jumps after this long at the latest.
   static constexpr std::chrono::milliseconds kStuckAfter{1000};
-  // A stuck partition resumes this fraction of the retained log past its start (doubled for
-  // each seek in a row that read nothing).
+  // While the producers' rate is not known: the jump's margin, as a fraction of the log.
   static constexpr double kResetMargin = 0.1;
+  // What a jump's margin covers besides the watermarks' age, fetch.error.backoff.ms and
+  // fetch.wait.max.ms: the seek, the fetch request's way to the broker. The margin is
+  // kMarginFactor times what producers add meanwhile at their measured rate (which varies, as
+  // does the time to the fetch on a loaded machine); beyond the start it costs only messages
+  // the consumer would otherwise read while its producers outrun it.
+  static constexpr std::chrono::milliseconds kFetchSlack{5};
+  static constexpr double kMarginFactor = 2;
+  // The producers' rate on a partition: the log end's moves over at least kRateWindow (and at
+  // most kRateWindowMax), trusted for kRateTrusted. While it is not known at all, a partition
+  // behind its log start jumps only once librdkafka's own reset has had the time to read on
+  // (where the start has stopped moving).
+  static constexpr std::chrono::milliseconds kRateWindow{100};
+  static constexpr std::chrono::milliseconds kRateWindowMax{1000};
+  static constexpr std::chrono::seconds kRateTrusted{10};
+  // Before a rate is measured, the end's move over this long at least serves instead.
+  static constexpr std::chrono::milliseconds kRateProbe{20};
+  // A log end seen more than this long after the check before (a consumer that did not poll)
+  // may be that old: it neither opens nor closes a window.
+  static constexpr std::chrono::milliseconds kSampleAge{25};
 
   KafkaClient rk_;    // outlives queue_
   KafkaQueue queue_;  // the consumer queue, read by Poll
@@ -142,12 +190,50 @@ class KafkaConsumer {
   // (StartPositions). Gaps before it are not losses. Written inside Poll.
   std::map<int32_t, int64_t> input_start_;
   struct PartitionProgress {
-    std::chrono::steady_clock::time_point last_message;  // the last handed out
-    std::chrono::steady_clock::time_point behind_since;  // the log start past the position
-    int seeks = 0;  // RecoverStuckPartitions seeks since the last message
+    std::chrono::steady_clock::time_point last_loss;  // the last reported to on_lost
+    // Behind the log start: set when the log was first seen starting past the next offset
+    // `behind_at`. The message there may still be queued until Poll has taken `behind_taken`
+    // messages in all (the queue's length then), or drained the queue after
+    // `behind_drained` (drained_polls_ then).
+    bool behind = false;
+    int64_t behind_at = 0;
+    std::chrono::steady_clock::time_point behind_since;
+    uint64_t behind_taken = 0;
+    uint64_t behind_drained = 0;
+    int jumps = 0;  // JumpPastLogStart jumps since the last message
+    // The log start librdkafka last saw, first seen at `seen_at`; the answer that brought it
+    // came after `seen_after` (the check before).
+    int64_t seen_low = -1;
+    std::chrono::steady_clock::time_point seen_after, seen_at;
+    // The producers' rate: the log end last seen (`seen_high`); the end `rate_high` seen at
+    // `rate_since` (negative: no window open); messages a second, the higher of the last two
+    // windows (it varies from one to the next), measured at `rate_at` (negative: not yet).
+    int64_t seen_high = -1;
+    int64_t rate_high = -1;
+    std::chrono::steady_clock::time_point rate_since;
+    double rate = -1;
+    double last_window_rate = -1;
+    std::chrono::steady_clock::time_point rate_at;
+    // Messages a second: the measured rate while it is trusted, else the log end's move since
+    // `rate_since` if that is at least kRateProbe ago (from `high`, the end seen now);
+    // negative: not known.
+    double RateNow(int64_t high, std::chrono::steady_clock::time_point now) const {
+      if (rate >= 0 && now - rate_at < kRateTrusted) return rate;
+      if (rate_high < 0 || high <= rate_high || now - rate_since < kRateProbe) return -1;
+      return static_cast<double>(high - rate_high) /
+             std::chrono::duration<double>(now - rate_since).count();
+    }
   };
   std::map<int32_t, PartitionProgress> progress_;  // telemetry partitions; inside Poll
-  std::chrono::steady_clock::time_point next_stuck_check_;
+  uint64_t taken_ = 0;          // messages (and errors) Poll took from the queue, in all
+  uint64_t drained_polls_ = 0;  // Polls that took all the queue held
+  std::chrono::steady_clock::time_point last_check_;  // CatchUpWithLogStarts' last run
+  // The consumer's fetch.error.backoff.ms: how long after an out-of-range fetch librdkafka
+  // fetches the partition again, whatever its position meanwhile (a seek does not shorten it);
+  // and fetch.wait.max.ms: how long the broker may hold a fetch that finds nothing, before the
+  // next fetch request (one at a time per broker) can carry a new position.
+  std::chrono::milliseconds fetch_error_backoff_{500};
+  std::chrono::milliseconds fetch_wait_max_{500};
   bool closed_ = false;
   absl::Status fatal_error_;
   int assigned_partitions_ = 0;  // written by OnRebalance, which runs inside Poll

@@ -285,6 +285,156 @@ TEST(KafkaConsumerTest, ResumingBehindAMovingLogStartReadsOnAndCountsWhatItSkipp
   EXPECT_EQ(handled + skipped, next) << "offsets 0.." << next << ": each read or counted lost";
 }
 
+// A consumer that reads along with its producer stalls (a daemon busy elsewhere, a pause)
+// longer than the broker keeps the log, with a small consumer queue: its position falls behind
+// the log start while the producer goes on. librdkafka's own reset goes to the start it saw in
+// the failing fetch answer and fetches it only fetch.error.backoff.ms later, when the start has
+// moved on: reset after reset, reading nothing (the consumer used to wait a second, then move a
+// tenth of the log past the start, which could be gone again before it was fetched). The
+// consumer must jump once to an offset still in the log, soon after it has read what was queued,
+// count the gap once, and read on in order while the producer goes on.
+TEST(KafkaConsumerTest, AConsumerStalledBehindAMovingLogStartJumpsOnceAndReadsOn) {
+  auto broker = EmbeddedBroker::Start({"stalled", 1, 1, /*changelog_topic=*/false, ""});
+  ASSERT_TRUE(broker.ok()) << broker.status();
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  char err[256];
+  rd_kafka_conf_set(conf, "bootstrap.servers", (*broker)->bootstrap().c_str(), err, sizeof(err));
+  rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
+  rd_kafka_conf_set(conf, "linger.ms", "5", err, sizeof(err));
+  rd_kafka_t* producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+  ASSERT_NE(producer, nullptr) << err;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> produced{0};
+  std::thread publisher([&] {
+    const std::string payload(1024, 'x');
+    while (!stop) {
+      for (int i = 0; i < 50; ++i) {
+        while (
+            rd_kafka_producev(producer, RD_KAFKA_V_TOPIC("stalled"), RD_KAFKA_V_PARTITION(0),
+                              RD_KAFKA_V_VALUE(const_cast<char*>(payload.data()), payload.size()),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+          rd_kafka_poll(producer, 10);
+        }
+        ++produced;
+      }
+      rd_kafka_poll(producer, 0);
+      std::this_thread::sleep_for(10ms);  // ~5,000 messages/s, ~5 MB/s: the log lasts ~1 s
+    }
+    rd_kafka_flush(producer, 10000);
+  });
+  struct StopPublisher {  // on every way out, assertions' included
+    std::atomic<bool>* stop;
+    std::thread* publisher;
+    rd_kafka_t* producer;
+    ~StopPublisher() {
+      *stop = true;
+      if (publisher->joinable()) publisher->join();
+      rd_kafka_destroy(producer);
+    }
+  } stop_publisher{&stop, &publisher, producer};
+
+  struct Loss {
+    int64_t expected, got, log_end;
+  };
+  std::vector<Loss> losses;
+  std::optional<int64_t> first;  // the first offset read
+  int64_t next = -1, handled = 0, skipped = 0;
+  bool in_order = true;
+  KafkaConsumerOptions o;
+  o.brokers = (*broker)->bootstrap();
+  o.topic = "stalled";
+  o.group = "stalled-test";
+  // A queue far smaller than the log (the daemon's 16 MiB holds three of the development
+  // broker's logs): the fetcher stops soon after the consumer does, while the log is kept.
+  o.properties = {{"log_level", "0"}, {"queued.max.messages.kbytes", "256"}};
+  o.on_assigned = [](const std::string&, const std::vector<int32_t>& partitions) {
+    return std::vector<std::optional<int64_t>>(partitions.size());  // nothing stored: it reads
+  };                                                                // the log from its start
+  o.on_lost = [&](const std::string& topic, int32_t partition, int64_t expected, int64_t got,
+                  int64_t log_end) {
+    EXPECT_EQ(topic, "stalled");
+    EXPECT_EQ(partition, 0);
+    losses.push_back({expected, got, log_end});
+    if (expected != next) in_order = false;
+    skipped += got - expected;
+    next = got;
+  };
+  auto consumer = KafkaConsumer::Create(o);
+  ASSERT_TRUE(consumer.ok()) << consumer.status();
+  const auto read = [&](std::chrono::milliseconds for_how_long) {
+    const auto until = std::chrono::steady_clock::now() + for_how_long;
+    while (std::chrono::steady_clock::now() < until) {
+      (*consumer)->Poll(10ms, 500, [&](const KafkaMessage& m) {
+        if (!first) first = next = m.offset;
+        if (m.offset != next) in_order = false;
+        next = m.offset + 1;
+        ++handled;
+      });
+    }
+  };
+  // Reads what the log holds, then along with the producer for a second: nothing lost, the
+  // lag known.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        read(50ms);
+        return handled >= 5000;
+      },
+      60s))
+      << handled << " read";
+  read(1000ms);
+  EXPECT_TRUE(losses.empty());
+  std::vector<KafkaConsumer::PartitionLag> lags = (*consumer)->PartitionLags(10s);
+  ASSERT_EQ(lags.size(), 1u);
+  EXPECT_TRUE(lags[0].messages.has_value());
+  EXPECT_FALSE(lags[0].losing);
+
+  // The stall: far longer than the log lasts.
+  std::this_thread::sleep_for(2500ms);
+  const int64_t position = next;  // what it should read next, after what is queued
+  const int64_t handled_before = handled;
+  const auto resumed = std::chrono::steady_clock::now();
+  // Reads on until it has read past the gap for a second, or gives up after 10 s.
+  std::optional<std::chrono::steady_clock::time_point> past_gap;
+  while (std::chrono::steady_clock::now() < resumed + 10s &&
+         (!past_gap || std::chrono::steady_clock::now() < *past_gap + 1s)) {
+    read(10ms);
+    if (!past_gap && !losses.empty() && next > losses.back().got) {
+      past_gap = std::chrono::steady_clock::now();
+      // The partition is losing now, and lags behind its log's end.
+      lags = (*consumer)->PartitionLags(10s);
+      ASSERT_EQ(lags.size(), 1u);
+      EXPECT_TRUE(lags[0].losing);
+      EXPECT_TRUE(lags[0].messages.has_value());
+    }
+  }
+  stop = true;
+  publisher.join();
+  (*consumer)->Close();
+
+  ASSERT_EQ(losses.size(), 1u) << "the gap is counted once: one jump, no chase";
+  // From after what was queued when it stalled (256 KiB, of 1-KiB messages).
+  EXPECT_GE(losses[0].expected, position);
+  EXPECT_LE(losses[0].expected, position + 300);
+  // It lands in the log's older half (the log holds ~5,000 messages of 1 KiB): past its start
+  // by what the producer adds until the fetch, not at its end.
+  EXPECT_LT(losses[0].got, losses[0].log_end - 2000) << "log end " << losses[0].log_end;
+  ASSERT_TRUE(past_gap.has_value()) << "it never read past the gap";
+  const double seconds = std::chrono::duration<double>(*past_gap - resumed).count();
+  std::printf(
+      "stalled at offset %lld: lost %lld messages (the log held ~5,000), read on %.0f ms after "
+      "the stall ended, %lld messages in all since\n",
+      static_cast<long long>(position), static_cast<long long>(losses[0].got - losses[0].expected),
+      seconds * 1000, static_cast<long long>(handled - handled_before));
+  // Its queue read (256 KiB), the out-of-range fetch, one jump: well within librdkafka's own
+  // retries (which here read nothing) and the second the consumer used to wait.
+  EXPECT_LT(seconds, 0.75);
+  EXPECT_GE(handled - handled_before, 2000) << "it reads on along with the producer";
+  EXPECT_TRUE(in_order) << "a message or a loss did not start where the last one ended";
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(handled + skipped, next - *first) << "each offset read or counted lost";
+}
+
 // Publishes `count` messages of 1 KiB to partition 0 of `topic` and waits until the broker has
 // them all.
 void PublishKilobytes(const std::string& brokers, const std::string& topic, int count) {
