@@ -130,6 +130,7 @@ KafkaConsumerOptions ConsumerOptions(const DaemonConfig& config, const std::stri
                                                       int64_t expected, int64_t got,
                                                       int64_t log_end) {
     metrics->InputLost(t, partition)->Add(static_cast<double>(got - expected));
+    metrics->InputLossEvents(t, partition)->Add(1);
     if (t == topic) router->InputLost(partition, static_cast<uint64_t>(got - expected), log_end);
   };
   return consumer_options;
@@ -342,6 +343,12 @@ int Run(const DaemonConfig& config) {
     router.Tick(now, WallNowUnixNs());
     metrics.assigned_partitions->Set(input.assigned_partitions());
     metrics.kafka_fetch_wakeups->Set(static_cast<double>(input.fetch_wakeups()));
+    std::vector<DaemonMetrics::InputPartition> lags;
+    for (const KafkaConsumer::PartitionLag& p :
+         input.PartitionLags(DaemonMetrics::kInputLosingWindow)) {
+      lags.push_back({p.partition, p.messages, p.losing});
+    }
+    metrics.PublishInputPartitions(config.topic, lags);
   });
   CheckpointPacer pacer(static_cast<size_t>(config.checkpoint_input_mib) << 20);
   const DutyScheduler::Id checkpoint = duties.Schedule(

@@ -218,6 +218,25 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version,
                  "Telemetry messages the daemon never read because the broker no longer had them "
                  "(retention deleted them first; the consumer's position jumped past them).",
                  {"topic", "partition"});
+  input_loss_events_ =
+      r->Counter("rankwatch_input_loss_events_total",
+                 "Times the consumer's position on a telemetry partition jumped past messages the "
+                 "broker no longer had (each counted in rankwatch_input_lost_messages_total and "
+                 "logged once).",
+                 {"topic", "partition"});
+  input_losing_ = r->Gauge(
+      "rankwatch_input_losing",
+      "1 while the daemon lost telemetry messages of the partition within the last " +
+          std::to_string(kInputLosingWindow.count()) +
+          " s (a consumer more than the broker's retained log behind its producers), else 0; one "
+          "series per partition it reads.",
+      {"topic", "partition"});
+  ingest_lag_messages_ = r->Gauge(
+      "rankwatch_ingest_lag_messages",
+      "Telemetry messages of a partition this instance reads that are produced and not yet "
+      "processed: the log's end as the consumer last saw it in a fetch answer less its next "
+      "offset (messages fetched and queued included).",
+      {"topic", "partition"});
   lost_rank_seconds_ = r->Counter(
       "rankwatch_job_lost_rank_seconds_total",
       "Rank-seconds a job lost since it started: cause straggler (every rank waiting for the "
@@ -263,6 +282,32 @@ DaemonMetrics::DaemonMetrics(PrometheusRegistry* r, const std::string& version,
 
 MetricCell* DaemonMetrics::InputLost(const std::string& topic, int32_t partition) {
   return input_lost_->WithLabels({topic, std::to_string(partition)});
+}
+
+MetricCell* DaemonMetrics::InputLossEvents(const std::string& topic, int32_t partition) {
+  return input_loss_events_->WithLabels({topic, std::to_string(partition)});
+}
+
+void DaemonMetrics::PublishInputPartitions(const std::string& topic,
+                                           const std::vector<InputPartition>& now) {
+  std::set<std::pair<std::string, int32_t>> published;
+  for (const InputPartition& p : now) {
+    const std::vector<std::string> labels = {topic, std::to_string(p.partition)};
+    input_losing_->WithLabels(labels)->Set(p.losing ? 1 : 0);
+    if (p.lag_messages) {
+      ingest_lag_messages_->WithLabels(labels)->Set(static_cast<double>(*p.lag_messages));
+    } else {
+      ingest_lag_messages_->RemoveSeries(labels);
+    }
+    published.emplace(topic, p.partition);
+  }
+  for (const auto& [t, partition] : input_partitions_) {
+    if (published.count({t, partition})) continue;
+    const std::vector<std::string> labels = {t, std::to_string(partition)};
+    input_losing_->RemoveSeries(labels);
+    ingest_lag_messages_->RemoveSeries(labels);
+  }
+  input_partitions_ = std::move(published);
 }
 
 MetricCell* DaemonMetrics::StepsAligned(const std::string& job) {

@@ -9,12 +9,17 @@
 // JobExportOptions::max_exported jobs get them; the others are counted in rankwatch_job_ids.
 //
 // Thread-safe (see PrometheusRegistry), except that per-job publishing (PublishJob, SetFiring,
-// RemoveJob) is the ingest thread's.
+// RemoveJob) and PublishInputPartitions are the ingest thread's.
 #pragma once
 
 #include <array>
+#include <chrono>
+#include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ingest/batch_decoder.h"
 #include "metrics/job_export_gate.h"
@@ -79,6 +84,20 @@ class DaemonMetrics {
   MetricCell* alerts_delivered;
   // Messages of a telemetry partition skipped because the broker no longer had them.
   MetricCell* InputLost(const std::string& topic, int32_t partition);
+  // Times the consumer's position on a telemetry partition jumped past lost messages (each
+  // loss InputLost counts).
+  MetricCell* InputLossEvents(const std::string& topic, int32_t partition);
+  // How far behind its producers the consumer is on one telemetry partition, and whether it
+  // lost messages there within kInputLosingWindow.
+  struct InputPartition {
+    int32_t partition = 0;
+    std::optional<int64_t> lag_messages;  // nullopt: not known (no series)
+    bool losing = false;
+  };
+  static constexpr std::chrono::seconds kInputLosingWindow{30};
+  // Sets the series of the telemetry partitions this instance reads now, and removes those of
+  // the partitions it no longer reads (ingest thread only).
+  void PublishInputPartitions(const std::string& topic, const std::vector<InputPartition>& now);
 
   // Per-job series. The step counters are set from the published snapshot's totals, last, so a
   // scrape never sees a step count ahead of the statistics of those steps (these accessors
@@ -119,6 +138,11 @@ class DaemonMetrics {
   MetricFamily* last_record_;
   MetricFamily* job_info_;
   MetricFamily* input_lost_ = nullptr;
+  MetricFamily* input_loss_events_ = nullptr;
+  MetricFamily* input_losing_ = nullptr;
+  MetricFamily* ingest_lag_messages_ = nullptr;
+  // The (topic, partition) series PublishInputPartitions set last (ingest thread only).
+  std::set<std::pair<std::string, int32_t>> input_partitions_;
   MetricFamily* lost_rank_seconds_ = nullptr;
   MetricFamily* rank_seconds_ = nullptr;
   MetricFamily* alerts_firing_;

@@ -1,10 +1,12 @@
 """Input loss is visible: a burst larger than the development broker keeps (5 MiB per
 partition) is published faster than the daemon reads it, so retention deletes messages before
 they are read. The daemon counts them in rankwatch_input_lost_messages_total{topic,partition}
-and logs one warning per event naming the partition and the offsets; every message is either
-read or counted as lost. That holds from the moment the daemon owns a partition — before its
-first read, and after a restart that had read nothing — not only once it has read there. A
-paced job loses nothing."""
+and logs one warning per event naming the partition and the offsets (each event also counted in
+rankwatch_input_loss_events_total, and rankwatch_input_losing is 1 for the partition); every
+message is either read or counted as lost. That holds from the moment the daemon owns a
+partition — before its first read, and after a restart that had read nothing — not only once it
+has read there. A paced job loses nothing, and its partitions' lag
+(rankwatch_ingest_lag_messages) returns to 0."""
 import json
 import os
 import re
@@ -66,6 +68,16 @@ class InputLossTest(unittest.TestCase):
         def warnings():
             return [m.groups() for m in LOST.finditer(daemon.stderr())]
         wait_until(warnings, 30, "a loss warning")
+        partition = warnings()[0][1]
+        # The partition is losing (for 30 s after a loss).
+        wait_until(lambda: self.partition_series(daemon, "rankwatch_input_losing").get(partition) == 1,
+                   10, "rankwatch_input_losing 1")
+        # Every message is read or counted lost: then nothing more can be lost.
+        def settled():
+            s = parse_metrics(scrape(daemon))
+            lost = sum(v for n, l, v in s if n == "rankwatch_input_lost_messages_total")
+            return metric(s, "rankwatch_events_total", kind="batch") == before + total - lost
+        wait_until(settled, 60, "every message read or counted lost")
         events = warnings()  # usually one; more when the consumer fell behind more than once
         partitions = {p for _, p, _, _, _, _ in events}
         self.assertEqual(len(partitions), 1, events)  # one job: one partition
@@ -81,13 +93,20 @@ class InputLossTest(unittest.TestCase):
             lost += int(count)
             print("published %d messages; lost %s on partition %s (offsets %s-%d)" % (
                 total, count, partition, expected, int(start) - 1))
-        lost_series = {l["partition"]: v for n, l, v in parse_metrics(scrape(daemon))
-                       if n == "rankwatch_input_lost_messages_total"}
-        self.assertEqual(lost_series, {partitions.pop(): float(lost)})
-        # Every message is read or counted lost.
-        wait_until(lambda: metric(parse_metrics(scrape(daemon)), "rankwatch_events_total",
-                                  kind="batch") == before + total - lost, 60,
-                   "every message after the loss read")
+        self.assertEqual(self.partition_series(daemon, "rankwatch_input_lost_messages_total"),
+                         {partition: float(lost)})
+        # One event per warning.
+        self.assertEqual(self.partition_series(daemon, "rankwatch_input_loss_events_total"),
+                         {partition: float(len(events))})
+        # Every message read or counted lost (`lost` from the log lines).
+        self.assertEqual(metric(parse_metrics(scrape(daemon)), "rankwatch_events_total", kind="batch"),
+                         before + total - lost)
+        # Every partition the daemon reads has its lag and losing series; read to the end, the
+        # job's partition lags by nothing.
+        assigned = metric(parse_metrics(scrape(daemon)), "rankwatch_kafka_assigned_partitions")
+        self.assertEqual(len(self.partition_series(daemon, "rankwatch_input_losing")), assigned)
+        wait_until(lambda: self.partition_series(daemon, "rankwatch_ingest_lag_messages").get(partition) == 0,
+                   10, "the job's partition read to its end")
         # The job's diagnosis says its input may be partial, and how much was lost.
         d = self.diagnosis(job, daemon)
         self.assertEqual(d.input_lost_messages, lost)
@@ -153,8 +172,21 @@ class InputLossTest(unittest.TestCase):
         wait_until(lambda: metric(parse_metrics(scrape(self.daemon)), "rankwatch_steps_aligned_total",
                                   training_job="paced") == 200, 60, "every step aligned")
         self.assertEqual(self.lost_series(), {})
+        self.assertEqual(self.partition_series(self.daemon, "rankwatch_input_loss_events_total"), {})
+        losing = self.partition_series(self.daemon, "rankwatch_input_losing")
+        self.assertEqual(len(losing), metric(parse_metrics(scrape(self.daemon)),
+                                             "rankwatch_kafka_assigned_partitions"))
+        self.assertEqual(set(losing.values()), {0.0})
+        # Read to the end: no partition lags.
+        wait_until(lambda: set(self.partition_series(self.daemon, "rankwatch_ingest_lag_messages")
+                               .values()) == {0.0}, 10, "every partition read to its end")
         self.assertNotIn("lost", self.daemon.stderr())
         self.assertEqual(self.diagnosis("paced").input_lost_messages, 0)
+
+    def partition_series(self, daemon, name):
+        """{partition: value} of a per-partition family of the telemetry topic."""
+        return {l["partition"]: v for n, l, v in parse_metrics(scrape(daemon))
+                if n == name and l.get("topic") == "rankwatch.telemetry"}
 
     def diagnosis(self, job, daemon=None):
         daemon = daemon or self.daemon
