@@ -196,6 +196,63 @@ TEST(KafkaConsumerTest, MembersJoiningAndLeavingMidStreamHandleEveryMessageOnce)
   }
 }
 
+// Publishes 1 KiB messages to partition 0 of `topic` at ~5,000 messages/s (~5 MB/s: the
+// development broker's 5 MiB a partition last about a second) until Stop or destruction.
+class SteadyProducer {
+ public:
+  SteadyProducer(const std::string& bootstrap, const std::string& topic) : topic_(topic) {
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    char err[256];
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap.c_str(), err, sizeof(err));
+    rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
+    rd_kafka_conf_set(conf, "linger.ms", "5", err, sizeof(err));
+    producer_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    if (producer_ == nullptr) {
+      error_ = err;
+      return;
+    }
+    publisher_ = std::thread([this] { Publish(); });
+  }
+  ~SteadyProducer() {
+    Stop();
+    if (producer_ != nullptr) rd_kafka_destroy(producer_);
+  }
+  void Stop() {
+    stop_ = true;
+    if (publisher_.joinable()) publisher_.join();
+  }
+  bool ok() const { return producer_ != nullptr; }
+  const std::string& error() const { return error_; }
+  int64_t produced() const { return produced_; }
+
+ private:
+  void Publish() {
+    const std::string payload(1024, 'x');
+    while (!stop_) {
+      for (int i = 0; i < 50; ++i) {
+        while (
+            rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC(topic_.c_str()), RD_KAFKA_V_PARTITION(0),
+                              RD_KAFKA_V_VALUE(const_cast<char*>(payload.data()), payload.size()),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+          rd_kafka_poll(producer_, 10);
+        }
+        ++produced_;
+      }
+      rd_kafka_poll(producer_, 0);
+      std::this_thread::sleep_for(10ms);
+    }
+    rd_kafka_flush(producer_, 10000);
+  }
+
+  const std::string topic_;
+  rd_kafka_t* producer_ = nullptr;
+  std::string error_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> produced_{0};
+  std::thread publisher_;
+};
+
 // A consumer resumes (a restarted daemon at its checkpoint) behind the log start while
 // producers keep publishing, so the start keeps moving: it must read on from the log, not be
 // reset over and over, and report exactly the messages it skipped. The development broker
@@ -204,35 +261,11 @@ TEST(KafkaConsumerTest, MembersJoiningAndLeavingMidStreamHandleEveryMessageOnce)
 TEST(KafkaConsumerTest, ResumingBehindAMovingLogStartReadsOnAndCountsWhatItSkipped) {
   auto broker = EmbeddedBroker::Start({"moving", 1, 1, /*changelog_topic=*/false, ""});
   ASSERT_TRUE(broker.ok()) << broker.status();
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  char err[256];
-  rd_kafka_conf_set(conf, "bootstrap.servers", (*broker)->bootstrap().c_str(), err, sizeof(err));
-  rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
-  rd_kafka_conf_set(conf, "linger.ms", "5", err, sizeof(err));
-  rd_kafka_t* producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-  ASSERT_NE(producer, nullptr) << err;
-  std::atomic<bool> stop{false};
-  std::atomic<int64_t> produced{0};
-  std::thread publisher([&] {
-    const std::string payload(1024, 'x');
-    while (!stop) {
-      for (int i = 0; i < 50; ++i) {
-        while (
-            rd_kafka_producev(producer, RD_KAFKA_V_TOPIC("moving"), RD_KAFKA_V_PARTITION(0),
-                              RD_KAFKA_V_VALUE(const_cast<char*>(payload.data()), payload.size()),
-                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                              RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-          rd_kafka_poll(producer, 10);
-        }
-        ++produced;
-      }
-      rd_kafka_poll(producer, 0);
-      std::this_thread::sleep_for(10ms);  // ~5,000 messages/s, ~5 MB/s
-    }
-    rd_kafka_flush(producer, 10000);
-  });
+  SteadyProducer producer((*broker)->bootstrap(), "moving");
+  ASSERT_TRUE(producer.ok()) << producer.error();
   // Far more than the broker keeps: offset 0 is long gone.
-  ASSERT_TRUE(WaitFor([&] { return produced >= 15000; }, 60s)) << produced << " produced";
+  ASSERT_TRUE(WaitFor([&] { return producer.produced() >= 15000; }, 60s))
+      << producer.produced() << " produced";
 
   struct Loss {
     int64_t expected, got;
@@ -260,7 +293,7 @@ TEST(KafkaConsumerTest, ResumingBehindAMovingLogStartReadsOnAndCountsWhatItSkipp
   };
   auto consumer = KafkaConsumer::Create(o);
   ASSERT_TRUE(consumer.ok()) << consumer.status();
-  const int64_t start_produced = produced;
+  const int64_t start_produced = producer.produced();
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (handled < 20000 && std::chrono::steady_clock::now() < deadline) {
     (*consumer)->Poll(50ms, 500, [&](const KafkaMessage& m) {
@@ -269,14 +302,13 @@ TEST(KafkaConsumerTest, ResumingBehindAMovingLogStartReadsOnAndCountsWhatItSkipp
       ++handled;
     });
   }
-  stop = true;
-  publisher.join();
-  rd_kafka_destroy(producer);
+  producer.Stop();
   (*consumer)->Close();
 
   // It reads on while the producer goes on (librdkafka's own reset to its cached log start
   // read nothing here), and the messages it did not read are the ones it reported.
-  EXPECT_GE(handled, 20000) << "read " << handled << " messages while " << produced - start_produced
+  EXPECT_GE(handled, 20000) << "read " << handled << " messages while "
+                            << producer.produced() - start_produced
                             << " were published; losses reported: " << losses.size();
   ASSERT_FALSE(losses.empty());
   EXPECT_EQ(losses.front().expected, 0);
@@ -296,43 +328,8 @@ TEST(KafkaConsumerTest, ResumingBehindAMovingLogStartReadsOnAndCountsWhatItSkipp
 TEST(KafkaConsumerTest, AConsumerStalledBehindAMovingLogStartJumpsOnceAndReadsOn) {
   auto broker = EmbeddedBroker::Start({"stalled", 1, 1, /*changelog_topic=*/false, ""});
   ASSERT_TRUE(broker.ok()) << broker.status();
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  char err[256];
-  rd_kafka_conf_set(conf, "bootstrap.servers", (*broker)->bootstrap().c_str(), err, sizeof(err));
-  rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
-  rd_kafka_conf_set(conf, "linger.ms", "5", err, sizeof(err));
-  rd_kafka_t* producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-  ASSERT_NE(producer, nullptr) << err;
-  std::atomic<bool> stop{false};
-  std::atomic<int64_t> produced{0};
-  std::thread publisher([&] {
-    const std::string payload(1024, 'x');
-    while (!stop) {
-      for (int i = 0; i < 50; ++i) {
-        while (
-            rd_kafka_producev(producer, RD_KAFKA_V_TOPIC("stalled"), RD_KAFKA_V_PARTITION(0),
-                              RD_KAFKA_V_VALUE(const_cast<char*>(payload.data()), payload.size()),
-                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                              RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-          rd_kafka_poll(producer, 10);
-        }
-        ++produced;
-      }
-      rd_kafka_poll(producer, 0);
-      std::this_thread::sleep_for(10ms);  // ~5,000 messages/s, ~5 MB/s: the log lasts ~1 s
-    }
-    rd_kafka_flush(producer, 10000);
-  });
-  struct StopPublisher {  // on every way out, assertions' included
-    std::atomic<bool>* stop;
-    std::thread* publisher;
-    rd_kafka_t* producer;
-    ~StopPublisher() {
-      *stop = true;
-      if (publisher->joinable()) publisher->join();
-      rd_kafka_destroy(producer);
-    }
-  } stop_publisher{&stop, &publisher, producer};
+  SteadyProducer producer((*broker)->bootstrap(), "stalled");  // the log lasts ~1 s
+  ASSERT_TRUE(producer.ok()) << producer.error();
 
   struct Loss {
     int64_t expected, got, log_end;
@@ -408,8 +405,7 @@ TEST(KafkaConsumerTest, AConsumerStalledBehindAMovingLogStartJumpsOnceAndReadsOn
       EXPECT_TRUE(lags[0].messages.has_value());
     }
   }
-  stop = true;
-  publisher.join();
+  producer.Stop();
   (*consumer)->Close();
 
   ASSERT_EQ(losses.size(), 1u) << "the gap is counted once: one jump, no chase";
