@@ -368,5 +368,37 @@ TEST_F(JobRouterTest, RanksAreBoundedOverAllJobs) {
   EXPECT_EQ(metrics.rejected_too_many_jobs->Get(), 2);
 }
 
+// A stopwatch on which every reading is 1 ms after the last: each evaluation costs 1 ms.
+TimePoint g_stopwatch{};
+TimePoint SteppingStopwatch() { return g_stopwatch += std::chrono::milliseconds(1); }
+
+// Many jobs that change every tick share one evaluation budget: each is re-evaluated at most
+// every ten times what evaluating all of them costs, not every ten times its own cost (which
+// let 20 jobs of 1 ms each be evaluated every 20-ms tick); a job's first evaluation does not
+// wait.
+TEST_F(JobRouterTest, JobsThatAllChangeShareTheEvaluationBudget) {
+  JobRouterOptions o;
+  o.task.stopwatch = &SteppingStopwatch;
+  RecordingEvidence hook("hook");
+  JobRouter router(o, {&metrics, &snapshots, nullptr, nullptr, {&hook}});
+  constexpr int kJobs = 20;
+  size_t evaluations = 0, first_tick = 0;
+  TimePoint now = t0;
+  for (int tick = 0; tick < 50; ++tick) {  // a second of 20-ms ticks, a step of every job each
+    for (int j = 0; j < kJobs; ++j) {
+      router.HandleMessage(EncodedStep("job-" + std::to_string(j), tick), now, 0);
+    }
+    router.Tick(now, 0);
+    if (tick == 0) first_tick = hook.evaluated.size();
+    evaluations += hook.evaluated.size();
+    now += std::chrono::milliseconds(20);
+  }
+  EXPECT_EQ(first_tick, static_cast<size_t>(kJobs));
+  // 20 jobs of 1 ms: each at most every 200 ms, about 5 evaluations a job in the second (100 in
+  // all), not one every tick (1,000).
+  EXPECT_GE(evaluations, 80u);
+  EXPECT_LE(evaluations, 140u);
+}
+
 }  // namespace
 }  // namespace rankwatch
