@@ -179,6 +179,17 @@ class HostileMessagesTest(Base):
                    "a warning about the producer's clock")
         self.assert_healthy()
 
+    def test_a_long_job_played_at_max_speed_stays_behind_the_clock(self):
+        # `simulate --speed max` plays a job far faster than it ran: 40,000 steps of 100 ms are
+        # 4,000 s of the job's time, sent in seconds. Its clock starts in the past, so none of
+        # its records is more than an hour ahead of the daemon's (steps past ~36,000 were).
+        before = self.rejected("future_timestamp")
+        self.fleet.simulate(self.brokers, "--job", "long-max", "--ranks", "1", "--steps", "40000",
+                            "--speed", "max")
+        wait_until(lambda: self.aligned("long-max") >= 40000, 60, "40,000 steps aligned")
+        self.assertEqual(self.rejected("future_timestamp"), before)
+        self.assert_healthy()
+
     def test_a_world_size_that_changes_mid_job(self):
         changes = lambda: metric(self.samples(), "rankwatch_world_size_changes_total") or 0
         before_changes, before_stale = changes(), self.rejected("stale_world_size")
