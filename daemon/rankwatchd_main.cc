@@ -339,8 +339,11 @@ int Run(const DaemonConfig& config) {
   constexpr auto kTick = std::chrono::milliseconds(20);
   DutyScheduler& duties = parts.duties();
   KafkaConsumer& input = **consumer;
+  // Whether the last poll found no input within its wait: evaluations then take no time from
+  // input (a backlog just read is evaluated at once, not at the fleet's share of a busy thread).
+  bool input_idle = false;
   duties.Schedule("tick", kTick, [&](TimePoint now) {
-    router.Tick(now, WallNowUnixNs());
+    router.Tick(now, WallNowUnixNs(), input_idle);
     metrics.assigned_partitions->Set(input.assigned_partitions());
     metrics.kafka_fetch_wakeups->Set(static_cast<double>(input.fetch_wakeups()));
     std::vector<DaemonMetrics::InputPartition> lags;
@@ -372,10 +375,10 @@ int Run(const DaemonConfig& config) {
       exit_code = Fail(input.fatal_error());
       break;
     }
-    input.Poll(std::chrono::milliseconds(20), 1000, [&](const KafkaMessage& m) {
+    input_idle = input.Poll(std::chrono::milliseconds(20), 1000, [&](const KafkaMessage& m) {
       router.HandleMessage(m.payload, m.partition, m.offset, Clock::now(), WallNowUnixNs());
       pacer.Read(m.payload.size());
-    });
+    }) == 0;
     duties.RunDue();
   }
 

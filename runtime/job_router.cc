@@ -199,11 +199,13 @@ void JobRouter::Route(int32_t partition, TimePoint now, int64_t wall_now_unix_ns
   }
 }
 
-void JobRouter::Tick(TimePoint now, int64_t wall_now_unix_ns) {
+void JobRouter::Tick(TimePoint now, int64_t wall_now_unix_ns, bool input_idle) {
   TickOutput out;
   Duration costs{};
+  // The fleet's share bounds evaluations only while they take time from input.
+  const Duration fleet_cost = input_idle ? Duration{} : evaluation_costs_;
   for (auto& [partition, task] : tasks_) {
-    task->Evaluate(now, wall_now_unix_ns, &out, evaluation_costs_);
+    task->Evaluate(now, wall_now_unix_ns, &out, fleet_cost);
     costs += task->evaluation_costs();
     for (const std::string& name : task->TakeRemoved()) {
       if (auto it = job_partition_.find(name); it != job_partition_.end()) Untrack(it);

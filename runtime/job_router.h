@@ -67,8 +67,10 @@ class JobRouter {
   // in this order: their snapshots to the metrics (those of ids that are jobs, step counts
   // last), then to the SnapshotStore; their alerts are evaluated; each part's tick hook, in
   // order, sees what the tick produced and may add to its alerts (parts/tick_hook.h); the alerts
-  // go to the AlertHub.
-  void Tick(TimePoint now, int64_t wall_now_unix_ns);
+  // go to the AlertHub. With `input_idle` (the ingest thread found no input to read: its time
+  // is free), changed jobs do not wait for the fleet's share of the thread: each is
+  // re-evaluated once ten times its own cost has passed (PartitionTask::Evaluate).
+  void Tick(TimePoint now, int64_t wall_now_unix_ns, bool input_idle = false);
 
   // Adds to `checkpoint` the changes of the tasks that changed, whole tasks oldest-changed
   // first, until `max_bytes` (estimated) were collected — after the task that crossed it, so at
