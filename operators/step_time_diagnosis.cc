@@ -126,7 +126,8 @@ std::vector<uint32_t> TopRanks(const RankValues& values, size_t k) {
 }
 
 // Stage 3b for one signal: its references and the test of its candidates, the best significant
-// one (else the one with the largest z).
+// one (else the one with the largest z). When no candidate can be significant
+// (CannotBeSignificant), `best` is not significant and the rest is left empty.
 struct SignalTest {
   TestSignal signal = TestSignal::kOwn;
   SignalReference reference;
@@ -148,11 +149,21 @@ SignalTest TestSignalCandidates(const StepWindow& w, TestSignal signal, const Bl
     }
   }
   if (candidates.empty()) return t;
-  t.reference = ReferenceOf(w, signal, model);
-  if (!t.reference.present) return t;
+  // The noise is measured, and the full test run, only when some candidate could be
+  // significant: the rest of the diagnosis reads a signal's test only when it is.
+  t.reference = ReferenceValuesOf(w, signal, model);
+  std::vector<ExcessSeries> series;
+  bool possible = false;
   for (uint32_t r : candidates) {
-    const ExcessTestResult x =
-        TestExcess(SeriesOf(w, signal, model, t.reference, r), t.reference, burden, o, r);
+    series.push_back(SeriesOf(w, signal, model, t.reference, r));
+    possible = possible || !CannotBeSignificant(series.back(), burden, o);
+  }
+  if (!possible) return t;
+  MeasureNoise(w, signal, model, &t.reference);
+  if (!t.reference.present) return t;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const uint32_t r = candidates[i];
+    const ExcessTestResult x = TestExcess(series[i], t.reference, burden, o, r);
     if (!x.present) continue;
     if (!t.best.present || (x.significant && !t.best.significant) ||
         (x.significant == t.best.significant && x.z > t.best.z)) {

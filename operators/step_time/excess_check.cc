@@ -171,18 +171,39 @@ const std::vector<double>& StepReference(const StepWindow::Step& step, TestSigna
 
 }  // namespace
 
-SignalReference ReferenceOf(const StepWindow& w, TestSignal signal, const BlockedModel& model) {
+SignalReference ReferenceValuesOf(const StepWindow& w, TestSignal signal,
+                                  const BlockedModel& model) {
   SignalReference ref;
   const std::vector<uint32_t> ranks = ReferenceRanks(w.world_size());
   ref.reference_ranks = static_cast<uint32_t>(ranks.size());
   const auto& steps = w.steps();
-  // Each step's derived references: [0] the median, [1 + j] reference rank j's value.
+  ref.steps.reserve(steps.size());
+  ref.value.reserve(steps.size());
+  std::vector<double> scratch;
+  for (const StepWindow::Step& step : steps) {
+    ref.steps.push_back(step.step);
+    ref.value.push_back(StepReference(step, signal, model, ranks, &scratch)[0]);
+  }
+  return ref;
+}
+
+SignalReference ReferenceOf(const StepWindow& w, TestSignal signal, const BlockedModel& model) {
+  SignalReference ref = ReferenceValuesOf(w, signal, model);
+  MeasureNoise(w, signal, model, &ref);
+  return ref;
+}
+
+void MeasureNoise(const StepWindow& w, TestSignal signal, const BlockedModel& model,
+                  SignalReference* out) {
+  SignalReference& ref = *out;
+  const std::vector<uint32_t> ranks = ReferenceRanks(w.world_size());
+  const auto& steps = w.steps();
+  // Each step's derived references (kept with the step by ReferenceValuesOf): [0] the median,
+  // [1 + j] reference rank j's value.
   std::vector<const double*> derived(steps.size());
   std::vector<double> scratch;
   for (size_t i = 0; i < steps.size(); ++i) {
-    ref.steps.push_back(steps[i].step);
     derived[i] = StepReference(steps[i], signal, model, ranks, &scratch).data();
-    ref.value.push_back(derived[i][0]);
   }
   // Each reference rank's excess over the step's reference, step by step (read step by step:
   // each step's values lie together).
@@ -202,11 +223,10 @@ SignalReference ReferenceOf(const StepWindow& w, TestSignal signal, const Blocke
     vars.push_back(Variance(d.data(), d.size()));
     lrvs.push_back(LongRunVariance(d));
   }
-  if (vars.size() < 2) return ref;
+  if (vars.size() < 2) return;
   ref.present = true;
   ref.noise_var = MedianOf(vars);
   ref.noise_lrv = MedianOf(lrvs);
-  return ref;
 }
 
 ExcessSeries SeriesOf(const StepWindow& w, TestSignal signal, const BlockedModel& model,
@@ -275,6 +295,22 @@ ExcessTestResult TestExcess(const ExcessSeries& s, const SignalReference& ref, d
     }
   }
   return best;
+}
+
+bool CannotBeSignificant(const ExcessSeries& s, double burden, const StepDiagnosisOptions& o) {
+  const size_t n = s.excess.size();
+  if (burden <= 0 || n < std::max<size_t>(8, o.min_steps)) return true;
+  // A stall step lies at least the stall threshold above the series' median, and so above its
+  // least value: with a smaller spread there is none, and TestExcess keeps every step.
+  const auto [lo, hi] = std::minmax_element(s.excess.begin(), s.excess.end());
+  if (!(*hi - *lo < o.pattern_stall_share * burden)) return false;
+  for (size_t len : {size_t{16}, size_t{32}, size_t{64}, n}) {
+    if (len > n) continue;
+    // As TestExcess's Mean over the same steps, in the same order.
+    const double mean = Mean(s.excess.data() + (n - len), len);
+    if (mean >= o.straggler_min_excess * burden) return false;
+  }
+  return true;
 }
 
 ExcessPattern DescribeExcess(const ExcessSeries& s, const SignalReference& ref, double burden,

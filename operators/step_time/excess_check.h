@@ -54,6 +54,12 @@ struct SignalReference {
 };
 
 SignalReference ReferenceOf(const StepWindow& window, TestSignal signal, const BlockedModel& model);
+// ReferenceOf in two parts: the per-step references only (steps, value, reference_ranks;
+// present stays false), enough for SeriesOf; then the noise, which makes it whole.
+SignalReference ReferenceValuesOf(const StepWindow& window, TestSignal signal,
+                                  const BlockedModel& model);
+void MeasureNoise(const StepWindow& window, TestSignal signal, const BlockedModel& model,
+                  SignalReference* reference);
 
 // One rank's excess series over the window: its value less the step's reference, for each step
 // where both are known.
@@ -77,6 +83,15 @@ struct ExcessTestResult {
 
 ExcessTestResult TestExcess(const ExcessSeries& series, const SignalReference& reference,
                             double burden, const StepDiagnosisOptions& options, uint32_t rank);
+
+// Whether TestExcess cannot find `series` significant, whatever the reference's noise: it is
+// too short, or it has no stall step (its spread is under pattern_stall_share of the burden, the
+// least stall threshold) and its mean over every length TestExcess tries is under
+// straggler_min_excess of the burden. Computed as TestExcess computes those means, so the answer
+// is exact; O(steps). Most ranks of most windows pass it, which spares their full test and the
+// reference's noise.
+bool CannotBeSignificant(const ExcessSeries& series, double burden,
+                         const StepDiagnosisOptions& options);
 
 // The culprit's series described (StragglerTest's pattern fields).
 struct ExcessPattern {
