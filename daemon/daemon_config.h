@@ -57,6 +57,9 @@ struct DaemonConfig {
   // While reading a backlog, telemetry read (MiB of message payload) after which a checkpoint
   // is due before checkpoint_interval has passed: bounds the changes held in memory.
   int checkpoint_input_mib = 8;
+  // Threads that handle the telemetry of different partitions at once (the ingest thread
+  // included). Default: 2.
+  int ingest_threads = 2;
   Duration job_ttl = std::chrono::hours(1);        // no input this long: the job is finished
   Duration job_retention = std::chrono::hours(1);  // finished jobs stay queryable this long
   // gRPC TLS (all PEM files; none: plaintext). A client CA turns on mutual TLS.

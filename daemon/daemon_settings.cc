@@ -99,6 +99,10 @@ std::vector<Setting> BuildSettings() {
           .Help("while the daemon reads a backlog, telemetry read (MiB of messages) after which "
                 "a checkpoint is written before `checkpoint-interval` has passed: bounds the "
                 "changes held in memory"),
+      Declare("ingest-threads", &D::ingest_threads)
+          .Within(1, 64)
+          .Help("threads that handle the telemetry of different partitions at once, the ingest "
+                "thread included (one partition's messages stay in order on one thread)"),
       Declare("changelog-topic", &D::changelog, &ChangelogPartOptions::topic)
           .DefaultNote("none")
           .Help("compacted Kafka topic with a copy of the state, so partitions can move between "

@@ -185,6 +185,7 @@ JobRouterOptions RouterOptions(const DaemonConfig& config) {
   o.topic = config.topic;
   o.max_jobs = static_cast<size_t>(config.max_jobs);
   o.max_ranks = static_cast<uint64_t>(config.max_ranks);
+  o.ingest_threads = static_cast<size_t>(config.ingest_threads);
   o.task.pipeline.record_changes = true;
   o.task.job_ttl = config.job_ttl;
   o.task.job_retention = config.job_retention;
@@ -370,15 +371,21 @@ int Run(const DaemonConfig& config) {
     }
   });
   int exit_code = 0;
+  std::vector<JobRouter::Message> batch;  // a poll's messages
   while (!StopRequested()) {
     if (!input.fatal_error().ok()) {
       exit_code = Fail(input.fatal_error());
       break;
     }
-    input_idle = input.Poll(std::chrono::milliseconds(20), 1000, [&](const KafkaMessage& m) {
-      router.HandleMessage(m.payload, m.partition, m.offset, Clock::now(), WallNowUnixNs());
-      pacer.Read(m.payload.size());
-    }) == 0;
+    input_idle = input.PollBatch(std::chrono::milliseconds(20), 1000,
+                                 [&](const std::vector<KafkaMessage>& messages) {
+                                   batch.clear();
+                                   for (const KafkaMessage& m : messages) {
+                                     batch.push_back({m.payload, m.partition, m.offset});
+                                     pacer.Read(m.payload.size());
+                                   }
+                                   router.HandleMessages(batch, &Clock::now, &WallNowUnixNs);
+                                 }) == 0;
     duties.RunDue();
   }
 

@@ -452,6 +452,14 @@ std::vector<KafkaConsumer::PartitionLag> KafkaConsumer::PartitionLags(
 
 size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_messages,
                            const std::function<void(const KafkaMessage&)>& on_message) {
+  return PollBatch(timeout, max_messages, [&](const std::vector<KafkaMessage>& messages) {
+    for (const KafkaMessage& m : messages) on_message(m);
+  });
+}
+
+size_t KafkaConsumer::PollBatch(
+    std::chrono::milliseconds timeout, size_t max_messages,
+    const std::function<void(const std::vector<KafkaMessage>&)>& on_messages) {
   std::vector<rd_kafka_message_t*> messages(max_messages);
   // A batch read waits for a full batch or the timeout, which would hold messages that have
   // arrived for up to `timeout`: take what is there, and wait only when nothing is.
@@ -473,9 +481,17 @@ size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_message
   }
   size_t handled = 0;
   size_t payload_bytes = 0;
+  std::vector<KafkaMessagePtr> owned;  // the messages handed out, alive until they are handled
+  owned.reserve(static_cast<size_t>(std::max<ssize_t>(n, 0)));
+  std::vector<KafkaMessage> batch;
+  auto hand_out = [&] {
+    if (!batch.empty()) on_messages(batch);
+    handled += batch.size();
+    batch.clear();
+  };
   for (ssize_t i = 0; i < n; ++i) {
-    const KafkaMessagePtr owned(messages[i]);
-    const rd_kafka_message_t* m = owned.get();
+    owned.emplace_back(messages[i]);
+    const rd_kafka_message_t* m = owned.back().get();
     if (m->err == RD_KAFKA_RESP_ERR__FATAL) {
       char reason[512];
       const rd_kafka_resp_err_t e = rd_kafka_fatal_error(rk_.get(), reason, sizeof(reason));
@@ -497,13 +513,18 @@ size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_message
       payload_bytes += m->len;
       if (rd_kafka_topic_name(m->rkt) == options_.topic) {
         NoteFetchedPartition(m->partition);
+        // A gap may be reported as a loss: what came before it is handled first.
+        if (auto it = next_offset_.find(m->partition);
+            it != next_offset_.end() && m->offset > it->second) {
+          hand_out();
+        }
         CheckContinuity(m);
         progress_[m->partition].jumps = 0;
       }
-      on_message(msg);
-      ++handled;
+      batch.push_back(msg);
     }
   }
+  hand_out();
   CatchUpWithLogStarts(static_cast<size_t>(std::max<ssize_t>(n, 0)),
                        n >= 0 && static_cast<size_t>(n) < max_messages);
   if (refill_.Taken(static_cast<size_t>(std::max<ssize_t>(n, 0)), payload_bytes,

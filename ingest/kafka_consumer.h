@@ -92,6 +92,11 @@ class KafkaConsumer {
   // in partition order. Consumer errors are logged, not returned. Returns messages handled.
   size_t Poll(std::chrono::milliseconds timeout, size_t max_messages,
               const std::function<void(const KafkaMessage&)>& on_message);
+  // Poll, handing the messages over together: `on_messages` gets them in the order Poll would,
+  // each payload valid until it returns (a batch ends early before a loss is reported, so that
+  // on_lost still comes between the messages before the gap and those after it).
+  size_t PollBatch(std::chrono::milliseconds timeout, size_t max_messages,
+                   const std::function<void(const std::vector<KafkaMessage>&)>& on_messages);
 
   // Leaves the group (commits final offsets). Idempotent; the destructor calls it.
   void Close();

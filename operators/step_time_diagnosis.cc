@@ -152,13 +152,11 @@ SignalTest TestSignalCandidates(const StepWindow& w, TestSignal signal, const Bl
   // The noise is measured, and the full test run, only when some candidate could be
   // significant: the rest of the diagnosis reads a signal's test only when it is.
   t.reference = ReferenceValuesOf(w, signal, model);
-  std::vector<ExcessSeries> series;
-  bool possible = false;
-  for (uint32_t r : candidates) {
-    series.push_back(SeriesOf(w, signal, model, t.reference, r));
-    possible = possible || !CannotBeSignificant(series.back(), burden, o);
+  const std::vector<ExcessSeries> series = SeriesOf(w, signal, model, t.reference, candidates);
+  if (std::all_of(series.begin(), series.end(),
+                  [&](const ExcessSeries& s) { return CannotBeSignificant(s, burden, o); })) {
+    return t;
   }
-  if (!possible) return t;
   MeasureNoise(w, signal, model, &t.reference);
   if (!t.reference.present) return t;
   for (size_t i = 0; i < candidates.size(); ++i) {

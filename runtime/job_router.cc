@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "state/job_state_store.h"
@@ -16,7 +17,12 @@ JobRouter::JobRouter(JobRouterOptions options, TaskSinks sinks)
     : options_(std::move(options)),
       sinks_(sinks),
       decoder_(options_.limits),
-      rejected_too_many_jobs_(sinks.metrics->rejected_too_many_jobs) {}
+      lanes_(std::max<size_t>(1, options_.ingest_threads)),
+      rejected_too_many_jobs_(sinks.metrics->rejected_too_many_jobs) {
+  if (options_.ingest_threads > 1) {
+    fork_join_ = std::make_unique<ForkJoin>(options_.ingest_threads - 1);
+  }
+}
 
 JobRouter::~JobRouter() = default;
 
@@ -28,34 +34,87 @@ PartitionTask& JobRouter::TaskOf(int32_t partition) {
 
 void JobRouter::HandleMessage(std::string_view payload, int32_t partition, int64_t offset,
                               TimePoint now, int64_t wall_now_unix_ns) {
+  Lane& lane = lanes_[0];
   const RejectReason reason =
-      decoder_.Decode(payload, &batch_, &detail_, wall_now_unix_ns, &notes_);
+      decoder_.Decode(payload, &lane.batch, &lane.detail, wall_now_unix_ns, &lane.notes);
   if (reason == RejectReason::kNone) {
-    Route(partition, now, wall_now_unix_ns);
+    Route(partition, lane, now, wall_now_unix_ns);
   } else {
-    Rejected(reason, now);
+    Rejected(reason, now, lane.detail);
   }
   // Rejected messages count too: they are consumed, and never read again.
   TaskOf(partition).Consumed(offset);
 }
 
 void JobRouter::HandleMessage(std::string_view payload, TimePoint now, int64_t wall_now_unix_ns) {
+  Lane& lane = lanes_[0];
   const RejectReason reason =
-      decoder_.Decode(payload, &batch_, &detail_, wall_now_unix_ns, &notes_);
+      decoder_.Decode(payload, &lane.batch, &lane.detail, wall_now_unix_ns, &lane.notes);
   if (reason != RejectReason::kNone) {
-    Rejected(reason, now);
+    Rejected(reason, now, lane.detail);
     return;
   }
-  Route(-1, now, wall_now_unix_ns);
+  Route(-1, lane, now, wall_now_unix_ns);
 }
 
-void JobRouter::Rejected(RejectReason reason, TimePoint now) {
+void JobRouter::HandleMessages(const std::vector<Message>& messages, TimePoint (*steady_now)(),
+                               int64_t (*wall_now_unix_ns)()) {
+  // Each partition's messages, in order; a partition's `done` are handled.
+  struct Group {
+    int32_t partition = 0;
+    std::vector<const Message*> messages;
+    size_t done = 0;
+    PartitionTask* task = nullptr;
+  };
+  std::vector<Group> groups;
+  std::map<int32_t, size_t> group_of;
+  for (const Message& m : messages) {
+    auto [it, added] = group_of.try_emplace(m.partition, groups.size());
+    if (added) groups.push_back({m.partition, {}, 0, nullptr});
+    groups[it->second].messages.push_back(&m);
+  }
+  if (fork_join_ != nullptr && groups.size() > 1) {
+    for (Group& g : groups) g.task = &TaskOf(g.partition);  // no task is created while they run
+    std::stable_sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+      return a.messages.size() > b.messages.size();
+    });
+    std::atomic<size_t> next{0};
+    fork_join_->Run([&](size_t index) {
+      Lane& lane = lanes_[index];
+      for (size_t k; (k = next.fetch_add(1)) < groups.size();) {
+        Group& g = groups[k];
+        for (; g.done < g.messages.size(); ++g.done) {
+          const Message& m = *g.messages[g.done];
+          const TimePoint now = steady_now();
+          const int64_t wall = wall_now_unix_ns();
+          const RejectReason reason =
+              decoder_.Decode(m.payload, &lane.batch, &lane.detail, wall, &lane.notes);
+          if (reason != RejectReason::kNone) {
+            std::lock_guard<std::mutex> lock(table_mu_);
+            Rejected(reason, now, lane.detail);
+          } else if (!RouteInLane(*g.task, lane, now, wall)) {
+            break;  // this one and the rest of the partition's wait for the whole table
+          }
+          g.task->Consumed(m.offset);
+        }
+      }
+    });
+  }
+  for (Group& g : groups) {
+    for (; g.done < g.messages.size(); ++g.done) {
+      const Message& m = *g.messages[g.done];
+      HandleMessage(m.payload, m.partition, m.offset, steady_now(), wall_now_unix_ns());
+    }
+  }
+}
+
+void JobRouter::Rejected(RejectReason reason, TimePoint now, const std::string& detail) {
   sinks_.metrics->rejected_by_reason[static_cast<int>(reason)]->Add(1);
   // Rejected input means a producer to fix: one line the first time, then at most one a
   // minute per reason with the count since (a flood of bad messages cannot flood the log).
   if (std::optional<uint64_t> since = reject_log_[static_cast<int>(reason)].Admit(now)) {
     spdlog::warn("rejected {} telemetry message{} ({}); the latest: {}", *since,
-                 *since == 1 ? "" : "s", RejectReasonName(reason), detail_);
+                 *since == 1 ? "" : "s", RejectReasonName(reason), detail);
   }
 }
 
@@ -109,10 +168,7 @@ void JobRouter::Evict(Index::iterator it) {
 }
 
 bool JobRouter::MakeRoom(size_t jobs, uint64_t ranks, std::string_view keep, TimePoint now) {
-  auto fits = [&] {
-    return job_partition_.size() + jobs <= options_.max_jobs &&
-           total_ranks_ + ranks <= options_.max_ranks;
-  };
+  auto fits = [&] { return Fits(jobs, ranks); };
   // Evict nothing unless evicting every provisional job but `keep` would make room.
   size_t evictable_jobs = provisional_.size();
   uint64_t evictable_ranks = provisional_ranks_;
@@ -144,9 +200,11 @@ bool JobRouter::MakeRoom(size_t jobs, uint64_t ranks, std::string_view keep, Tim
   return ok;
 }
 
-void JobRouter::Route(int32_t partition, TimePoint now, int64_t wall_now_unix_ns) {
-  const std::string& name = batch_.source().training_job();
-  const uint32_t world_size = batch_.source().world_size();
+void JobRouter::Route(int32_t partition, const Lane& lane, TimePoint now,
+                      int64_t wall_now_unix_ns) {
+  const v1::Batch& batch = lane.batch;
+  const std::string& name = batch.source().training_job();
+  const uint32_t world_size = batch.source().world_size();
   auto known = job_partition_.find(name);
   if (known == job_partition_.end()) {
     if (!MakeRoom(1, world_size, name, now)) {
@@ -168,13 +226,50 @@ void JobRouter::Route(int32_t partition, TimePoint now, int64_t wall_now_unix_ns
       it->second->MoveJob(name, &task);
     }
   }
-  task.Add(batch_, now, wall_now_unix_ns);
+  task.Add(batch, now, wall_now_unix_ns);
   if (known == job_partition_.end()) {
     known = Track(name, partition, world_size, true, now);
     sinks_.metrics->jobs->Set(static_cast<double>(job_partition_.size()));
   }
+  known->second.partition = partition;
+  Routed(known, task, now);
+  CountBatch(lane, wall_now_unix_ns);
+}
+
+bool JobRouter::RouteInLane(PartitionTask& task, const Lane& lane, TimePoint now,
+                            int64_t wall_now_unix_ns) {
+  const v1::Batch& batch = lane.batch;
+  const std::string& name = batch.source().training_job();
+  const uint32_t world_size = batch.source().world_size();
+  Index::iterator known;
+  {
+    std::lock_guard<std::mutex> lock(table_mu_);
+    known = job_partition_.find(name);
+    if (known == job_partition_.end()) {
+      if (!Fits(1, world_size)) return false;
+      // Tracked before its task has it (Route tracks after): the table's count holds the room
+      // it takes while other threads add jobs. Routed below leaves the entry as Route would.
+      known = Track(name, task.partition(), world_size, true, now);
+      sinks_.metrics->jobs->Set(static_cast<double>(job_partition_.size()));
+    } else if (known->second.partition != task.partition() ||
+               (world_size > known->second.world_size &&
+                !Fits(0, world_size - known->second.world_size))) {
+      return false;
+    }
+  }
+  task.Add(batch, now, wall_now_unix_ns);
+  {
+    // Entries leave the table only outside HandleMessages' threads: `known` stands.
+    std::lock_guard<std::mutex> lock(table_mu_);
+    Routed(known, task, now);
+  }
+  CountBatch(lane, wall_now_unix_ns);
+  return true;
+}
+
+void JobRouter::Routed(Index::iterator known, const PartitionTask& task, TimePoint now) {
   Entry& e = known->second;
-  e.partition = partition;
+  const std::string& name = known->first;
   if (const uint32_t now_size = task.WorldSizeOf(name); now_size != e.world_size) {
     total_ranks_ = total_ranks_ - e.world_size + now_size;
     if (e.provisional) provisional_ranks_ = provisional_ranks_ - e.world_size + now_size;
@@ -184,17 +279,21 @@ void JobRouter::Route(int32_t partition, TimePoint now, int64_t wall_now_unix_ns
     const bool established = task.CompleteStepsOf(name) >= options_.established_steps;
     SetProvisional(known, !established, std::min<uint32_t>(e.batches + 1, 1000), now);
   }
+}
+
+void JobRouter::CountBatch(const Lane& lane, int64_t wall_now_unix_ns) {
+  const v1::Batch& batch = lane.batch;
   DaemonMetrics* m = sinks_.metrics;
   m->events_batches->Add(1);
-  m->events_steps->Add(batch_.steps_size());
-  m->events_kernels->Add(batch_.kernels_size());
-  m->events_samples->Add(batch_.samples_size());
-  if (notes_.ops > 0) m->events_ops->Add(static_cast<double>(notes_.ops));
-  if (notes_.unknown_op_types > 0) {
-    m->events_unknown_ops->Add(static_cast<double>(notes_.unknown_op_types));
+  m->events_steps->Add(batch.steps_size());
+  m->events_kernels->Add(batch.kernels_size());
+  m->events_samples->Add(batch.samples_size());
+  if (lane.notes.ops > 0) m->events_ops->Add(static_cast<double>(lane.notes.ops));
+  if (lane.notes.unknown_op_types > 0) {
+    m->events_unknown_ops->Add(static_cast<double>(lane.notes.unknown_op_types));
   }
-  if (batch_.created_unix_ns() > 0) {
-    m->ingest_lag_seconds->Set(static_cast<double>(wall_now_unix_ns - batch_.created_unix_ns()) *
+  if (batch.created_unix_ns() > 0) {
+    m->ingest_lag_seconds->Set(static_cast<double>(wall_now_unix_ns - batch.created_unix_ns()) *
                                1e-9);
   }
 }

@@ -7,7 +7,10 @@
 // together), within a byte budget.
 //
 // Not thread-safe: owned by the ingest thread (the single owner of every task). Time comes in
-// as arguments.
+// as arguments. HandleMessages may hand different partitions' messages to more threads of its
+// own (options.ingest_threads) and returns when they are done: tasks are never shared between
+// them, and the job table is changed under a lock; whatever needs the whole table (making room
+// by eviction, a job whose records move to another partition) waits until they are done.
 #pragma once
 
 #include <array>
@@ -15,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -26,6 +30,7 @@
 #include "common/log_throttle.h"
 #include "ingest/batch_decoder.h"
 #include "metrics/daemon_metrics.h"
+#include "runtime/fork_join.h"
 #include "runtime/partition_task.h"
 #include "serving/snapshot_store.h"
 #include "state/state_store.h"
@@ -46,6 +51,9 @@ struct JobRouterOptions {
   uint64_t max_ranks = 1u << 20;
   uint64_t established_steps = 10;
   std::string topic;  // the telemetry topic (names offsets in checkpoints)
+  // Threads HandleMessages handles different partitions' messages on (the caller's included).
+  // Default: 1, the caller's only.
+  size_t ingest_threads = 1;
 };
 
 class JobRouter {
@@ -62,6 +70,17 @@ class JobRouter {
   // partition's task, and the next offset to consume there becomes part of its state.
   void HandleMessage(std::string_view payload, int32_t partition, int64_t offset, TimePoint now,
                      int64_t wall_now_unix_ns);
+  // One telemetry message of a poll; its payload outlives HandleMessages.
+  struct Message {
+    std::string_view payload;
+    int32_t partition = 0;
+    int64_t offset = 0;
+  };
+  // Handles the messages of one poll as HandleMessage would: each partition's in order, at the
+  // times the clocks give as each is handled. With options.ingest_threads > 1 and messages of
+  // several partitions, the partitions are shared out between the threads, largest first.
+  void HandleMessages(const std::vector<Message>& messages, TimePoint (*steady_now)(),
+                      int64_t (*wall_now_unix_ns)());
 
   // Expires jobs, closes alignment timeouts and evaluates the jobs that changed, then publishes
   // in this order: their snapshots to the metrics (those of ids that are jobs, step counts
@@ -135,9 +154,26 @@ class JobRouter {
   // least recent input.
   using EvictionKey = std::tuple<bool, uint32_t, TimePoint, std::string>;
 
+  // What one thread of HandleMessages decodes into.
+  struct Lane {
+    v1::Batch batch;
+    std::string detail;
+    DecodeNotes notes;
+  };
+
   PartitionTask& TaskOf(int32_t partition);
-  void Route(int32_t partition, TimePoint now, int64_t wall_now_unix_ns);
-  void Rejected(RejectReason reason, TimePoint now);
+  void Route(int32_t partition, const Lane& lane, TimePoint now, int64_t wall_now_unix_ns);
+  // Route on a thread of HandleMessages: false, with nothing changed, when the batch needs the
+  // whole table (room to make, a job that moved from another task).
+  bool RouteInLane(PartitionTask& task, const Lane& lane, TimePoint now, int64_t wall_now_unix_ns);
+  // After `task` took a batch of job `known`: its world size and whether it is established.
+  void Routed(Index::iterator known, const PartitionTask& task, TimePoint now);
+  void CountBatch(const Lane& lane, int64_t wall_now_unix_ns);
+  void Rejected(RejectReason reason, TimePoint now, const std::string& detail);
+  bool Fits(size_t jobs, uint64_t ranks) const {
+    return job_partition_.size() + jobs <= options_.max_jobs &&
+           total_ranks_ + ranks <= options_.max_ranks;
+  }
   // Makes room for `jobs` more jobs and `ranks` more ranks by evicting provisional jobs other
   // than `keep`; false when it cannot.
   bool MakeRoom(size_t jobs, uint64_t ranks, std::string_view keep, TimePoint now);
@@ -152,9 +188,12 @@ class JobRouter {
   const JobRouterOptions options_;
   const TaskSinks sinks_;
   BatchDecoder decoder_;
-  v1::Batch batch_;  // reused decode target
-  std::string detail_;
-  DecodeNotes notes_;  // of batch_
+  // Reused decode targets: [0] the calling thread's, then one per thread of HandleMessages.
+  std::vector<Lane> lanes_;
+  std::unique_ptr<ForkJoin> fork_join_;  // with options.ingest_threads > 1
+  // While HandleMessages' threads run: guards the job table (job_partition_, total_ranks_,
+  // provisional_, provisional_ranks_) and the reject logs.
+  std::mutex table_mu_;
   std::map<int32_t, std::unique_ptr<PartitionTask>> tasks_;
   Index job_partition_;  // every job: its task, world size and eviction state
   uint64_t total_ranks_ = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <utility>
 
 #include "operators/phase_stats.h"
 #include "operators/step_time/onset.h"
@@ -231,29 +232,50 @@ void MeasureNoise(const StepWindow& w, TestSignal signal, const BlockedModel& mo
 
 ExcessSeries SeriesOf(const StepWindow& w, TestSignal signal, const BlockedModel& model,
                       const SignalReference& ref, uint32_t rank) {
-  ExcessSeries s;
+  return std::move(SeriesOf(w, signal, model, ref, std::vector<uint32_t>{rank}).front());
+}
+
+std::vector<ExcessSeries> SeriesOf(const StepWindow& w, TestSignal signal,
+                                   const BlockedModel& model, const SignalReference& ref,
+                                   const std::vector<uint32_t>& ranks) {
   const auto& steps = w.steps();
-  // A reference rank's values were derived with the step's references (StepReference).
-  const std::vector<uint32_t> ranks = ReferenceRanks(w.world_size());
-  const auto at = std::lower_bound(ranks.begin(), ranks.end(), rank);
-  const bool reference_rank = at != ranks.end() && *at == rank;
-  const size_t j = static_cast<size_t>(at - ranks.begin());
-  std::vector<double> scratch;
-  for (size_t i = 0; i < steps.size() && i < ref.value.size(); ++i) {
-    if (!Known(ref.value[i])) continue;
-    double v;
-    if (reference_rank) {
-      v = StepReference(steps[i], signal, model, ranks, &scratch)[j + 1];
-    } else {
-      const StepWindow::Entry* e = EntryOf(steps[i], rank);
-      if (e == nullptr) continue;
-      v = SignalValue(*e, signal, model);
+  const size_t n = std::min(steps.size(), ref.value.size());
+  std::vector<ExcessSeries> out(ranks.size());
+  // A reference rank's values were derived with the step's references (StepReference): its
+  // column there, else 0 (the value is derived here).
+  const std::vector<uint32_t> reference_ranks = ReferenceRanks(w.world_size());
+  std::vector<size_t> column(ranks.size(), 0);
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    const auto at = std::lower_bound(reference_ranks.begin(), reference_ranks.end(), ranks[k]);
+    if (at != reference_ranks.end() && *at == ranks[k]) {
+      column[k] = 1 + static_cast<size_t>(at - reference_ranks.begin());
     }
-    if (!Known(v)) continue;
-    s.steps.push_back(steps[i].step);
-    s.excess.push_back(v - ref.value[i]);
+    out[k].steps.reserve(n);
+    out[k].excess.reserve(n);
   }
-  return s;
+  std::vector<double> scratch;
+  for (size_t i = 0; i < n; ++i) {
+    const double reference = ref.value[i];
+    if (!Known(reference)) continue;
+    const double* derived = nullptr;
+    for (size_t k = 0; k < ranks.size(); ++k) {
+      double v;
+      if (column[k] > 0) {
+        if (derived == nullptr) {
+          derived = StepReference(steps[i], signal, model, reference_ranks, &scratch).data();
+        }
+        v = derived[column[k]];
+      } else {
+        const StepWindow::Entry* e = EntryOf(steps[i], ranks[k]);
+        if (e == nullptr) continue;
+        v = SignalValue(*e, signal, model);
+      }
+      if (!Known(v)) continue;
+      out[k].steps.push_back(steps[i].step);
+      out[k].excess.push_back(v - reference);
+    }
+  }
+  return out;
 }
 
 ExcessTestResult TestExcess(const ExcessSeries& s, const SignalReference& ref, double burden,

@@ -69,6 +69,10 @@ struct ExcessSeries {
 };
 ExcessSeries SeriesOf(const StepWindow& window, TestSignal signal, const BlockedModel& model,
                       const SignalReference& reference, uint32_t rank);
+// The series of several ranks in one pass over the window (each as SeriesOf gives it).
+std::vector<ExcessSeries> SeriesOf(const StepWindow& window, TestSignal signal,
+                                   const BlockedModel& model, const SignalReference& reference,
+                                   const std::vector<uint32_t>& ranks);
 
 // The test of one rank's series.
 struct ExcessTestResult {
