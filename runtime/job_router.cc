@@ -303,8 +303,33 @@ void JobRouter::Tick(TimePoint now, int64_t wall_now_unix_ns, bool input_idle) {
   Duration costs{};
   // The fleet's share bounds evaluations only while they take time from input.
   const Duration fleet_cost = input_idle ? Duration{} : evaluation_costs_;
+  if (fork_join_ != nullptr) {
+    // The snapshots, the evaluations' cost, are taken on every ingest thread, a job on one.
+    std::vector<std::vector<PartitionTask::DueEvaluation>> due(tasks_.size());
+    size_t k = 0, jobs = 0;
+    for (auto& [partition, task] : tasks_) {
+      task->PlanEvaluation(now, wall_now_unix_ns, &out, fleet_cost, &due[k]);
+      jobs += due[k++].size();
+    }
+    if (jobs > 0) {
+      std::vector<PartitionTask::DueEvaluation*> all;
+      all.reserve(jobs);
+      for (auto& d : due) {
+        for (PartitionTask::DueEvaluation& e : d) all.push_back(&e);
+      }
+      std::atomic<size_t> next{0};
+      fork_join_->Run([&](size_t) {
+        for (size_t i; (i = next.fetch_add(1)) < all.size();) {
+          all[i]->Run(now, options_.task.stopwatch);
+        }
+      });
+    }
+    k = 0;
+    for (auto& [partition, task] : tasks_)
+      task->FinishEvaluation(wall_now_unix_ns, &due[k++], &out);
+  }
   for (auto& [partition, task] : tasks_) {
-    task->Evaluate(now, wall_now_unix_ns, &out, fleet_cost);
+    if (fork_join_ == nullptr) task->Evaluate(now, wall_now_unix_ns, &out, fleet_cost);
     costs += task->evaluation_costs();
     for (const std::string& name : task->TakeRemoved()) {
       if (auto it = job_partition_.find(name); it != job_partition_.end()) Untrack(it);

@@ -196,6 +196,21 @@ void PartitionTask::Expire(TimePoint now, int64_t wall_now_unix_ns, TickOutput* 
 
 void PartitionTask::Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput* out,
                              Duration fleet_evaluation_cost) {
+  std::vector<DueEvaluation> due;
+  PlanEvaluation(now, wall_now_unix_ns, out, fleet_evaluation_cost, &due);
+  for (DueEvaluation& d : due) d.Run(now, options_->stopwatch);
+  FinishEvaluation(wall_now_unix_ns, &due, out);
+}
+
+void PartitionTask::DueEvaluation::Run(TimePoint now, TimePoint (*stopwatch)()) {
+  const TimePoint started = stopwatch();
+  snapshot = std::make_shared<JobSnapshot>(pipeline->Snapshot(now));
+  cost = stopwatch() - started;
+}
+
+void PartitionTask::PlanEvaluation(TimePoint now, int64_t wall_now_unix_ns, TickOutput* out,
+                                   Duration fleet_evaluation_cost,
+                                   std::vector<DueEvaluation>* due) {
   evaluated_.clear();
   Expire(now, wall_now_unix_ns, out);
   evaluation_costs_ = {};
@@ -209,7 +224,7 @@ void PartitionTask::Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput
         sinks_->kernel_snapshots->Update(std::move(snapshot));
     }
     if (job.expired) continue;                 // its last diagnosis is frozen
-    evaluation_costs_ += job.evaluation_cost;  // its latest (updated below when re-evaluated)
+    evaluation_costs_ += job.evaluation_cost;  // its latest (updated when re-evaluated)
     // Until its partition is read again, a restored job's open steps wait (ResumeAt).
     if (!restored_unread_since_) Count(job, job.pipeline->Tick(now), wall_now_unix_ns);
     // Silent jobs are re-evaluated every second too: silence is itself a diagnosis (a hang),
@@ -234,15 +249,20 @@ void PartitionTask::Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput
     for (const TickHook* hook : sinks_->hooks) {
       job.pipeline->NoteEvidenceBusy(hook->BusyRanks(name, wall_now_unix_ns), now);
     }
-    const TimePoint started = options_->stopwatch();
-    auto snapshot = std::make_shared<JobSnapshot>(job.pipeline->Snapshot(now));
-    evaluation_costs_ -= job.evaluation_cost;
-    job.evaluation_cost = options_->stopwatch() - started;
-    evaluation_costs_ += job.evaluation_cost;
-    snapshot->evaluated_unix_ns = wall_now_unix_ns;
-    evaluated_.emplace_back(&job, snapshot);
-    out->snapshots.push_back(std::move(snapshot));
+    due->push_back({&job, job.pipeline.get(), nullptr, {}});
   }
+}
+
+void PartitionTask::FinishEvaluation(int64_t wall_now_unix_ns, std::vector<DueEvaluation>* due,
+                                     TickOutput* out) {
+  for (DueEvaluation& d : *due) {
+    evaluation_costs_ += d.cost - d.job->evaluation_cost;
+    d.job->evaluation_cost = d.cost;
+    d.snapshot->evaluated_unix_ns = wall_now_unix_ns;
+    evaluated_.emplace_back(d.job, d.snapshot);
+    out->snapshots.push_back(std::move(d.snapshot));
+  }
+  due->clear();
 }
 
 void PartitionTask::RaiseAlerts(int64_t wall_now_unix_ns, TickOutput* out) {

@@ -76,6 +76,9 @@ struct TickOutput {
 };
 
 class PartitionTask {
+ private:
+  struct Job;
+
  public:
   // `options` and `sinks` outlive the task.
   PartitionTask(int32_t partition, const PartitionTaskOptions* options, const TaskSinks* sinks);
@@ -137,6 +140,13 @@ class PartitionTask {
   // many jobs change.
   void Evaluate(TimePoint now, int64_t wall_now_unix_ns, TickOutput* out,
                 Duration fleet_evaluation_cost = {});
+  // Evaluate in three parts, for evaluations on several threads: PlanEvaluation does all but
+  // the snapshots, and lists the jobs due; each DueEvaluation's Run (on any thread, each job on
+  // one) takes its snapshot; FinishEvaluation publishes them in the listed order.
+  struct DueEvaluation;
+  void PlanEvaluation(TimePoint now, int64_t wall_now_unix_ns, TickOutput* out,
+                      Duration fleet_evaluation_cost, std::vector<DueEvaluation>* due);
+  void FinishEvaluation(int64_t wall_now_unix_ns, std::vector<DueEvaluation>* due, TickOutput* out);
   // The sum of the last evaluation's cost of every job (as of the last Evaluate).
   Duration evaluation_costs() const { return evaluation_costs_; }
 
@@ -171,12 +181,20 @@ class PartitionTask {
     dropped_snapshots_.clear();
   }
 
+  // A job's evaluation that PlanEvaluation found due.
+  struct DueEvaluation {
+    Job* job = nullptr;
+    const JobPipeline* pipeline = nullptr;
+    std::shared_ptr<JobSnapshot> snapshot;  // Run's
+    Duration cost{};                        // Run's, by `stopwatch`
+    void Run(TimePoint now, TimePoint (*stopwatch)());
+  };
+
   std::vector<std::string> JobNames() const;
   size_t jobs() const { return jobs_.size(); }
   const AlertTracker& alerts() const { return alerts_; }
 
  private:
-  struct Job;
   Job& Insert(const std::string& name, std::unique_ptr<JobPipeline> pipeline, TimePoint now);
   void Count(Job& job, const JobDelta& delta, int64_t wall_now_unix_ns);
   // The partition is read again after a restore: restored open steps' timeouts run again,
