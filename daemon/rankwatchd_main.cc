@@ -381,7 +381,7 @@ int Run(const DaemonConfig& config) {
                                  [&](const std::vector<KafkaMessage>& messages) {
                                    batch.clear();
                                    for (const KafkaMessage& m : messages) {
-                                     batch.push_back({m.payload, m.partition, m.offset});
+                                     batch.push_back({m.payload, m.partition, m.offset, m.key});
                                      pacer.Read(m.payload.size());
                                    }
                                    router.HandleMessages(batch, &Clock::now, &WallNowUnixNs);

@@ -64,25 +64,38 @@ void JobRouter::HandleMessages(const std::vector<Message>& messages, TimePoint (
     int32_t partition = 0;
     std::vector<const Message*> messages;
     size_t done = 0;
+    bool one_by_one = false;  // left for after the threads
     PartitionTask* task = nullptr;
   };
-  std::vector<Group> groups;
+  std::vector<Group> groups;  // in the order their partitions first came
   std::map<int32_t, size_t> group_of;
+  std::map<std::string_view, size_t> group_of_key;
   for (const Message& m : messages) {
     auto [it, added] = group_of.try_emplace(m.partition, groups.size());
-    if (added) groups.push_back({m.partition, {}, 0, nullptr});
-    groups[it->second].messages.push_back(&m);
+    if (added) groups.push_back({m.partition, {}, 0, false, nullptr});
+    Group& g = groups[it->second];
+    g.messages.push_back(&m);
+    if (m.key.empty()) {
+      g.one_by_one = true;
+    } else if (auto [k, first] = group_of_key.try_emplace(m.key, it->second);
+               !first && k->second != it->second) {
+      g.one_by_one = groups[k->second].one_by_one = true;
+    }
   }
-  if (fork_join_ != nullptr && groups.size() > 1) {
-    for (Group& g : groups) g.task = &TaskOf(g.partition);  // no task is created while they run
-    std::stable_sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
-      return a.messages.size() > b.messages.size();
+  std::vector<Group*> shared;  // the groups the threads take, largest first
+  for (Group& g : groups) {
+    if (!g.one_by_one) shared.push_back(&g);
+  }
+  if (fork_join_ != nullptr && shared.size() > 1) {
+    for (Group* g : shared) g->task = &TaskOf(g->partition);  // none is created while they run
+    std::stable_sort(shared.begin(), shared.end(), [](const Group* a, const Group* b) {
+      return a->messages.size() > b->messages.size();
     });
     std::atomic<size_t> next{0};
     fork_join_->Run([&](size_t index) {
       Lane& lane = lanes_[index];
-      for (size_t k; (k = next.fetch_add(1)) < groups.size();) {
-        Group& g = groups[k];
+      for (size_t k; (k = next.fetch_add(1)) < shared.size();) {
+        Group& g = *shared[k];
         for (; g.done < g.messages.size(); ++g.done) {
           const Message& m = *g.messages[g.done];
           const TimePoint now = steady_now();

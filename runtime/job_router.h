@@ -70,15 +70,20 @@ class JobRouter {
   // partition's task, and the next offset to consume there becomes part of its state.
   void HandleMessage(std::string_view payload, int32_t partition, int64_t offset, TimePoint now,
                      int64_t wall_now_unix_ns);
-  // One telemetry message of a poll; its payload outlives HandleMessages.
+  // One telemetry message of a poll; its payload and key outlive HandleMessages. The key is the
+  // producer's message key: the training job, for every producer of this project.
   struct Message {
     std::string_view payload;
     int32_t partition = 0;
     int64_t offset = 0;
+    std::string_view key = {};
   };
   // Handles the messages of one poll as HandleMessage would: each partition's in order, at the
   // times the clocks give as each is handled. With options.ingest_threads > 1 and messages of
   // several partitions, the partitions are shared out between the threads, largest first.
+  // Partitions whose keys are missing, or also found on another partition of the poll (a job
+  // moving between partitions, which a thread could otherwise create on the wrong one), are
+  // handled one message after another once the threads are done, in the order they came.
   void HandleMessages(const std::vector<Message>& messages, TimePoint (*steady_now)(),
                       int64_t (*wall_now_unix_ns)());
 
