@@ -324,7 +324,11 @@ void JobRouter::Tick(TimePoint now, int64_t wall_now_unix_ns, bool input_idle) {
       task->PlanEvaluation(now, wall_now_unix_ns, &out, fleet_cost, &due[k]);
       jobs += due[k++].size();
     }
-    if (jobs > 0) {
+    if (jobs == 1) {
+      for (auto& d : due) {
+        for (PartitionTask::DueEvaluation& e : d) e.Run(now, options_.task.stopwatch);
+      }
+    } else if (jobs > 1) {
       std::vector<PartitionTask::DueEvaluation*> all;
       all.reserve(jobs);
       for (auto& d : due) {
