@@ -460,6 +460,7 @@ size_t KafkaConsumer::Poll(std::chrono::milliseconds timeout, size_t max_message
 size_t KafkaConsumer::PollBatch(
     std::chrono::milliseconds timeout, size_t max_messages,
     const std::function<void(const std::vector<KafkaMessage>&)>& on_messages) {
+  if (max_messages == 0) return 0;
   std::vector<rd_kafka_message_t*> messages(max_messages);
   // A batch read waits for a full batch or the timeout, which would hold messages that have
   // arrived for up to `timeout`: take what is there, and wait only when nothing is.

@@ -2,9 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdio>
+#include <functional>
+#include <iterator>
 #include <random>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "operators/step_time/own_time.h"
 #include "operators/step_time/test_windows.h"
@@ -242,6 +249,362 @@ TEST(ExcessTest, ThroughTheDiagnosisAFivePercentRankIsNamedWithItsEvidence) {
   const StepDiagnosis share_only = DiagnoseStepTime(w, std::vector<std::string>(8), {}, off);
   EXPECT_EQ(share_only.label, StepLabel::kComputeBound);
   EXPECT_TRUE(share_only.culprit_ranks.empty());
+}
+
+// CannotBeSignificant(series, burden, options) claims that TestExcess cannot find the series
+// significant whatever the reference's noise. These tests hold it to that against TestExcess
+// itself, on series built directly (every shape the full test distinguishes: quiet ones, a mean
+// near the floor over some tested length only, stalls, drifts, step changes) and on series of
+// noisy windows.
+
+// The reference noises tried: none at all (a noiseless reference: only the floor and the
+// series' own spread stand in the way), tiny ones, and ones as large as the step.
+std::vector<SignalReference> ReferenceNoises() {
+  std::vector<SignalReference> out;
+  for (const auto& [var, lrv] : std::vector<std::pair<double, double>>{{0, 0},
+                                                                       {1e-300, 0},
+                                                                       {0, 1e-300},
+                                                                       {1e-18, 1e-18},
+                                                                       {1e-10, 4e-10},
+                                                                       {1e-6, 1e-6},
+                                                                       {1e-5, 0},
+                                                                       {4e-4, 1e-3},
+                                                                       {1e-2, 1e-2}}) {
+    SignalReference ref;
+    ref.present = true;
+    ref.noise_var = var;
+    ref.noise_lrv = lrv;
+    out.push_back(ref);
+  }
+  return out;
+}
+
+// A series of these values, its steps numbered from `first_step` (with a gap now and then, as
+// missing steps leave).
+ExcessSeries SeriesOfValues(const std::vector<double>& excess, uint64_t first_step = 0) {
+  ExcessSeries s;
+  uint64_t step = first_step;
+  for (double v : excess) {
+    s.steps.push_back(step);
+    s.excess.push_back(v);
+    step += 1 + (step % 23 == 22 ? 2 : 0);
+  }
+  return s;
+}
+
+// A random series around `floor` (straggler_min_excess x burden), of one of several shapes.
+std::vector<double> RandomExcess(std::mt19937_64& rng, double floor, double burden) {
+  std::uniform_int_distribution<int> len(0, 120);
+  const size_t n = static_cast<size_t>(len(rng));
+  // Where it sits: often within a few percent of the floor, on either side.
+  static constexpr double kOffsets[] = {-1.0, 0.0,   0.5,  0.9, 0.97, 0.99, 0.999,
+                                        1.0,  1.001, 1.01, 1.1, 1.5,  3.0};
+  std::uniform_int_distribution<size_t> pick_offset(0, std::size(kOffsets));
+  const size_t o = pick_offset(rng);
+  const double offset = o < std::size(kOffsets)
+                            ? kOffsets[o] * floor
+                            : std::uniform_real_distribution<double>(-floor, 2 * floor)(rng);
+  // Its noise, from none to several times the floor (and so, at the top, past the least stall
+  // threshold of a quarter of the burden now and then).
+  static constexpr double kNoise[] = {0, 1e-9, 1e-3, 0.01, 0.1, 0.3, 1.0, 3.0};
+  const double sd =
+      kNoise[std::uniform_int_distribution<size_t>(0, std::size(kNoise) - 1)(rng)] * floor;
+  std::normal_distribution<double> noise(0, sd > 0 ? sd : 1);
+  std::vector<double> v(n);
+  for (double& x : v) x = offset + (sd > 0 ? noise(rng) : 0.0);
+  if (n == 0) return v;
+  std::uniform_int_distribution<size_t> at(0, n - 1);
+  std::uniform_real_distribution<double> unit(0, 1);
+  switch (std::uniform_int_distribution<int>(0, 6)(rng)) {
+    case 0:  // quiet
+      break;
+    case 1: {  // a few large stalls (a checkpoint, a GC pass), or many
+      const int stalls = std::uniform_int_distribution<int>(1, 8)(rng);
+      for (int k = 0; k < stalls; ++k) v[at(rng)] += burden * (0.2 + 3 * unit(rng));
+      break;
+    }
+    case 2: {  // a drift from some step on, rising by up to twice the floor
+      const size_t from = at(rng);
+      const double rise = 2 * floor * unit(rng);
+      for (size_t i = from; i < n; ++i) {
+        v[i] += rise * static_cast<double>(i - from) / static_cast<double>(n - from);
+      }
+      break;
+    }
+    case 3: {  // a step change up or down, at any step
+      const size_t from = at(rng);
+      const double by = floor * (4 * unit(rng) - 2);
+      for (size_t i = from; i < n; ++i) v[i] += by;
+      break;
+    }
+    case 4: {  // only the newest 16 (or 32) steps over the floor: a recent onset
+      const size_t recent = std::min(n, unit(rng) < 0.5 ? size_t{16} : size_t{32});
+      for (size_t i = n - recent; i < n; ++i) v[i] = 1.02 * floor + (v[i] - offset);
+      break;
+    }
+    case 5: {  // small excursions, up to just under a quarter of the burden (the least stall)
+      const int k = std::uniform_int_distribution<int>(1, 4)(rng);
+      for (int j = 0; j < k; ++j) v[at(rng)] += 0.24 * burden * unit(rng);
+      break;
+    }
+    case 6: {  // regular stalls (they stay in the mean)
+      const size_t period = std::uniform_int_distribution<size_t>(3, 12)(rng);
+      for (size_t i = at(rng) % period; i < n; i += period) v[i] += burden * (0.3 + unit(rng));
+      break;
+    }
+  }
+  return v;
+}
+
+// Whether the series is quiet by a margin: long enough, its spread well under the least stall
+// threshold and its mean over every tested length well under the floor.
+bool ClearlyQuiet(const std::vector<double>& v, double burden, const StepDiagnosisOptions& o) {
+  const size_t n = v.size();
+  if (n < std::max<size_t>(8, o.min_steps)) return false;
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  if (*hi - *lo >= 0.9 * o.pattern_stall_share * burden) return false;
+  for (size_t len : {size_t{16}, size_t{32}, size_t{64}, n}) {
+    if (len > n) continue;
+    double sum = 0;
+    for (size_t i = n - len; i < n; ++i) sum += v[i];
+    if (sum / static_cast<double>(len) >= 0.98 * o.straggler_min_excess * burden) return false;
+  }
+  return true;
+}
+
+TEST(CannotBeSignificantTest, WhenItSaysSoNoReferenceNoiseMakesTheTestSignificant) {
+  std::vector<StepDiagnosisOptions> options(4);
+  options[1].min_steps = 20;
+  options[2].straggler_z = 0.5;  // a permissive z: the floor and the stalls decide alone
+  options[2].straggler_min_excess = 0.05;
+  options[3].straggler_z = 0;
+  options[3].pattern_stall_share = 0.1;
+  options[3].pattern_min_stalls = 2;
+  const std::vector<SignalReference> noises = ReferenceNoises();
+  std::mt19937_64 rng(20261129);
+  size_t series = 0, cannot = 0, quiet = 0, quiet_cannot = 0, significant = 0;
+  size_t cannot_long = 0;  // with enough steps to be tested
+  for (int i = 0; i < 6000; ++i) {
+    const StepDiagnosisOptions& o = options[static_cast<size_t>(i) % options.size()];
+    const double burden = std::array<double, 4>{0.1, 0.02, 1.0, 0.37}[(i / 4) % 4];
+    const double floor = o.straggler_min_excess * burden;
+    const std::vector<double> v = RandomExcess(rng, floor, burden);
+    const ExcessSeries s = SeriesOfValues(v, static_cast<uint64_t>(i));
+    const bool no = CannotBeSignificant(s, burden, o);
+    ++series;
+    cannot += no;
+    cannot_long += no && v.size() >= std::max<size_t>(8, o.min_steps);
+    if (ClearlyQuiet(v, burden, o)) {
+      ++quiet;
+      quiet_cannot += no;
+      EXPECT_TRUE(no) << "series " << i << ": quiet, of " << v.size() << " steps, under the floor";
+    }
+    for (const SignalReference& ref : noises) {
+      const ExcessTestResult x = TestExcess(s, ref, burden, o, 7);
+      significant += x.significant;
+      if (no) {
+        EXPECT_FALSE(x.significant)
+            << "series " << i << " (" << v.size() << " steps, burden " << burden
+            << "): CannotBeSignificant, yet significant with noise_var " << ref.noise_var
+            << " noise_lrv " << ref.noise_lrv << ": excess " << x.excess << " over " << x.steps
+            << " steps, z " << x.z;
+      }
+    }
+  }
+  std::printf(
+      "%zu series: CannotBeSignificant for %zu (%zu long enough to test), %zu clearly quiet "
+      "(%zu of them CannotBeSignificant); %zu significant tests of %zu\n",
+      series, cannot, cannot_long, quiet, quiet_cannot, significant, series * noises.size());
+  // The generator covers both sides: series it spares (long enough to be tested, not only the
+  // short ones) and series the full test finds significant.
+  EXPECT_GT(quiet, series / 20);
+  EXPECT_EQ(quiet_cannot, quiet);
+  EXPECT_GT(cannot_long, series / 10);
+  EXPECT_GT(significant, series);
+}
+
+TEST(CannotBeSignificantTest, SeriesOfNoisyWindowsAgreeWithTheTest) {
+  // Every rank of noisy windows, one rank with an excess near the 3 % floor (3 ms of 100), some
+  // from a step on, some with stalls; the reference's measured noise and others.
+  const BlockedModel none;
+  std::vector<SignalReference> noises = ReferenceNoises();
+  size_t ranks = 0, cannot = 0;
+  for (uint64_t seed = 1; seed <= 24; ++seed) {
+    const double extra = 0.5 * static_cast<double>(seed % 8);  // 0 to 3.5 ms
+    const double jitter = seed % 3 == 0 ? 0.0 : (seed % 3 == 1 ? 0.005 : 0.05);
+    const StepWindow w =
+        NoisyWindow(8, 20 + 5 * seed, jitter, seed, [&](uint64_t s, uint32_t r) -> double {
+          if (r == 3) return extra;
+          if (r == 5 && s >= 50) return extra;
+          if (r == 6 && s % 17 == 4) return 40.0;
+          return 0.0;
+        });
+    for (TestSignal signal : {TestSignal::kInput, TestSignal::kCompute, TestSignal::kOwn}) {
+      const SignalReference measured = ReferenceOf(w, signal, none);
+      for (uint32_t r = 0; r < 8; ++r) {
+        const ExcessSeries s = SeriesOf(w, signal, none, measured, r);
+        const bool no = CannotBeSignificant(s, kBurden, {});
+        ++ranks;
+        cannot += no;
+        if (!no) continue;
+        EXPECT_FALSE(TestExcess(s, measured, kBurden, {}, r).significant)
+            << "seed " << seed << " rank " << r;
+        for (SignalReference ref : noises) {
+          ref.steps = measured.steps;
+          ref.value = measured.value;
+          EXPECT_FALSE(TestExcess(s, ref, kBurden, {}, r).significant)
+              << "seed " << seed << " rank " << r << " noise_var " << ref.noise_var;
+        }
+      }
+    }
+  }
+  // Most ranks of most windows are spared (that is what it is for).
+  EXPECT_GT(cannot, ranks / 2) << cannot << " of " << ranks;
+}
+
+// Options whose floor is a power of two, so that a mean can sit exactly on it: a floor of
+// 1/64 s on a burden of 0.5 s, the least stall threshold 1/8 s. The series below take values
+// that are multiples of 2^-40 s under 1 s, so every sum TestExcess forms is exact.
+StepDiagnosisOptions DyadicOptions() {
+  StepDiagnosisOptions o;
+  o.straggler_min_excess = 0.03125;
+  o.pattern_stall_share = 0.25;
+  return o;
+}
+constexpr double kDyadicBurden = 0.5;
+constexpr double kDyadicFloor = 0.015625;
+const double kHair = std::ldexp(1.0, -40);
+
+TEST(CannotBeSignificantTest, AMeanOfTheNewest16StepsOnTheFloorIsNotSpared) {
+  const StepDiagnosisOptions o = DyadicOptions();
+  ASSERT_EQ(o.straggler_min_excess * kDyadicBurden, kDyadicFloor);
+  const SignalReference noiseless = ReferenceNoises().front();
+  // 48 older steps well under the floor, then 16 whose mean is `newest`: the means over 32 and
+  // 64 (all) steps stay under the floor; only the newest 16 can reach it.
+  const auto series = [](double newest) {
+    std::vector<double> v(48, 0.0);
+    for (int i = 0; i < 16; ++i) v.push_back(newest + (i % 2 == 0 ? 0.0078125 : -0.0078125));
+    return SeriesOfValues(v);
+  };
+  // Exactly on the floor: significant without noise (z about 7.7), so it must not be spared.
+  const ExcessSeries at = series(kDyadicFloor);
+  const ExcessTestResult x = TestExcess(at, noiseless, kDyadicBurden, o, 0);
+  EXPECT_TRUE(x.significant);
+  EXPECT_EQ(x.steps, 16u);
+  EXPECT_EQ(x.excess, kDyadicFloor);
+  EXPECT_FALSE(CannotBeSignificant(at, kDyadicBurden, o));
+  // Just above it.
+  const ExcessSeries above = series(kDyadicFloor + kHair);
+  EXPECT_TRUE(TestExcess(above, noiseless, kDyadicBurden, o, 0).significant);
+  EXPECT_FALSE(CannotBeSignificant(above, kDyadicBurden, o));
+  // Just under it: spared, and indeed not significant, whatever the noise.
+  const ExcessSeries under = series(kDyadicFloor - kHair);
+  EXPECT_TRUE(CannotBeSignificant(under, kDyadicBurden, o));
+  for (const SignalReference& ref : ReferenceNoises()) {
+    EXPECT_FALSE(TestExcess(under, ref, kDyadicBurden, o, 0).significant) << ref.noise_var;
+  }
+  // At the default options' floor (3 % of 100 ms, not a binary fraction): a constant newest 16
+  // steps on the floor as the options compute it, a float above it, and 0.01 % above it.
+  const StepDiagnosisOptions d;
+  const double floor = d.straggler_min_excess * kBurden;
+  for (double v : {floor, std::nextafter(floor, 1.0), 1.0001 * floor}) {
+    std::vector<double> values(48, 0.0);
+    values.resize(64, v);
+    const ExcessSeries s = SeriesOfValues(values);
+    if (TestExcess(s, noiseless, kBurden, d, 0).significant) {
+      EXPECT_FALSE(CannotBeSignificant(s, kBurden, d)) << v;
+    } else {
+      EXPECT_NE(v, 1.0001 * floor);
+    }
+  }
+}
+
+TEST(CannotBeSignificantTest, AMeanOnTheFloorOverAnyTestedLengthIsNotSpared) {
+  // Each tested length in turn (16, 32, 64, all 100) the only one whose mean reaches the floor.
+  const StepDiagnosisOptions o = DyadicOptions();
+  for (size_t len : {size_t{16}, size_t{32}, size_t{64}, size_t{100}}) {
+    // The newest `len` steps on the floor, the ones before them far under it. For len > 16 the
+    // shorter lengths stay under it: the newest 8 steps low, the oldest 8 of the `len` high.
+    std::vector<double> v(100, -2 * kDyadicFloor);
+    for (size_t i = 100 - len; i < 100; ++i) v[i] = kDyadicFloor;
+    if (len > 16) {
+      for (size_t i = 100 - 8; i < 100; ++i) v[i] = kDyadicFloor - 0.0009765625;
+      for (size_t i = 100 - len; i < 100 - len + 8; ++i) v[i] = kDyadicFloor + 0.0009765625;
+    }
+    const ExcessSeries s = SeriesOfValues(v);
+    const ExcessTestResult x = TestExcess(s, ReferenceNoises()[0], kDyadicBurden, o, 0);
+    ASSERT_TRUE(x.significant) << len;
+    ASSERT_EQ(x.excess, kDyadicFloor) << len;
+    ASSERT_EQ(x.steps, len);
+    EXPECT_FALSE(CannotBeSignificant(s, kDyadicBurden, o)) << len;
+    // A hair under the floor there: spared.
+    for (size_t i = 100 - len; i < 100; ++i) v[i] -= kHair;
+    EXPECT_TRUE(CannotBeSignificant(SeriesOfValues(v), kDyadicBurden, o)) << len;
+    EXPECT_FALSE(
+        TestExcess(SeriesOfValues(v), ReferenceNoises()[0], kDyadicBurden, o, 0).significant)
+        << len;
+  }
+}
+
+TEST(CannotBeSignificantTest, AStallCandidateIsNeverSpared) {
+  const StepDiagnosisOptions o;
+  // 63 steps 2 ms under the reference, one of them 30 ms over it (a stall: over a quarter of the
+  // 100 ms burden above the baseline): every mean is under the 3 ms floor.
+  std::vector<double> v(64, -0.002);
+  v[10] = 0.030;
+  EXPECT_FALSE(CannotBeSignificant(SeriesOfValues(v), kBurden, o));
+  // A stall in the newest steps, too.
+  v[10] = -0.002;
+  v[63] = 0.030;
+  EXPECT_FALSE(CannotBeSignificant(SeriesOfValues(v), kBurden, o));
+  // Where leaving a stall out lifts the mean: 9 steps far under the reference, one a stall
+  // over them, and 6 far over it (too many together to be stalls). With all of them the mean
+  // is under the floor; without the stall, over it. A permissive z makes it significant.
+  StepDiagnosisOptions lenient;
+  lenient.straggler_z = 0.05;
+  std::vector<double> w(10, -1.0);
+  w[2] = -0.97;
+  w.resize(16, 1.6);
+  const ExcessSeries s = SeriesOfValues(w);
+  double mean = 0;
+  for (double x : w) mean += x / 16;
+  ASSERT_LT(mean, lenient.straggler_min_excess * kBurden);
+  ASSERT_TRUE(TestExcess(s, ReferenceNoises()[0], kBurden, lenient, 0).significant)
+      << "the stall at step 2 is left out";
+  EXPECT_FALSE(CannotBeSignificant(s, kBurden, lenient));
+}
+
+TEST(CannotBeSignificantTest, NoBurdenOrTooFewStepsCannotBeSignificant) {
+  const StepDiagnosisOptions o;
+  // A large excess, far over any floor, is spared only because the test cannot run.
+  const std::vector<double> big(64, 0.05);
+  for (double burden : {0.0, -0.1, -1e-300}) {
+    EXPECT_TRUE(CannotBeSignificant(SeriesOfValues(big), burden, o)) << burden;
+    for (const SignalReference& ref : ReferenceNoises()) {
+      EXPECT_FALSE(TestExcess(SeriesOfValues(big), ref, burden, o, 0).significant);
+    }
+  }
+  for (size_t n = 0; n < 8; ++n) {
+    const ExcessSeries s = SeriesOfValues(std::vector<double>(n, 0.05));
+    EXPECT_TRUE(CannotBeSignificant(s, kBurden, o)) << n;
+    EXPECT_FALSE(TestExcess(s, ReferenceNoises()[0], kBurden, o, 0).present) << n;
+  }
+  // 8 steps are enough by default...
+  EXPECT_FALSE(CannotBeSignificant(SeriesOfValues(std::vector<double>(8, 0.05)), kBurden, o));
+  EXPECT_TRUE(
+      TestExcess(SeriesOfValues(std::vector<double>(8, 0.05)), ReferenceNoises()[0], kBurden, o, 0)
+          .significant);
+  // ... not with min_steps 20.
+  StepDiagnosisOptions longer;
+  longer.min_steps = 20;
+  EXPECT_TRUE(CannotBeSignificant(SeriesOfValues(std::vector<double>(19, 0.05)), kBurden, longer));
+  EXPECT_FALSE(CannotBeSignificant(SeriesOfValues(std::vector<double>(20, 0.05)), kBurden, longer));
+  // A quiet series well under the floor is spared; the same series over it is not.
+  std::vector<double> quiet(100);
+  for (size_t i = 0; i < quiet.size(); ++i) quiet[i] = 0.001 * std::sin(static_cast<double>(i));
+  EXPECT_TRUE(CannotBeSignificant(SeriesOfValues(quiet), kBurden, o));
+  for (double& x : quiet) x += 0.004;
+  EXPECT_FALSE(CannotBeSignificant(SeriesOfValues(quiet), kBurden, o));
 }
 
 }  // namespace
