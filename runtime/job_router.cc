@@ -59,6 +59,12 @@ void JobRouter::HandleMessage(std::string_view payload, TimePoint now, int64_t w
 
 void JobRouter::HandleMessages(const std::vector<Message>& messages, TimePoint (*steady_now)(),
                                int64_t (*wall_now_unix_ns)()) {
+  auto in_turn = [&] {
+    for (const Message& m : messages) {
+      HandleMessage(m.payload, m.partition, m.offset, steady_now(), wall_now_unix_ns());
+    }
+  };
+  if (fork_join_ == nullptr) return in_turn();
   // Each partition's messages, in order; a partition's `done` are handled.
   struct Group {
     int32_t partition = 0;
@@ -86,7 +92,8 @@ void JobRouter::HandleMessages(const std::vector<Message>& messages, TimePoint (
   for (Group& g : groups) {
     if (!g.one_by_one) shared.push_back(&g);
   }
-  if (fork_join_ != nullptr && shared.size() > 1) {
+  if (shared.size() < 2) return in_turn();
+  {
     for (Group* g : shared) g->task = &TaskOf(g->partition);  // none is created while they run
     std::stable_sort(shared.begin(), shared.end(), [](const Group* a, const Group* b) {
       return a->messages.size() > b->messages.size();
