@@ -56,7 +56,8 @@ struct DaemonConfig {
   int checkpoint_budget_mib = 16;
   // While reading a backlog, telemetry read (MiB of message payload) after which a checkpoint
   // is due before checkpoint_interval has passed: bounds the changes held in memory.
-  int checkpoint_input_mib = 8;
+  // Default: 32 MiB.
+  int checkpoint_input_mib = 32;
   // Threads that handle the telemetry of different partitions at once (the ingest thread
   // included). Default: 2.
   int ingest_threads = 2;
