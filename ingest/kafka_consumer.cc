@@ -68,9 +68,9 @@ absl::StatusOr<std::unique_ptr<KafkaConsumer>> KafkaConsumer::Create(
       // broker thread wakes, up to 1 s later: a backlog went at one queue a second (0.43 M
       // records/s with 16 MiB in benchmarks/catchup.py). Poll wakes the broker threads once it
       // has read a full queue down to half (FetchRefill, ingest/fetch_refill.h): 16 MiB now
-      // reads the backlog at about 1.2 M records/s. What then bounds the peak RSS is not the
+      // reads the backlog at about 2.2 M records/s. What then bounds the peak RSS is not the
       // queue but the state changes the daemon holds between checkpoints, which grow with the
-      // rate it reads at: while behind, rankwatchd also checkpoints every 8 MiB read
+      // rate it reads at: while behind, rankwatchd also checkpoints every 32 MiB read
       // (--checkpoint-input-mib; benchmarks/README.md, Catch-up; docs/operating.md, Memory).
       {"queued.max.messages.kbytes", "16384"},
       {"fetch.max.bytes", "4194304"},
