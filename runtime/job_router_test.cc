@@ -596,6 +596,13 @@ std::vector<std::string> Writes(Checkpoint c) {
   return out;
 }
 
+// Each router's checkpoint of everything it holds now, as its writes.
+std::vector<std::string> CheckpointWrites(JobRouter& router) {
+  Checkpoint c;
+  router.Checkpoint(&c, IngestNow(), IngestWall());
+  return Writes(std::move(c));
+}
+
 class ParallelIngestTest : public ::testing::TestWithParam<size_t> {
  protected:
   void SetUp() override {
@@ -606,6 +613,18 @@ class ParallelIngestTest : public ::testing::TestWithParam<size_t> {
   static void AtPoll(int k) {
     g_ingest_now = TimePoint{} + std::chrono::hours(1) + std::chrono::seconds(k);
     g_ingest_wall = 1'700'000'000'000'000'000 + int64_t{k} * 1'000'000'000;
+  }
+  // Poll `k` on both daemons — one message in turn, and on threads — and their ticks half a
+  // second later: both show the same of `partitions`.
+  static void HandleBoth(Daemon& serial, Daemon& parallel, const std::vector<Sent>& poll, int k,
+                         const std::vector<int32_t>& partitions) {
+    AtPoll(k);
+    serial.Handle(poll, /*one_by_one=*/true);
+    parallel.Handle(poll, /*one_by_one=*/false);
+    const TimePoint tick = IngestNow() + std::chrono::milliseconds(500);
+    serial.router.Tick(tick, IngestWall());
+    parallel.router.Tick(tick, IngestWall());
+    EXPECT_EQ(Observe(parallel, partitions), Observe(serial, partitions)) << "poll " << k;
   }
   JobRouterOptions Options(size_t threads) const {
     JobRouterOptions o;
@@ -652,13 +671,7 @@ TEST_P(ParallelIngestTest, HandlesAPollAsHandlingEachMessageInTurnWould) {
   }
   Daemon serial(Options(1)), parallel(Options(GetParam()));
   for (int k = 0; k < kPolls; ++k) {
-    AtPoll(k);
-    serial.Handle(polls[k], /*one_by_one=*/true);
-    parallel.Handle(polls[k], /*one_by_one=*/false);
-    const TimePoint tick = IngestNow() + std::chrono::milliseconds(500);
-    serial.router.Tick(tick, IngestWall());
-    parallel.router.Tick(tick, IngestWall());
-    EXPECT_EQ(Observe(parallel, partitions), Observe(serial, partitions)) << "poll " << k;
+    HandleBoth(serial, parallel, polls[k], k, partitions);
   }
   // What the serial run says, so that the comparison above compared something.
   auto snap = serial.snapshots.Get();
@@ -677,12 +690,9 @@ TEST_P(ParallelIngestTest, HandlesAPollAsHandlingEachMessageInTurnWould) {
   for (int32_t p = 0; p < kPartitions; ++p) {
     EXPECT_EQ(serial.router.CoveredOffset(p), next_offset[p]) << p;
   }
-  Checkpoint a, b;
-  serial.router.Checkpoint(&a, IngestNow(), IngestWall());
-  parallel.router.Checkpoint(&b, IngestNow(), IngestWall());
-  const std::vector<std::string> serial_writes = Writes(std::move(a));
+  const std::vector<std::string> serial_writes = CheckpointWrites(serial.router);
   EXPECT_GT(serial_writes.size(), static_cast<size_t>(kJobs));
-  EXPECT_EQ(Writes(std::move(b)), serial_writes);
+  EXPECT_EQ(CheckpointWrites(parallel.router), serial_writes);
 }
 
 // A full table: a new job's message on a thread waits for the whole table, then evicts a
@@ -723,13 +733,7 @@ TEST_P(ParallelIngestTest, AFullTableEvictsAndRefusesAsHandlingEachMessageInTurn
   const std::vector<int32_t> partitions = {0, 1, 2, 3, 4, 5};
   Daemon serial(options(1)), parallel(options(GetParam()));
   for (int k = 0; k < 3; ++k) {
-    AtPoll(k);
-    serial.Handle(polls[k], /*one_by_one=*/true);
-    parallel.Handle(polls[k], /*one_by_one=*/false);
-    const TimePoint tick = IngestNow() + std::chrono::milliseconds(500);
-    serial.router.Tick(tick, IngestWall());
-    parallel.router.Tick(tick, IngestWall());
-    EXPECT_EQ(Observe(parallel, partitions), Observe(serial, partitions)) << "poll " << k;
+    HandleBoth(serial, parallel, polls[k], k, partitions);
     if (k == 1) {
       EXPECT_EQ(parallel.metrics.jobs_evicted->Get(), 1);
       EXPECT_EQ(parallel.router.JobsOf(5), std::vector<std::string>{});
@@ -746,10 +750,7 @@ TEST_P(ParallelIngestTest, AFullTableEvictsAndRefusesAsHandlingEachMessageInTurn
   EXPECT_EQ(parallel.router.CoveredOffset(4), 4) << "refused messages are consumed";
   EXPECT_EQ(parallel.snapshots.Get()->at("a")->aligned_steps, 11u);
   EXPECT_EQ(parallel.snapshots.Get()->at("b")->aligned_steps, 11u);
-  Checkpoint a, b;
-  serial.router.Checkpoint(&a, IngestNow(), IngestWall());
-  parallel.router.Checkpoint(&b, IngestNow(), IngestWall());
-  EXPECT_EQ(Writes(std::move(b)), Writes(std::move(a)));
+  EXPECT_EQ(CheckpointWrites(parallel.router), CheckpointWrites(serial.router));
 }
 
 // A job's records move from partition 0 to partition 1 in the middle of a poll: handled on
@@ -779,13 +780,7 @@ TEST_P(ParallelIngestTest, AJobWhoseRecordsMoveToAnotherPartitionKeepsItsSteps) 
   const std::vector<int32_t> partitions = {0, 1, 2};
   Daemon serial(Options(1)), parallel(Options(GetParam()));
   for (int k = 0; k < 2; ++k) {
-    AtPoll(k);
-    serial.Handle(polls[k], /*one_by_one=*/true);
-    parallel.Handle(polls[k], /*one_by_one=*/false);
-    const TimePoint tick = IngestNow() + std::chrono::milliseconds(500);
-    serial.router.Tick(tick, IngestWall());
-    parallel.router.Tick(tick, IngestWall());
-    EXPECT_EQ(Observe(parallel, partitions), Observe(serial, partitions)) << "poll " << k;
+    HandleBoth(serial, parallel, polls[k], k, partitions);
   }
   EXPECT_EQ(parallel.router.JobsOf(0), std::vector<std::string>{"stay-0"});
   EXPECT_EQ(parallel.router.JobsOf(1), (std::vector<std::string>{"mover", "stay-1"}));
@@ -797,10 +792,7 @@ TEST_P(ParallelIngestTest, AJobWhoseRecordsMoveToAnotherPartitionKeepsItsSteps) 
   EXPECT_EQ(parallel.metrics.rejected_late->Get(), 0);
   EXPECT_EQ(parallel.metrics.StepsAligned("mover")->Get(), 30);
   EXPECT_EQ(parallel.router.jobs(), 4u);
-  Checkpoint a, b;
-  serial.router.Checkpoint(&a, IngestNow(), IngestWall());
-  parallel.router.Checkpoint(&b, IngestNow(), IngestWall());
-  EXPECT_EQ(Writes(std::move(b)), Writes(std::move(a)));
+  EXPECT_EQ(CheckpointWrites(parallel.router), CheckpointWrites(serial.router));
 }
 
 // A job new to the table whose records come on two partitions of one poll (it moves): the
@@ -819,14 +811,7 @@ TEST_P(ParallelIngestTest, ANewJobOnTwoPartitionsOfAPollEndsAsHandlingEachMessag
     for (uint32_t r = 0; r < 2; ++r) send("mover", first, r, first < 10 ? 0 : 1);
   const std::vector<int32_t> partitions = {0, 1};
   Daemon serial(Options(1)), parallel(Options(GetParam()));
-  AtPoll(0);
-  serial.Handle(poll, true);
-  parallel.Handle(poll, false);
-  serial.router.Tick(IngestNow(), IngestWall());
-  parallel.router.Tick(IngestNow(), IngestWall());
-  auto x = Observe(parallel, partitions), y = Observe(serial, partitions);
-  ASSERT_EQ(x.size(), y.size());
-  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], y[i]);
+  HandleBoth(serial, parallel, poll, 0, partitions);
   EXPECT_EQ(serial.router.JobsOf(1), std::vector<std::string>{"mover"});
 }
 
